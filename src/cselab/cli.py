@@ -1,0 +1,127 @@
+"""Command line: ``cselab train | encode | evaluate | compare``.
+
+User errors (bad config, missing or malformed files, offline downloads, divergence) print one
+line naming the problem and exit with status 2; tracebacks are for bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+
+log = logging.getLogger("cselab")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from .config import ConfigError
+    from .data import CorpusError
+    from .hub import ResolveError
+    from .trainer import TrainingDiverged
+
+    errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
+    try:
+        from .evaluation.datasets import DataFormatError, MissingDataError
+
+        errors += [DataFormatError, MissingDataError]
+    except ImportError:  # evaluation extras not importable: keep the core errors
+        pass
+    return tuple(errors)
+
+
+def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
+    from .config import load_config
+    from .trainer import train
+
+    config = load_config(args.config, overrides)
+    results = train(config)
+    if results:
+        init = results.get("initial_stsb_dev")
+        best = results.get("best_stsb_dev")
+        if init is not None and best is not None:
+            print(f"STS-B dev Spearman: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
+        print(f"saved best model to {config.train.output_dir}/best, last to {config.train.output_dir}/last")
+    return 0
+
+
+def cmd_encode(args: argparse.Namespace, overrides: list[str]) -> int:
+    import numpy as np
+
+    from . import load
+
+    if overrides:
+        raise SystemExit(f"cselab encode: unknown arguments {overrides}")
+    if args.input == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        with open(args.input, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    encoder = load(args.model, pooler=args.pooler, device=args.device)
+    vectors = encoder.encode(lines, batch_size=args.batch_size, normalize=args.normalize)
+    np.save(args.output, vectors)
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cselab", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"cselab {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "train",
+        help="train a sentence encoder",
+        description="Train with a YAML config; override any key with --section.key=value "
+        "(e.g. --train.lr=1e-5 --objective.temperature=0.05).",
+    )
+    p.add_argument("config", nargs="?", help="YAML config (defaults: SimCSE BERT-base unsup)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("encode", help="encode sentences (one per line) to a .npy file")
+    p.add_argument("model", help="cselab output folder, sentence-transformers folder or HF model")
+    p.add_argument("--input", required=True, help="text file, one sentence per line, or - for stdin")
+    p.add_argument("--output", required=True, help="output .npy path")
+    p.add_argument("--pooler", default=None, help="override the saved pooler")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.set_defaults(func=cmd_encode)
+
+    try:
+        from .evaluation.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    if rest and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return int(args.func(args, rest) or 0)
+    except _user_errors() as err:
+        print(f"cselab {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as err:
+        print(f"cselab {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; the last complete checkpoint is kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

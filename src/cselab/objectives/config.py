@@ -1,0 +1,285 @@
+"""Configuration of the training objective (the ``objective:`` section of a run config).
+
+The defaults are unsupervised SimCSE (Gao et al. 2021, Eq. 1). Each paper's change is a
+sub-section with an ``enabled`` switch; any combination of switches is a defined objective (see
+``docs/objectives.md`` for the composition rules), and combinations that would be ambiguous are
+rejected by :meth:`ObjectiveConfig.validate` with a message saying why.
+
+The papers reuse symbols (``m`` is Focal's hardness and ImSimCSE's trade-off; ``λ`` is
+GS-InfoNCE's noise weight, MixCSE's mixing ratio and ImSimCSE's DCL weight), so the config keys use
+distinct names::
+
+    objective:
+      temperature: 0.05
+      focal: {enabled: true, hardness: 0.3}                       # Hou & Li 2023, Eq. 2
+      gaussian: {enabled: true, batch_multiple: 3.0, weight: 1.0}  # Wu et al., Eq. 5
+      off_dropout: {enabled: true, tradeoff: 0.9}                  # Xu et al. 2023, Eq. 3
+      dcl: {enabled: true, weight: 0.1, temperature: 5.0}          # Xu et al. 2023, Eq. 5-6
+      barlow_twins: {enabled: true, padding: 704}                  # Xu et al. 2023, Eq. 4
+      mixcse: {enabled: true, mix_ratio: 0.2}                      # Zhang et al. 2022
+      noise: {enabled: true, side: negative}                       # Xu et al. 2023, Table 1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class FocalConfig:
+    """Focal-InfoNCE (Hou & Li 2023, Eq. 2): positives score ``s²``, negatives ``s(s+m)``.
+
+    Attributes:
+        enabled: use Focal's score for every column (in-batch, Gaussian, mixed, off-dropout).
+        hardness: ``m``; negatives with cosine above ``1 - m`` are up-weighted. Paper: 0.3
+            (Table 5 searches 0.1-0.4). Must be in ``[0, 1]``.
+    """
+
+    enabled: bool = False
+    hardness: float = 0.3
+
+
+@dataclass
+class GaussianConfig:
+    """GS-InfoNCE (Wu et al., Eq. 5): ``M`` Gaussian vectors as extra negatives, weight ``λ``.
+
+    Attributes:
+        enabled: add the Gaussian negatives.
+        num: ``M``, the number of noise vectors per step; ``null`` means
+            ``round(batch_multiple × global batch size)``.
+        batch_multiple: ``M`` as a multiple of the (global) batch size when ``num`` is null.
+            Paper: 3 (Table 3), i.e. 192 at batch 64, as in the authors' scripts.
+        mean: ``μ`` of every coordinate of ``g_k`` (paper: 0).
+        std: ``σ`` (paper: 1). With ``mean = 0``, ``σ`` has no effect: the cosine similarity
+            is scale invariant and ``g/σ`` is standard normal.
+        weight: ``λ`` (paper: 1), applied exactly as a factor on the Gaussian terms of the
+            denominator; ``0`` removes them.
+    """
+
+    enabled: bool = False
+    num: int | None = None
+    batch_multiple: float = 3.0
+    mean: float = 0.0
+    std: float = 1.0
+    weight: float = 1.0
+
+
+@dataclass
+class OffDropoutConfig:
+    """ImSimCSE's off-dropout negatives (Xu et al. 2023, Eq. 3).
+
+    Needs the ``off`` view: one more forward pass of the batch with all dropout switched off.
+
+    Attributes:
+        enabled: score every negative column between off-dropout representations.
+        tradeoff: ``m`` (paper: 0.9, Table 5).
+        variant: ``paper`` multiplies the negative sum by ``m`` (Eq. 3). ``authors_code``
+            follows the released code instead: no weight on the negatives and the *positive*
+            logit multiplied by ``m`` both in the numerator and inside the log-sum-exp (this is a
+            different objective: a temperature ``τ/m`` for the positive column only).
+    """
+
+    enabled: bool = False
+    tradeoff: float = 0.9
+    variant: Literal["paper", "authors_code"] = "paper"
+
+
+@dataclass
+class DCLConfig:
+    """ImSimCSE's dimension-wise contrastive learning (Xu et al. 2023, Eq. 5), weight ``λ``.
+
+    Attributes:
+        enabled: add ``weight × ℓ_DCL`` as the term ``dcl``.
+        weight: ``λ`` of Eq. 6 (paper: 0.1, Table 5).
+        temperature: ``τ_DCL`` (paper: 5, Table 5).
+        formulation: ``authors_code`` (default; the scale on which the paper's ``τ_DCL = 5`` and
+            ``λ = 0.1`` were tuned): standardise with the biased batch variance (BatchNorm
+            without affine), divide the similarity by the batch size and *average* the loss
+            over dimensions. ``paper``: the literal Eq. 5: unbiased standard deviation, no
+            division by the batch size, loss *summed* over dimensions. At batch ``N`` and width
+            ``D`` the two agree when ``τ_paper = (N-1)·τ_code`` and ``λ_paper = λ_code / D``.
+        eps: added to the variance before the square root (BatchNorm's 1e-5), in both forms.
+    """
+
+    enabled: bool = False
+    weight: float = 0.1
+    temperature: float = 5.0
+    formulation: Literal["authors_code", "paper"] = "authors_code"
+    eps: float = 1e-5
+
+
+@dataclass
+class BarlowTwinsConfig:
+    """BarlowTwins as an additive term (Xu et al. 2023, Eq. 4, Table 2; Zbontar et al. 2021).
+
+    ``weight × [Σ_c (1 - C_cc)² + λ_BT Σ_{c≠d} C_cd²]`` with ``C`` the cross-correlation of the
+    two views over the batch (the paper's leading minus sign is a typo: the term is minimised).
+
+    Attributes:
+        enabled: add the term ``barlow_twins``.
+        weight: factor on the whole term (the paper does not report it; 1.0).
+        off_diagonal: ``λ_BT`` (BarlowTwins' 5e-3).
+        padding: ``M`` standard-Gaussian artificial embeddings appended to the batch before
+            computing ``C`` (Table 2: 100, 300, 704); the same rows pad both views.
+        center: subtract each dimension's batch mean first (BarlowTwins' batch standardisation).
+            ``false`` is Eq. 4 as printed (cosine similarity between dimension columns).
+    """
+
+    enabled: bool = False
+    weight: float = 1.0
+    off_diagonal: float = 5e-3
+    padding: int = 0
+    center: bool = False
+
+
+@dataclass
+class MixCSEConfig:
+    """MixCSE (Zhang et al. 2022): mixed hard negatives ``normalize(λh'_i + (1-λ)h'_j)``.
+
+    Attributes:
+        enabled: add the mixed negatives.
+        mix_ratio: ``λ``, the weight of the anchor's own positive in the mix (paper: 0.2);
+            must be in ``[0, 1)``.
+        directions: ``both`` (paper): both views serve as anchor, each with its own mixed
+            negatives (the objective becomes symmetric). ``single``: only the first view is an
+            anchor (MixCSE_single, Table 3); requires ``objective.symmetric: false``.
+        partner: how ``j`` is chosen: ``random`` (a uniformly drawn other sentence of the global
+            batch, fresh each step) or ``next`` (``j = i + 1`` modulo the batch, the authors'
+            rolled batch).
+        columns: ``one`` (paper, L_mix): one mixed negative per anchor. ``all`` (the authors'
+            code): the ``N`` rolled mixes are columns for every anchor, and the mix whose
+            ``(1 - λ)`` part is the anchor's own positive is removed (``-inf``; the code
+            multiplied its logit by 0 instead, leaving ``e⁰`` in the denominator). ``all``
+            requires ``partner: next``.
+        stop_gradient: no gradient through the mixed negatives (paper); ``false`` is
+            MixCSE_wo_sg (Table 3).
+    """
+
+    enabled: bool = False
+    mix_ratio: float = 0.2
+    directions: Literal["both", "single"] = "both"
+    partner: Literal["random", "next"] = "random"
+    columns: Literal["one", "all"] = "one"
+    stop_gradient: bool = True
+
+
+@dataclass
+class NoiseConfig:
+    """ImSimCSE's noise ablation (Xu et al. 2023, Table 1, "+Noise" rows).
+
+    Adds ``N(0, variance)`` noise to each raw embedding (independently per view and step)
+    before the similarities of the chosen side are computed; the other side stays clean.
+
+    Attributes:
+        enabled: perturb the embeddings.
+        side: ``positive`` (``s(z¹+g¹, z²+g²)`` replaces the positive pair), ``negative``
+            (the negatives become ``s(z_i¹+g¹, z_j²+g²)``) or ``both``.
+        variance: the noise variance (paper: 0.1).
+    """
+
+    enabled: bool = False
+    side: Literal["positive", "negative", "both"] = "negative"
+    variance: float = 0.1
+
+
+@dataclass
+class ObjectiveConfig:
+    """Which loss to train with.
+
+    The defaults are unsupervised SimCSE (Gao et al. 2021, Eq. 1): InfoNCE over in-batch
+    negatives with temperature 0.05. The sub-sections switch on the four papers' objectives.
+
+    Attributes:
+        temperature: τ of the InfoNCE family, applied once to every column's energy.
+        symmetric: average the loss over both directions (view 2 as anchor too).
+        focal, gaussian, off_dropout, dcl, barlow_twins, mixcse, noise: see their classes.
+    """
+
+    temperature: float = 0.05
+    symmetric: bool = False
+    focal: FocalConfig = field(default_factory=FocalConfig)
+    gaussian: GaussianConfig = field(default_factory=GaussianConfig)
+    off_dropout: OffDropoutConfig = field(default_factory=OffDropoutConfig)
+    dcl: DCLConfig = field(default_factory=DCLConfig)
+    barlow_twins: BarlowTwinsConfig = field(default_factory=BarlowTwinsConfig)
+    mixcse: MixCSEConfig = field(default_factory=MixCSEConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter if a value is out of range or a
+        combination is not defined."""
+        p = "objective"
+        _check(_finite_positive(self.temperature), f"{p}.temperature must be > 0", self.temperature)
+
+        f = self.focal
+        _check(_finite(f.hardness) and 0 <= f.hardness <= 1,
+               f"{p}.focal.hardness must be in [0, 1]", f.hardness)  # fmt: skip
+
+        g = self.gaussian
+        _check(g.num is None or g.num >= 0, f"{p}.gaussian.num must be >= 0 or null", g.num)
+        _check(_finite(g.batch_multiple) and g.batch_multiple >= 0,
+               f"{p}.gaussian.batch_multiple must be >= 0", g.batch_multiple)  # fmt: skip
+        _check(_finite(g.mean), f"{p}.gaussian.mean must be finite", g.mean)
+        _check(_finite_positive(g.std), f"{p}.gaussian.std must be > 0", g.std)
+        _check(_finite(g.weight) and g.weight >= 0, f"{p}.gaussian.weight must be >= 0", g.weight)
+
+        o = self.off_dropout
+        _check(_finite_positive(o.tradeoff), f"{p}.off_dropout.tradeoff must be > 0", o.tradeoff)
+
+        d = self.dcl
+        _check(_finite(d.weight) and d.weight >= 0, f"{p}.dcl.weight must be >= 0", d.weight)
+        _check(_finite_positive(d.temperature), f"{p}.dcl.temperature must be > 0", d.temperature)
+        _check(_finite_positive(d.eps), f"{p}.dcl.eps must be > 0", d.eps)
+
+        b = self.barlow_twins
+        _check(_finite(b.weight) and b.weight >= 0, f"{p}.barlow_twins.weight must be >= 0",
+               b.weight)  # fmt: skip
+        _check(_finite(b.off_diagonal) and b.off_diagonal >= 0,
+               f"{p}.barlow_twins.off_diagonal must be >= 0", b.off_diagonal)  # fmt: skip
+        _check(b.padding >= 0, f"{p}.barlow_twins.padding must be >= 0", b.padding)
+
+        x = self.mixcse
+        _check(_finite(x.mix_ratio) and 0 <= x.mix_ratio < 1,
+               f"{p}.mixcse.mix_ratio must be in [0, 1)", x.mix_ratio)  # fmt: skip
+
+        n = self.noise
+        _check(_finite(n.variance) and n.variance >= 0, f"{p}.noise.variance must be >= 0",
+               n.variance)  # fmt: skip
+
+        # Combinations.
+        if x.enabled and x.directions == "single" and self.symmetric:
+            raise ValueError(
+                f"{p}.mixcse.directions='single' uses only the first view as anchor, which "
+                f"contradicts {p}.symmetric=true; use directions='both' for a symmetric loss"
+            )
+        if x.enabled and x.columns == "all" and x.partner != "next":
+            raise ValueError(
+                f"{p}.mixcse.columns='all' is the authors' rolled construction and needs "
+                f"{p}.mixcse.partner='next' (got '{x.partner}')"
+            )
+        if n.enabled and n.side in ("negative", "both") and o.enabled:
+            raise ValueError(
+                f"{p}.noise.side='{n.side}' adds noise to the negatives, but "
+                f"{p}.off_dropout scores the negatives on noise-free off-dropout representations; "
+                "enable only one of them, or use noise.side='positive'"
+            )
+
+    @property
+    def symmetric_loss(self) -> bool:
+        """Whether the built objective averages both directions."""
+        return self.symmetric or (self.mixcse.enabled and self.mixcse.directions == "both")
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _finite_positive(x: float) -> bool:
+    return _finite(x) and x > 0
+
+
+def _check(ok: bool, message: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"{message}, got {value!r}")

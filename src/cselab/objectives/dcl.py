@@ -1,0 +1,107 @@
+"""ImSimCSE's dimension-wise contrastive learning, DCL (Xu et al. 2023, Sec. 4.3, Eq. 5-6).
+
+Each embedding dimension is standardised over the batch, separately for each view
+(``z̃_{ic} = (z_{ic} - z̄_c)/σ_c``), and dimension ``c`` of view 1 must pick out dimension ``c`` of
+view 2 among all ``D`` dimensions::
+
+    s(c, d) = Σ_i z̃¹_{ic} z̃²_{id} / τ_DCL          ℓ_DCL = -Σ_c log softmax_d s(c, ·)|_{d=c}
+
+ImSimCSE's full objective is ``ℓ_off-info + λ ℓ_DCL`` (Eq. 6).
+
+Two formulations (``formulation``):
+
+``authors_code`` (default)
+    What the authors' released code computes, and therefore the scale on which the paper's
+    ``τ_DCL = 5`` and ``λ = 0.1`` (Table 5) were tuned: BatchNorm without affine (biased
+    variance, ``eps`` added), ``s(c,d) = Σ_i z̃¹_{ic} z̃²_{id} / (N τ_DCL)`` — a correlation in
+    ``[-1, 1]`` divided by ``τ_DCL``, so logits lie within ``±1/τ_DCL`` — and the loss
+    *averaged* over the ``D`` dimensions (about ``log D`` at initialisation).
+``paper``
+    Eq. 5 literally: unbiased standard deviation, no division by ``N``, loss *summed* over
+    dimensions; logits reach ``±(N-1)/τ_DCL`` and the loss is ``D`` times larger. The two agree
+    when ``τ_paper = (N-1)·τ_code`` and ``λ_paper = λ_code / D`` (up to ``eps``).
+
+Under data parallelism the statistics and the loss use the gathered batch (``ctx.gather``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, ObjectiveContext
+
+
+def standardize(z: Tensor, unbiased: bool, eps: float = 1e-5) -> Tensor:
+    """Standardise each column of ``z`` ``(N, D)`` over the rows."""
+    mean = z.mean(dim=0, keepdim=True)
+    var = z.var(dim=0, unbiased=unbiased, keepdim=True)
+    return (z - mean) / torch.sqrt(var + eps)
+
+
+def dimension_similarity(
+    z1: Tensor, z2: Tensor, temperature: float, formulation: str = "authors_code", eps: float = 1e-5
+) -> Tensor:
+    """The ``(D, D)`` cross-dimension similarity ``s(c, d)`` of Eq. 5 (see module docstring)."""
+    if formulation not in ("authors_code", "paper"):
+        raise ValueError(f"unknown DCL formulation {formulation!r}")
+    unbiased = formulation == "paper"
+    a = standardize(z1.float(), unbiased, eps)
+    b = standardize(z2.float(), unbiased, eps)
+    sims = a.T @ b / temperature
+    if formulation == "authors_code":
+        sims = sims / z1.shape[0]
+    return sims
+
+
+def dcl_loss(
+    z1: Tensor, z2: Tensor, temperature: float, formulation: str = "authors_code", eps: float = 1e-5
+) -> Tensor:
+    """``ℓ_DCL`` of two ``(N, D)`` views (unweighted)."""
+    if z1.shape[0] < 2:
+        raise ValueError("DCL needs at least 2 sentences to standardise each dimension")
+    sims = dimension_similarity(z1, z2, temperature, formulation, eps)
+    per_dim = torch.logsumexp(sims, dim=1) - sims.diagonal()
+    return per_dim.mean() if formulation == "authors_code" else per_dim.sum()
+
+
+class DimensionContrastive(AuxiliaryTerm):
+    """``λ ℓ_DCL`` on the two dropout views, reported as the term ``dcl``.
+
+    Args:
+        weight: ``λ`` (paper: 0.1).
+        temperature: ``τ_DCL`` (paper: 5).
+        formulation: ``authors_code`` (default) or ``paper``; see the module docstring.
+        eps: variance epsilon (BatchNorm's 1e-5).
+    """
+
+    name = "dcl"
+
+    def __init__(
+        self,
+        weight: float = 0.1,
+        temperature: float = 5.0,
+        formulation: str = "authors_code",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        if not weight >= 0:
+            raise ValueError(f"DCL weight must be >= 0, got {weight}")
+        if not temperature > 0:
+            raise ValueError(f"DCL temperature must be > 0, got {temperature}")
+        if formulation not in ("authors_code", "paper"):
+            raise ValueError(f"DCL formulation must be 'authors_code' or 'paper', got {formulation!r}")
+        self.weight = float(weight)
+        self.temperature = float(temperature)
+        self.formulation = formulation
+        self.eps = float(eps)
+
+    def forward(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> Tensor:
+        z1 = ctx.gather(views[VIEW_ANCHOR])
+        z2 = ctx.gather(views[VIEW_POSITIVE])
+        return self.weight * dcl_loss(z1, z2, self.temperature, self.formulation, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"weight={self.weight}, temperature={self.temperature}, formulation={self.formulation}"

@@ -1,0 +1,81 @@
+"""GS-InfoNCE's Gaussian negatives (Wu et al., "Smoothed Contrastive Learning", Eq. 5).
+
+``M`` vectors ``g_k ~ N(μ, σ²)`` of the embedding width are drawn fresh every step and used only
+as extra negatives of each anchor, never as anchors or positives::
+
+    l_i = -log( e^{sim(h_i,h_i⁺)/τ} / ( Σ_j e^{sim(h_j,h_i)/τ} + λ Σ_k e^{sim(g_k,h_i)/τ} ) )
+
+``λ`` is applied exactly: ``log λ`` is added to the Gaussian columns' logits (the authors' code
+declares ``λ`` but never uses it, i.e. always runs ``λ = 1``).
+
+With ``μ = 0``, ``σ`` has no effect: the cosine similarity is scale invariant and ``g/σ`` is
+standard normal, so only the direction of ``g`` matters.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import NegativeBlock, NegativeSource, ObjectiveContext, Pair
+from .composite import DROPOUT_SPACE, NegativeSpace, draw_normal
+
+
+class GaussianNegatives(NegativeSource):
+    """``M`` fresh Gaussian vectors per step as extra, weighted negative columns.
+
+    Args:
+        num: ``M``; ``None`` means ``round(batch_multiple × N)`` with ``N`` the global batch.
+        batch_multiple: see ``num`` (paper: 3).
+        mean: ``μ`` of every coordinate.
+        std: ``σ`` (> 0); irrelevant when ``mean == 0``.
+        weight: ``λ`` (> 0; a weight of 0 is expressed by not adding the source).
+        space: whose representation of the anchor is compared with the ``g_k``.
+
+    The draws use ``ctx.generator`` when given (reproducible, resumable), else the global RNG;
+    under data parallelism every rank sees the same ``M`` vectors. They carry no gradient.
+    """
+
+    def __init__(
+        self,
+        num: int | None = None,
+        batch_multiple: float = 3.0,
+        mean: float = 0.0,
+        std: float = 1.0,
+        weight: float = 1.0,
+        space: NegativeSpace = DROPOUT_SPACE,
+    ) -> None:
+        super().__init__()
+        if num is not None and num < 0:
+            raise ValueError(f"gaussian num (M) must be >= 0, got {num}")
+        if not batch_multiple >= 0:
+            raise ValueError(f"gaussian batch_multiple must be >= 0, got {batch_multiple}")
+        if not std > 0:
+            raise ValueError(f"gaussian std must be > 0, got {std}")
+        if not weight > 0:
+            raise ValueError(f"gaussian weight (lambda) must be > 0, got {weight}")
+        self.num = num
+        self.batch_multiple = float(batch_multiple)
+        self.mean = float(mean)
+        self.std = float(std)
+        self.weight = float(weight)
+        self.space = space
+        self.required_views = space.required_views
+
+    def count(self, global_batch: int) -> int:
+        """``M`` for a global batch of ``global_batch`` sentences."""
+        if self.num is not None:
+            return self.num
+        return int(round(self.batch_multiple * global_batch))
+
+    def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:
+        anchor = self.space.anchor_of(pair)
+        global_batch = anchor.shape[0] * max(1, ctx.world_size)
+        m = self.count(global_batch)
+        noise = draw_normal(m, anchor.shape[1], ctx, anchor, self.mean, self.std)
+        noise = noise / noise.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        sims = anchor @ noise.T
+        return NegativeBlock(sims=sims, log_weight=math.log(self.weight), name="gaussian")
+
+    def extra_repr(self) -> str:
+        m = self.num if self.num is not None else f"{self.batch_multiple}×batch"
+        return f"M={m}, mean={self.mean}, std={self.std}, weight={self.weight}"

