@@ -130,5 +130,7 @@ def restore(
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
     optimizer.load_state_dict(_join_optimizer(tensors, meta["optimizer"]))
-    scheduler.load_state_dict(meta["scheduler"])
+    # LambdaLR stores its functions as ``lr_lambdas`` (None for plain functions); they are rebuilt
+    # from the config, so only the counters travel.
+    scheduler.load_state_dict({"lr_lambdas": [None] * len(optimizer.param_groups), **meta["scheduler"]})
     set_rng_state(tensors, meta["rng"])

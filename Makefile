@@ -1,0 +1,50 @@
+# Common commands. `make test` and `make demo` work on a fresh machine (they create .venv).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SHARED ?= ../shared/data
+
+.PHONY: setup test test-all lint format demo bench-train bench-eval bench-objectives bench-gpu clean
+
+$(BIN)/activate:
+	$(PY) -m venv $(VENV)
+	# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/activate
+
+setup: $(BIN)/activate
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m ''
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: setup
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+# The main job on offline defaults: all-MiniLM-L6-v2 (packaged), CLS pooling, the shared wiki
+# sentences; prints STS-B dev before and after training.
+demo: setup
+	$(BIN)/cselab train configs/demo-minilm.yaml
+
+bench-train: setup
+	$(BIN)/python bench/bench_train.py
+
+bench-eval: setup
+	$(BIN)/python bench/bench_eval.py
+
+bench-objectives: setup
+	$(BIN)/python bench/bench_objectives.py
+
+bench-gpu: setup
+	$(BIN)/python bench/bench_gpu.py
+
+clean:
+	rm -rf outputs .pytest_cache .ruff_cache

@@ -1,0 +1,74 @@
+"""Config: SimCSE defaults, YAML + overrides, errors that name the key, presets load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cselab.config import Config, ConfigError, apply_overrides, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_are_simcse_unsup_bert_base() -> None:
+    c = Config()
+    assert (c.train.lr, c.train.batch_size, c.train.epochs) == (3e-5, 64, 1)
+    assert c.model.max_seq_len == 32 and c.objective.temperature == 0.05
+    assert c.model.pooler == "cls" and c.model.mlp_only_train is True
+    assert (c.train.eval_steps, c.train.seed, c.train.grad_clip) == (125, 42, 1.0)
+
+
+def test_yaml_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("train:\n  lr: 1.0e-5\n  batch_size: 32\nmodel:\n  pooler: avg\n")
+    c = load_config(f, ["--train.lr=3e-5", "--model.dropout=0.2", "train.max_steps=10"])
+    assert c.train.lr == 3e-5 and isinstance(c.train.lr, float)
+    assert c.train.batch_size == 32 and c.model.pooler == "avg"
+    assert c.model.dropout == 0.2 and c.train.max_steps == 10
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("--train.lrr=1", "train.lrr"),
+        ("--nosuch.key=1", "nosuch"),
+        ("--train.batch_size=abc", "train.batch_size"),
+        ("--model.pooler=max", "model.pooler"),
+        ("--train.resume=yes please", "train.resume"),
+        ("--objective.temperature=0", "objective.temperature"),
+        ("--train.batch_size=1", "train.batch_size"),
+        ("--model.dropout=1.5", "model.dropout"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_override_syntax_error() -> None:
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides({}, ["--train.lr"])
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_preset_loads(path: Path) -> None:
+    config = load_config(path)
+    assert config.train.batch_size >= 2
+
+
+def test_simcse_presets_match_the_paper() -> None:
+    expected = {
+        "bert-base": (64, 3e-5),
+        "bert-large": (64, 1e-5),
+        "roberta-base": (512, 1e-5),
+        "roberta-large": (512, 3e-5),
+    }
+    for name, (batch, lr) in expected.items():
+        c = load_config(REPO / "configs" / f"simcse-{name}.yaml")
+        assert (c.train.batch_size, c.train.lr) == (batch, lr), name

@@ -1,0 +1,141 @@
+"""Poolers, views, encode(), saving as HF + sentence-transformers folders, offline resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cselab.encoder import SentenceEncoder, dropout_disabled, load
+from cselab.hub import packaged_model_path, resolve_model
+from cselab.pooling import POOLERS
+from cselab.views import compute_views
+
+SENTENCES = [
+    "a man is playing a guitar .",
+    "A woman slices tomatoes on a wooden board in the kitchen.",
+    "kids",
+    "Two dogs run across a snowy field while their owner watches from the porch.",
+    "the stock market fell sharply on monday",
+]
+
+
+@pytest.fixture
+def batch(tiny_bert: Path) -> dict[str, torch.Tensor]:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    return enc.tokenize(SENTENCES)
+
+
+@pytest.mark.parametrize("kind", POOLERS)
+def test_poolers_match_hidden_states(tiny_bert: Path, batch: dict, kind: str) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler=kind).eval()
+    with torch.no_grad():
+        out = enc.backbone(**batch, output_hidden_states=True)
+        got = enc(**batch)
+    hs, mask = out.hidden_states, batch["attention_mask"].unsqueeze(-1).float()
+
+    def mean(h: torch.Tensor) -> torch.Tensor:
+        return (h * mask).sum(1) / mask.sum(1)
+
+    expected = {
+        "cls": lambda: torch.tanh(enc.pooler.mlp.dense(hs[-1][:, 0])),
+        "cls_before_pooler": lambda: hs[-1][:, 0],
+        "avg": lambda: mean(hs[-1]),
+        "avg_top2": lambda: mean((hs[-1] + hs[-2]) / 2),
+        # hidden_states[0] is the embedding layer: "first" means the first transformer layer.
+        "avg_first_last": lambda: mean((hs[1] + hs[-1]) / 2),
+    }[kind]()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_only_train_drops_head_at_inference(tiny_bert: Path, batch: dict) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls", mlp_only_train=True)
+    enc.eval()
+    with torch.no_grad():
+        raw = enc.backbone(**batch).last_hidden_state[:, 0]
+        torch.testing.assert_close(enc(**batch), raw)
+        enc.pooler.train()  # training mode: the head is applied
+        torch.testing.assert_close(enc(**batch), torch.tanh(enc.pooler.mlp.dense(raw)))
+
+
+def test_two_views_from_one_forward_differ_by_dropout(tiny_bert: Path, batch: dict) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg").train()
+    views = compute_views(enc, batch, {"z1", "z2"})
+    assert views["z1"].shape == views["z2"].shape == (len(SENTENCES), 32)
+    assert not torch.allclose(views["z1"], views["z2"])
+    no_drop = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", dropout=0.0).train()
+    views = compute_views(no_drop, batch, {"z1", "z2"})
+    torch.testing.assert_close(views["z1"], views["z2"], rtol=1e-5, atol=1e-6)
+
+
+def test_off_dropout_view_is_deterministic_and_states_restored(tiny_bert: Path, batch: dict) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls").train()
+    enc.backbone.encoder.layer[0].eval()  # a mixed state must come back exactly as it was
+    before = [m.training for m in enc.modules()]
+    a = compute_views(enc, batch, {"z1", "z2", "off"})["off"]
+    b = compute_views(enc, batch, {"z1", "z2", "off"})["off"]
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert [m.training for m in enc.modules()] == before
+    with dropout_disabled(enc.backbone):
+        attn = enc.backbone.encoder.layer[1].attention.self
+        assert not attn.training  # attention dropout follows this flag in transformers 5
+        assert enc.pooler.training  # the cls head still applies, as for the dropout views
+
+
+def test_encode_keeps_input_order(tiny_bert: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    together = enc.encode(SENTENCES, batch_size=2)
+    one_by_one = np.stack([enc.encode([s])[0] for s in SENTENCES])
+    assert together.dtype == np.float32 and together.shape == (5, 32)
+    np.testing.assert_allclose(together, one_by_one, rtol=1e-4, atol=1e-5)
+    unit = enc.encode(SENTENCES, normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-5)
+    assert enc.training  # encode restores the mode it found
+    with pytest.raises(TypeError):
+        enc.encode("a single string")
+
+
+@pytest.mark.parametrize(
+    ("kind", "mlp_only_train"),
+    [("cls", False), ("cls", True), ("cls_before_pooler", False), ("avg", False),
+     ("avg_top2", False), ("avg_first_last", False)],
+)  # fmt: skip
+def test_saved_folder_loads_in_sentence_transformers(
+    tiny_bert: Path, tmp_path: Path, kind: str, mlp_only_train: bool
+) -> None:
+    st = pytest.importorskip("sentence_transformers")
+    torch.manual_seed(0)
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler=kind, mlp_only_train=mlp_only_train)
+    with torch.no_grad():  # make the head non-trivial so a dropped head would show
+        for p in enc.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    enc.save(tmp_path / "m")
+    ours = enc.encode(SENTENCES)
+    assert not list(tmp_path.glob("m/*.bin"))  # safetensors only
+    reloaded = load(str(tmp_path / "m")).encode(SENTENCES)
+    np.testing.assert_allclose(reloaded, ours, rtol=1e-5, atol=1e-5)
+    model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    theirs = model.encode(SENTENCES, convert_to_numpy=True)
+    np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-5)
+
+
+def test_packaged_minilm_resolves_offline(minilm_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert packaged_model_path("sentence-transformers/all-MiniLM-L6-v2") == minilm_path
+    assert Path(resolve_model("sentence-transformers/all-MiniLM-L6-v2")) == minilm_path
+    enc = load("sentence-transformers/all-MiniLM-L6-v2")  # ST folder: mean pooling → avg
+    assert enc.pooler.kind == "avg"
+    st = pytest.importorskip("sentence_transformers")
+    ref = st.SentenceTransformer(str(minilm_path), device="cpu").encode(SENTENCES[:2])
+    ours = enc.encode(SENTENCES[:2], normalize=True)  # the ST model ends in Normalize
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_unknown_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cselab.hub import ResolveError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ResolveError, match="no-such-org/no-such-model"):
+        resolve_model("no-such-org/no-such-model")

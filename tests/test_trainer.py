@@ -1,0 +1,180 @@
+"""Trainer: determinism, resume after a kill, atomic checkpoints, divergence, model selection."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cselab import checkpoint as ckpt
+from cselab.config import load_config
+from cselab.trainer import TrainingDiverged, build_trainer, linear_schedule
+
+
+def corpus_file(folder: Path, n: int = 200) -> Path:
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 9)) for i in range(n)]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
+    return load_config(
+        None,
+        [
+            f"--model.name_or_path={tiny_bert}",
+            f"--data.train_file={corpus_file(tmp_path)}",
+            f"--data.cache_dir={tmp_path / 'cache'}",
+            f"--train.output_dir={tmp_path / 'out'}",
+            "--train.batch_size=8",
+            "--train.max_steps=12",
+            "--train.lr=1e-3",
+            "--train.eval_steps=0",
+            "--train.log_steps=2",
+            *extra,
+        ],
+    )
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def test_same_seed_same_weights_and_logs(tiny_bert: Path, tmp_path: Path) -> None:
+    r1 = build_trainer(tiny_config(tiny_bert, tmp_path / "a")).train()
+    build_trainer(tiny_config(tiny_bert, tmp_path / "b")).train()
+    assert_same_weights(tmp_path / "a/out/last", tmp_path / "b/out/last")
+    assert r1["steps"] == 12 and r1["sentences_per_s"] > 0
+    header = (tmp_path / "a/out/metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"step", "lr", "loss", "infonce", "sentences_per_s"} <= set(header)
+    build_trainer(tiny_config(tiny_bert, tmp_path / "c", "--train.seed=1")).train()
+    with pytest.raises(AssertionError):
+        assert_same_weights(tmp_path / "a/out/last", tmp_path / "c/out/last")
+
+
+def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Path) -> None:
+    """Kill a run with SIGKILL right after step 7 (checkpoint at 6), resume, compare."""
+    ref = tiny_config(tiny_bert, tmp_path / "ref", "--train.save_steps=3")
+    build_trainer(ref).train()
+    run_dir = tmp_path / "killed"
+    overrides = [
+        f"--model.name_or_path={tiny_bert}",
+        f"--data.train_file={corpus_file(run_dir)}",
+        f"--data.cache_dir={run_dir / 'cache'}",
+        f"--train.output_dir={run_dir / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=12", "--train.lr=1e-3",
+        "--train.eval_steps=0", "--train.log_steps=2", "--train.save_steps=3",
+    ]  # fmt: skip
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from cselab.config import load_config
+        from cselab.trainer import Trainer, build_trainer
+        original = Trainer.optimizer_step
+        def step_then_die(self):
+            original(self)
+            if self.step == 6:  # 0-based count before increment: this is update number 7
+                os.kill(os.getpid(), signal.SIGKILL)
+        Trainer.optimizer_step = step_then_die
+        build_trainer(load_config(None, {overrides!r})).train()
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    _, meta = ckpt.load_checkpoint(run_dir / "out/checkpoint")
+    assert meta["step"] == 6
+    assert not (run_dir / "out/last").exists()
+    resumed = build_trainer(load_config(None, [*overrides, "--train.resume=true"])).train()
+    assert resumed["steps"] == 12
+    assert_same_weights(tmp_path / "ref/out/last", run_dir / "out/last")
+    steps = [int(r.split(",")[0]) for r in (run_dir / "out/metrics.csv").read_text().splitlines()[1:]]
+    assert steps == sorted(set(steps))  # rows of the killed run after step 6 were dropped
+
+
+def test_crash_while_writing_keeps_previous_checkpoint(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=3"))
+    trainer.train()
+    path = tmp_path / "out/checkpoint"
+    _, meta = ckpt.load_checkpoint(path)
+
+    def die(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt.os, "replace", die)
+    trainer.step = 99
+    with pytest.raises(OSError):
+        trainer.save_checkpoint()
+    _, again = ckpt.load_checkpoint(path)  # still the complete step-12 checkpoint
+    assert again["step"] == meta["step"] == 12
+
+
+def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=2"))
+    real = trainer.objective.forward
+
+    def poisoned(views, ctx=None):  # noqa: ANN001, ANN202
+        terms = real(views, ctx)
+        if trainer.step == 4:  # the 5th update
+            terms["infonce"] = terms["infonce"] * float("nan")
+        return terms
+
+    trainer.objective.forward = poisoned
+    with pytest.raises(TrainingDiverged, match=r"'infonce' is nan at step 5"):
+        trainer.train()
+    tensors, meta = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
+    assert meta["step"] == 4
+    assert all(torch.isfinite(v).all() for k, v in tensors.items() if k.startswith("model."))
+
+
+def test_best_model_is_kept(tiny_bert: Path, tmp_path: Path) -> None:
+    config = tiny_config(tiny_bert, tmp_path, "--train.eval_steps=4")
+    trainer = build_trainer(config)
+    scores = iter([10.0, 30.0, 50.0, 40.0])  # steps 0, 4, 8, 12
+    trainer.evaluator = lambda encoder: next(scores)
+    results = trainer.train()
+    assert (results["best_step"], results["best_stsb_dev"], results["initial_stsb_dev"]) == (8, 50.0, 10.0)
+    saved = json.loads((tmp_path / "out/results.json").read_text())
+    assert saved["best_step"] == 8
+    with pytest.raises(AssertionError):  # best (step 8) differs from last (step 12)
+        assert_same_weights(tmp_path / "out/best", tmp_path / "out/last")
+
+
+def test_linear_schedule() -> None:
+    f = linear_schedule(warmup=2, total=10)
+    assert [round(f(s), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+
+
+def test_bf16_autocast_on_cpu_trains(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=bf16", "--train.max_steps=2"))
+    assert trainer.amp_dtype == torch.bfloat16
+    trainer.train()
+    assert all(v.dtype == torch.float32 for v in weights(tmp_path / "out/last").values())
+
+
+def test_fp16_on_cpu_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fp16 needs a GPU"):
+        build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=fp16"))
+
+
+def test_trainer_never_imports_a_specific_objective() -> None:
+    source = (Path(__file__).resolve().parents[1] / "src/cselab/trainer.py").read_text()
+    imports = [line for line in source.splitlines() if line.startswith(("from", "import"))]
+    assert not [line for line in imports if "objectives." in line], imports
