@@ -32,11 +32,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     from .config import load_config
     from .trainer import train
 
-    config = load_config(args.config, overrides)
+    config = load_config(args.config, args.overrides)
     results = train(config)
     if results:
         init = results.get("initial_stsb_dev")
@@ -47,13 +47,11 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
-def cmd_encode(args: argparse.Namespace, overrides: list[str]) -> int:
+def cmd_encode(args: argparse.Namespace) -> int:
     import numpy as np
 
     from . import load
 
-    if overrides:
-        raise SystemExit(f"cselab encode: unknown arguments {overrides}")
     if args.input == "-":
         lines = sys.stdin.read().splitlines()
     else:
@@ -110,8 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if rest and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.overrides = rest  # only `train` accepts --section.key=value overrides
     try:
-        return int(args.func(args, rest) or 0)
+        if args.command == "train":
+            # transformers' per-load progress bars drown the training log.
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        return int(args.func(args) or 0)
     except _user_errors() as err:
         print(f"cselab {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,59 @@
+"""Command line: one-line user errors with exit status 2, encode round trip, train end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cselab.cli import main
+from cselab.encoder import SentenceEncoder
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cselab", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["train", "--train.nosuch=1"], "unknown config key 'train.nosuch'"),
+        (["train", "missing.yaml"], "config file not found: missing.yaml"),
+        (["train", "--train.batch_size=x"], "train.batch_size: expected an integer"),
+    ],
+)
+def test_train_config_errors_are_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_train_missing_corpus_is_one_line(tiny_bert: Path, tmp_path: Path) -> None:
+    proc = run("train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={tmp_path}/none.txt",
+               "--train.eval_steps=0", f"--train.output_dir={tmp_path}/out")  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("none.txt: training file not found")
+    assert "Traceback" not in proc.stderr
+
+
+def test_train_too_small_corpus(tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one\ntwo\nthree\n")
+    code = main(["train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+                 f"--data.cache_dir={tmp_path}/cache", "--train.eval_steps=0",
+                 f"--train.output_dir={tmp_path}/out"])  # fmt: skip
+    assert code == 2
+    assert "has 3 sentences, fewer than one batch of 64" in capsys.readouterr().err
+
+
+def test_encode_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    enc.save(tmp_path / "model")
+    sentences = ["a first sentence .", "and a second , longer one ."]
+    (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+    assert main(["encode", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "v.npy")]) == 0  # fmt: skip
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), enc.encode(sentences), rtol=1e-5, atol=1e-6)
