@@ -25,7 +25,9 @@ def run(*args: str) -> subprocess.CompletedProcess:
         (["train", "--train.batch_size=x"], "train.batch_size: expected an integer"),
     ],
 )
-def test_train_config_errors_are_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture) -> None:
+def test_train_config_errors_are_one_line(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture
+) -> None:
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
@@ -39,7 +41,9 @@ def test_train_missing_corpus_is_one_line(tiny_bert: Path, tmp_path: Path) -> No
     assert "Traceback" not in proc.stderr
 
 
-def test_train_too_small_corpus(tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_train_too_small_corpus(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     corpus = tmp_path / "c.txt"
     corpus.write_text("one\ntwo\nthree\n")
     code = main(["train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
@@ -56,4 +60,6 @@ def test_encode_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
     assert main(["encode", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
                  "--output", str(tmp_path / "v.npy")]) == 0  # fmt: skip
-    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), enc.encode(sentences), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "v.npy"), enc.encode(sentences), rtol=1e-5, atol=1e-6
+    )

@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cselab.data import BatchOrder, CorpusError, TokenizedCorpus, collate, read_corpus, shard, tokenize_corpus
+from cselab.data import (
+    BatchOrder,
+    CorpusError,
+    TokenizedCorpus,
+    collate,
+    read_corpus,
+    shard,
+    tokenize_corpus,
+)
 
 
 def test_blank_lines_skipped_and_counted(tmp_path: Path) -> None:
@@ -45,7 +53,9 @@ def test_wiki_file_count(wiki_file: Path) -> None:
     assert "\u00a0" in sentences[1]  # the no-break space is kept, not normalised away
 
 
-def test_tokenize_once_then_cache(tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tokenize_once_then_cache(
+    tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
@@ -88,3 +98,22 @@ def test_collate_pads_to_longest() -> None:
     out = collate([np.array([1, 2, 3]), np.array([4])], pad_id=0)
     assert out["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
     assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_wiki1m_offline_error_names_url_and_alternative(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import urllib.request
+
+    from cselab import hub
+
+    def offline(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(hub.ResolveError) as info:
+        hub.resolve_train_file("wiki1m", str(tmp_path))
+    assert hub.WIKI1M_URL in str(info.value) and "--data.train_file" in str(info.value)
+    assert not list(tmp_path.iterdir())  # no partial download left behind
+    (tmp_path / "wiki1m_for_simcse.txt").write_text("cached\n")  # downloaded once: reused
+    assert hub.resolve_train_file("wiki1m", str(tmp_path)) == tmp_path / "wiki1m_for_simcse.txt"

@@ -70,7 +70,9 @@ def test_two_views_from_one_forward_differ_by_dropout(tiny_bert: Path, batch: di
     torch.testing.assert_close(views["z1"], views["z2"], rtol=1e-5, atol=1e-6)
 
 
-def test_off_dropout_view_is_deterministic_and_states_restored(tiny_bert: Path, batch: dict) -> None:
+def test_off_dropout_view_is_deterministic_and_states_restored(
+    tiny_bert: Path, batch: dict
+) -> None:
     enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls").train()
     enc.backbone.encoder.layer[0].eval()  # a mixed state must come back exactly as it was
     before = [m.training for m in enc.modules()]
@@ -107,7 +109,9 @@ def test_saved_folder_loads_in_sentence_transformers(
 ) -> None:
     st = pytest.importorskip("sentence_transformers")
     torch.manual_seed(0)
-    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler=kind, mlp_only_train=mlp_only_train)
+    enc = SentenceEncoder.from_pretrained(
+        str(tiny_bert), pooler=kind, mlp_only_train=mlp_only_train
+    )
     with torch.no_grad():  # make the head non-trivial so a dropped head would show
         for p in enc.parameters():
             p.add_(0.01 * torch.randn_like(p))
@@ -121,7 +125,9 @@ def test_saved_folder_loads_in_sentence_transformers(
     np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-5)
 
 
-def test_packaged_minilm_resolves_offline(minilm_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packaged_minilm_resolves_offline(
+    minilm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert packaged_model_path("sentence-transformers/all-MiniLM-L6-v2") == minilm_path
     assert Path(resolve_model("sentence-transformers/all-MiniLM-L6-v2")) == minilm_path

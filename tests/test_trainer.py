@@ -19,7 +19,20 @@ from cselab.trainer import TrainingDiverged, build_trainer, linear_schedule
 
 
 def corpus_file(folder: Path, n: int = 200) -> Path:
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+    ]
     lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 9)) for i in range(n)]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "corpus.txt"
@@ -103,7 +116,9 @@ def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Pa
     resumed = build_trainer(load_config(None, [*overrides, "--train.resume=true"])).train()
     assert resumed["steps"] == 12
     assert_same_weights(tmp_path / "ref/out/last", run_dir / "out/last")
-    steps = [int(r.split(",")[0]) for r in (run_dir / "out/metrics.csv").read_text().splitlines()[1:]]
+    steps = [
+        int(r.split(",")[0]) for r in (run_dir / "out/metrics.csv").read_text().splitlines()[1:]
+    ]
     assert steps == sorted(set(steps))  # rows of the killed run after step 6 were dropped
 
 
@@ -150,7 +165,11 @@ def test_best_model_is_kept(tiny_bert: Path, tmp_path: Path) -> None:
     scores = iter([10.0, 30.0, 50.0, 40.0])  # steps 0, 4, 8, 12
     trainer.evaluator = lambda encoder: next(scores)
     results = trainer.train()
-    assert (results["best_step"], results["best_stsb_dev"], results["initial_stsb_dev"]) == (8, 50.0, 10.0)
+    assert (results["best_step"], results["best_stsb_dev"], results["initial_stsb_dev"]) == (
+        8,
+        50.0,
+        10.0,
+    )
     saved = json.loads((tmp_path / "out/results.json").read_text())
     assert saved["best_step"] == 8
     with pytest.raises(AssertionError):  # best (step 8) differs from last (step 12)
@@ -163,7 +182,9 @@ def test_linear_schedule() -> None:
 
 
 def test_bf16_autocast_on_cpu_trains(tiny_bert: Path, tmp_path: Path) -> None:
-    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=bf16", "--train.max_steps=2"))
+    trainer = build_trainer(
+        tiny_config(tiny_bert, tmp_path, "--train.precision=bf16", "--train.max_steps=2")
+    )
     assert trainer.amp_dtype == torch.bfloat16
     trainer.train()
     assert all(v.dtype == torch.float32 for v in weights(tmp_path / "out/last").values())

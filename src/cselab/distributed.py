@@ -1,23 +1,40 @@
-"""Data parallelism on ``torch.distributed``: the one gather helper and gradient averaging.
+"""Data parallelism on ``torch.distributed``: the one gather helper, gradient averaging, and the
+bookkeeping a multi-process run needs.
 
-Launch with ``torchrun --nproc_per_node=K -m cselab train CONFIG``; a single process needs
-nothing. Every objective gathers candidates with :func:`gather_with_grad`, which — unlike
-SimCSE's ``dist.all_gather`` — lets gradients flow back to the rank that produced each row.
+Launch with ``torchrun --nproc_per_node=K -m cselab train CONFIG`` (several nodes: ``torchrun
+--nnodes=N --node_rank=R --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT ...``); a single process
+needs nothing. ``docs/distributed.md`` explains what every objective means under data parallelism.
+
+Design (why there is no ``DistributedDataParallel`` wrapper):
+
+* every rank computes the loss of the **global** batch restricted to its own anchors; candidates
+  (in-batch negatives, mixes, batch statistics) are gathered from all ranks with
+  :func:`gather_with_grad`, whose backward sends each row's gradient — summed over every rank that
+  used the row — back to the rank that produced it (SimCSE's ``dist.all_gather`` drops it);
+* after backward, :func:`average_gradients` all-reduces the parameter gradients (what DDP's reducer
+  does). Multi-pass steps (the off-dropout pass, GradCache's two passes) therefore need no
+  ``no_sync`` bookkeeping, and the loss scaling is the one DDP assumes: the sum over ranks of the
+  per-rank losses is ``world_size`` times the single-process loss, which the averaging divides out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
+
+#: Whether :func:`init_distributed` created the process group (and so should destroy it).
+_OWNS_GROUP = False
 
 
 @dataclass
 class DistInfo:
-    """Where this process stands: ``rank`` of ``world_size``, and its ``local_rank``."""
+    """Where this process stands: ``rank`` of ``world_size``, and its ``local_rank`` on the node."""
 
     rank: int = 0
     world_size: int = 1
@@ -32,61 +49,174 @@ class DistInfo:
         return self.world_size > 1
 
 
+def is_distributed() -> bool:
+    """Whether a process group with more than one rank is active."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def init_distributed(device_type: str) -> DistInfo:
-    """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1)."""
+    """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
+
+    Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` from the
+    environment (what ``torchrun`` sets, also across nodes). NCCL on GPUs (each process pinned to
+    ``cuda:LOCAL_RANK``), gloo otherwise. An already initialised group is reused.
+    """
+    global _OWNS_GROUP
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if world <= 1 and not (dist.is_available() and dist.is_initialized()):
         return DistInfo()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))
+        else:
+            dist.init_process_group(backend="gloo")
+        _OWNS_GROUP = True
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank)
+
+
+def shutdown_distributed() -> None:
+    """Destroy the process group if :func:`init_distributed` created it."""
+    global _OWNS_GROUP
+    if _OWNS_GROUP and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _OWNS_GROUP = False
+
+
+def _is_nccl() -> bool:
+    return dist.get_backend() == "nccl"
 
 
 class _GatherWithGrad(torch.autograd.Function):
-    """All-gather whose backward returns to each rank the sum, over ranks, of the gradient of its
-    own rows (every rank's loss may depend on every row)."""
+    """All-gather along dim 0 whose backward returns to each rank the sum, over ranks, of the
+    gradient of its own rows (every rank's loss may depend on every row)."""
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:  # noqa: ANN001
-        ctx.rank, ctx.world, ctx.n = dist.get_rank(), dist.get_world_size(), x.shape[0]
-        out = [torch.empty_like(x) for _ in range(ctx.world)]
-        dist.all_gather(out, x.contiguous())
-        return torch.cat(out, dim=0)
+        world = dist.get_world_size()
+        ctx.rank, ctx.world, ctx.n = dist.get_rank(), world, x.shape[0]
+        x = x.contiguous()
+        if _is_nccl():
+            out = x.new_empty((world * x.shape[0], *x.shape[1:]))
+            dist.all_gather_into_tensor(out, x)
+            return out
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x)
+        return torch.cat(parts, dim=0)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:  # noqa: ANN001
         grad = grad.contiguous()
+        if _is_nccl():
+            # Each rank receives only its own rows, summed over ranks.
+            out = grad.new_empty((ctx.n, *grad.shape[1:]))
+            dist.reduce_scatter_tensor(out, grad, op=dist.ReduceOp.SUM)
+            return out
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n]
 
 
 def gather_with_grad(x: Tensor) -> Tensor:
-    """Concatenate ``x`` (``(n, ...)``, same ``n`` on every rank) over ranks along dim 0.
+    """Concatenate ``x`` (``(n, ...)``, the same ``n`` on every rank) over ranks along dim 0.
 
-    Identity without an initialised process group. Gradients of the result flow back to the
-    producing rank, summed over every rank's use of them.
+    Rank ``r``'s rows are at ``r·n : (r+1)·n`` of the result (so labels are offset by
+    ``rank × local batch``). Identity without an initialised process group. Gradients of the
+    result flow back to the producing rank, summed over every rank's use of them: with per-rank
+    losses ``L_r``, rank ``r`` receives ``Σ_q ∂L_q/∂x_r``.
+
+    Every rank must call it the same number of times in the same order (it is a collective, and
+    so is its backward).
     """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not is_distributed():
         return x
     return _GatherWithGrad.apply(x)
 
 
-def average_gradients(parameters: list[torch.nn.Parameter]) -> None:
-    """Average ``.grad`` over ranks in one flat all-reduce (what DDP's reducer does)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+def average_gradients(parameters: list[nn.Parameter], bucket_bytes: int = 64 << 20) -> None:
+    """Average ``.grad`` over ranks (what DDP's reducer does), in flat buckets of about
+    ``bucket_bytes``.
+
+    Every rank must hold the same set of ``None`` gradients (true when all ranks run the same
+    objective on the same model).
+    """
+    if not is_distributed():
         return
+    world = dist.get_world_size()
     grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return
+    by_dtype: dict[torch.dtype, list[Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for group in by_dtype.values():
+        bucket: list[Tensor] = []
+        size = 0
+        for g in group:
+            bucket.append(g)
+            size += g.numel() * g.element_size()
+            if size >= bucket_bytes:
+                _all_reduce_mean(bucket, world)
+                bucket, size = [], 0
+        if bucket:
+            _all_reduce_mean(bucket, world)
+
+
+def _all_reduce_mean(grads: list[Tensor], world: int) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= dist.get_world_size()
+    flat.div_(world)
     offset = 0
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
 
 
+def average_over_ranks(t: Tensor) -> Tensor:
+    """Mean of ``t`` over ranks (a copy; ``t`` itself without a process group)."""
+    if not is_distributed():
+        return t
+    t = t.detach().clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t / dist.get_world_size()
+
+
+@torch.no_grad()
+def broadcast_module(module: nn.Module, src: int = 0) -> None:
+    """Copy ``src``'s parameters and buffers to every rank (what DDP does when it wraps a model),
+    so that a freshly initialised head cannot differ between ranks."""
+    if not is_distributed():
+        return
+    for tensor in [*module.parameters(), *module.buffers()]:
+        dist.broadcast(tensor.data, src=src)
+
+
 def barrier() -> None:
+    """Wait for every rank (no-op without a process group)."""
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if _is_nccl() and torch.cuda.is_available():
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
+
+
+@contextlib.contextmanager
+def main_process_first(info: DistInfo) -> Iterator[None]:
+    """Run the body on rank 0 first, then on the other ranks (e.g. downloads and on-disk caches
+    that every rank then reads instead of writing concurrently)."""
+    if info.enabled and not info.is_main:
+        barrier()
+    try:
+        yield
+    finally:
+        if info.enabled and info.is_main:
+            barrier()
+
+
+def objective_seed(seed: int, step: int) -> int:
+    """Seed of the objective's random generator at ``step`` (identical on every rank).
+
+    Generated negatives, mixing partners and noise are drawn from ``ctx.generator``, re-seeded
+    from ``(seed, step)`` before each step: the draws are the same on every rank, do not depend on
+    the number of ranks or on GradCache, and a resumed run draws exactly what an uninterrupted
+    one would.
+    """
+    return (seed * 1_000_033 + step * 7_919 + 0x5EED) % (2**63 - 1)

@@ -90,14 +90,13 @@ def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
         return target
     folder.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s to %s", WIKI1M_URL, target)
+    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=".wiki1m-", delete=False)
     try:
-        with (
-            urllib.request.urlopen(WIKI1M_URL, timeout=60) as response,
-            tempfile.NamedTemporaryFile(dir=folder, delete=False) as tmp,
-        ):
+        with tmp, urllib.request.urlopen(WIKI1M_URL, timeout=60) as response:
             shutil.copyfileobj(response, tmp)
         os.replace(tmp.name, target)  # atomic: never leave a half file under the final name
     except OSError as err:
+        Path(tmp.name).unlink(missing_ok=True)
         raise ResolveError(
             f"could not download wiki1m from {WIKI1M_URL} ({err}). Download it yourself, or "
             f"train on a local file with --data.train_file=PATH"

@@ -26,7 +26,18 @@ import torch
 from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, save_checkpoint
 from .config import Config, load_config, save_config
 from .data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
-from .distributed import DistInfo, average_gradients, barrier, gather_with_grad, init_distributed
+from .distributed import (
+    DistInfo,
+    average_gradients,
+    average_over_ranks,
+    barrier,
+    broadcast_module,
+    gather_with_grad,
+    init_distributed,
+    main_process_first,
+    objective_seed,
+    shutdown_distributed,
+)
 from .encoder import SentenceEncoder
 from .hub import cache_root, resolve_train_file
 from .metrics import MetricsLog, Progress
@@ -64,7 +75,21 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         return None
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("train.precision=fp16 needs a GPU; use bf16 on CPU")
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        log.warning(
+            "train.precision=bf16 on a CPU without native bf16 matrix products (no AVX512-BF16/AMX): "
+            "PyTorch falls back to slow bf16 kernels and training is several times slower than "
+            "fp32; prefer train.precision=fp32 on this machine"
+        )
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN has native bf16 matrix products on this CPU (AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
 
 
 def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
@@ -119,6 +144,7 @@ class Trainer:
         tc = config.train
         self.device = pick_device(tc.device, self.dist)
         self.encoder = encoder.to(self.device)
+        broadcast_module(self.encoder)  # every rank starts from rank 0's weights (as DDP does)
         self.objective = objective.to(self.device)
         self.corpus = corpus
         self.evaluator = evaluator
@@ -150,6 +176,9 @@ class Trainer:
             rank=self.dist.rank,
             world_size=self.dist.world_size,
             offset=self.dist.rank * (tc.batch_size // self.dist.world_size),
+            # Re-seeded from (seed, step) before every step: generated negatives are the same on
+            # every rank and in a resumed run (see distributed.objective_seed).
+            generator=torch.Generator(device=self.device),
         )
         self.model_forward = torch.compile(self.encoder) if tc.compile else self.encoder
         self.step = 0
@@ -178,6 +207,7 @@ class Trainer:
 
     def forward_backward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Loss terms of one batch; gradients accumulated into the parameters."""
+        self.ctx.generator.manual_seed(objective_seed(self.config.train.seed, self.step))
         if self.step_fn is not None:
             return self.step_fn(self, batch)
         with self.autocast():
@@ -207,7 +237,11 @@ class Trainer:
         if not window:
             return
         names = list(window[0][1])
-        values = torch.stack([torch.stack([t[n].detach().float() for n in names]) for _, t in window]).cpu()
+        values = torch.stack([torch.stack([t[n].detach().float() for n in names]) for _, t in window])
+        # Under DDP each rank's per-anchor terms cover its own anchors: the mean over ranks is the
+        # global-batch loss (batch-level terms are equal on every rank), and every rank sees a
+        # non-finite value if any rank does, so all ranks stop together.
+        values = average_over_ranks(values).cpu()
         bad = ~torch.isfinite(values)
         if bad.any():
             row, col = (int(i) for i in bad.nonzero()[0])
@@ -385,17 +419,19 @@ def build_trainer(config: Config) -> Trainer:
     """Everything :func:`train` sets up, without running the loop."""
     dist_info = init_distributed("cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu")
     seed_everything(config.train.seed)
-    encoder = SentenceEncoder.from_config(config.model)
-    objective = build_objective(config.objective)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-    train_file = resolve_train_file(config.data.train_file, str(cache / "data"))
-    corpus, stats = tokenize_corpus(
-        train_file,
-        encoder.tokenizer,
-        config.model.max_seq_len,
-        errors=config.data.encoding_errors,
-        cache_dir=cache / "tokens",
-    )
+    # Rank 0 downloads and writes the token cache first; the other ranks then read it.
+    with main_process_first(dist_info):
+        encoder = SentenceEncoder.from_config(config.model)
+        train_file = resolve_train_file(config.data.train_file, str(cache / "data"))
+        corpus, stats = tokenize_corpus(
+            train_file,
+            encoder.tokenizer,
+            config.model.max_seq_len,
+            errors=config.data.encoding_errors,
+            cache_dir=cache / "tokens",
+        )
+    objective = build_objective(config.objective)
     if dist_info.is_main:
         log.info(
             "corpus %s: %d sentences (%d blank lines skipped, %d lines with replaced bytes)",
@@ -416,4 +452,7 @@ def train(config: Config | str | Path) -> dict[str, Any]:
     """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results."""
     if not isinstance(config, Config):
         config = load_config(config)
-    return build_trainer(config).train()
+    try:
+        return build_trainer(config).train()
+    finally:
+        shutdown_distributed()  # only if init_distributed created the process group

@@ -264,7 +264,12 @@ class ContrastiveObjective(Objective):
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
     ) -> LossTerms:
         ctx = ctx or ObjectiveContext()
-        normed = {k: F.normalize(v.float(), dim=-1) for k, v in views.items()}
+        # Half precision is upcast; float64 is kept (like composite.upcast), so that the
+        # scale-out equivalence tests can run in double precision.
+        normed = {
+            k: F.normalize(v if v.dtype == torch.float64 else v.float(), dim=-1)
+            for k, v in views.items()
+        }
         pair = Pair(normed[VIEW_ANCHOR], normed[VIEW_POSITIVE], normed)
         loss = self.anchor_loss(pair, ctx).mean()
         if self.symmetric:

@@ -1,0 +1,282 @@
+"""Shared by the scale-out tests (``test_distributed.py``, ``test_gradcache.py``): the objective
+variants every test is parametrised over, small inputs, and the 2-process gloo worker.
+
+The worker runs in processes started by ``torch.multiprocessing.spawn``; it computes, on each
+rank, the distributed quantities *and* the single-process reference of the same global batch, and
+saves only the differences (tiny files), which the tests then check.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cselab.config import from_dict
+from cselab.objectives import ObjectiveConfig, ObjectiveContext, build_objective, total_loss
+
+# ---------------------------------------------------------------------------------------------
+# Objective variants: every objective of cselab, and combinations of them
+# ---------------------------------------------------------------------------------------------
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "infonce": {},
+    "infonce_symmetric": {"symmetric": True},
+    "focal": {"focal": {"enabled": True, "hardness": 0.3}},
+    "gaussian": {"gaussian": {"enabled": True, "batch_multiple": 3.0}},
+    "gaussian_fixed_num_weighted": {"gaussian": {"enabled": True, "num": 5, "weight": 0.5}},
+    "off_dropout": {"off_dropout": {"enabled": True, "tradeoff": 0.9}},
+    "off_dropout_authors_code": {"off_dropout": {"enabled": True, "variant": "authors_code"}},
+    "dcl": {"dcl": {"enabled": True, "weight": 0.1}},
+    "dcl_paper": {"dcl": {"enabled": True, "weight": 0.01, "formulation": "paper"}},
+    "imsimcse": {"off_dropout": {"enabled": True}, "dcl": {"enabled": True}},
+    "barlow_twins": {"barlow_twins": {"enabled": True, "padding": 6, "center": True}},
+    "mixcse": {"mixcse": {"enabled": True}},
+    "mixcse_rolled_all": {"mixcse": {"enabled": True, "partner": "next", "columns": "all"}},
+    "mixcse_single_no_sg": {
+        "mixcse": {"enabled": True, "directions": "single", "stop_gradient": False}
+    },
+    "noise_negative": {"noise": {"enabled": True, "side": "negative"}},
+    "noise_positive": {"noise": {"enabled": True, "side": "positive"}},
+    "noise_both": {"noise": {"enabled": True, "side": "both"}},
+    "everything": {
+        "focal": {"enabled": True},
+        "gaussian": {"enabled": True},
+        "off_dropout": {"enabled": True},
+        "mixcse": {"enabled": True},
+        "dcl": {"enabled": True},
+        "barlow_twins": {"enabled": True, "padding": 4},
+    },
+}
+
+
+def objective_config(name: str) -> ObjectiveConfig:
+    return from_dict(ObjectiveConfig, VARIANTS[name])
+
+
+def objective(name: str) -> torch.nn.Module:
+    return build_objective(objective_config(name))
+
+
+def make_views(n: int = 8, d: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Three distinct, correlated views of ``n`` sentences."""
+    g = torch.Generator().manual_seed(seed)
+    off = torch.randn(n, d, generator=g)
+    return {
+        "z1": off + 0.6 * torch.randn(n, d, generator=g),
+        "z2": off + 0.6 * torch.randn(n, d, generator=g),
+        "off": off + 0.1 * torch.randn(n, d, generator=g),
+    }
+
+
+SENTENCES = [
+    "a man is playing a guitar .",
+    "the cat sat on the mat",
+    "two dogs run across a snowy field",
+    "she reads a long book about history",
+    "stocks fell sharply on monday",
+    "a child is eating an apple",
+    "rain is expected tomorrow in the north",
+    "the orchestra played for three hours",
+    "he fixed the bicycle with a wrench",
+    "music fills the empty hall",
+    "a woman slices onions in the kitchen",
+    "the train was late again",
+]
+
+
+def tiny_encoder(path: str | Path, dropout: float | None = 0.0, pooler: str = "cls"):
+    from cselab.encoder import SentenceEncoder
+
+    torch.manual_seed(0)  # the cls head is freshly initialised
+    enc = SentenceEncoder.from_pretrained(str(path), pooler=pooler, dropout=dropout)
+    enc.train()
+    return enc
+
+
+def tiny_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
+    return encoder.tokenize(SENTENCES[:n])
+
+
+def rows(batch: dict[str, torch.Tensor], start: int, end: int) -> dict[str, torch.Tensor]:
+    return {k: v[start:end] for k, v in batch.items()}
+
+
+def param_grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        for n, p in module.named_parameters()
+    }
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def max_abs(a: dict[str, torch.Tensor]) -> float:
+    return max(float(v.abs().max()) for v in a.values())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def generator(seed: int = 1234) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spawning
+# ---------------------------------------------------------------------------------------------
+
+
+def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], out: str, args: tuple) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+        }  # fmt: skip
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        result = fn(rank, world, *args)
+        torch.save(result, Path(out) / f"rank{rank}.pt")
+    except BaseException:
+        (Path(out) / f"rank{rank}.err").write_text(traceback.format_exc())
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn: Callable[..., Any], out: Path, *args: Any, world: int = 2) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` in ``world`` gloo processes; return each rank's result."""
+    import torch.multiprocessing as mp
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        mp.spawn(_entry, args=(world, free_port(), fn, str(out), args), nprocs=world, join=True)
+    except Exception as err:
+        logs = "\n".join(p.read_text() for p in sorted(out.glob("rank*.err")))
+        raise AssertionError(f"distributed worker failed:\n{logs or err}") from err
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker of the DDP equivalence tests
+# ---------------------------------------------------------------------------------------------
+
+GLOBAL_BATCH = 8
+CHUNK = 3  # GradCache chunk on each rank's 4 rows: chunks of 3 and 1
+
+
+def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
+    """Everything the DDP tests compare, computed on one rank (see ``test_distributed.py``)."""
+    import torch.distributed as dist
+
+    from cselab.distributed import average_gradients, gather_with_grad
+    from cselab.gradcache import cached_forward_backward
+    from cselab.objectives.composite import draw_normal
+    from cselab.views import compute_views
+
+    n_local = GLOBAL_BATCH // world
+    lo, hi = rank * n_local, (rank + 1) * n_local
+    out: dict[str, Any] = {"rank": rank, "world": world}
+
+    # --- the gather itself -------------------------------------------------------------------
+    x = torch.arange(6.0).reshape(3, 2).add(10 * rank).requires_grad_(True)
+    g = gather_with_grad(x)
+    weights = torch.arange(g.numel(), dtype=torch.float32).reshape(g.shape) * (rank + 1)
+    (g * weights).sum().backward()
+    out["gather_value"] = g.detach()
+    out["gather_grad"] = x.grad.detach()
+
+    # --- generated draws ---------------------------------------------------------------------
+    synced = draw_normal(
+        5, 4, ObjectiveContext(gather=gather_with_grad, rank=rank, world_size=world, offset=lo,
+                               generator=generator(7)), torch.zeros(1),
+    )  # fmt: skip
+    single = draw_normal(5, 4, ObjectiveContext(generator=generator(7)), torch.zeros(1))
+    out["synced_draws_equal_single_process"] = torch.equal(synced, single)
+
+    def ddp_ctx() -> ObjectiveContext:
+        return ObjectiveContext(
+            gather=gather_with_grad, rank=rank, world_size=world, offset=lo, generator=generator()
+        )
+
+    def mean_over_ranks(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach().clone()
+        dist.all_reduce(t)
+        return t / world
+
+    # Double precision: the 2-process and 1-process sums differ only by roundoff, which float64
+    # makes small enough for a tight tolerance (the tiny random model's embeddings are nearly
+    # collinear, so float32 gradients lose ~4 digits to cancellation).
+    encoder = tiny_encoder(tiny_bert, dropout=0.0).double()
+    batch = tiny_batch(encoder, GLOBAL_BATCH)
+    local_batch = rows(batch, lo, hi)
+
+    per_variant: dict[str, dict[str, float]] = {}
+    for name in VARIANTS:
+        obj = objective(name)
+        rec: dict[str, float] = {}
+
+        # --- embedding level: arbitrary distinct views ---------------------------------------
+        full = {k: v.double() for k, v in make_views(GLOBAL_BATCH).items()}
+        ref_leaves = {k: v.clone().requires_grad_(True) for k, v in full.items()}
+        ref_terms = obj(ref_leaves, ObjectiveContext(generator=generator()))
+        total_loss(ref_terms).backward()
+        leaves = {k: v[lo:hi].clone().requires_grad_(True) for k, v in full.items()}
+        terms = obj(leaves, ddp_ctx())
+        total_loss(terms).backward()
+        rec["loss_diff"] = max(
+            float((mean_over_ranks(terms[k]) - ref_terms[k].detach()).abs()) for k in ref_terms
+        )
+        rec["loss_scale"] = max(float(t.detach().abs()) for t in ref_terms.values())
+        rec["terms_match"] = float(set(terms) == set(ref_terms))
+        # Rank r's embedding gradient is world × the single-process one (the parameter-gradient
+        # averaging divides the world back out).
+        diffs, scale = [], []
+        for k, leaf in leaves.items():
+            ref_grad = ref_leaves[k].grad
+            if ref_grad is None:
+                diffs.append(0.0 if leaf.grad is None else float(leaf.grad.abs().max()))
+                continue
+            diffs.append(float((leaf.grad / world - ref_grad[lo:hi]).abs().max()))
+            scale.append(float(ref_grad.abs().max()))
+        rec["emb_grad_diff"] = max(diffs)
+        rec["emb_grad_scale"] = max(scale)
+
+        # --- parameter level: the tiny BERT, dropout off ---------------------------------------
+        names = obj.required_views
+        encoder.zero_grad(set_to_none=True)
+        total_loss(obj(compute_views(encoder, batch, names), ObjectiveContext(generator=generator()))).backward()  # fmt: skip
+        reference = param_grads(encoder)
+
+        encoder.zero_grad(set_to_none=True)
+        terms = obj(compute_views(encoder, local_batch, names), ddp_ctx())
+        total_loss(terms).backward()
+        average_gradients(list(encoder.parameters()))
+        rec["param_grad_diff"] = max_diff(param_grads(encoder), reference)
+        rec["param_grad_scale"] = max_abs(reference)
+
+        # --- GradCache under DDP -------------------------------------------------------------
+        encoder.zero_grad(set_to_none=True)
+        cached_forward_backward(encoder, obj, local_batch, CHUNK, ddp_ctx(), verify=True)
+        average_gradients(list(encoder.parameters()))
+        rec["cached_param_grad_diff"] = max_diff(param_grads(encoder), reference)
+        per_variant[name] = rec
+    out["variants"] = per_variant
+    return out

@@ -1,0 +1,61 @@
+"""The GPU benchmark script runs (``--smoke``: tiny random BERT on CPU, cselab and the
+sentence-transformers peer, plus the GradCache table). Never a GPU measurement in tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_gpu.py"
+
+
+@pytest.fixture()
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules["bench_gpu"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_smoke_runs_and_reports(tmp_path: Path, one_thread: None) -> None:
+    pytest.importorskip("sentence_transformers")
+    bench = load_bench()
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    argv = ["--smoke", "--batch-sizes", "8", "--steps", "2", "--warmup", "1",
+            "--gradcache-chunks", "4", "--out", str(out), "--markdown", str(table)]  # fmt: skip
+    report = bench.main(argv)
+    assert json.loads(out.read_text())["results"][0]["batch"] == 8
+    row = report["results"][0]
+    for system in ("cselab", "peer"):
+        assert row[system]["step_s"] > 0
+        assert row[system]["tokens_per_s"] == pytest.approx(2 * 8 * 32 / row[system]["step_s"])
+        assert row[system]["mfu"] is None  # no peak known for a CPU
+    assert row["speedup"] > 0
+    chunks = {r["chunk"]: r for r in report["gradcache"]}
+    assert chunks[4]["saved_activations_mib"] < chunks[None]["saved_activations_mib"]
+    assert "| 8 | cselab |" in table.read_text()
+    assert report["command"].startswith("python bench/bench_gpu.py --smoke")
+
+
+def test_bench_flop_count_of_bert_base() -> None:
+    bench = load_bench()
+    shape = bench.BERT_BASE
+    # 12 layers × (2·12·d² + 4·L·d) per token, d = 768, L = 32; plus the 2·d² head per sentence.
+    per_token = 12 * (24 * 768**2 + 4 * 32 * 768)
+    assert shape.forward_flops(1, 32) == 32 * per_token + 2 * 768**2
+    assert shape.forward_flops(1, 32, head=False) == 32 * per_token
+    assert bench.bf16_peak(torch.device("cpu"), 500.0) == (500e12, "--peak-tflops")

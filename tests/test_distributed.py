@@ -1,0 +1,228 @@
+"""Data parallelism on 2 CPU processes (gloo): every objective means the same on 2 ranks as on
+one process with the same global batch.
+
+Tolerances (the equivalence checks run in float64; the 2-process run sums and gathers in a
+different order, so only roundoff separates the two):
+
+* loss terms: the mean over ranks of each term equals the single-process term within
+  ``1e-10 × max(1, |term|)``;
+* gradients (with respect to the embeddings, ×1/world; with respect to the parameters, after the
+  all-reduce average; with GradCache on each rank): within ``1e-10 × max|reference gradient|``
+  (+1e-14);
+* weights after a few training steps (torchrun, float32, dropout off): within ``1e-5``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cselab.data import BatchOrder, shard
+from scaleout_helpers import VARIANTS, equivalence_worker, free_port, spawn
+
+REL = 1e-10
+ABS = 1e-14
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on a small shared machine, OpenMP threads competing with other
+    processes make tiny-model steps many times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def ddp(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """One 2-process run computing every comparison (spawning is the slow part)."""
+    return spawn(equivalence_worker, tmp_path_factory.mktemp("ddp"), str(tiny_bert))
+
+
+def test_gather_with_grad_concatenates_and_returns_gradients_to_their_rank(ddp: list[dict]) -> None:
+    base = torch.arange(6.0).reshape(3, 2)
+    expected = torch.cat([base, base + 10])
+    weights = torch.arange(12.0).reshape(6, 2)
+    for r, out in enumerate(ddp):
+        assert torch.equal(out["gather_value"], expected)
+        # Rank q's loss is Σ (q+1)·w·g: rank r's rows receive Σ_q (q+1)·w[rows of r] = 3·w[...].
+        assert torch.equal(out["gather_grad"], 3 * weights[3 * r : 3 * r + 3])
+
+
+def test_generated_draws_are_shared_by_the_ranks(ddp: list[dict]) -> None:
+    for out in ddp:
+        # With the trainer's per-step generator (in step on every rank) the draws are those of
+        # a single process: the objective does not depend on the number of ranks.
+        assert out["synced_draws_equal_single_process"]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_two_ranks_equal_one_process(ddp: list[dict], variant: str) -> None:
+    for out in ddp:
+        rec = out["variants"][variant]
+        assert rec["terms_match"] == 1.0
+        assert rec["loss_diff"] <= REL * max(1.0, rec["loss_scale"]), rec
+        assert rec["emb_grad_diff"] <= REL * rec["emb_grad_scale"] + ABS, rec
+        assert rec["param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_gradcache_under_ddp_equals_one_uncached_process(ddp: list[dict], variant: str) -> None:
+    for out in ddp:
+        rec = out["variants"][variant]
+        assert rec["cached_param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
+
+
+def test_data_order_is_partitioned_without_overlap_and_resumable() -> None:
+    order = BatchOrder(103, 12, seed=5)
+    world = 4
+    for epoch in range(2):
+        seen: list[int] = []
+        for index in range(order.batches_per_epoch):
+            batch = order.batch(epoch, index)
+            parts = [shard(batch, r, world) for r in range(world)]
+            flat = np.concatenate(parts)
+            assert sorted(flat.tolist()) == sorted(batch.tolist())  # no overlap, nothing lost
+            assert all(len(p) == 3 for p in parts)
+            seen += flat.tolist()
+            # Each rank recomputes the same global batch from (seed, epoch, index) alone.
+            again = BatchOrder(103, 12, seed=5).batch(epoch, index)
+            assert np.array_equal(again, batch)
+        assert len(set(seen)) == len(seen) == 12 * order.batches_per_epoch
+    with pytest.raises(ValueError):
+        shard(order.batch(0, 0), 0, 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: torchrun, resume
+# ---------------------------------------------------------------------------------------------
+
+
+def corpus(folder: Path, n: int = 64) -> Path:
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+        "nu",
+        "xi",
+    ]
+    lines = [
+        " ".join(words[(i * 5 + j * 3) % len(words)] for j in range(3 + i % 7)) for i in range(n)
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def overrides(tiny_bert: Path, run: Path, data: Path, *extra: str) -> list[str]:
+    return [
+        f"--model.name_or_path={tiny_bert}",
+        # Mean pooling: the random tiny model's CLS vectors are nearly collinear (cosine > 0.9999),
+        # which makes float32 training ill-conditioned; mean-pooled vectors are not.
+        "--model.pooler=avg",
+        "--model.dropout=0.0",
+        f"--data.train_file={data}",
+        f"--data.cache_dir={run / 'cache'}",
+        f"--train.output_dir={run / 'out'}",
+        "--train.batch_size=8",
+        "--train.max_steps=4",
+        "--train.lr=1e-3",
+        "--train.eval_steps=0",
+        "--train.log_steps=1",
+        "--train.device=cpu",
+        *extra,
+    ]
+
+
+def assert_close_weights(a: Path, b: Path, atol: float = 1e-5) -> None:
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=atol, msg=k)
+
+
+def test_torchrun_two_processes_train_like_one_with_the_global_batch(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``torchrun --nproc_per_node=2 -m cselab train`` (batch 8 = 2 × 4) gives the weights of one
+    process with batch 8, with an objective that gathers in every way (in-batch, off-dropout,
+    mixed and Gaussian negatives, DCL, BarlowTwins)."""
+    from cselab.config import load_config
+    from cselab.trainer import train
+
+    data = corpus(tmp_path / "data")
+    objective = [
+        "--objective.focal.enabled=true",
+        "--objective.gaussian.enabled=true",
+        "--objective.off_dropout.enabled=true",
+        "--objective.mixcse.enabled=true",
+        "--objective.dcl.enabled=true",
+        "--objective.barlow_twins.enabled=true",
+        "--objective.barlow_twins.padding=4",
+    ]
+    ddp_run = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "-m", "cselab", "-q", "train", *overrides(tiny_bert, ddp_run, data, *objective),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    single_run = tmp_path / "single"
+    results = train(load_config(None, overrides(tiny_bert, single_run, data, *objective)))
+    assert results["world_size"] == 1
+    assert_close_weights(ddp_run / "out/last", single_run / "out/last")
+
+    # Only rank 0 logs: one metrics row per step, not two.
+    rows = (ddp_run / "out/metrics.csv").read_text().strip().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4"]
+    ddp_results = (ddp_run / "out/results.json").read_text()
+    assert '"world_size": 2' in ddp_results
+
+
+def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) -> dict:
+    """Build the trainer the way ``torchrun`` would (environment variables) and train."""
+    from cselab.config import load_config
+    from cselab.trainer import build_trainer
+
+    trainer = build_trainer(load_config(None, config_args))
+    if phase == "interrupted":
+        trainer.total_steps = 2  # stop (and checkpoint) half-way; the lr schedule stays at 4
+    results = trainer.train()
+    return {"step": trainer.step, "results": results}
+
+
+@pytest.mark.slow
+def test_two_process_resume_matches_an_uninterrupted_run(tiny_bert: Path, tmp_path: Path) -> None:
+    data = corpus(tmp_path / "data")
+    full = overrides(tiny_bert, tmp_path / "full", data, "--train.save_steps=2")
+    spawn(_resume_worker, tmp_path / "w1", full, "full")
+    part = overrides(
+        tiny_bert, tmp_path / "part", data, "--train.save_steps=2", "--train.resume=true"
+    )
+    first = spawn(_resume_worker, tmp_path / "w2", part, "interrupted")
+    assert [r["step"] for r in first] == [2, 2]
+    second = spawn(_resume_worker, tmp_path / "w3", part, "resume")
+    assert [r["step"] for r in second] == [4, 4]
+    assert second[1]["results"] == {}  # rank 1 neither saves nor reports
+    assert_close_weights(tmp_path / "full/out/last", tmp_path / "part/out/last", atol=0)
