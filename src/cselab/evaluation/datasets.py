@@ -266,7 +266,9 @@ def read_sts_subset(input_path: Path, gold_path: Path, name: str) -> ScoredPairs
     inputs = _decode(input_path, "utf-8").splitlines()
     golds = _decode(gold_path, "utf-8").splitlines()
     if len(golds) != len(inputs):
-        shorter, n = (gold_path, len(golds)) if len(golds) < len(inputs) else (input_path, len(inputs))
+        shorter, n = (
+            (gold_path, len(golds)) if len(golds) < len(inputs) else (input_path, len(inputs))
+        )
         other = input_path if shorter == gold_path else gold_path
         raise DataFormatError(
             shorter,
@@ -355,7 +357,12 @@ def _check_split(split: str, allowed: dict[str, str], task: str) -> str:
 
 def load_stsb(split: str = "test", data_dir: str | os.PathLike[str] | None = None) -> ScoredPairs:
     """STS Benchmark ``train`` / ``dev`` / ``test`` (5,749 / 1,500 / 1,379 pairs)."""
-    path = resolve_data_dir(data_dir) / "STS" / "STSBenchmark" / _check_split(split, STSB_FILES, "STSBenchmark")
+    path = (
+        resolve_data_dir(data_dir)
+        / "STS"
+        / "STSBenchmark"
+        / _check_split(split, STSB_FILES, "STSBenchmark")
+    )
     return _cached("stsb", (path,), lambda: read_stsb(path, f"STSBenchmark-{split}"))
 
 
@@ -402,7 +409,9 @@ def read_sst2(path: Path, name: str = "SST2") -> LabelledSentences:
     return LabelledSentences(name, tuple(sents), np.asarray(labels, dtype=np.int64))
 
 
-def load_sst2(split: str = "train", data_dir: str | os.PathLike[str] | None = None) -> LabelledSentences:
+def load_sst2(
+    split: str = "train", data_dir: str | os.PathLike[str] | None = None
+) -> LabelledSentences:
     """SST-2 ``train`` (67,349 phrases) / ``dev`` (872) / ``test`` (1,821)."""
     path = resolve_data_dir(data_dir) / "SST" / "binary" / _check_split(split, SST_FILES, "SST2")
     return _cached("sst2", (path,), lambda: read_sst2(path, f"SST2-{split}"))
@@ -423,7 +432,9 @@ def read_trec(path: Path, name: str = "TREC") -> LabelledSentences:
     return LabelledSentences(name, tuple(sents), np.asarray(labels, dtype=np.int64))
 
 
-def load_trec(split: str = "train", data_dir: str | os.PathLike[str] | None = None) -> LabelledSentences:
+def load_trec(
+    split: str = "train", data_dir: str | os.PathLike[str] | None = None
+) -> LabelledSentences:
     """TREC ``train`` (5,452) / ``test`` (500), 6 coarse classes."""
     path = resolve_data_dir(data_dir) / "TREC" / _check_split(split, TREC_FILES, "TREC")
     return _cached("trec", (path,), lambda: read_trec(path, f"TREC-{split}"))
@@ -445,7 +456,9 @@ def read_mrpc(path: Path, name: str = "MRPC") -> LabelledPairs:
     return LabelledPairs(name, tuple(s1), tuple(s2), np.asarray(labels, dtype=np.int64))
 
 
-def load_mrpc(split: str = "train", data_dir: str | os.PathLike[str] | None = None) -> LabelledPairs:
+def load_mrpc(
+    split: str = "train", data_dir: str | os.PathLike[str] | None = None
+) -> LabelledPairs:
     """MRPC ``train`` (4,076 pairs) / ``test`` (1,725 pairs)."""
     path = resolve_data_dir(data_dir) / "MRPC" / _check_split(split, MRPC_FILES, "MRPC")
     return _cached("mrpc", (path,), lambda: read_mrpc(path, f"MRPC-{split}"))

@@ -10,6 +10,8 @@ float noise from a different padding length.
 from __future__ import annotations
 
 import contextlib
+import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -90,13 +92,16 @@ class EmbeddingCache:
         self._matrix: np.ndarray | None = None
         self.encoded = 0  # number of sentences sent to the encoder
         self.requested = 0  # number of sentence occurrences asked for
+        self.encode_seconds = 0.0
 
     def __len__(self) -> int:
         return len(self._index)
 
     def _all(self) -> np.ndarray:
         if self._matrix is None or self._matrix.shape[0] != len(self._index):
-            self._matrix = np.concatenate(self._blocks) if len(self._blocks) > 1 else self._blocks[0]
+            self._matrix = (
+                np.concatenate(self._blocks) if len(self._blocks) > 1 else self._blocks[0]
+            )
             self._blocks = [self._matrix]
         return self._matrix
 
@@ -108,7 +113,9 @@ class EmbeddingCache:
         # Longest first by character count: a cheap proxy for token count that needs no
         # tokenizer; encoders that sort by token length internally are unaffected.
         new.sort(key=len, reverse=True)
+        t0 = time.perf_counter()
         vectors = call_encoder(self.encoder, new, self.batch_size)
+        self.encode_seconds += time.perf_counter() - t0
         start = len(self._index)
         for offset, sentence in enumerate(new):
             self._index[sentence] = start + offset
@@ -122,5 +129,30 @@ class EmbeddingCache:
         if not sentences:
             dim = self._all().shape[1] if self._index else 0
             return np.zeros((0, dim), dtype=np.float32)
-        rows = np.fromiter((self._index[s] for s in sentences), dtype=np.int64, count=len(sentences))
+        rows = np.fromiter(
+            (self._index[s] for s in sentences), dtype=np.int64, count=len(sentences)
+        )
         return self._all()[rows]
+
+
+class HashingEncoder:
+    """Deterministic bag-of-words baseline: the sum of one random vector per lowercased token.
+
+    Tokens are hashed with CRC-32 (stable across processes, unlike ``hash``) into ``buckets``
+    Gaussian vectors. No model, no torch: for tests, smoke runs and a floor to compare against.
+    """
+
+    def __init__(self, dim: int = 64, buckets: int = 1 << 15, seed: int = 0) -> None:
+        self.dim = dim
+        self.buckets = buckets
+        self.table = np.random.RandomState(seed).standard_normal((buckets, dim)).astype(np.float32)
+        self.calls = 0
+
+    def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(sentences), self.dim), dtype=np.float32)
+        for i, sentence in enumerate(sentences):
+            rows = [zlib.crc32(t.encode("utf-8")) % self.buckets for t in sentence.lower().split()]
+            if rows:
+                out[i] = self.table[rows].sum(axis=0)
+        return out

@@ -30,7 +30,7 @@ STS_TASKS = (*STS_YEARS, *SPLIT_TASKS)
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine of two ``(N, D)`` arrays, in float64.
+    """Row-wise cosine of two ``(N, D)`` arrays, in float64, rounded to 12 decimals.
 
     Like SentEval's ``np.nan_to_num(cosine(np.nan_to_num(u), np.nan_to_num(v)))``: NaNs in the
     vectors become 0 and an undefined cosine (a zero vector) scores 0.
@@ -40,7 +40,11 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     num = np.einsum("ij,ij->i", a, b)
     den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.nan_to_num(num / den)
+        cos = np.nan_to_num(num / den)
+    # Identical sentences give identical vectors, whose cosine is 1 up to a few float ulps.
+    # Rounding away that noise makes them exact ties for Spearman (STS12 has 79 such pairs);
+    # SentEval's float32 cosines break those ties by rounding noise instead (docs/evaluation.md).
+    return np.round(cos, 12)
 
 
 def correlations(system: np.ndarray, gold: np.ndarray) -> dict[str, float]:
@@ -106,7 +110,7 @@ def _pair_sets(task: str, split: str, data_dir: Path) -> dict[str, datasets.Scor
 
 
 def evaluate_sts_year(cache: EmbeddingCache, year: str, data_dir: Path) -> dict:
-    """``{"subsets": {name: {pearson, spearman, n}}, "all": {...}, "mean": {...}, "wmean": {...}}``."""
+    """One year: ``{"subsets": {name: {pearson, spearman, n}}, "all", "mean", "wmean"}``."""
     per_subset = {
         name: (score_pairs(cache, pairs), pairs.scores)
         for name, pairs in datasets.load_sts_year(year, data_dir).items()
@@ -144,9 +148,12 @@ def evaluate_sts(
 # STS-B dev for the trainer's model selection
 
 
+_STSB_DEV = "STS/STSBenchmark/sts-dev.csv"
+
+
 def _stsb_dev_plan(data_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Distinct STS-B dev sentences (longest first) and each pair's two row indices."""
-    path = data_dir / "STS" / "STSBenchmark" / datasets.STSB_FILES["dev"]
+    path = data_dir / _STSB_DEV
 
     def build() -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
         pairs = datasets.load_stsb("dev", data_dir)
@@ -172,6 +179,10 @@ def stsb_dev_spearman(
     call and its train/eval state restored afterwards.
     """
     root = datasets.resolve_data_dir(data_dir)
+    if not (root / _STSB_DEV).is_file():
+        from .download import ensure_files
+
+        ensure_files([_STSB_DEV], root)
     unique, i1, i2, gold = _stsb_dev_plan(root)
     vectors = call_encoder(encoder, list(unique), batch_size)
     return 100.0 * correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)["spearman"]

@@ -135,7 +135,7 @@ def _augment(x: np.ndarray) -> np.ndarray:
 
 
 class _Optimizer:
-    """PyTorch's Adam / RMSprop update rules (defaults, ``weight_decay`` = L2), on stacked arrays."""
+    """PyTorch's Adam / RMSprop update rules (default settings, ``weight_decay`` = L2)."""
 
     def __init__(self, kind: str, shape: tuple[int, ...]) -> None:
         if kind not in ("adam", "rmsprop"):
@@ -440,11 +440,19 @@ def evaluate_transfer_task(
     ``config`` overrides the mode's classifier setting (tests use fewer folds).
     """
     if task not in _RUNNERS:
-        raise ValueError(f"unknown transfer task {task!r}; expected one of {', '.join(TRANSFER_TASKS)}")
+        raise ValueError(
+            f"unknown transfer task {task!r}; expected one of {', '.join(TRANSFER_TASKS)}"
+        )
     cfg = config or config_for_mode(mode)
     t0 = time.perf_counter()
     res = _RUNNERS[task](cache, Path(data_dir), cfg)
-    log.info("%s: acc %.2f (dev %.2f) in %.1fs", task, res["acc"], res["devacc"], time.perf_counter() - t0)
+    log.info(
+        "%s: acc %.2f (dev %.2f) in %.1fs",
+        task,
+        res["acc"],
+        res["devacc"],
+        time.perf_counter() - t0,
+    )
     return {**res, "classifier": {**cfg.__dict__}}
 
 

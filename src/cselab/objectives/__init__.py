@@ -1,8 +1,18 @@
-"""Training objectives. The trainer only uses :func:`build_objective` and :class:`Objective`."""
+"""Training objectives. The trainer only uses :func:`build_objective` and :class:`Objective`.
+
+Paper parts (one module each): :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE),
+:mod:`.off_dropout` and :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline),
+:mod:`.mixcse` (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation); :mod:`.composite` assembles
+them (composition rules in its docstring and in ``docs/objectives.md``).
+"""
 
 from __future__ import annotations
 
+from .barlow import BarlowTwinsTerm, barlow_twins_loss, cross_correlation
 from .base import (
+    VIEW_ANCHOR,
+    VIEW_OFF_DROPOUT,
+    VIEW_POSITIVE,
     AuxiliaryTerm,
     ContrastiveObjective,
     InBatchNegatives,
@@ -15,29 +25,153 @@ from .base import (
     Score,
     total_loss,
 )
-from .config import ObjectiveConfig
+from .composite import (
+    DROPOUT_SPACE,
+    NOISY_SPACE,
+    OFF_DROPOUT_SPACE,
+    VIEW_ANCHOR_NOISY,
+    VIEW_POSITIVE_NOISY,
+    CompositeObjective,
+    NegativeSpace,
+    SpaceNegatives,
+)
+from .config import (
+    BarlowTwinsConfig,
+    DCLConfig,
+    FocalConfig,
+    GaussianConfig,
+    MixCSEConfig,
+    NoiseConfig,
+    ObjectiveConfig,
+    OffDropoutConfig,
+)
+from .dcl import DimensionContrastive, dcl_loss
+from .focal import FocalScore
+from .gaussian import GaussianNegatives
 from .infonce import infonce
+from .mixcse import MixedNegatives
+from .noise import AdditiveNoise
+from .off_dropout import OffDropoutNegatives, PositiveRatioScore
+
+
+def _is_plain_simcse(cfg: ObjectiveConfig) -> bool:
+    parts = (
+        cfg.focal,
+        cfg.gaussian,
+        cfg.off_dropout,
+        cfg.dcl,
+        cfg.barlow_twins,
+        cfg.mixcse,
+        cfg.noise,
+    )
+    return not any(p.enabled for p in parts)
 
 
 def build_objective(cfg: ObjectiveConfig) -> Objective:
-    """Assemble the objective described by ``cfg`` (validated first)."""
+    """Assemble the objective described by ``cfg`` (validated first).
+
+    With no sub-section enabled this is SimCSE's InfoNCE (:func:`infonce`); otherwise a
+    :class:`CompositeObjective` following the composition rules of :mod:`.composite`.
+    """
     cfg.validate()
-    return infonce(cfg.temperature, symmetric=cfg.symmetric)
+    if _is_plain_simcse(cfg):
+        return infonce(cfg.temperature, symmetric=cfg.symmetric)
+
+    noise_on = cfg.noise.enabled
+    noisy_negatives = noise_on and cfg.noise.side in ("negative", "both")
+    noisy_positive = noise_on and cfg.noise.side in ("positive", "both")
+
+    off = cfg.off_dropout
+    if off.enabled:
+        space = OFF_DROPOUT_SPACE
+        negatives: list[NegativeSource] = [
+            OffDropoutNegatives(off.tradeoff if off.variant == "paper" else 1.0)
+        ]
+    else:
+        space = NOISY_SPACE if noisy_negatives else DROPOUT_SPACE
+        negatives = [SpaceNegatives(space)]
+
+    g = cfg.gaussian
+    if g.enabled and g.weight > 0 and (g.num if g.num is not None else g.batch_multiple) > 0:
+        negatives.append(
+            GaussianNegatives(g.num, g.batch_multiple, g.mean, g.std, g.weight, space=space)
+        )
+
+    x = cfg.mixcse
+    if x.enabled:
+        negatives.append(
+            MixedNegatives(x.mix_ratio, x.partner, x.columns, x.stop_gradient, space=space)
+        )
+
+    score: Score = FocalScore(cfg.focal.hardness) if cfg.focal.enabled else Score()
+    if off.enabled and off.variant == "authors_code":
+        score = PositiveRatioScore(score, off.tradeoff)
+
+    auxiliary: list[AuxiliaryTerm] = []
+    d = cfg.dcl
+    if d.enabled and d.weight > 0:
+        auxiliary.append(DimensionContrastive(d.weight, d.temperature, d.formulation, d.eps))
+    b = cfg.barlow_twins
+    if b.enabled and b.weight > 0:
+        auxiliary.append(BarlowTwinsTerm(b.weight, b.off_diagonal, b.padding, b.center))
+
+    transforms = [AdditiveNoise(cfg.noise.variance)] if noise_on else []
+    positive_views = (
+        (VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY) if noisy_positive else (VIEW_ANCHOR, VIEW_POSITIVE)
+    )
+    return CompositeObjective(
+        cfg.temperature,
+        negatives,
+        score=score,
+        auxiliary=auxiliary,
+        symmetric=cfg.symmetric_loss,
+        transforms=transforms,
+        positive_views=positive_views,
+    )
 
 
 __all__ = [
+    "DROPOUT_SPACE",
+    "NOISY_SPACE",
+    "OFF_DROPOUT_SPACE",
+    "VIEW_ANCHOR",
+    "VIEW_ANCHOR_NOISY",
+    "VIEW_OFF_DROPOUT",
+    "VIEW_POSITIVE",
+    "VIEW_POSITIVE_NOISY",
+    "AdditiveNoise",
     "AuxiliaryTerm",
+    "BarlowTwinsConfig",
+    "BarlowTwinsTerm",
+    "CompositeObjective",
     "ContrastiveObjective",
+    "DCLConfig",
+    "DimensionContrastive",
+    "FocalConfig",
+    "FocalScore",
+    "GaussianConfig",
+    "GaussianNegatives",
     "InBatchNegatives",
     "LossTerms",
+    "MixCSEConfig",
+    "MixedNegatives",
     "NegativeBlock",
     "NegativeSource",
+    "NegativeSpace",
+    "NoiseConfig",
     "Objective",
     "ObjectiveConfig",
     "ObjectiveContext",
+    "OffDropoutConfig",
+    "OffDropoutNegatives",
     "Pair",
+    "PositiveRatioScore",
     "Score",
+    "SpaceNegatives",
+    "barlow_twins_loss",
     "build_objective",
+    "cross_correlation",
+    "dcl_loss",
     "infonce",
     "total_loss",
 ]

@@ -24,12 +24,12 @@ import torch
 from torch import Tensor
 
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, ObjectiveContext
-from .composite import draw_normal
+from .composite import draw_normal, gathered, upcast
 
 
 def cross_correlation(z1: Tensor, z2: Tensor, center: bool = False, eps: float = 1e-8) -> Tensor:
     """``C`` of Eq. 4 for ``(N, D)`` views (columns normalised over the rows)."""
-    a, b = z1.float(), z2.float()
+    a, b = upcast(z1), upcast(z2)
     if center:
         a = a - a.mean(dim=0, keepdim=True)
         b = b - b.mean(dim=0, keepdim=True)
@@ -60,13 +60,19 @@ class BarlowTwinsTerm(AuxiliaryTerm):
     name = "barlow_twins"
 
     def __init__(
-        self, weight: float = 1.0, off_diagonal: float = 5e-3, padding: int = 0, center: bool = False
+        self,
+        weight: float = 1.0,
+        off_diagonal: float = 5e-3,
+        padding: int = 0,
+        center: bool = False,
     ) -> None:
         super().__init__()
         if not weight >= 0:
             raise ValueError(f"BarlowTwins weight must be >= 0, got {weight}")
         if not off_diagonal >= 0:
-            raise ValueError(f"BarlowTwins off_diagonal (lambda_BT) must be >= 0, got {off_diagonal}")
+            raise ValueError(
+                f"BarlowTwins off_diagonal (lambda_BT) must be >= 0, got {off_diagonal}"
+            )
         if padding < 0:
             raise ValueError(f"BarlowTwins padding (M) must be >= 0, got {padding}")
         self.weight = float(weight)
@@ -74,10 +80,12 @@ class BarlowTwinsTerm(AuxiliaryTerm):
         self.padding = int(padding)
         self.center = bool(center)
 
-    def padded_views(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> tuple[Tensor, Tensor]:
+    def padded_views(
+        self, views: Mapping[str, Tensor], ctx: ObjectiveContext
+    ) -> tuple[Tensor, Tensor]:
         """The gathered views with the artificial rows appended, ``(N + M, D)`` each."""
-        z1 = ctx.gather(views[VIEW_ANCHOR]).float()
-        z2 = ctx.gather(views[VIEW_POSITIVE]).float()
+        z1 = upcast(gathered(ctx, views[VIEW_ANCHOR]))
+        z2 = upcast(gathered(ctx, views[VIEW_POSITIVE]))
         if self.padding:
             pad = draw_normal(self.padding, z1.shape[1], ctx, z1)
             z1 = torch.cat([z1, pad], dim=0)

@@ -28,8 +28,9 @@ Composition rules (also in ``docs/objectives.md``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,9 @@ SWAPPED_NAMES = {
     VIEW_ANCHOR_NOISY: VIEW_POSITIVE_NOISY,
     VIEW_POSITIVE_NOISY: VIEW_ANCHOR_NOISY,
 }
+
+#: Marks the per-call copy of the context in which random draws and gathers are cached.
+PER_CALL = "cselab.objectives.per_call"
 
 #: Views that objectives produce themselves from others (never asked from the trainer).
 DERIVED_VIEWS = frozenset({VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY})
@@ -112,7 +116,7 @@ class SpaceNegatives(NegativeSource):
 
     def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:
         anchor = self.space.anchor_of(pair)
-        candidates = ctx.gather(self.space.local_candidates(pair))
+        candidates = gathered(ctx, self.space.local_candidates(pair))
         sims = anchor @ candidates.T
         log_weight = 0.0 if self.weight == 1.0 else math.log(self.weight)
         return NegativeBlock(
@@ -121,6 +125,9 @@ class SpaceNegatives(NegativeSource):
             mask=own_column_mask(sims, ctx.offset),
             name=f"in_batch[{self.space.name}]",
         )
+
+    def extra_repr(self) -> str:
+        return f"space={self.space.name}, weight={self.weight}"
 
 
 class ViewTransform(nn.Module):
@@ -167,11 +174,13 @@ class CompositeObjective(ContrastiveObjective):
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
     ) -> LossTerms:
-        ctx = ctx or ObjectiveContext()
+        # A per-call context: parts cache their random draws in ``extras`` so that both
+        # directions of a symmetric loss see the same Gaussian vectors and mixing partners.
+        ctx = dataclasses.replace(ctx or ObjectiveContext(), extras={PER_CALL: True})
         raw = dict(views)
         for transform in self.transforms:
             raw.update(transform(raw, ctx))
-        normed = {k: F.normalize(v.float(), dim=-1) for k, v in raw.items()}
+        normed = {k: F.normalize(upcast(v), dim=-1) for k, v in raw.items()}
         loss = self.anchor_loss(self._pair(normed), ctx).mean()
         if self.symmetric:
             swapped = {SWAPPED_NAMES.get(k, k): v for k, v in normed.items()}
@@ -182,6 +191,11 @@ class CompositeObjective(ContrastiveObjective):
         return terms
 
 
+def upcast(x: Tensor) -> Tensor:
+    """``x`` in at least float32 (half precision is upcast; float64 is kept)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def draw_normal(
     rows: int,
     dim: int,
@@ -190,17 +204,43 @@ def draw_normal(
     mean: float = 0.0,
     std: float = 1.0,
 ) -> Tensor:
-    """``rows × dim`` i.i.d. ``N(mean, std²)`` draws, identical on every rank.
+    """``rows × dim`` i.i.d. ``N(mean, std²)`` draws from ``ctx.generator`` (else the global RNG).
 
-    Each rank draws ``ceil(rows / world_size)`` rows from ``ctx.generator`` (or the global RNG)
-    and the shares are gathered, so every rank sees the same set (a batch-level quantity).
+    Used for batch-level quantities (Gaussian negatives, BarlowTwins padding): every rank draws
+    the full set. The trainer re-seeds ``ctx.generator`` identically on every rank before each
+    step, so all ranks see the same vectors and the draws do not depend on the number of ranks.
     The result carries no gradient.
     """
-    world = max(1, ctx.world_size)
-    share = -(-rows // world)
     gen = ctx.generator
     device = gen.device if gen is not None else like.device
-    local = torch.randn(share, dim, generator=gen, device=device, dtype=torch.float32)
-    local = (local * std + mean).to(device=like.device, dtype=like.dtype)
-    full = ctx.gather(local) if world > 1 else local
-    return full[:rows].detach()
+    draws = torch.randn(rows, dim, generator=gen, device=device, dtype=torch.float32)
+    return (draws * std + mean).to(device=like.device, dtype=like.dtype)
+
+
+def cached_draw(ctx: ObjectiveContext, key: object, draw: Callable[[], Tensor]) -> Tensor:
+    """``draw()`` once per objective call, e.g. shared by both directions.
+
+    Cached in ``ctx.extras`` only when the context is the per-call copy made by
+    :meth:`CompositeObjective.forward` (a long-lived context must not keep values across steps).
+    """
+    if not ctx.extras.get(PER_CALL):
+        return draw()
+    if key not in ctx.extras:
+        ctx.extras[key] = draw()
+    return ctx.extras[key]
+
+
+def gathered(ctx: ObjectiveContext, local: Tensor) -> Tensor:
+    """``ctx.gather(local)``, computed once per objective call for each tensor (in-batch and
+    mixed negatives of the same space share one all-gather)."""
+    return cached_draw(ctx, ("gather", id(local)), lambda: ctx.gather(local))
+
+
+def local_rows(local: Tensor, ctx: ObjectiveContext) -> Tensor:
+    """Global indices ``offset .. offset + B - 1`` of this rank's rows."""
+    return torch.arange(local.shape[0], device=local.device) + ctx.offset
+
+
+def global_batch_size(local: Tensor, ctx: ObjectiveContext) -> int:
+    """``N``: the local batch times the number of ranks (the trainer shards evenly)."""
+    return local.shape[0] * max(1, ctx.world_size)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, ObjectiveContext
+from .composite import gathered, upcast
 
 
 def standardize(z: Tensor, unbiased: bool, eps: float = 1e-5) -> Tensor:
@@ -48,8 +49,8 @@ def dimension_similarity(
     if formulation not in ("authors_code", "paper"):
         raise ValueError(f"unknown DCL formulation {formulation!r}")
     unbiased = formulation == "paper"
-    a = standardize(z1.float(), unbiased, eps)
-    b = standardize(z2.float(), unbiased, eps)
+    a = standardize(upcast(z1), unbiased, eps)
+    b = standardize(upcast(z2), unbiased, eps)
     sims = a.T @ b / temperature
     if formulation == "authors_code":
         sims = sims / z1.shape[0]
@@ -92,16 +93,20 @@ class DimensionContrastive(AuxiliaryTerm):
         if not temperature > 0:
             raise ValueError(f"DCL temperature must be > 0, got {temperature}")
         if formulation not in ("authors_code", "paper"):
-            raise ValueError(f"DCL formulation must be 'authors_code' or 'paper', got {formulation!r}")
+            raise ValueError(
+                f"DCL formulation must be 'authors_code' or 'paper', got {formulation!r}"
+            )
         self.weight = float(weight)
         self.temperature = float(temperature)
         self.formulation = formulation
         self.eps = float(eps)
 
     def forward(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> Tensor:
-        z1 = ctx.gather(views[VIEW_ANCHOR])
-        z2 = ctx.gather(views[VIEW_POSITIVE])
+        z1 = gathered(ctx, views[VIEW_ANCHOR])
+        z2 = gathered(ctx, views[VIEW_POSITIVE])
         return self.weight * dcl_loss(z1, z2, self.temperature, self.formulation, self.eps)
 
     def extra_repr(self) -> str:
-        return f"weight={self.weight}, temperature={self.temperature}, formulation={self.formulation}"
+        return (
+            f"weight={self.weight}, temperature={self.temperature}, formulation={self.formulation}"
+        )

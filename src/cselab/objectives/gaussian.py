@@ -17,7 +17,13 @@ from __future__ import annotations
 import math
 
 from .base import NegativeBlock, NegativeSource, ObjectiveContext, Pair
-from .composite import DROPOUT_SPACE, NegativeSpace, draw_normal
+from .composite import (
+    DROPOUT_SPACE,
+    NegativeSpace,
+    cached_draw,
+    draw_normal,
+    global_batch_size,
+)
 
 
 class GaussianNegatives(NegativeSource):
@@ -32,7 +38,9 @@ class GaussianNegatives(NegativeSource):
         space: whose representation of the anchor is compared with the ``g_k``.
 
     The draws use ``ctx.generator`` when given (reproducible, resumable), else the global RNG;
-    under data parallelism every rank sees the same ``M`` vectors. They carry no gradient.
+    every rank draws all ``M`` vectors (the same ones: the trainer seeds the generator
+    identically on every rank), once per step (both directions of a symmetric loss share them).
+    They carry no gradient.
     """
 
     def __init__(
@@ -69,9 +77,12 @@ class GaussianNegatives(NegativeSource):
 
     def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:
         anchor = self.space.anchor_of(pair)
-        global_batch = anchor.shape[0] * max(1, ctx.world_size)
-        m = self.count(global_batch)
-        noise = draw_normal(m, anchor.shape[1], ctx, anchor, self.mean, self.std)
+        m = self.count(global_batch_size(anchor, ctx))
+        noise = cached_draw(
+            ctx,
+            ("gaussian", id(self)),
+            lambda: draw_normal(m, anchor.shape[1], ctx, anchor, self.mean, self.std),
+        )
         noise = noise / noise.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         sims = anchor @ noise.T
         return NegativeBlock(sims=sims, log_weight=math.log(self.weight), name="gaussian")

@@ -1,0 +1,334 @@
+"""Benchmark of the paper objectives on the CPU proxy (a script, not a test).
+
+Trains the packaged all-MiniLM-L6-v2 (CLS pooling, SimCSE's MLP head in training only) for one
+epoch over the 11,904 shared wiki sentences (batch 64, lr 3e-5, max_seq_len 32) with each
+objective and seed, through :func:`cselab.train`, then evaluates the best checkpoint (STS-B dev)
+on the 7 STS test tasks with :func:`cselab.evaluation.evaluate`. A second, interleaved timing
+pass measures the forward+backward time of one step per objective (round-robin, so every
+objective sees the same machine load) relative to SimCSE.
+
+These are proxy numbers on a small, already sentence-tuned model, not the papers' BERT-base
+setting.
+
+Usage (from the repository root; resumable: finished runs are skipped)::
+
+    nice -n 10 python bench/bench_objectives.py --seeds 1 2 3 \\
+        --workdir /tmp/cselab-bench-objectives --out docs/results/objectives_benchmark.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+WIKI = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
+SENTEVAL = SHARED / "senteval"
+
+#: name -> (description, objective overrides)
+OBJECTIVES: dict[str, tuple[str, list[str]]] = {
+    "simcse": ("SimCSE (InfoNCE)", []),
+    "focal": ("Focal-InfoNCE (m=0.3)", ["objective.focal.enabled=true"]),
+    "gs": ("GS-InfoNCE (M=3×64, λ=1)", ["objective.gaussian.enabled=true"]),
+    "off_dropout": ("Off-dropout (m=0.9)", ["objective.off_dropout.enabled=true"]),
+    "dcl": ("DCL (λ=0.1, τ_DCL=5)", ["objective.dcl.enabled=true"]),
+    "imsimcse": (
+        "ImSimCSE (off-dropout + DCL)",
+        ["objective.off_dropout.enabled=true", "objective.dcl.enabled=true"],
+    ),
+    "mixcse": ("MixCSE (λ=0.2, both directions)", ["objective.mixcse.enabled=true"]),
+    "focal_mixcse_dcl": (
+        "Combination: Focal + MixCSE + DCL",
+        [
+            "objective.focal.enabled=true",
+            "objective.mixcse.enabled=true",
+            "objective.dcl.enabled=true",
+        ],
+    ),
+}
+
+
+def base_config(
+    seed: int, output_dir: Path, max_steps: int | None, eval_steps: int
+) -> dict[str, Any]:
+    return {
+        "model": {
+            "name_or_path": "sentence-transformers/all-MiniLM-L6-v2",
+            "pooler": "cls",
+            "mlp_only_train": True,
+            "max_seq_len": 32,
+        },
+        "data": {"train_file": str(WIKI)},
+        "objective": {"temperature": 0.05},
+        "train": {
+            "output_dir": str(output_dir),
+            "batch_size": 64,
+            "lr": 3e-5,
+            "epochs": 1,
+            "max_steps": max_steps,
+            "seed": seed,
+            "eval_steps": eval_steps,
+            "save_steps": 31,  # resumable checkpoints (6 per epoch)
+            "device": "cpu",
+            "precision": "fp32",
+        },
+        "eval": {"data_dir": str(SENTEVAL)},
+    }
+
+
+def make_config(name: str, seed: int, workdir: Path, max_steps: int | None, eval_steps: int) -> Any:
+    """The run's :class:`cselab.config.Config` (the same path as ``cselab train``)."""
+    from cselab.config import Config, apply_overrides, from_dict
+
+    data = base_config(seed, workdir / f"{name}-seed{seed}", max_steps, eval_steps)
+    data = apply_overrides(data, OBJECTIVES[name][1])
+    return from_dict(Config, data).validate()
+
+
+def run_one(name: str, seed: int, workdir: Path, max_steps: int | None, eval_steps: int) -> dict:
+    """Train + STS test of one (objective, seed); cached in ``<run>/bench.json``."""
+    out = workdir / f"{name}-seed{seed}"
+    done = out / "bench.json"
+    if done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    import cselab
+    from cselab.evaluation import evaluate
+
+    config = make_config(name, seed, workdir, max_steps, eval_steps)
+    config.train.resume = True  # an interrupted run continues from its last checkpoint
+    t0 = time.perf_counter()
+    results = cselab.train(config)
+    encoder = cselab.load(str(out / "best"), device="cpu")
+    sts = evaluate(encoder, tasks="sts", mode="test", data_dir=str(SENTEVAL), download=False)
+    row = {
+        "objective": name,
+        "seed": seed,
+        "best_stsb_dev": results["best_stsb_dev"],
+        "initial_stsb_dev": results["initial_stsb_dev"],
+        "best_step": results["best_step"],
+        "steps": results["steps"],
+        "train_time_s": results["train_time_s"],
+        "s_per_step": median_step_seconds(out / "metrics.csv"),
+        "sts_test": sts["headline"]["sts"],
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    # keep results and metrics, drop the large model folders
+    for folder in ("checkpoint", "last", "best"):
+        shutil.rmtree(out / folder, ignore_errors=True)
+    done.write_text(json.dumps(row, indent=2), encoding="utf-8")
+    print(
+        f"[{name} seed {seed}] dev {row['best_stsb_dev']:.2f} (step {row['best_step']}) "
+        f"test avg {row['sts_test']['Avg']:.2f}  {row['s_per_step']:.3f} s/step",
+        flush=True,
+    )
+    return row
+
+
+def median_step_seconds(metrics_csv: Path, batch_size: int = 64) -> float:
+    """Median training seconds per step over the logged windows (robust to resumes and to
+    load spikes on a shared machine; evaluation is not part of any window)."""
+    import csv
+
+    with metrics_csv.open(encoding="utf-8") as fh:
+        rates = [
+            float(r["sentences_per_s"]) for r in csv.DictReader(fh) if r.get("sentences_per_s")
+        ]
+    return statistics.median(batch_size / r for r in rates)
+
+
+def interleaved_timing(
+    names: list[str], rounds: int, warmup: int = 1, loss_rounds: int = 300
+) -> dict:
+    """Per-objective step costs, measured round-robin so that machine-load drift affects every
+    objective alike.
+
+    ``step_s``: median seconds of one training forward+backward (views + objective) on a fixed
+    batch of 64 wiki sentences, objectives alternating step by step for ``rounds`` rounds.
+    ``loss_ms``: median milliseconds of the objective's own forward+backward on fixed
+    ``(64, 384)`` views, objectives alternating call by call for ``loss_rounds`` rounds: the cost
+    the objective adds on top of the encoder passes it requests.
+    """
+    import torch
+
+    from cselab.config import ModelConfig
+    from cselab.data import collate, tokenize_corpus
+    from cselab.encoder import SentenceEncoder
+    from cselab.objectives import ObjectiveContext, build_objective, total_loss
+    from cselab.views import compute_views
+
+    torch.manual_seed(0)
+    encoder = SentenceEncoder.from_config(
+        ModelConfig(
+            name_or_path="sentence-transformers/all-MiniLM-L6-v2", pooler="cls", mlp_only_train=True
+        )
+    )
+    encoder.train()
+    corpus, _ = tokenize_corpus(WIKI, encoder.tokenizer, 32)
+    batch = collate(corpus.rows(list(range(64))), int(encoder.tokenizer.pad_token_id or 0))
+    objectives = {
+        n: build_objective(make_config(n, 0, Path("/tmp/unused"), None, 0).objective) for n in names
+    }
+    gen = torch.Generator()
+
+    fixed = {k: torch.randn(64, encoder.dim, generator=gen) for k in ("z1", "z2", "off")}
+    loss: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(loss_rounds + 5):
+        for name, obj in objectives.items():
+            leaves = {
+                k: v.clone().requires_grad_() for k, v in fixed.items() if k in obj.required_views
+            }
+            gen.manual_seed(r)
+            t0 = time.perf_counter()
+            total_loss(obj(leaves, ObjectiveContext(generator=gen))).backward()
+            if r >= 5:
+                loss[name].append((time.perf_counter() - t0) * 1e3)
+
+    step: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds + warmup):
+        for name, obj in objectives.items():
+            gen.manual_seed(r)
+            t0 = time.perf_counter()
+            views = compute_views(encoder, batch, obj.required_views)
+            total_loss(obj(views, ObjectiveContext(generator=gen))).backward()
+            elapsed = time.perf_counter() - t0
+            encoder.zero_grad(set_to_none=True)
+            if r >= warmup:
+                step[name].append(elapsed)
+    return {
+        "rounds": rounds,
+        "loss_rounds": loss_rounds,
+        "step_s": {n: statistics.median(t) for n, t in step.items()},
+        "loss_ms": {n: statistics.median(t) for n, t in loss.items()},
+    }
+
+
+def mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def write_report(
+    rows: list[dict], timing: dict[str, float] | None, args: argparse.Namespace
+) -> str:
+    seeds = sorted({r["seed"] for r in rows})
+    by = {(r["objective"], r["seed"]): r for r in rows}
+    lines = [
+        "| objective | STS-B dev (best) | STS test avg (7 tasks) | best step | median s/step | "
+        "step time vs SimCSE, same seed | step time vs SimCSE, interleaved | "
+        "objective's own fwd+bwd (vs SimCSE step) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (label, _) in OBJECTIVES.items():
+        mine = [by[(name, s)] for s in seeds if (name, s) in by]
+        if not mine:
+            continue
+        dev = [r["best_stsb_dev"] for r in mine]
+        test = [r["sts_test"]["Avg"] for r in mine]
+        steps = ", ".join(str(r["best_step"]) for r in mine)
+        sps = [r["s_per_step"] for r in mine]
+        ratios = [
+            by[(name, r["seed"])]["s_per_step"] / by[("simcse", r["seed"])]["s_per_step"]
+            for r in mine
+            if ("simcse", r["seed"]) in by
+        ]
+        ratio = mean_std(ratios) if ratios else "–"
+        if timing and name in timing["step_s"]:
+            inter = f"{timing['step_s'][name] / timing['step_s']['simcse']:.2f}"
+            extra = (timing["loss_ms"][name] - timing["loss_ms"]["simcse"]) / (
+                1e3 * timing["step_s"]["simcse"]
+            )
+            loss_cell = f"{timing['loss_ms'][name]:.1f} ms ({100 * extra:+.2f}%)"
+        else:
+            inter = loss_cell = "–"
+        lines.append(
+            f"| {label} | {mean_std(dev)} | {mean_std(test)} | {steps} | {statistics.mean(sps):.3f} | "
+            f"{ratio} | {inter} | {loss_cell} |"
+        )
+    initial = [r["initial_stsb_dev"] for r in rows if r["initial_stsb_dev"] is not None]
+    per_task = ["", "Per-task STS test (mean over seeds):", ""]
+    cols = list(rows[0]["sts_test"])
+    per_task.append("| objective | " + " | ".join(cols) + " |")
+    per_task.append("|---|" + "---|" * len(cols))
+    for name, (label, _) in OBJECTIVES.items():
+        mine = [by[(name, s)] for s in seeds if (name, s) in by]
+        if mine:
+            vals = [statistics.mean(r["sts_test"][c] for r in mine) for c in cols]
+            per_task.append(f"| {label} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+    header = [
+        f"Seeds: {', '.join(map(str, seeds))}; mean ± sample std over seeds. "
+        f"Untrained model (step 0) STS-B dev: {statistics.mean(initial):.2f}."
+        if initial
+        else "",
+    ]
+    timing_note = (
+        f"Interleaved timing: median of {timing['rounds']} round-robin training forward+backward "
+        "passes per objective on one fixed batch of 64 (same process, same encoder); the last "
+        f"column is the median of {timing.get('loss_rounds', '?')} round-robin forward+backward "
+        "passes of the objective alone on fixed (64, 384) views, and in brackets its extra cost "
+        "over SimCSE's InfoNCE as a fraction of the interleaved SimCSE step."
+        if timing
+        else ""
+    )
+    return "\n".join([*header, "", *lines, *per_task, "", timing_note]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES)
+    )
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/cselab-bench-objectives"))
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
+    parser.add_argument("--max-steps", type=int, default=None, help="smoke runs only")
+    parser.add_argument("--eval-steps", type=int, default=93)
+    parser.add_argument("--timing-rounds", type=int, default=5, help="0: no interleaved timing")
+    parser.add_argument("--timing-only", action="store_true", help="only the interleaved timing")
+    parser.add_argument("--report-only", action="store_true", help="only tabulate finished runs")
+    args = parser.parse_args(argv)
+    if "simcse" not in args.objectives:
+        args.objectives.insert(0, "simcse")
+    if not WIKI.is_file() or not SENTEVAL.is_dir():
+        print(f"shared data not found under {SHARED}", file=sys.stderr)
+        return 2
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    timing_file = args.workdir / "timing.json"
+    if args.timing_only:
+        timing = interleaved_timing(args.objectives, args.timing_rounds)
+        timing_file.write_text(json.dumps(timing, indent=2), encoding="utf-8")
+        print(json.dumps(timing, indent=2))
+        return 0
+    rows = []
+    for seed in args.seeds:  # objectives inside seeds: one seed's runs see similar machine load
+        for name in args.objectives:
+            if args.report_only:
+                done = args.workdir / f"{name}-seed{seed}" / "bench.json"
+                if done.is_file():
+                    rows.append(json.loads(done.read_text(encoding="utf-8")))
+                continue
+            rows.append(run_one(name, seed, args.workdir, args.max_steps, args.eval_steps))
+    if timing_file.is_file():
+        timing = json.loads(timing_file.read_text(encoding="utf-8"))
+    elif args.timing_rounds and not args.report_only:
+        timing = interleaved_timing(args.objectives, args.timing_rounds)
+        timing_file.write_text(json.dumps(timing, indent=2), encoding="utf-8")
+    else:
+        timing = None
+    report = write_report(rows, timing, args)
+    print(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""``evaluate(encoder, tasks, mode, data_dir)``: the whole suite, one results dict."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import time
+from collections.abc import Iterable
+
+from . import alignment, sts, transfer
+from .datasets import TASK_FILES
+from .download import ensure_data
+from .embed import EmbeddingCache, EncoderLike
+from .report import headline
+
+log = logging.getLogger(__name__)
+
+ALIGN_UNIFORM = "AlignUniform"
+TASK_GROUPS: dict[str, tuple[str, ...]] = {
+    "sts": sts.STS_TASKS,
+    "transfer": transfer.TRANSFER_TASKS,
+    "all": (*sts.STS_TASKS, *transfer.TRANSFER_TASKS, ALIGN_UNIFORM),
+}
+MODES = ("test", "dev", "fasttest")
+
+_ALIASES = {
+    **{t.lower(): t for t in TASK_FILES},
+    "stsb": "STSBenchmark",
+    "sickr": "SICKRelatedness",
+    "sick": "SICKRelatedness",
+    "sst": "SST2",
+    "align": ALIGN_UNIFORM,
+    "alignment": ALIGN_UNIFORM,
+    "uniformity": ALIGN_UNIFORM,
+}
+
+
+def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
+    """``"sts"``, ``"transfer"``, ``"all"`` or names (``"STS12,STS-B,sick-r"``) -> task names.
+
+    In ``dev`` mode STS12-16 are left out of the groups (they have no dev split) and are an
+    error when named.
+    """
+    items = [s for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    out: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        key = item.lower().replace("-", "").replace("_", "").replace(" ", "")
+        if key in TASK_GROUPS:
+            names = TASK_GROUPS[key]
+            if mode == "dev":
+                names = tuple(n for n in names if n not in sts.STS_YEARS)
+        elif key in _ALIASES:
+            names = (_ALIASES[key],)
+            if mode == "dev" and names[0] in sts.STS_YEARS:
+                raise ValueError(f"{names[0]} has no dev split; use --mode test or fasttest")
+        else:
+            known = ", ".join([*TASK_GROUPS, *TASK_FILES])
+            raise ValueError(f"unknown task {item!r}; expected one of {known}")
+        out.extend(n for n in names if n not in out)
+    if not out:
+        raise ValueError("no task to evaluate")
+    return out
+
+
+def evaluate(
+    encoder: EncoderLike,
+    tasks: str | Iterable[str] = "sts",
+    mode: str = "test",
+    data_dir: str | os.PathLike[str] | None = None,
+    batch_size: int = 128,
+    download: bool = True,
+    transfer_config: transfer.ClassifierConfig | None = None,
+    model_name: str | None = None,
+) -> dict:
+    """Evaluate ``encoder`` on SentEval tasks the way SentEval + SimCSE's ``evaluation.py`` do.
+
+    Args:
+        encoder: ``encode(list[str], batch_size=...) -> (N, D)`` object (e.g. a
+            ``cselab`` ``SentenceEncoder``) or a callable ``list[str] -> (N, D)``.
+        tasks: ``"sts"`` (STS12-16, STS-B, SICK-R), ``"transfer"`` (MR CR SUBJ MPQA SST2 TREC
+            MRPC), ``"all"`` (both + alignment/uniformity), or task names.
+        mode: ``test`` (test splits; full SentEval classifier), ``fasttest`` (test splits; fast
+            classifier) or ``dev`` (STS-B dev, SICK trial, transfer dev accuracy; fast classifier).
+        data_dir: SentEval ``data/downstream`` folder; default ``$CSELAB_DATA`` or the cache.
+        download: fetch missing files into the cache folder.
+        transfer_config: override the mode's classifier setting.
+        model_name: recorded in the results (default: the encoder's ``source``, if any).
+
+    Returns:
+        ``{"model", "pooler", "mode", "tasks", "data_dir", "date", "results": {task: ...},
+        "headline", "timing", "encoding"}``. Correlations are in [-1, 1] (as SentEval),
+        accuracies in %; ``headline`` has the paper tables (x 100, two decimals).
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    names = parse_tasks(tasks, mode)
+    root = ensure_data(names, data_dir, download_missing=download)
+    started = time.perf_counter()
+    results: dict[str, dict] = {}
+    timing: dict[str, float] = {}
+    sts_cache = EmbeddingCache(encoder, batch_size)
+    split = "dev" if mode == "dev" else "test"
+
+    sts_names = [t for t in names if t in sts.STS_TASKS]
+    if sts_names:
+        t0 = time.perf_counter()
+        results.update(sts.evaluate_sts(sts_cache, sts_names, split, root))
+        timing["sts"] = time.perf_counter() - t0
+        log.info(
+            "STS (%s): %d distinct sentences encoded in %.1fs",
+            ", ".join(sts_names), sts_cache.encoded, timing["sts"],
+        )  # fmt: skip
+    if ALIGN_UNIFORM in names:
+        t0 = time.perf_counter()
+        results[ALIGN_UNIFORM] = alignment.align_uniform(sts_cache, root)
+        timing[ALIGN_UNIFORM] = time.perf_counter() - t0
+    encodings = {"distinct": sts_cache.encoded, "requested": sts_cache.requested}
+    encode_s = sts_cache.encode_seconds
+    for task in (t for t in names if t in transfer.TRANSFER_TASKS):
+        # a fresh cache per task: transfer tasks share no sentences and SST-2 alone is 70k
+        cache = EmbeddingCache(encoder, batch_size)
+        t0 = time.perf_counter()
+        results[task] = transfer.evaluate_transfer_task(cache, task, root, mode, transfer_config)
+        timing[task] = time.perf_counter() - t0
+        encodings["distinct"] += cache.encoded
+        encodings["requested"] += cache.requested
+        encode_s += cache.encode_seconds
+    timing["encode"] = encode_s
+    timing["total"] = time.perf_counter() - started
+
+    pooler = getattr(getattr(encoder, "pooler", None), "kind", None)  # a cselab SentenceEncoder
+    out = {
+        "model": model_name or getattr(encoder, "source", None),
+        "pooler": pooler if isinstance(pooler, str) else None,
+        "mode": mode,
+        "tasks": names,
+        "data_dir": str(root),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "results": results,
+        "timing": timing,
+        "encoding": encodings,
+    }
+    out["headline"] = headline(out)
+    return out

@@ -1,0 +1,121 @@
+"""MixCSE's mixed hard negatives (Zhang et al. 2022, "Unsupervised Sentence Representation via
+Contrastive Learning with Mixing Negatives", Sec. MixCSE).
+
+For anchor ``h_i`` with positive ``h'_i`` (both L2-normalised) and another sentence ``j`` of the
+batch::
+
+    h̃'_{ij} = (λ h'_i + (1-λ) h'_j) / ‖λ h'_i + (1-λ) h'_j‖
+    L_mix   = -log( e^{h_iᵀh'_i/τ} / ( e^{h_iᵀh'_i/τ} + Σ_j e^{h_iᵀh'_j/τ} + e^{h_iᵀ SG(h̃'_{ij})/τ} ) )
+
+``SG`` is stop-gradient. "In practice both ``h_i`` and ``h'_i`` may serve as the anchor": with
+``directions: both`` the objective is symmetric and the second direction mixes ``h_i`` and
+``h_j``. Table 3's ablations are ``single`` (one direction) and ``wo_sg`` (no stop-gradient).
+
+How the authors' released code differs (for ``columns='all'``, which offers its construction):
+
+* it mixes the *unnormalised* pooled features (the paper mixes L2-normalised ones; cselab always
+  mixes normalised features, as the paper says);
+* it builds one mix per row by rolling the batch (``j = i + 1``) and appends *all* ``N`` mixes as
+  columns for every anchor; the column whose ``(1-λ)`` part is the anchor's own positive is
+  "removed" by multiplying its logit by 0, which leaves ``e⁰ = 1`` in the denominator. cselab
+  masks it with ``-inf``;
+* its second "direction" appends the transposed block (mixes of the first view against the second
+  view's columns) to the first view's softmax rows instead of computing a loss with the second
+  view as anchor.
+
+Under a negative space other than ``dropout`` (see :mod:`cselab.objectives.composite`) the mixes
+are built from that space's candidates and compared with that space's anchor; e.g. with
+off-dropout, ``normalize(λ z^off_i + (1-λ) z^off_j)`` against ``z^off_i``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import NegativeBlock, NegativeSource, ObjectiveContext, Pair
+from .composite import DROPOUT_SPACE, NegativeSpace, cached_draw, gathered, local_rows
+
+
+class MixedNegatives(NegativeSource):
+    """MixCSE's mixed negatives as one extra block of columns.
+
+    Args:
+        mix_ratio: ``λ`` in ``[0, 1)``, the share of the anchor's own positive (paper: 0.2).
+        partner: ``random`` (a uniformly drawn other sentence of the global batch, from
+            ``ctx.generator`` if given) or ``next`` (``j = i + 1`` modulo the global batch).
+        columns: ``one`` (one mix per anchor, the paper's ``L_mix``) or ``all`` (every rolled mix
+            is a column for every anchor; the mix dominated by the anchor's own positive is
+            masked). ``all`` requires ``partner='next'``.
+        stop_gradient: detach the mixes (paper); ``False`` lets gradients flow into ``h'_i`` and
+            ``h'_j`` through the mix (MixCSE_wo_sg).
+        space: negative space whose candidates are mixed.
+    """
+
+    def __init__(
+        self,
+        mix_ratio: float = 0.2,
+        partner: str = "random",
+        columns: str = "one",
+        stop_gradient: bool = True,
+        space: NegativeSpace = DROPOUT_SPACE,
+    ) -> None:
+        super().__init__()
+        if not 0 <= mix_ratio < 1:
+            raise ValueError(f"mixcse mix_ratio (lambda) must be in [0, 1), got {mix_ratio}")
+        if partner not in ("random", "next"):
+            raise ValueError(f"mixcse partner must be 'random' or 'next', got {partner!r}")
+        if columns not in ("one", "all"):
+            raise ValueError(f"mixcse columns must be 'one' or 'all', got {columns!r}")
+        if columns == "all" and partner != "next":
+            raise ValueError("mixcse columns='all' needs partner='next' (the rolled batch)")
+        self.mix_ratio = float(mix_ratio)
+        self.partner = partner
+        self.columns = columns
+        self.stop_gradient = bool(stop_gradient)
+        self.space = space
+        self.required_views = space.required_views
+
+    def mix(self, own: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        mixed = F.normalize(self.mix_ratio * own + (1 - self.mix_ratio) * other, dim=-1)
+        return mixed.detach() if self.stop_gradient else mixed
+
+    def partners(self, rows: torch.Tensor, n: int, ctx: ObjectiveContext) -> torch.Tensor:
+        """Global index ``j ≠ rows[i]`` of each anchor's partner."""
+        if self.partner == "next":
+            return (rows + 1) % n
+        # One draw per sentence of the global batch, then this rank's slice: the partners do not
+        # depend on the number of ranks (the generator is seeded identically on every rank).
+        gen = ctx.generator
+        device = gen.device if gen is not None else rows.device
+        draw = torch.randint(0, n - 1, (n,), generator=gen, device=device).to(rows.device)[rows]
+        return draw + (draw >= rows).long()
+
+    def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:
+        anchor = self.space.anchor_of(pair)
+        candidates = gathered(ctx, self.space.local_candidates(pair))
+        n = candidates.shape[0]
+        if n < 2:
+            raise ValueError("mixed negatives need at least 2 sentences in the (global) batch")
+        rows = local_rows(anchor, ctx)
+        if self.columns == "one":
+            # The same partners j for both directions of a symmetric loss (the paper mixes
+            # h_i with h_j "in the same way" for the second anchor).
+            j = cached_draw(ctx, ("mixcse", id(self)), lambda: self.partners(rows, n, ctx))
+            mixed = self.mix(candidates[rows], candidates[j])
+            sims = (anchor * mixed).sum(-1, keepdim=True)
+            return NegativeBlock(sims=sims, name="mixed")
+        k = torch.arange(n, device=anchor.device)
+        nxt = (k + 1) % n
+        mixed = self.mix(candidates, candidates[nxt])
+        sims = anchor @ mixed.T
+        # Column k mixes h'_k (share λ) with h'_{k+1} (share 1-λ): remove the column whose
+        # (1-λ) part is the anchor's own positive.
+        mask = nxt.unsqueeze(0) == rows.unsqueeze(1)
+        return NegativeBlock(sims=sims, mask=mask, name="mixed_all")
+
+    def extra_repr(self) -> str:
+        return (
+            f"mix_ratio={self.mix_ratio}, partner={self.partner}, columns={self.columns}, "
+            f"stop_gradient={self.stop_gradient}, space={self.space.name}"
+        )
