@@ -216,6 +216,6 @@ def test_packaged_minilm_matches_sentence_transformers_on_stsb_dev():
 
     path = gt.get_model_path()
     ours = stsb_dev_spearman(cselab.load(path, pooler="avg"), DATA)
-    model = st.SentenceTransformer(path, device="cpu")
+    model = st.SentenceTransformer(str(path), device="cpu")
     theirs = stsb_dev_spearman(lambda s: model.encode(s, batch_size=128), DATA)
     assert ours == pytest.approx(theirs, abs=0.01)
