@@ -12,7 +12,22 @@ SENTEVAL = SHARED_DATA / "senteval"
 WIKI = SHARED_DATA / "wiki" / "wiki1m_for_simcse.first11914.txt"
 
 
-GREEK = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi"]
+GREEK = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+]
 
 
 def write_corpus(folder: Path, n: int = 200) -> Path:

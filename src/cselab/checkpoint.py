@@ -84,7 +84,9 @@ def save_checkpoint(
     """Write ``path/checkpoint.safetensors`` atomically; returns the file path."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.{k}": v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
+    tensors = {
+        f"model.{k}": v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()
+    }
     opt_tensors, opt_meta = _split_optimizer(optimizer.state_dict())
     tensors.update({k: v.detach().cpu().contiguous() for k, v in opt_tensors.items()})
     rng_tensors, rng_meta = rng_state()
@@ -132,5 +134,7 @@ def restore(
     optimizer.load_state_dict(_join_optimizer(tensors, meta["optimizer"]))
     # LambdaLR stores its functions as ``lr_lambdas`` (None for plain functions); they are rebuilt
     # from the config, so only the counters travel.
-    scheduler.load_state_dict({"lr_lambdas": [None] * len(optimizer.param_groups), **meta["scheduler"]})
+    scheduler.load_state_dict(
+        {"lr_lambdas": [None] * len(optimizer.param_groups), **meta["scheduler"]}
+    )
     set_rng_state(tensors, meta["rng"])

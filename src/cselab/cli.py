@@ -42,8 +42,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         init = results.get("initial_stsb_dev")
         best = results.get("best_stsb_dev")
         if init is not None and best is not None:
-            print(f"STS-B dev Spearman: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
-        print(f"saved best model to {config.train.output_dir}/best, last to {config.train.output_dir}/last")
+            print(
+                f"STS-B dev Spearman: before {init:.2f} -> best {best:.2f} (step {results['best_step']})"
+            )
+        print(
+            f"saved best model to {config.train.output_dir}/best, last to {config.train.output_dir}/last"
+        )
     return 0
 
 
@@ -81,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("encode", help="encode sentences (one per line) to a .npy file")
     p.add_argument("model", help="cselab output folder, sentence-transformers folder or HF model")
-    p.add_argument("--input", required=True, help="text file, one sentence per line, or - for stdin")
+    p.add_argument(
+        "--input", required=True, help="text file, one sentence per line, or - for stdin"
+    )
     p.add_argument("--output", required=True, help="output .npy path")
     p.add_argument("--pooler", default=None, help="override the saved pooler")
     p.add_argument("--batch-size", type=int, default=128)

@@ -190,9 +190,7 @@ class BatchOrder:
 
     def __init__(self, n: int, batch_size: int, seed: int) -> None:
         if n < batch_size:
-            raise CorpusError(
-                f"the corpus has {n} sentences, fewer than one batch of {batch_size}"
-            )
+            raise CorpusError(f"the corpus has {n} sentences, fewer than one batch of {batch_size}")
         self.n = n
         self.batch_size = batch_size
         self.seed = seed

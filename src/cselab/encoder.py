@@ -124,7 +124,9 @@ class SentenceEncoder(nn.Module):
         return int(self.backbone.config.hidden_size)
 
     # ----------------------------------------------------------------------------------- forward
-    def tokenize(self, sentences: Sequence[str], max_seq_len: int | None = None) -> dict[str, Tensor]:
+    def tokenize(
+        self, sentences: Sequence[str], max_seq_len: int | None = None
+    ) -> dict[str, Tensor]:
         """Tokenise with truncation to ``max_seq_len`` and padding to the longest sentence."""
         return dict(
             self.tokenizer(
@@ -250,7 +252,9 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
     kind = inference_pooler_name(encoder.pooler.kind, encoder.pooler.mlp_only_train)
     dim = encoder.dim
     n_layers = int(encoder.backbone.config.num_hidden_layers)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
+    ]
 
     def add(path: str, kind_: str) -> None:
         modules.append(
@@ -307,7 +311,9 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
         add(dense_folder.name, "sentence_transformers.models.Dense")
     _write_json(out / "modules.json", modules)
     max_len = int(getattr(encoder.backbone.config, "max_position_embeddings", 512))
-    _write_json(out / "sentence_bert_config.json", {"max_seq_length": max_len, "do_lower_case": False})
+    _write_json(
+        out / "sentence_bert_config.json", {"max_seq_length": max_len, "do_lower_case": False}
+    )
 
 
 def _pooler_from_sentence_transformers(folder: Path) -> str | None:

@@ -73,7 +73,12 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
         packaged = packaged_model_path(name_or_path)
         if packaged is not None:
             reason = (str(err).splitlines() or [type(err).__name__])[0][:120]
-            log.info("Hub unreachable for %s (%s); using packaged copy %s", name_or_path, reason, packaged)
+            log.info(
+                "Hub unreachable for %s (%s); using packaged copy %s",
+                name_or_path,
+                reason,
+                packaged,
+            )
             return str(packaged)
         raise ResolveError(
             f"cannot load model '{name_or_path}': not a local folder and the Hugging Face Hub "

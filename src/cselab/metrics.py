@@ -89,7 +89,9 @@ class Progress:
     def update(self, step: int, info: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        text = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
+        text = " ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()
+        )
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             self.bar.set_postfix_str(text, refresh=False)

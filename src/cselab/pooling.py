@@ -103,4 +103,3 @@ class Pooler(nn.Module):
 def inference_pooler_name(kind: str, mlp_only_train: bool) -> str:
     """The pooler actually applied at inference (``cls`` + ``mlp_only_train`` → raw CLS)."""
     return "cls_before_pooler" if kind == "cls" and mlp_only_train else kind
-

@@ -137,7 +137,8 @@ class Trainer:
         corpus: TokenizedCorpus,
         evaluator: Evaluator | None = None,
         dist_info: DistInfo | None = None,
-        step_fn: Callable[[Trainer, dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+        step_fn: Callable[[Trainer, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+        | None = None,
     ) -> None:
         self.config = config
         self.dist = dist_info or DistInfo()
@@ -198,7 +199,10 @@ class Trainer:
         )
         batch = collate(self.corpus.rows(rows), self.pad_id)
         pin = self.device.type == "cuda"
-        return {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin) for k, v in batch.items()}
+        return {
+            k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)
+            for k, v in batch.items()
+        }
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -237,7 +241,9 @@ class Trainer:
         if not window:
             return
         names = list(window[0][1])
-        values = torch.stack([torch.stack([t[n].detach().float() for n in names]) for _, t in window])
+        values = torch.stack(
+            [torch.stack([t[n].detach().float() for n in names]) for _, t in window]
+        )
         # Under DDP each rank's per-anchor terms cover its own anchors: the mean over ranks is the
         # global-batch loss (batch-level terms are equal on every rank), and every rank sees a
         # non-finite value if any rank does, so all ranks stop together.
@@ -343,8 +349,12 @@ class Trainer:
             self.step += 1
             window.append((self.step, {k: v.detach() for k, v in terms.items()}))
             window_sentences += tc.batch_size
-            at_eval = bool(eval_every) and (self.step % eval_every == 0 or self.step == self.total_steps)
-            at_save = (bool(save_every) and self.step % save_every == 0) or self.step == self.total_steps
+            at_eval = bool(eval_every) and (
+                self.step % eval_every == 0 or self.step == self.total_steps
+            )
+            at_save = (
+                bool(save_every) and self.step % save_every == 0
+            ) or self.step == self.total_steps
             if self.step % tc.log_steps == 0 or at_eval or at_save:
                 self._check_finite(window)  # the only host sync of the loop
                 elapsed = time.perf_counter() - window_start
@@ -417,7 +427,9 @@ def make_dev_evaluator(config: Config) -> Evaluator | None:
 
 def build_trainer(config: Config) -> Trainer:
     """Everything :func:`train` sets up, without running the loop."""
-    dist_info = init_distributed("cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu")
+    dist_info = init_distributed(
+        "cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu"
+    )
     seed_everything(config.train.seed)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     # Rank 0 downloads and writes the token cache first; the other ranks then read it.
@@ -445,7 +457,9 @@ def build_trainer(config: Config) -> Trainer:
     # Re-seed after model construction so the data order and dropout do not depend on how many
     # random numbers building the model consumed.
     seed_everything(config.train.seed)
-    return Trainer(config, encoder, objective, corpus, make_dev_evaluator(config), dist_info, step_fn)
+    return Trainer(
+        config, encoder, objective, corpus, make_dev_evaluator(config), dist_info, step_fn
+    )
 
 
 def train(config: Config | str | Path) -> dict[str, Any]:

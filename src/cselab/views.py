@@ -23,7 +23,9 @@ KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT})
 def check_views(names: Iterable[str]) -> None:
     unknown = set(names) - KNOWN_VIEWS
     if unknown:
-        raise ValueError(f"objective requires unknown views {sorted(unknown)}; known: {sorted(KNOWN_VIEWS)}")
+        raise ValueError(
+            f"objective requires unknown views {sorted(unknown)}; known: {sorted(KNOWN_VIEWS)}"
+        )
 
 
 def compute_views(

@@ -274,7 +274,10 @@ class ContrastiveObjective(Objective):
         loss = self.anchor_loss(pair, ctx).mean()
         if self.symmetric:
             swapped = dict(normed)
-            swapped[VIEW_ANCHOR], swapped[VIEW_POSITIVE] = normed[VIEW_POSITIVE], normed[VIEW_ANCHOR]
+            swapped[VIEW_ANCHOR], swapped[VIEW_POSITIVE] = (
+                normed[VIEW_POSITIVE],
+                normed[VIEW_ANCHOR],
+            )
             back = Pair(swapped[VIEW_ANCHOR], swapped[VIEW_POSITIVE], swapped)
             loss = 0.5 * (loss + self.anchor_loss(back, ctx).mean())
         terms: LossTerms = {self.name: loss}
