@@ -12,6 +12,21 @@ SENTEVAL = SHARED_DATA / "senteval"
 WIKI = SHARED_DATA / "wiki" / "wiki1m_for_simcse.first11914.txt"
 
 
+needs_senteval = pytest.mark.skipif(
+    not SENTEVAL.is_dir(), reason=f"SentEval data not found at {SENTEVAL}"
+)
+
+
+@pytest.fixture
+def fresh_eval_cache():
+    """Parsed evaluation files are cached per process; start and end each test without them."""
+    from cselab.evaluation import datasets
+
+    datasets.clear_cache()
+    yield
+    datasets.clear_cache()
+
+
 GREEK = [
     "alpha",
     "beta",

@@ -10,20 +10,15 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SENTEVAL, needs_senteval
 from cselab.evaluation import datasets as ds
 from cselab.evaluation import evaluate
 from cselab.evaluation import transfer as tr
 from cselab.evaluation.embed import EmbeddingCache, HashingEncoder
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"SentEval data not found at {DATA}")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    ds.clear_cache()
-    yield
-    ds.clear_cache()
+DATA = SENTEVAL
+needs_data = needs_senteval
+pytestmark = pytest.mark.usefixtures("fresh_eval_cache")
 
 
 @pytest.fixture
