@@ -41,7 +41,8 @@ bench-eval: setup
 	$(BIN)/python bench/bench_eval.py
 
 bench-objectives: setup
-	$(BIN)/python bench/bench_objectives.py
+	$(BIN)/python bench/bench_objectives.py --seeds 1 2 3 --timing-rounds 0 --results-dir docs/results/objectives_runs
+	$(BIN)/python bench/bench_objectives.py --report-only --seeds 1 2 3 --results-dir docs/results/objectives_runs --out docs/results/objectives_table.md
 
 bench-gpu: setup
 	$(BIN)/python bench/bench_gpu.py
