@@ -254,12 +254,13 @@ def write_report(
         return "No finished runs.\n"
     seeds = sorted({r["seed"] for r in rows})
     by = {(r["objective"], r["seed"]): r for r in rows}
-    lines = [
+    header = (
         "| objective | seeds | STS-B dev (best) | STS test avg (7 tasks) | best step | "
-        "median s/step | step time vs SimCSE, same seed | step time vs SimCSE, interleaved | "
-        "objective's own fwd+bwd (vs SimCSE step) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        "median s/step | step time vs SimCSE, same seed |"
+    )
+    if timing:  # the interleaved columns only when timing.json was measured
+        header += " step time vs SimCSE, interleaved | objective's own fwd+bwd (vs SimCSE step) |"
+    lines = [header, "|" + "---|" * header.count(" |")]
     for name, (label, _) in OBJECTIVES.items():
         mine = [by[(name, s)] for s in seeds if (name, s) in by]
         if not mine:
@@ -282,11 +283,11 @@ def write_report(
             loss_cell = f"{timing['loss_ms'][name]:.1f} ms ({100 * extra:+.2f}%)"
         else:
             inter = loss_cell = "–"
-        lines.append(
+        row = (
             f"| {label} | {len(mine)} | {mean_std(dev)} | {mean_std(test)} | {steps} | "
-            f"{statistics.mean(sps):.3f} | "
-            f"{ratio} | {inter} | {loss_cell} |"
+            f"{statistics.mean(sps):.3f} | {ratio} |"
         )
+        lines.append(row + (f" {inter} | {loss_cell} |" if timing else ""))
     initial = [r["initial_stsb_dev"] for r in rows if r["initial_stsb_dev"] is not None]
     per_task = ["", "Per-task STS test (mean over seeds):", ""]
     cols = list(rows[0]["sts_test"])
