@@ -66,6 +66,29 @@ def test_stratified_kfold_partitions_and_stratifies():
 # classifier
 
 
+def test_every_fold_split_uses_the_configured_seed(monkeypatch):
+    """The outer and inner k-folds (MR/CR/SUBJ/MPQA) and the TREC/MRPC k-fold all draw their
+    folds with ``config.seed``, so a non-default seed moves every split, not only some."""
+    seen: list[tuple[int, int]] = []
+    real = tr.stratified_kfold
+
+    def spy(y: np.ndarray, n_splits: int, seed: int):
+        seen.append((len(y), seed))
+        return real(y, n_splits, seed)
+
+    monkeypatch.setattr(tr, "stratified_kfold", spy)
+    rs = np.random.RandomState(0)
+    x, y = rs.randn(30, 4).astype(np.float32), np.array([0, 1] * 15)
+    cfg = replace(tr.FAST_CONFIG, kfold=3, seed=7, max_epoch=2)
+    res = tr.inner_kfold(x, y, 2, cfg)
+    assert len(res["fold_acc"]) == 3
+    # one outer split of all 30 rows, then one inner split of each outer training part (20 rows)
+    assert seen == [(30, 7)] + [(20, 7)] * 3
+    seen.clear()
+    tr.kfold_then_test(x, y, x[:5], y[:5], 2, cfg)
+    assert seen == [(30, 7)]
+
+
 def test_linear_init_is_torch_default_and_keeps_global_rng():
     torch.manual_seed(7)
     expected_next = torch.rand(3)

@@ -272,22 +272,27 @@ def _pct(fraction: float) -> float:
 # validation schemes (SentEval senteval/tools/validation.py)
 
 
+def l2_scores_by_kfold(
+    x: np.ndarray, y: np.ndarray, n_classes: int, config: ClassifierConfig
+) -> list[float]:
+    """Dev accuracy (%, 2 decimals) of every ``L2_GRID`` value, averaged over a stratified
+    ``config.kfold``-fold split of ``(x, y)``: how SentEval picks the L2 penalty."""
+    per_reg = np.zeros((len(L2_GRID), config.kfold))
+    for f, (tr, te) in enumerate(stratified_kfold(y, config.kfold, config.seed)):
+        fits = fit_logreg(x[tr], y[tr], n_classes, L2_GRID, config, validation=(x[te], y[te]))
+        per_reg[:, f] = [fit.dev_accuracy for fit in fits]
+    return [round(100 * float(np.mean(row)), 2) for row in per_reg]
+
+
 def inner_kfold(x: np.ndarray, y: np.ndarray, n_classes: int, config: ClassifierConfig) -> dict:
     """MR/CR/SUBJ/MPQA: k outer folds; in each, the L2 value is picked by an inner k-fold on
     the outer training part, then refit there (5 % held out for early stopping) and tested."""
     dev_scores: list[float] = []
     test_scores: list[float] = []
     chosen: list[float] = []
-    for train_idx, test_idx in stratified_kfold(y, config.kfold, SEED):
+    for train_idx, test_idx in stratified_kfold(y, config.kfold, config.seed):
         x_tr, y_tr = x[train_idx], y[train_idx]
-        per_reg = np.zeros((len(L2_GRID), config.kfold))
-        for f, (in_tr, in_te) in enumerate(stratified_kfold(y_tr, config.kfold, SEED)):
-            fits = fit_logreg(
-                x_tr[in_tr], y_tr[in_tr], n_classes, L2_GRID, config,
-                validation=(x_tr[in_te], y_tr[in_te]),
-            )  # fmt: skip
-            per_reg[:, f] = [fit.dev_accuracy for fit in fits]
-        scores = [round(100 * float(np.mean(row)), 2) for row in per_reg]
+        scores = l2_scores_by_kfold(x_tr, y_tr, n_classes, config)
         best = int(np.argmax(scores))
         dev_scores.append(scores[best])
         chosen.append(L2_GRID[best])
@@ -312,14 +317,7 @@ def kfold_then_test(
 ) -> dict:
     """TREC/MRPC: pick the L2 value by k-fold on train, refit on all train (5 % held out for
     early stopping), report test accuracy and the test predictions."""
-    per_reg = np.zeros((len(L2_GRID), config.kfold))
-    for f, (tr, te) in enumerate(stratified_kfold(y_train, config.kfold, config.seed)):
-        fits = fit_logreg(
-            x_train[tr], y_train[tr], n_classes, L2_GRID, config,
-            validation=(x_train[te], y_train[te]),
-        )  # fmt: skip
-        per_reg[:, f] = [fit.dev_accuracy for fit in fits]
-    scores = [round(100 * float(np.mean(row)), 2) for row in per_reg]
+    scores = l2_scores_by_kfold(x_train, y_train, n_classes, config)
     best = int(np.argmax(scores))
     final = fit_logreg(x_train, y_train, n_classes, [L2_GRID[best]], config, validation_split=0.05)
     yhat = final[0].predict(x_test)
@@ -469,6 +467,7 @@ __all__ = [
     "fit_logreg",
     "inner_kfold",
     "kfold_then_test",
+    "l2_scores_by_kfold",
     "linear_init",
     "stratified_kfold",
     "train_dev_test",
