@@ -17,6 +17,18 @@ needs_senteval = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a whole module: on a small shared machine, OpenMP threads
+    competing with other processes make tiny-model steps many times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def fresh_eval_cache():
     """Parsed evaluation files are cached per process; start and end each test without them."""

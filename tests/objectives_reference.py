@@ -10,6 +10,41 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# --------------------------------------------------------------------------------------------
+# inputs
+
+
+def paired_views(
+    n: int, d: int, noise: float, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> dict[str, Tensor]:
+    """Anchors ``z1 ~ N(0, I)`` and positives ``z2 = z1 + noise·ε``: correlated like two dropout
+    views, so that each row's positive is clearly its most similar column."""
+    g = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, generator=g, dtype=dtype)
+    return {"z1": z1, "z2": z1 + noise * torch.randn(n, d, generator=g, dtype=dtype)}
+
+
+def centred_views(
+    n: int,
+    d: int,
+    noise: float,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    off_noise: float = 0.0,
+) -> dict[str, Tensor]:
+    """Three views of ``n`` sentences around a centre ``c ~ N(0, I)``: ``z1`` and ``z2`` are
+    ``c + noise·ε`` (two dropout views), ``off`` is ``c`` itself, or ``c + off_noise·ε``."""
+    g = torch.Generator().manual_seed(seed)
+    centre = torch.randn(n, d, generator=g, dtype=dtype)
+    z1 = centre + noise * torch.randn(n, d, generator=g, dtype=dtype)
+    z2 = centre + noise * torch.randn(n, d, generator=g, dtype=dtype)
+    off = centre + off_noise * torch.randn(n, d, generator=g, dtype=dtype) if off_noise else centre
+    return {"z1": z1, "z2": z2, "off": off}
+
+
+# --------------------------------------------------------------------------------------------
+# equations
+
 
 def dot(u: Tensor, v: Tensor) -> Tensor:
     total = u[0] * 0

@@ -19,6 +19,7 @@ import torch
 
 from cselab.config import from_dict
 from cselab.objectives import ObjectiveConfig, ObjectiveContext, build_objective, total_loss
+from objectives_reference import centred_views
 
 # ---------------------------------------------------------------------------------------------
 # Objective variants: every objective of cselab, and combinations of them
@@ -65,13 +66,7 @@ def objective(name: str) -> torch.nn.Module:
 
 def make_views(n: int = 8, d: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
     """Three distinct, correlated views of ``n`` sentences."""
-    g = torch.Generator().manual_seed(seed)
-    off = torch.randn(n, d, generator=g)
-    return {
-        "z1": off + 0.6 * torch.randn(n, d, generator=g),
-        "z2": off + 0.6 * torch.randn(n, d, generator=g),
-        "off": off + 0.1 * torch.randn(n, d, generator=g),
-    }
+    return centred_views(n, d, noise=0.6, seed=seed, off_noise=0.1)
 
 
 SENTENCES = [

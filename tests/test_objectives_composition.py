@@ -27,13 +27,7 @@ TAU = 0.1
 
 
 def views(n: int = 6, d: int = 6, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    off = torch.randn(n, d, generator=g, dtype=torch.float64)
-    return {
-        "z1": off + 0.8 * torch.randn(n, d, generator=g, dtype=torch.float64),
-        "z2": off + 0.8 * torch.randn(n, d, generator=g, dtype=torch.float64),
-        "off": off,
-    }
+    return ref.centred_views(n, d, noise=0.8, seed=seed, dtype=torch.float64)
 
 
 def composed_reference(

@@ -21,11 +21,7 @@ from cselab.objectives import (
 
 
 def views(n: int = 6, d: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    z1 = torch.randn(n, d, generator=g)
-    # Correlated second view so that positives are clearly more similar, as with dropout.
-    z2 = z1 + 1.5 * torch.randn(n, d, generator=g)
-    return {"z1": z1, "z2": z2}
+    return ref.paired_views(n, d, noise=1.5, seed=seed)
 
 
 @pytest.mark.parametrize("tau,m", [(0.05, 0.3), (0.1, 0.0), (0.5, 1.0)])

@@ -20,9 +20,7 @@ from cselab.objectives import (
 
 
 def views(n: int = 5, d: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    z1 = torch.randn(n, d, generator=g)
-    return {"z1": z1, "z2": z1 + torch.randn(n, d, generator=g)}
+    return ref.paired_views(n, d, noise=1.0, seed=seed)
 
 
 def gs(**kw: object) -> ObjectiveConfig:

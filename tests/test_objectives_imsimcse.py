@@ -25,13 +25,7 @@ from cselab.objectives import (
 
 
 def views(n: int = 6, d: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    off = torch.randn(n, d, generator=g)
-    return {
-        "z1": off + 0.7 * torch.randn(n, d, generator=g),
-        "z2": off + 0.7 * torch.randn(n, d, generator=g),
-        "off": off,
-    }
+    return ref.centred_views(n, d, noise=0.7, seed=seed)
 
 
 def dbl(v: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

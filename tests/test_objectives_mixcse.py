@@ -24,9 +24,7 @@ TAU = 0.1
 
 
 def views(n: int = 5, d: int = 6, seed: int = 0, grad: bool = False) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    z1 = torch.randn(n, d, generator=g, dtype=torch.float64)
-    v = {"z1": z1, "z2": z1 + 0.8 * torch.randn(n, d, generator=g, dtype=torch.float64)}
+    v = ref.paired_views(n, d, noise=0.8, seed=seed, dtype=torch.float64)
     return {k: t.requires_grad_() for k, t in v.items()} if grad else v
 
 
