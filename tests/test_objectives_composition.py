@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import objectives_reference as ref
+from cselab.config import ConfigError, load_config
 from cselab.objectives import (
     DCLConfig,
     FocalConfig,
@@ -114,6 +115,24 @@ def test_symmetric_off_dropout_shares_the_off_view() -> None:
     assert got == pytest.approx(want.item(), rel=1e-9)
 
 
+def test_with_off_dropout_mixcse_directions_both_equals_single() -> None:
+    """Documented in docs/objectives.md: with off-dropout the second direction scores the same
+    off-dropout negatives against the same (symmetric) positive, so it is the same loss."""
+
+    def loss(off: bool, directions: str) -> float:
+        cfg = ObjectiveConfig(
+            temperature=TAU,
+            off_dropout=OffDropoutConfig(enabled=off),
+            mixcse=MixCSEConfig(enabled=True, directions=directions),
+        )
+        ctx = ObjectiveContext(generator=torch.Generator().manual_seed(0))
+        return total_loss(build_objective(cfg)(views(), ctx)).item()
+
+    assert loss(True, "both") == pytest.approx(loss(True, "single"), rel=1e-12)
+    # Control: with dropout negatives the second direction mixes other vectors.
+    assert abs(loss(False, "both") - loss(False, "single")) > 1e-3
+
+
 def test_auxiliary_terms_add_to_any_contrastive_part() -> None:
     v = views()
     for extra in (
@@ -152,6 +171,49 @@ def test_noise_on_negatives_conflicts_with_off_dropout() -> None:
 def test_bad_temperature_names_the_parameter(tau: float) -> None:
     with pytest.raises(ValueError, match=r"objective\.temperature"):
         build_objective(ObjectiveConfig(temperature=tau, focal=FocalConfig(enabled=True)))
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        ("off_dropout", "variant", "Authors", "one of"),
+        ("noise", "side", "neg", "one of"),
+        ("mixcse", "directions", "one", "one of"),
+        ("mixcse", "partner", "rand", "one of"),
+        ("mixcse", "columns", "some", "one of"),
+        ("dcl", "formulation", "eq5", "one of"),
+        ("gaussian", "num", 2.5, "whole number or null"),
+        ("gaussian", "num", True, "whole number or null"),
+        ("barlow_twins", "padding", 1.5, "whole number"),
+        ("focal", "enabled", "yes", "true or false"),
+        ("focal", "hardness", True, r"\[0, 1\]"),
+    ],
+)
+def test_python_built_config_rejects_wrong_choices_and_kinds(
+    section: str, key: str, value: object, message: str
+) -> None:
+    """A config built in Python skips the YAML loader's checks; a misspelled choice must still
+    be an error naming the key (``variant="Authors"`` used to build neither variant)."""
+    cfg = ObjectiveConfig()
+    setattr(getattr(cfg, section), key, value)
+    with pytest.raises(ValueError, match=rf"objective\.{section}\.{key} must be .*{message}"):
+        build_objective(cfg)
+
+
+def test_python_built_config_accepts_every_documented_choice() -> None:
+    for variant in ("paper", "authors_code"):
+        build_objective(
+            ObjectiveConfig(off_dropout=OffDropoutConfig(enabled=True, variant=variant))
+        )
+    for side in ("positive", "negative", "both"):
+        build_objective(ObjectiveConfig(noise=NoiseConfig(enabled=True, side=side)))
+    for columns, partner in (("one", "random"), ("one", "next"), ("all", "next")):
+        mix = MixCSEConfig(enabled=True, columns=columns, partner=partner, directions="single")
+        build_objective(ObjectiveConfig(mixcse=mix))
+    build_objective(ObjectiveConfig(gaussian=GaussianConfig(enabled=True, num=7)))
+    bad = ObjectiveConfig(symmetric="no")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"objective\.symmetric must be true or false"):
+        bad.validate()
 
 
 # -------------------------------------------------------------------------- distributed semantics
@@ -224,20 +286,17 @@ def test_per_rank_losses_average_to_the_single_process_loss(cfg: ObjectiveConfig
 
 
 def test_nested_objective_keys_load_from_yaml_and_overrides(tmp_path: Path) -> None:
-    config = pytest.importorskip("cselab.config")
     path = tmp_path / "c.yaml"
     path.write_text("objective:\n  temperature: 0.05\n  focal: {enabled: true}\n", encoding="utf-8")
-    cfg = config.load_config(
-        path, ["--objective.gaussian.enabled=true", "--objective.gaussian.num=12"]
-    )
+    cfg = load_config(path, ["--objective.gaussian.enabled=true", "--objective.gaussian.num=12"])
     assert cfg.objective.focal.enabled and cfg.objective.focal.hardness == 0.3
     assert cfg.objective.gaussian.num == 12
-    with pytest.raises(config.ConfigError, match=r"objective\.gaussian\.weight"):
-        config.load_config(path, ["--objective.gaussian.weight=-1"])
-    with pytest.raises(config.ConfigError, match=r"objective\.mixcse\.partner"):
-        config.load_config(path, ["--objective.mixcse.partner=previous"])
-    with pytest.raises(config.ConfigError, match=r"objective\.focal\.gamma"):
-        config.load_config(path, ["--objective.focal.gamma=2"])
+    with pytest.raises(ConfigError, match=r"objective\.gaussian\.weight"):
+        load_config(path, ["--objective.gaussian.weight=-1"])
+    with pytest.raises(ConfigError, match=r"objective\.mixcse\.partner"):
+        load_config(path, ["--objective.mixcse.partner=previous"])
+    with pytest.raises(ConfigError, match=r"objective\.focal\.gamma"):
+        load_config(path, ["--objective.focal.gamma=2"])
 
 
 PAPER_PRESETS = sorted(
@@ -264,8 +323,7 @@ def test_paper_presets_exist() -> None:
 
 @pytest.mark.parametrize("path", PAPER_PRESETS, ids=lambda p: p.stem)
 def test_paper_presets_load_and_build(path: Path) -> None:
-    config = pytest.importorskip("cselab.config")
-    cfg = config.load_config(path)
+    cfg = load_config(path)
     obj = build_objective(cfg.objective)
     o = cfg.objective
     family = path.stem.split("-")[0]

@@ -116,7 +116,7 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 def test_off_dropout_view_is_deterministic_and_restores_module_states() -> None:
-    views_mod = pytest.importorskip("cselab.views")
+    from cselab import views as views_mod
     from cselab.encoder import dropout_disabled
 
     enc = _tiny_encoder()
@@ -153,7 +153,8 @@ def test_switching_only_dropout_modules_leaves_attention_dropout_on() -> None:
 
 
 def test_off_dropout_objective_with_dropout_zero_encoder_equals_infonce() -> None:
-    views_mod = pytest.importorskip("cselab.views")
+    from cselab import views as views_mod
+
     enc = _tiny_encoder(hidden=0.0, attention=0.0)
     enc.train()
     v = views_mod.compute_views(enc, _batch(), ["z1", "z2", "off"])
@@ -255,6 +256,9 @@ def test_barlow_padding_raises_the_rank_of_c() -> None:
 
 
 def test_barlow_padding_is_fresh_noise_without_gradient() -> None:
+    # Padding plain (no-grad) views gives plain tensors: the artificial rows carry no graph.
+    plain1, plain2 = BarlowTwinsTerm(padding=10).padded_views(views(5, 6), ObjectiveContext())
+    assert not plain1.requires_grad and not plain2.requires_grad
     v = {k: t.requires_grad_() for k, t in views(5, 6).items()}
     term = BarlowTwinsTerm(padding=10)
     gen = torch.Generator().manual_seed(0)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cselab import unpad
-from cselab.encoder import SentenceEncoder
+from cselab.encoder import SentenceEncoder, dropout_disabled
+from cselab.views import compute_views
 
 
 def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,6 +43,36 @@ def test_unpadded_forward_and_gradients_match_padded(tiny_bert, pooler):
     assert g_pad.keys() == g_unpad.keys()
     for name in g_pad:
         torch.testing.assert_close(g_unpad[name], g_pad[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_off_dropout_view_on_the_unpadded_path(tiny_bert, monkeypatch):
+    """CPU training feeds padded batches without ``token_type_ids``, so the ImSimCSE off view
+    runs the unpadded forward: it must be deterministic there and equal the padded
+    dropout-free forward (MLP head included)."""
+    enc = SentenceEncoder.from_pretrained(
+        str(tiny_bert), pooler="cls", mlp_only_train=True, dropout=0.3
+    )
+    enc.train()
+    ids, mask = _batch()
+    calls: list[int] = []
+    real = unpad.unpadded_last_hidden
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(unpad, "unpadded_last_hidden", counted)
+    batch = {"input_ids": ids, "attention_mask": mask}
+    a = compute_views(enc, batch, ["z1", "z2", "off"])
+    b = compute_views(enc, batch, ["z1", "z2", "off"])
+    assert len(calls) == 4  # the dropout pair and the off view, twice: all unpadded
+    torch.testing.assert_close(a["off"], b["off"], rtol=0, atol=0)
+    assert not torch.allclose(a["z1"], a["z2"])  # dropout 0.3 is on for the pair
+    enc.unpad_training = False
+    with dropout_disabled(enc.backbone):
+        padded = enc(ids, mask)
+    assert len(calls) == 4
+    torch.testing.assert_close(a["off"], padded, rtol=1e-5, atol=1e-5)
 
 
 def test_unpadded_last_hidden_matches_at_real_tokens(tiny_bert):

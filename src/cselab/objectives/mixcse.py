@@ -5,7 +5,7 @@ For anchor ``h_i`` with positive ``h'_i`` (both L2-normalised) and another sente
 batch::
 
     h̃'_{ij} = (λ h'_i + (1-λ) h'_j) / ‖λ h'_i + (1-λ) h'_j‖
-    L_mix   = -log( e^{h_iᵀh'_i/τ} / ( e^{h_iᵀh'_i/τ} + Σ_j e^{h_iᵀh'_j/τ} + e^{h_iᵀ SG(h̃'_{ij})/τ} ) )
+    L_mix   = -log( e^{h_iᵀh'_i/τ} / ( e^{h_iᵀh'_i/τ} + Σ_{j≠i} e^{h_iᵀh'_j/τ} + e^{h_iᵀ SG(h̃'_{ij})/τ} ) )
 
 ``SG`` is stop-gradient. "In practice both ``h_i`` and ``h'_i`` may serve as the anchor": with
 ``directions: both`` the objective is symmetric and the second direction mixes ``h_i`` and
