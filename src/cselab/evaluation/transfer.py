@@ -273,12 +273,13 @@ def _pct(fraction: float) -> float:
 
 
 def l2_scores_by_kfold(
-    x: np.ndarray, y: np.ndarray, n_classes: int, config: ClassifierConfig
+    x: np.ndarray, y: np.ndarray, n_classes: int, config: ClassifierConfig, fold_seed: int
 ) -> list[float]:
     """Dev accuracy (%, 2 decimals) of every ``L2_GRID`` value, averaged over a stratified
-    ``config.kfold``-fold split of ``(x, y)``: how SentEval picks the L2 penalty."""
+    ``config.kfold``-fold split of ``(x, y)`` drawn with ``fold_seed``: how SentEval picks the
+    L2 penalty."""
     per_reg = np.zeros((len(L2_GRID), config.kfold))
-    for f, (tr, te) in enumerate(stratified_kfold(y, config.kfold, config.seed)):
+    for f, (tr, te) in enumerate(stratified_kfold(y, config.kfold, fold_seed)):
         fits = fit_logreg(x[tr], y[tr], n_classes, L2_GRID, config, validation=(x[te], y[te]))
         per_reg[:, f] = [fit.dev_accuracy for fit in fits]
     return [round(100 * float(np.mean(row)), 2) for row in per_reg]
@@ -286,13 +287,17 @@ def l2_scores_by_kfold(
 
 def inner_kfold(x: np.ndarray, y: np.ndarray, n_classes: int, config: ClassifierConfig) -> dict:
     """MR/CR/SUBJ/MPQA: k outer folds; in each, the L2 value is picked by an inner k-fold on
-    the outer training part, then refit there (5 % held out for early stopping) and tested."""
+    the outer training part, then refit there (5 % held out for early stopping) and tested.
+
+    Both fold splits use seed 1111 whatever ``config.seed`` is: SentEval's
+    ``InnerKFoldClassifier`` hard-codes ``random_state=1111`` for them (its classifier and
+    the other schemes' folds do follow the configured seed)."""
     dev_scores: list[float] = []
     test_scores: list[float] = []
     chosen: list[float] = []
-    for train_idx, test_idx in stratified_kfold(y, config.kfold, config.seed):
+    for train_idx, test_idx in stratified_kfold(y, config.kfold, SEED):
         x_tr, y_tr = x[train_idx], y[train_idx]
-        scores = l2_scores_by_kfold(x_tr, y_tr, n_classes, config)
+        scores = l2_scores_by_kfold(x_tr, y_tr, n_classes, config, fold_seed=SEED)
         best = int(np.argmax(scores))
         dev_scores.append(scores[best])
         chosen.append(L2_GRID[best])
@@ -317,7 +322,7 @@ def kfold_then_test(
 ) -> dict:
     """TREC/MRPC: pick the L2 value by k-fold on train, refit on all train (5 % held out for
     early stopping), report test accuracy and the test predictions."""
-    scores = l2_scores_by_kfold(x_train, y_train, n_classes, config)
+    scores = l2_scores_by_kfold(x_train, y_train, n_classes, config, fold_seed=config.seed)
     best = int(np.argmax(scores))
     final = fit_logreg(x_train, y_train, n_classes, [L2_GRID[best]], config, validation_split=0.05)
     yhat = final[0].predict(x_test)
