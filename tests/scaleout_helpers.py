@@ -275,3 +275,55 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
         per_variant[name] = rec
     out["variants"] = per_variant
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker of the per-rank RNG and collective-helper tests
+# ---------------------------------------------------------------------------------------------
+
+
+def rng_worker(rank: int, world: int, folder: str) -> dict[str, Any]:
+    """Per-rank dropout streams through a checkpoint, the gather's backward with a shared
+    incoming gradient, and the cross-rank agreement check (see ``test_distributed.py``)."""
+    from cselab import checkpoint as ckpt
+    from cselab.distributed import (
+        all_gather_objects,
+        barrier,
+        check_same_on_all_ranks,
+        dropout_seed,
+        gather_with_grad,
+    )
+    from cselab.trainer import seed_everything
+
+    out: dict[str, Any] = {}
+    # The sum hands one gradient tensor to both of its inputs. The gather is created after
+    # ``3u``, so autograd runs its backward first: an in-place all-reduce there would change
+    # the tensor that ``3u``'s backward then reads (u.grad 6 instead of 3).
+    x = torch.ones(2, 3, requires_grad=True)
+    u = torch.ones(2 * world, 3, requires_grad=True)
+    scaled = u * 3
+    ((gather_with_grad(x) + scaled) * torch.ones(2 * world, 3)).sum().backward()
+    out["u_grad"], out["x_grad"] = u.grad.clone(), x.grad.clone()
+
+    check_same_on_all_ranks(5, "a value every rank agrees on")
+    try:
+        check_same_on_all_ranks(rank, "the rank")
+        out["disagreement"] = None
+    except RuntimeError as err:
+        out["disagreement"] = str(err)
+
+    seed_everything(dropout_seed(11, rank))
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    records = all_gather_objects(ckpt.rng_state())
+    if rank == 0:
+        ckpt.save_checkpoint(folder, model, opt, sched, 3, extra={}, rng=records)
+    barrier()
+    out["next"] = torch.rand(4)
+    torch.rand(100)  # move on, as training would
+    tensors, meta = ckpt.load_checkpoint(folder)
+    out["restored"] = ckpt.restore(tensors, meta, model, opt, sched, rank=rank)
+    out["next_after_restore"] = torch.rand(4)
+    out["missing_rank"] = ckpt.rng_record(tensors, meta, world) is None
+    return out

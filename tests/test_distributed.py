@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from conftest import write_corpus
 from cselab.data import BatchOrder, shard
-from scaleout_helpers import VARIANTS, equivalence_worker, free_port, spawn
+from scaleout_helpers import VARIANTS, equivalence_worker, free_port, rng_worker, spawn
 
 REL = 1e-10
 ABS = 1e-14
@@ -73,6 +73,36 @@ def test_gradcache_under_ddp_equals_one_uncached_process(ddp: list[dict], varian
     for out in ddp:
         rec = out["variants"][variant]
         assert rec["cached_param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
+
+
+@pytest.fixture(scope="module")
+def rng_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    folder = tmp_path_factory.mktemp("rng")
+    return spawn(rng_worker, folder / "workers", str(folder / "checkpoint"))
+
+
+def test_gather_backward_leaves_a_shared_incoming_gradient_alone(rng_runs: list[dict]) -> None:
+    for out in rng_runs:
+        torch.testing.assert_close(out["u_grad"], torch.full((4, 3), 3.0))  # d(3u)/du, once
+        torch.testing.assert_close(out["x_grad"], torch.full((2, 3), 2.0))  # both ranks' use
+
+
+def test_ranks_disagreeing_is_an_error_on_every_rank(rng_runs: list[dict]) -> None:
+    for out in rng_runs:
+        assert out["disagreement"] == "ranks disagree on the rank (rank 0: 0, rank 1: 1)"
+
+
+def test_each_rank_resumes_its_own_dropout_stream(rng_runs: list[dict]) -> None:
+    """Ranks draw different dropout streams (rank 0 keeps the configured seed), and a checkpoint
+    written by rank 0 restores every rank's own stream, not rank 0's copy of it."""
+    first, second = rng_runs
+    assert not torch.equal(first["next"], second["next"])
+    for out in rng_runs:
+        assert out["restored"] and out["missing_rank"]
+        torch.testing.assert_close(out["next_after_restore"], out["next"], rtol=0, atol=0)
+    torch.manual_seed(11)
+    torch.nn.Linear(2, 2)  # the worker builds one after seeding
+    torch.testing.assert_close(first["next"], torch.rand(4), rtol=0, atol=0)
 
 
 def test_data_order_is_partitioned_without_overlap_and_resumable() -> None:
@@ -187,10 +217,18 @@ def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) ->
 @pytest.mark.slow
 def test_two_process_resume_matches_an_uninterrupted_run(tiny_bert: Path, tmp_path: Path) -> None:
     data = corpus(tmp_path / "data")
-    full = overrides(tiny_bert, tmp_path / "full", data, "--train.save_steps=2")
+    # Dropout on: each rank's own random stream must survive the checkpoint.
+    full = overrides(
+        tiny_bert, tmp_path / "full", data, "--train.save_steps=2", "--model.dropout=0.1"
+    )
     spawn(_resume_worker, tmp_path / "w1", full, "full")
     part = overrides(
-        tiny_bert, tmp_path / "part", data, "--train.save_steps=2", "--train.resume=true"
+        tiny_bert,
+        tmp_path / "part",
+        data,
+        "--train.save_steps=2",
+        "--model.dropout=0.1",
+        "--train.resume=true",
     )
     first = spawn(_resume_worker, tmp_path / "w2", part, "interrupted")
     assert [r["step"] for r in first] == [2, 2]

@@ -178,3 +178,20 @@ def test_trainer_never_imports_a_specific_objective() -> None:
     source = (Path(__file__).resolve().parents[1] / "src/cselab/trainer.py").read_text()
     imports = [line for line in source.splitlines() if line.startswith(("from", "import"))]
     assert not [line for line in imports if "objectives." in line], imports
+
+
+def test_format_1_checkpoints_still_resume_rank_0() -> None:
+    """Checkpoints written before per-rank RNG records (format 1: ``rng.torch`` and one
+    metadata record) still restore rank 0's streams; other ranks get none and re-seed."""
+    tensors, meta = ckpt.rng_state()
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    old_tensors = {"rng.torch": torch.get_rng_state()}
+    old_meta = {"format": 1, "rng": meta}
+    torch.rand(50)
+    record = ckpt.rng_record(old_tensors, old_meta, 0)
+    assert record is not None and ckpt.rng_record(old_tensors, old_meta, 1) is None
+    ckpt.set_rng_state(record)
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+    assert set(tensors) >= {"torch"}

@@ -1,7 +1,8 @@
 """Resumable checkpoints in one safetensors file, written atomically.
 
-A checkpoint holds the model weights, the optimizer state, the scheduler state, every RNG state,
-the data position (the step), the best dev score so far and the resolved config. Tensors go in
+A checkpoint holds the model weights, the optimizer state, the scheduler state, the RNG states of
+every rank (each rank draws its own dropout masks, so each resumes its own stream), the data
+position (the step), the best dev score so far and the resolved config. Tensors go in
 the safetensors body, everything else as JSON in its metadata: no pickle anywhere, so loading a
 checkpoint never executes code. The file is written to a temporary name and ``os.replace``-d over
 the previous one, so a crash or kill mid-write leaves the last complete checkpoint intact.
@@ -21,15 +22,19 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
-FORMAT_VERSION = 1
+# 2: one RNG record per rank (``rng.<rank>.torch`` / ``rng.<rank>.cuda``); 1: rank 0's only.
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
+
+RNGRecord = tuple[dict[str, torch.Tensor], dict[str, Any]]
 
 
-def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Every RNG the training step may use: torch CPU (+ CUDA), Python, NumPy."""
-    tensors = {"rng.torch": torch.get_rng_state()}
+def rng_state() -> RNGRecord:
+    """This process's RNGs that a training step may use: torch CPU, the current CUDA device's
+    generator (the one this rank's dropout draws from), Python and NumPy."""
+    tensors = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = s
+        tensors["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device())
     py = random.getstate()
     np_state = np.random.get_state()
     meta = {
@@ -39,15 +44,38 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, meta
 
 
-def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = sorted(k for k in tensors if k.startswith("rng.cuda."))
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
+def set_rng_state(record: RNGRecord) -> None:
+    """Restore a record of :func:`rng_state` into this process."""
+    tensors, meta = record
+    torch.set_rng_state(tensors["torch"])
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["cuda"], torch.cuda.current_device())
     py = meta["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     npst = meta["numpy"]
     np.random.set_state((npst[0], np.asarray(npst[1], dtype=np.uint32), *npst[2:]))
+
+
+def rng_record(
+    tensors: dict[str, torch.Tensor], meta: dict[str, Any], rank: int
+) -> RNGRecord | None:
+    """Rank ``rank``'s RNG record in a loaded checkpoint, or ``None`` if it holds none (the run
+    that wrote it had fewer ranks)."""
+    if meta.get("format") == 1:  # rank 0 only; CUDA states of every visible device
+        if rank != 0:
+            return None
+        rec = {"torch": tensors["rng.torch"]}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            key = f"rng.cuda.{torch.cuda.current_device()}"
+            if key in tensors:
+                rec["cuda"] = tensors[key]
+        return rec, meta["rng"]
+    per_rank = meta["rng"]
+    if rank >= len(per_rank):
+        return None
+    prefix = f"rng.{rank}."
+    rec = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    return rec, per_rank[rank]
 
 
 def _split_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -80,8 +108,13 @@ def save_checkpoint(
     scheduler: Any,
     step: int,
     extra: dict[str, Any],
+    rng: list[RNGRecord] | None = None,
 ) -> Path:
-    """Write ``path/checkpoint.safetensors`` atomically; returns the file path."""
+    """Write ``path/checkpoint.safetensors`` atomically; returns the file path.
+
+    ``rng`` holds one :func:`rng_state` record per rank, in rank order (default: this process's
+    only, for a single-process run).
+    """
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {
@@ -89,15 +122,16 @@ def save_checkpoint(
     }
     opt_tensors, opt_meta = _split_optimizer(optimizer.state_dict())
     tensors.update({k: v.detach().cpu().contiguous() for k, v in opt_tensors.items()})
-    rng_tensors, rng_meta = rng_state()
-    tensors.update(rng_tensors)
+    records = rng if rng is not None else [rng_state()]
+    for r, (rng_tensors, _) in enumerate(records):
+        tensors.update({f"rng.{r}.{k}": v.cpu().contiguous() for k, v in rng_tensors.items()})
     sched = {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"}
     meta = {
         "format": FORMAT_VERSION,
         "step": step,
         "optimizer": opt_meta,
         "scheduler": sched,
-        "rng": rng_meta,
+        "rng": [rng_meta for _, rng_meta in records],
         "extra": extra,
     }
     target = folder / CHECKPOINT_FILE
@@ -116,7 +150,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     with safe_open(str(file), framework="pt") as fh:
         meta = json.loads(fh.metadata()["cselab"])
         tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open API
-    if meta.get("format") != FORMAT_VERSION:
+    if meta.get("format") not in READABLE_FORMATS:
         raise ValueError(f"{file}: unsupported checkpoint format {meta.get('format')}")
     return tensors, meta
 
@@ -127,8 +161,11 @@ def restore(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-) -> None:
-    """Load model, optimizer, scheduler and RNG states saved by :func:`save_checkpoint`."""
+    rank: int = 0,
+) -> bool:
+    """Load model, optimizer and scheduler states saved by :func:`save_checkpoint`, and rank
+    ``rank``'s RNG states. Returns ``False`` if the checkpoint holds no RNG record for ``rank``
+    (then the caller must seed that rank's RNGs itself)."""
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
     optimizer.load_state_dict(_join_optimizer(tensors, meta["optimizer"]))
@@ -137,4 +174,7 @@ def restore(
     scheduler.load_state_dict(
         {"lr_lambdas": [None] * len(optimizer.param_groups), **meta["scheduler"]}
     )
-    set_rng_state(tensors, meta["rng"])
+    record = rng_record(tensors, meta, rank)
+    if record is not None:
+        set_rng_state(record)
+    return record is not None

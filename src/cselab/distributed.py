@@ -23,6 +23,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -113,6 +114,9 @@ class _GatherWithGrad(torch.autograd.Function):
             out = grad.new_empty((ctx.n, *grad.shape[1:]))
             dist.reduce_scatter_tensor(out, grad, op=dist.ReduceOp.SUM)
             return out
+        # A copy: the incoming gradient may be shared with another branch of the graph, which an
+        # in-place all-reduce would corrupt.
+        grad = grad.clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n]
 
@@ -187,6 +191,30 @@ def broadcast_module(module: nn.Module, src: int = 0) -> None:
         return
     for tensor in [*module.parameters(), *module.buffers()]:
         dist.broadcast(tensor.data, src=src)
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` without a process group."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def check_same_on_all_ranks(value: Any, what: str) -> None:
+    """Raise on every rank if ranks disagree on ``value`` (e.g. the step they resumed from: a
+    rank that cannot see the checkpoint would otherwise start over while the others resume)."""
+    values = all_gather_objects(value)
+    if any(v != values[0] for v in values):
+        per_rank = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+        raise RuntimeError(f"ranks disagree on {what} ({per_rank})")
+
+
+def dropout_seed(seed: int, rank: int) -> int:
+    """Seed of rank ``rank``'s global RNGs (dropout). Rank 0 keeps ``seed``, so a single process
+    is unchanged; other ranks get their own streams, as the rows of one process's batch would."""
+    return seed + 1_000_003 * rank
 
 
 def barrier() -> None:

@@ -23,15 +23,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, save_checkpoint
+from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
 from .config import Config, load_config, save_config
 from .data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
 from .distributed import (
     DistInfo,
+    all_gather_objects,
     average_gradients,
     average_over_ranks,
     barrier,
     broadcast_module,
+    check_same_on_all_ranks,
+    dropout_seed,
     gather_with_grad,
     init_distributed,
     main_process_first,
@@ -270,6 +273,10 @@ class Trainer:
         return final
 
     def save_checkpoint(self) -> None:
+        """Collective: every rank contributes its RNG states; rank 0 writes the file."""
+        rng = all_gather_objects(rng_state())
+        if not self.dist.is_main:
+            return
         save_checkpoint(
             self.out / "checkpoint",
             self.encoder,
@@ -283,6 +290,7 @@ class Trainer:
                 "scaler": self.scaler.state_dict() if self.scaler else None,
                 "elapsed": self._elapsed(),
             },
+            rng=rng,
         )
 
     def _elapsed(self) -> float:
@@ -293,7 +301,17 @@ class Trainer:
         if not path.is_file():
             return False
         tensors, meta = load_checkpoint(path)
-        restore(tensors, meta, self.encoder, self.optimizer, self.scheduler)
+        if not restore(tensors, meta, self.encoder, self.optimizer, self.scheduler, self.dist.rank):
+            # The checkpoint was written by a run with fewer ranks: this rank has no stream to
+            # continue, so it starts a fresh one that depends on (seed, rank, step) only.
+            seed_everything(
+                dropout_seed(self.config.train.seed + int(meta["step"]), self.dist.rank)
+            )
+            log.warning(
+                "%s holds no RNG state for rank %d (saved with fewer ranks): its dropout stream "
+                "is re-seeded, so this resumed run is not bit-identical to an uninterrupted one",
+                path, self.dist.rank,
+            )  # fmt: skip
         extra = meta["extra"]
         if extra["config"]["train"]["batch_size"] != self.config.train.batch_size:
             raise ValueError(f"{path}: checkpoint was trained with a different train.batch_size")
@@ -324,6 +342,9 @@ class Trainer:
         self._elapsed_before = 0.0
         self.out.mkdir(parents=True, exist_ok=True)
         resumed = tc.resume and self.try_resume()
+        check_same_on_all_ranks(
+            self.step, "the step to resume from (do all ranks see the checkpoint?)"
+        )
         self._t0 = time.perf_counter()
         if main:
             save_config(self.config, self.out / "config.yaml")
@@ -376,8 +397,8 @@ class Trainer:
                     metrics.write(row)
                     progress.update(self.step, {k: row[k] for k in ("loss", "lr", "sentences_per_s") if k in row}
                                     | ({"stsb_dev": row["stsb_dev"]} if "stsb_dev" in row else {}))  # fmt: skip
-                if at_save and main:
-                    self.save_checkpoint()
+                if at_save:
+                    self.save_checkpoint()  # collective: all ranks send RNG states
                 barrier()
                 window_start = time.perf_counter()
         progress.close()
@@ -454,9 +475,10 @@ def build_trainer(config: Config) -> Trainer:
         from .gradcache import gradcache_step
 
         step_fn = gradcache_step
-    # Re-seed after model construction so the data order and dropout do not depend on how many
-    # random numbers building the model consumed.
-    seed_everything(config.train.seed)
+    # Re-seed after model construction so that dropout does not depend on how many random numbers
+    # building the model consumed (the data order and generated negatives have their own
+    # generators). Each rank gets its own dropout stream.
+    seed_everything(dropout_seed(config.train.seed, dist_info.rank))
     return Trainer(
         config, encoder, objective, corpus, make_dev_evaluator(config), dist_info, step_fn
     )
