@@ -6,14 +6,18 @@ SHARED ?= ../shared/data
 
 .PHONY: setup test test-all lint format demo bench-train bench-eval bench-objectives bench-gpu clean
 
-$(BIN)/activate:
+# The stamp is written only after every install step succeeded: `python -m venv` creates
+# bin/activate first, so a target on it would count a failed install as done.
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
-	touch $(BIN)/activate
+	touch $(STAMP)
 
-setup: $(BIN)/activate
+setup: $(STAMP)
 
 test: setup
 	$(BIN)/python -m pytest -q

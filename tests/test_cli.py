@@ -63,3 +63,17 @@ def test_encode_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
     np.testing.assert_allclose(
         np.load(tmp_path / "v.npy"), enc.encode(sentences), rtol=1e-5, atol=1e-6
     )
+
+
+def test_encode_gives_one_vector_per_line(tiny_bert: Path, tmp_path: Path) -> None:
+    """Only "\\n" ends a line: a U+2028 or a form feed inside a line, CRLF endings and a blank
+    line must not change the count (str.splitlines() would give 7 vectors here, not 5)."""
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    enc.save(tmp_path / "model")
+    lines = ["one\u2028still one", "two\x0cstill two", "", "four", "five"]
+    (tmp_path / "in.txt").write_bytes(("\r\n".join(lines) + "\r\n").encode("utf-8"))
+    assert main(["encode", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "v.npy")]) == 0  # fmt: skip
+    vectors = np.load(tmp_path / "v.npy")
+    assert vectors.shape[0] == 5
+    np.testing.assert_allclose(vectors, enc.encode(lines), rtol=1e-5, atol=1e-6)

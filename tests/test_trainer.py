@@ -131,11 +131,23 @@ def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) ->
         return terms
 
     trainer.objective.forward = poisoned
-    with pytest.raises(TrainingDiverged, match=r"'infonce' is nan at step 5"):
+    with pytest.raises(TrainingDiverged, match=r"'infonce' is nan at step 5; the last good "
+                       r"checkpoint is kept in .*checkpoint \(resume with --train.resume=true"):  # fmt: skip
         trainer.train()
     tensors, meta = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
     assert meta["step"] == 4
     assert all(torch.isfinite(v).all() for k, v in tensors.items() if k.startswith("model."))
+
+
+def test_nan_before_any_checkpoint_says_none_was_written(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=100"))
+    real = trainer.objective.forward
+    trainer.objective.forward = lambda views, ctx=None: {  # noqa: ARG005
+        k: v * float("nan") for k, v in real(views, ctx).items()
+    }
+    with pytest.raises(TrainingDiverged, match=r"at step 1; no checkpoint had been written yet"):
+        trainer.train()
+    assert not (tmp_path / "out/checkpoint").exists()
 
 
 def test_best_model_is_kept(tiny_bert: Path, tmp_path: Path) -> None:

@@ -56,11 +56,17 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
     from . import load
 
+    # One vector per "\n"-separated line (a trailing "\r" stripped), as the training corpus is
+    # read: str.splitlines() would also split on U+2028, form feeds and other separators inside
+    # a line, and the vectors would no longer line up with the file's lines.
     if args.input == "-":
-        lines = sys.stdin.read().splitlines()
+        text = sys.stdin.read()
     else:
         with open(args.input, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+            text = fh.read()
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "" and text.endswith("\n"):
+        lines.pop()  # the final newline ends the last line; it does not start another
     encoder = load(args.model, pooler=args.pooler, device=args.device)
     vectors = encoder.encode(lines, batch_size=args.batch_size, normalize=args.normalize)
     np.save(args.output, vectors)
@@ -129,7 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cselab {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; the last complete checkpoint is kept", file=sys.stderr)
+        print(
+            "interrupted; the last complete checkpoint (if one was written) is kept in the "
+            "output folder's checkpoint/; continue with --train.resume=true",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -89,7 +89,8 @@ class TrainConfig:
             or ``auto`` (bf16 on GPUs that support it, else fp32).
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
         eval_steps: STS-B dev every this many steps (and at the end); 0 disables.
-        save_steps: write a resumable checkpoint every this many steps (0: only at eval steps).
+        save_steps: write a resumable checkpoint every this many steps (0: at the eval steps; with
+            ``eval_steps`` 0 as well, only at the end, so a kill loses the whole run).
         log_steps: write a metrics row every this many steps.
         resume: continue from ``output_dir/checkpoint`` if present.
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).

@@ -255,9 +255,15 @@ class Trainer:
         if bad.any():
             row, col = (int(i) for i in bad.nonzero()[0])
             step = window[row][0]
+            ckpt = self.out / "checkpoint" / CHECKPOINT_FILE
+            kept = (
+                f"the last good checkpoint is kept in {ckpt.parent} (resume with "
+                "--train.resume=true after changing what diverged)"
+                if ckpt.is_file()
+                else "no checkpoint had been written yet"
+            )
             raise TrainingDiverged(
-                f"loss term '{names[col]}' is {values[row, col].item()} at step {step}; "
-                f"the last good checkpoint is kept in {self.out / 'checkpoint'}"
+                f"loss term '{names[col]}' is {values[row, col].item()} at step {step}; {kept}"
             )
         self._window_means = dict(zip(names, values.mean(0).tolist(), strict=True))
 
