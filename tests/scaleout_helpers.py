@@ -282,10 +282,12 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def rng_worker(rank: int, world: int, folder: str) -> dict[str, Any]:
-    """Per-rank dropout streams through a checkpoint, the gather's backward with a shared
-    incoming gradient, and the cross-rank agreement check (see ``test_distributed.py``)."""
+def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> dict[str, Any]:
+    """Per-rank dropout streams from the trainer and through a checkpoint, the gather's backward
+    with a shared incoming gradient, and the cross-rank agreement check (see
+    ``test_distributed.py``)."""
     from cselab import checkpoint as ckpt
+    from cselab.config import load_config
     from cselab.distributed import (
         all_gather_objects,
         barrier,
@@ -293,9 +295,11 @@ def rng_worker(rank: int, world: int, folder: str) -> dict[str, Any]:
         dropout_seed,
         gather_with_grad,
     )
-    from cselab.trainer import seed_everything
+    from cselab.trainer import build_trainer, seed_everything
 
     out: dict[str, Any] = {}
+    build_trainer(load_config(None, config_args))
+    out["after_build_trainer"] = torch.rand(4)  # the first numbers dropout would draw
     # The sum hands one gradient tensor to both of its inputs. The gather is created after
     # ``3u``, so autograd runs its backward first: an in-place all-reduce there would change
     # the tensor that ``3u``'s backward then reads (u.grad 6 instead of 3).

@@ -76,9 +76,10 @@ def test_gradcache_under_ddp_equals_one_uncached_process(ddp: list[dict], varian
 
 
 @pytest.fixture(scope="module")
-def rng_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+def rng_runs(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     folder = tmp_path_factory.mktemp("rng")
-    return spawn(rng_worker, folder / "workers", str(folder / "checkpoint"))
+    args = overrides(tiny_bert, folder / "run", corpus(folder / "data"), "--model.dropout=0.1")
+    return spawn(rng_worker, folder / "workers", str(folder / "checkpoint"), args)
 
 
 def test_gather_backward_leaves_a_shared_incoming_gradient_alone(rng_runs: list[dict]) -> None:
@@ -96,6 +97,7 @@ def test_each_rank_resumes_its_own_dropout_stream(rng_runs: list[dict]) -> None:
     """Ranks draw different dropout streams (rank 0 keeps the configured seed), and a checkpoint
     written by rank 0 restores every rank's own stream, not rank 0's copy of it."""
     first, second = rng_runs
+    assert not torch.equal(first["after_build_trainer"], second["after_build_trainer"])
     assert not torch.equal(first["next"], second["next"])
     for out in rng_runs:
         assert out["restored"] and out["missing_rank"]

@@ -176,17 +176,17 @@ def test_bad_temperature_names_the_parameter(tau: float) -> None:
 @pytest.mark.parametrize(
     ("section", "key", "value", "message"),
     [
-        ("off_dropout", "variant", "Authors", "one of"),
-        ("noise", "side", "neg", "one of"),
-        ("mixcse", "directions", "one", "one of"),
-        ("mixcse", "partner", "rand", "one of"),
-        ("mixcse", "columns", "some", "one of"),
-        ("dcl", "formulation", "eq5", "one of"),
-        ("gaussian", "num", 2.5, "whole number or null"),
-        ("gaussian", "num", True, "whole number or null"),
-        ("barlow_twins", "padding", 1.5, "whole number"),
-        ("focal", "enabled", "yes", "true or false"),
-        ("focal", "hardness", True, r"\[0, 1\]"),
+        ("off_dropout", "variant", "Authors", "must be one of"),
+        ("noise", "side", "neg", "must be one of"),
+        ("mixcse", "directions", "one", "must be one of"),
+        ("mixcse", "partner", "rand", "must be one of"),
+        ("mixcse", "columns", "some", "must be one of"),
+        ("dcl", "formulation", "eq5", "must be one of"),
+        ("gaussian", "num", 2.5, r"expected int \| None"),
+        ("gaussian", "num", True, r"expected int \| None"),
+        ("barlow_twins", "padding", 1.5, "expected an integer"),
+        ("focal", "enabled", "yes", "expected true/false"),
+        ("focal", "hardness", True, "expected a number"),
     ],
 )
 def test_python_built_config_rejects_wrong_choices_and_kinds(
@@ -196,7 +196,7 @@ def test_python_built_config_rejects_wrong_choices_and_kinds(
     be an error naming the key (``variant="Authors"`` used to build neither variant)."""
     cfg = ObjectiveConfig()
     setattr(getattr(cfg, section), key, value)
-    with pytest.raises(ValueError, match=rf"objective\.{section}\.{key} must be .*{message}"):
+    with pytest.raises(ValueError, match=rf"objective\.{section}\.{key}: {message}"):
         build_objective(cfg)
 
 
@@ -212,7 +212,7 @@ def test_python_built_config_accepts_every_documented_choice() -> None:
         build_objective(ObjectiveConfig(mixcse=mix))
     build_objective(ObjectiveConfig(gaussian=GaussianConfig(enabled=True, num=7)))
     bad = ObjectiveConfig(symmetric="no")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"objective\.symmetric must be true or false"):
+    with pytest.raises(ValueError, match=r"objective\.symmetric: expected true/false"):
         bad.validate()
 
 

@@ -195,7 +195,7 @@ def test_trainer_never_imports_a_specific_objective() -> None:
 def test_format_1_checkpoints_still_resume_rank_0() -> None:
     """Checkpoints written before per-rank RNG records (format 1: ``rng.torch`` and one
     metadata record) still restore rank 0's streams; other ranks get none and re-seed."""
-    tensors, meta = ckpt.rng_state()
+    _, meta = ckpt.rng_state()  # Python and NumPy states, the same in both formats
     torch.manual_seed(3)
     expected = torch.rand(3)
     torch.manual_seed(3)
@@ -206,4 +206,3 @@ def test_format_1_checkpoints_still_resume_rank_0() -> None:
     assert record is not None and ckpt.rng_record(old_tensors, old_meta, 1) is None
     ckpt.set_rng_state(record)
     torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
-    assert set(tensors) >= {"torch"}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -213,10 +212,13 @@ class ObjectiveConfig:
         """Raise ``ValueError`` naming the parameter if a value is out of range or a
         combination is not defined."""
         p = "objective"
-        _check_kinds(self, p)
-        for section in dataclasses.fields(self):
-            if dataclasses.is_dataclass(part := getattr(self, section.name)):
-                _check_kinds(part, f"{p}.{section.name}")
+        # Kinds first, with the YAML loader's own checks (choices, true/false, whole numbers):
+        # a config built in Python skips the loader, and a misspelled choice would otherwise
+        # build a different objective without a word. Imported here: cselab.config imports
+        # this module. Its ConfigError is a ValueError.
+        from ..config import from_dict
+
+        from_dict(ObjectiveConfig, dataclasses.asdict(self), prefix=p)
         _check(_finite_positive(self.temperature), f"{p}.temperature must be > 0", self.temperature)
 
         f = self.focal
@@ -278,34 +280,8 @@ class ObjectiveConfig:
         return self.symmetric or (self.mixcse.enabled and self.mixcse.directions == "both")
 
 
-def _check_kinds(section: object, prefix: str) -> None:
-    """Check the options whose kind the numeric range checks do not cover: choices (``Literal``)
-    must be one of their values, switches ``bool`` and counts ``int``.
-
-    The YAML loader checks these too, but a config built in Python skips it, and a misspelled
-    choice would otherwise build a different objective without a word (the off-dropout
-    ``variant`` only tests for ``"paper"``).
-    """
-    hints = typing.get_type_hints(type(section))
-    for f in dataclasses.fields(section):  # type: ignore[arg-type]
-        tp, value, key = hints[f.name], getattr(section, f.name), f"{prefix}.{f.name}"
-        args = set(typing.get_args(tp))
-        if typing.get_origin(tp) is Literal:
-            _check(value in args, f"{key} must be one of {list(typing.get_args(tp))}", value)
-        elif tp is bool:
-            _check(isinstance(value, bool), f"{key} must be true or false", value)
-        elif tp is int or args == {int, type(None)}:
-            ok = _is_int(value) or (value is None and type(None) in args)
-            _check(ok, f"{key} must be a whole number" + (" or null" if args else ""), value)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _finite(x: float) -> bool:
-    # bool is an int subclass: `hardness: true` is a mistake, not 1.0.
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, int | float) and math.isfinite(x)
 
 
 def _finite_positive(x: float) -> bool:
