@@ -2,7 +2,7 @@
 
 What is measured (one process, one device):
 
-* **cselab**: the real training step of :class:`cselab.trainer.Trainer` — ``batch_for`` (collate,
+* **cselab**: the real training step of :class:`cselab.training.trainer.Trainer` — ``batch_for`` (collate,
   pinned memory, non-blocking copy), ``forward_backward`` (unsupervised SimCSE: one forward over
   the doubled batch, InfoNCE) and ``optimizer_step`` (gradient clipping, fused AdamW, schedule).
   bf16 autocast, PyTorch's scaled-dot-product attention, optional ``torch.compile``.
@@ -217,9 +217,9 @@ def cselab_trainer(
     folder: Path, args: argparse.Namespace, batch: int, chunk: int | None, out: Path
 ):
     from cselab.config import Config
-    from cselab.encoder import SentenceEncoder
+    from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import build_objective
-    from cselab.trainer import Trainer, seed_everything
+    from cselab.training.trainer import Trainer, seed_everything
 
     cfg = Config()
     cfg.model.name_or_path = str(folder)
@@ -235,7 +235,7 @@ def cselab_trainer(
     corpus = random_corpus(batch * (args.warmup + args.steps + 1), args.seq, args.shape.vocab)
     step_fn = None
     if chunk:
-        from cselab.gradcache import gradcache_step
+        from cselab.training.gradcache import gradcache_step
 
         step_fn = gradcache_step
     return Trainer(cfg, encoder, build_objective(cfg.objective), corpus, None, None, step_fn)
@@ -320,8 +320,8 @@ def bench_gradcache(
     folder: Path, args: argparse.Namespace, batch: int, chunks: list[int]
 ) -> list[dict]:
     """Peak memory and step time against the chunk size (CUDA: allocator peak; CPU: bytes saved
-    for backward, from :class:`cselab.gradcache.SavedTensorMeter`)."""
-    from cselab.gradcache import SavedTensorMeter
+    for backward, from :class:`cselab.training.gradcache.SavedTensorMeter`)."""
+    from cselab.training.gradcache import SavedTensorMeter
 
     rows = []
     for chunk in [None, *chunks]:
@@ -363,7 +363,7 @@ def default_device() -> str:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    from cselab.trainer import autocast_dtype as trainer_autocast
+    from cselab.training.trainer import autocast_dtype as trainer_autocast
 
     return trainer_autocast(precision, device)
 

@@ -191,9 +191,9 @@ def interleaved_timing(
 
     from cselab.config import ModelConfig
     from cselab.data import collate, tokenize_corpus
-    from cselab.encoder import SentenceEncoder
+    from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import ObjectiveContext, build_objective, total_loss
-    from cselab.views import compute_views
+    from cselab.training.views import compute_views
 
     torch.manual_seed(0)
     encoder = SentenceEncoder.from_config(

@@ -170,8 +170,8 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     import transformers
     from transformers import AutoTokenizer, TrainerCallback
 
-    from cselab.encoder import SentenceEncoder
-    from cselab.pooling import Pooler
+    from cselab.model.encoder import SentenceEncoder
+    from cselab.model.pooling import Pooler
 
     transformers.set_seed(args.seed)
     module = Transformer(
@@ -299,7 +299,7 @@ def cselab_overrides(args: argparse.Namespace, precision: str, out: Path, max_st
 def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
                evaluate: bool) -> Run:  # fmt: skip
     from cselab.config import load_config
-    from cselab.trainer import build_trainer
+    from cselab.training.trainer import build_trainer
 
     out = work / f"cselab-{precision}"
     config = load_config(None, cselab_overrides(args, precision, out, max_steps,
@@ -351,12 +351,12 @@ def profile_cselab(
 
     The trainer's hot path only (batch → forward/backward → optimizer step), after one warm-up
     step; logging, evaluation and checkpoints are not part of it. ``unpad=False`` turns the
-    unpadded training forward off (the ablation of :mod:`cselab.unpad`).
+    unpadded training forward off (the ablation of :mod:`cselab.model.unpad`).
     """
     from torch.profiler import ProfilerActivity, profile
 
     from cselab.config import load_config
-    from cselab.trainer import build_trainer
+    from cselab.training.trainer import build_trainer
 
     out = work / f"profile-{precision}{'' if unpad else '-padded'}"
     trainer = build_trainer(load_config(None, cselab_overrides(args, precision, out, steps + 1, 0)))

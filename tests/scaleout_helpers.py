@@ -86,7 +86,7 @@ SENTENCES = [
 
 
 def tiny_encoder(path: str | Path, dropout: float | None = 0.0, pooler: str = "cls"):
-    from cselab.encoder import SentenceEncoder
+    from cselab.model.encoder import SentenceEncoder
 
     torch.manual_seed(0)  # the cls head is freshly initialised
     enc = SentenceEncoder.from_pretrained(str(path), pooler=pooler, dropout=dropout)
@@ -181,10 +181,10 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
     """Everything the DDP tests compare, computed on one rank (see ``test_distributed.py``)."""
     import torch.distributed as dist
 
-    from cselab.distributed import average_gradients, gather_with_grad
-    from cselab.gradcache import cached_forward_backward
+    from cselab.training.distributed import average_gradients, gather_with_grad
+    from cselab.training.gradcache import cached_forward_backward
     from cselab.objectives.composite import draw_normal
-    from cselab.views import compute_views
+    from cselab.training.views import compute_views
 
     n_local = GLOBAL_BATCH // world
     lo, hi = rank * n_local, (rank + 1) * n_local
@@ -286,16 +286,16 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
     """Per-rank dropout streams from the trainer and through a checkpoint, the gather's backward
     with a shared incoming gradient, and the cross-rank agreement check (see
     ``test_distributed.py``)."""
-    from cselab import checkpoint as ckpt
+    from cselab.training import checkpoint as ckpt
     from cselab.config import load_config
-    from cselab.distributed import (
+    from cselab.training.distributed import (
         all_gather_objects,
         barrier,
         check_same_on_all_ranks,
         dropout_seed,
         gather_with_grad,
     )
-    from cselab.trainer import build_trainer, seed_everything
+    from cselab.training.trainer import build_trainer, seed_everything
 
     out: dict[str, Any] = {}
     build_trainer(load_config(None, config_args))

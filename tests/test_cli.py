@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cselab.cli import main
-from cselab.encoder import SentenceEncoder
+from cselab.model.encoder import SentenceEncoder
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

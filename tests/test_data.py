@@ -105,7 +105,7 @@ def test_wiki1m_offline_error_names_url_and_alternative(
 ) -> None:
     import urllib.request
 
-    from cselab import hub
+    from cselab.model import hub
 
     def offline(*args, **kwargs):  # noqa: ANN002, ANN003
         raise OSError("Name or service not known")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from cselab.encoder import SentenceEncoder, dropout_disabled, load
-from cselab.hub import packaged_model_path, resolve_model
-from cselab.pooling import POOLERS
-from cselab.views import compute_views
+from cselab.model.encoder import SentenceEncoder, dropout_disabled, load
+from cselab.model.hub import packaged_model_path, resolve_model
+from cselab.model.pooling import POOLERS
+from cselab.training.views import compute_views
 
 SENTENCES = [
     "a man is playing a guitar .",
@@ -140,7 +140,7 @@ def test_packaged_minilm_resolves_offline(
 
 
 def test_unknown_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cselab.hub import ResolveError
+    from cselab.model.hub import ResolveError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ResolveError, match="no-such-org/no-such-model"):

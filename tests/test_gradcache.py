@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import cselab.gradcache as gc
+import cselab.training.gradcache as gc
 from conftest import write_corpus
-from cselab.gradcache import (
+from cselab.training.gradcache import (
     ReplayMismatch,
     SavedTensorMeter,
     cached_forward_backward,
     chunk_bounds,
 )
 from cselab.objectives import ObjectiveContext, total_loss
-from cselab.views import compute_views
+from cselab.training.views import compute_views
 from scaleout_helpers import (
     SENTENCES,
     VARIANTS,
@@ -251,7 +251,7 @@ def test_trainer_with_cache_chunk_size_matches_the_uncached_trainer(
 ) -> None:
     from safetensors.torch import load_file
 
-    from cselab.trainer import build_trainer
+    from cselab.training.trainer import build_trainer
 
     build_trainer(tiny_run(tiny_bert, tmp_path / "plain", "--model.dropout=0.0")).train()
     cached = build_trainer(
@@ -275,7 +275,7 @@ def test_trainer_gradcache_with_dropout_and_bf16_replays_exactly(
 ) -> None:
     """With dropout on and bf16 autocast, every re-encoded chunk equals its cached embeddings
     (checked at every step via ``CSELAB_GRADCACHE_VERIFY``)."""
-    from cselab.trainer import build_trainer
+    from cselab.training.trainer import build_trainer
 
     monkeypatch.setenv(gc.VERIFY_ENV, "1")
     trainer = build_trainer(

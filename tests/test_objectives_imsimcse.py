@@ -92,8 +92,8 @@ def test_off_dropout_with_no_dropout_and_m_1_is_infonce() -> None:
 def _tiny_encoder(hidden: float = 0.1, attention: float = 0.1):
     from transformers import BertConfig, BertModel
 
-    from cselab.encoder import SentenceEncoder
-    from cselab.pooling import Pooler
+    from cselab.model.encoder import SentenceEncoder
+    from cselab.model.pooling import Pooler
 
     torch.manual_seed(0)
     config = BertConfig(
@@ -116,8 +116,8 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 def test_off_dropout_view_is_deterministic_and_restores_module_states() -> None:
-    from cselab import views as views_mod
-    from cselab.encoder import dropout_disabled
+    from cselab.training import views as views_mod
+    from cselab.model.encoder import dropout_disabled
 
     enc = _tiny_encoder()
     enc.train()
@@ -137,7 +137,7 @@ def test_off_dropout_view_is_deterministic_and_restores_module_states() -> None:
 def test_switching_only_dropout_modules_leaves_attention_dropout_on() -> None:
     """The transformers-5 pitfall the off view must avoid: attention dropout follows the
     attention module's ``training`` flag, not an ``nn.Dropout`` submodule."""
-    from cselab.encoder import dropout_disabled
+    from cselab.model.encoder import dropout_disabled
 
     enc = _tiny_encoder(hidden=0.0, attention=0.5)
     enc.train()
@@ -153,7 +153,7 @@ def test_switching_only_dropout_modules_leaves_attention_dropout_on() -> None:
 
 
 def test_off_dropout_objective_with_dropout_zero_encoder_equals_infonce() -> None:
-    from cselab import views as views_mod
+    from cselab.training import views as views_mod
 
     enc = _tiny_encoder(hidden=0.0, attention=0.0)
     enc.train()

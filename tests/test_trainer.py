@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import write_corpus
-from cselab import checkpoint as ckpt
+from cselab.training import checkpoint as ckpt
 from cselab.config import load_config
-from cselab.trainer import TrainingDiverged, build_trainer, linear_schedule
+from cselab.training.trainer import TrainingDiverged, build_trainer, linear_schedule
 
 
 def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
@@ -77,7 +77,7 @@ def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Pa
         f"""
         import os, signal, sys
         from cselab.config import load_config
-        from cselab.trainer import Trainer, build_trainer
+        from cselab.training.trainer import Trainer, build_trainer
         original = Trainer.optimizer_step
         def step_then_die(self):
             original(self)

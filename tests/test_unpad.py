@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from cselab import unpad
-from cselab.encoder import SentenceEncoder, dropout_disabled
-from cselab.views import compute_views
+from cselab.model import unpad
+from cselab.model.encoder import SentenceEncoder, dropout_disabled
+from cselab.training.views import compute_views
 
 
 def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,14 +7,14 @@ __version__ = "0.1.0"
 
 def load(path: str, pooler: str | None = None, **kwargs):  # noqa: ANN201 - lazy import
     """Open a cselab output folder, a sentence-transformers folder or an HF model as an encoder."""
-    from .encoder import load as _load
+    from .model.encoder import load as _load
 
     return _load(path, pooler=pooler, **kwargs)
 
 
 def train(config):  # noqa: ANN001, ANN201 - lazy import keeps `import cselab` light
     """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results."""
-    from .trainer import train as _train
+    from .training.trainer import train as _train
 
     return _train(config)
 

@@ -19,8 +19,8 @@ log = logging.getLogger("cselab")
 def _user_errors() -> tuple[type[BaseException], ...]:
     from .config import ConfigError
     from .data import CorpusError
-    from .hub import ResolveError
-    from .trainer import TrainingDiverged
+    from .model.hub import ResolveError
+    from .training.trainer import TrainingDiverged
 
     errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
     try:
@@ -34,7 +34,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .trainer import train
+    from .training.trainer import train
 
     config = load_config(args.config, args.overrides)
     results = train(config)

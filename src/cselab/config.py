@@ -35,7 +35,7 @@ class ModelConfig:
 
     Attributes:
         name_or_path: Hugging Face Hub name or local folder of any ``AutoModel`` encoder.
-        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.pooling`).
+        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`).
         mlp_only_train: with ``pooler: cls``, use the MLP head in training only (SimCSE unsup).
         max_seq_len: truncation length in tokens (SimCSE: 32).
         dropout: if set, overrides hidden and attention dropout probabilities of the encoder.

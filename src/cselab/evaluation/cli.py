@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cselab.pooling import POOLERS
+from cselab.model.pooling import POOLERS
 
 from .datasets import DataFormatError, MissingDataError
 from .download import ensure_data

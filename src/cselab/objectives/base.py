@@ -9,7 +9,7 @@ Views
     ``"z1"``, ``"z2"``: the two dropout views of the batch, shape ``(B, D)``, unnormalised (both
     come from one forward pass over the duplicated batch). ``"off"``: the same batch encoded once
     with every dropout switched off (ImSimCSE's off-dropout view). Objectives declare extra view
-    names they need; :mod:`cselab.views` knows how to produce each.
+    names they need; :mod:`cselab.training.views` knows how to produce each.
 
 The InfoNCE family (SimCSE, Focal-InfoNCE, GS-InfoNCE, off-dropout, MixCSE) is one
 :class:`ContrastiveObjective` assembled from three kinds of parts:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from .encoder import SentenceEncoder, dropout_disabled
-from .objectives.base import VIEW_ANCHOR, VIEW_OFF_DROPOUT, VIEW_POSITIVE
+from ..model.encoder import SentenceEncoder, dropout_disabled
+from ..objectives.base import VIEW_ANCHOR, VIEW_OFF_DROPOUT, VIEW_POSITIVE
 
 KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT})
 

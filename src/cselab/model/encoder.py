@@ -1,4 +1,4 @@
-"""The sentence encoder: any Hugging Face ``AutoModel`` backbone plus a :class:`~cselab.pooling.Pooler`.
+"""The sentence encoder: any Hugging Face ``AutoModel`` backbone plus a :class:`~cselab.model.pooling.Pooler`.
 
 The architecture is whatever the checkpoint's ``config.json`` says (``AutoModel``); it is never
 guessed from the model's name. Saved models are at once a Hugging Face model folder and a
@@ -52,7 +52,7 @@ class SentenceEncoder(nn.Module):
         self.tokenizer = tokenizer
         self.pooler = pooler
         self.max_seq_len = max_seq_len
-        # Training forward on the real tokens only (see cselab.unpad); from_pretrained turns it
+        # Training forward on the real tokens only (see cselab.model.unpad); from_pretrained turns it
         # on for backbones that support it. Inference always uses the padded forward.
         self.unpad_training = False
 

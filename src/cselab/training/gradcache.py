@@ -28,7 +28,7 @@ more compute for a forward+backward). Generated negatives (Gaussian, mixing part
 BarlowTwins padding) are drawn once per step, because the objective runs once.
 
 :func:`cached_forward_backward` is the building block (an encoder, an objective, a batch);
-:func:`gradcache_step` plugs it into :class:`~cselab.trainer.Trainer` as its ``step_fn``.
+:func:`gradcache_step` plugs it into :class:`~cselab.training.trainer.Trainer` as its ``step_fn``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .objectives.base import LossTerms, Objective, ObjectiveContext, total_loss
+from ..objectives.base import LossTerms, Objective, ObjectiveContext, total_loss
 from .views import compute_views
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,7 +146,7 @@ def cached_forward_backward(
         scale: applied to the summed loss before its backward (``GradScaler.scale`` for fp16);
             the embedding gradients, and so the parameter gradients, carry the scale.
         views_fn: ``(encoder, rows, view_names) -> views`` (default
-            :func:`cselab.views.compute_views`).
+            :func:`cselab.training.views.compute_views`).
         verify: check that the second pass reproduces the cached embeddings (within
             ``verify_atol``), raising :class:`ReplayMismatch` otherwise. Costs a host sync.
         first_pass_graph: run the first pass with autograd on (each chunk's graph is dropped at
@@ -247,7 +247,7 @@ def _check_replay(
 
 
 def gradcache_step(trainer: Trainer, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    """:class:`~cselab.trainer.Trainer` ``step_fn`` for ``train.cache_chunk_size``.
+    """:class:`~cselab.training.trainer.Trainer` ``step_fn`` for ``train.cache_chunk_size``.
 
     Same contract as the trainer's own forward/backward: returns the loss terms, gradients
     accumulated (and, with fp16, scaled by the trainer's ``GradScaler``); the trainer averages

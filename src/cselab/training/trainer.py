@@ -1,7 +1,7 @@
 """A thin trainer: views → objective → named loss terms → AdamW step.
 
 The trainer knows nothing about specific objectives: it asks the objective which views it
-needs, computes them (:mod:`cselab.views`), sums the returned terms and logs each one.
+needs, computes them (:mod:`cselab.training.views`), sums the returned terms and logs each one.
 Model selection follows SimCSE (``load_best_model_at_end``): STS-B dev Spearman every
 ``eval_steps``; the best model and the last model are both saved.
 """
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
-from .config import Config, load_config, save_config
-from .data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
+from ..config import Config, load_config, save_config
+from ..data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
 from .distributed import (
     DistInfo,
     all_gather_objects,
@@ -41,10 +41,10 @@ from .distributed import (
     objective_seed,
     shutdown_distributed,
 )
-from .encoder import SentenceEncoder
-from .hub import cache_root, resolve_train_file
+from ..model.encoder import SentenceEncoder
+from ..model.hub import cache_root, resolve_train_file
 from .metrics import MetricsLog, Progress
-from .objectives import Objective, ObjectiveContext, build_objective, total_loss
+from ..objectives import Objective, ObjectiveContext, build_objective, total_loss
 from .views import compute_views
 
 log = logging.getLogger("cselab")
@@ -440,8 +440,8 @@ def make_dev_evaluator(config: Config) -> Evaluator | None:
     """STS-B dev Spearman ×100 (cosine, no training) for model selection, or ``None``."""
     if not (config.eval.enabled and config.train.eval_steps):
         return None
-    from .evaluation.datasets import resolve_data_dir
-    from .evaluation.sts import stsb_dev_spearman
+    from ..evaluation.datasets import resolve_data_dir
+    from ..evaluation.sts import stsb_dev_spearman
 
     data_dir = resolve_data_dir(config.eval.data_dir)
     batch_size = config.eval.batch_size
