@@ -180,10 +180,10 @@ CHUNK = 3  # GradCache chunk on each rank's 4 rows: chunks of 3 and 1
 def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
     """Everything the DDP tests compare, computed on one rank (see ``test_distributed.py``)."""
     import torch.distributed as dist
+    from cselab.objectives.composite import draw_normal
 
     from cselab.training.distributed import average_gradients, gather_with_grad
     from cselab.training.gradcache import cached_forward_backward
-    from cselab.objectives.composite import draw_normal
     from cselab.training.views import compute_views
 
     n_local = GLOBAL_BATCH // world
@@ -286,8 +286,8 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
     """Per-rank dropout streams from the trainer and through a checkpoint, the gather's backward
     with a shared incoming gradient, and the cross-rank agreement check (see
     ``test_distributed.py``)."""
-    from cselab.training import checkpoint as ckpt
     from cselab.config import load_config
+    from cselab.training import checkpoint as ckpt
     from cselab.training.distributed import (
         all_gather_objects,
         barrier,

@@ -16,13 +16,13 @@ import torch
 
 import cselab.training.gradcache as gc
 from conftest import write_corpus
+from cselab.objectives import ObjectiveContext, total_loss
 from cselab.training.gradcache import (
     ReplayMismatch,
     SavedTensorMeter,
     cached_forward_backward,
     chunk_bounds,
 )
-from cselab.objectives import ObjectiveContext, total_loss
 from cselab.training.views import compute_views
 from scaleout_helpers import (
     SENTENCES,

@@ -12,7 +12,6 @@ from cselab.objectives import (
     BarlowTwinsConfig,
     BarlowTwinsTerm,
     DCLConfig,
-    DimensionContrastive,
     NoiseConfig,
     ObjectiveConfig,
     ObjectiveContext,
@@ -116,8 +115,8 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 def test_off_dropout_view_is_deterministic_and_restores_module_states() -> None:
-    from cselab.training import views as views_mod
     from cselab.model.encoder import dropout_disabled
+    from cselab.training import views as views_mod
 
     enc = _tiny_encoder()
     enc.train()
@@ -345,10 +344,3 @@ def test_noise_on_negatives_keeps_the_positive_clean_and_vice_versa() -> None:
 def test_bad_imsimcse_hyperparameters_name_the_parameter(cfg: ObjectiveConfig, key: str) -> None:
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         cfg.validate()
-
-
-def test_imsimcse_classes_reject_bad_values() -> None:
-    with pytest.raises(ValueError, match="temperature"):
-        DimensionContrastive(temperature=0.0)
-    with pytest.raises(ValueError, match="padding"):
-        BarlowTwinsTerm(padding=-2)

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import write_corpus
-from cselab.training import checkpoint as ckpt
 from cselab.config import load_config
+from cselab.training import checkpoint as ckpt
 from cselab.training.trainer import TrainingDiverged, build_trainer, linear_schedule
 
 

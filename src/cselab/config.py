@@ -10,23 +10,17 @@ from its outputs alone.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from .model.pooling import PoolerName
 from .objectives.config import ObjectiveConfig
+from .schema import ConfigError, from_dict
 
-Pooler = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
-
-
-class ConfigError(ValueError):
-    """A configuration value is unknown, of the wrong type or out of range."""
 
 
 @dataclass
@@ -45,7 +39,7 @@ class ModelConfig:
     """
 
     name_or_path: str = "bert-base-uncased"
-    pooler: Pooler = "cls"
+    pooler: PoolerName = "cls"
     mlp_only_train: bool = True
     max_seq_len: int = 32
     dropout: float | None = None
@@ -171,90 +165,8 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        try:
-            self.objective.validate()
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        self.objective.validate()
         return self
-
-
-# --------------------------------------------------------------------------------------------
-# Building dataclasses from plain data, with type checking that names the key
-# --------------------------------------------------------------------------------------------
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Return ``value`` as type ``tp`` or raise :class:`ConfigError` naming ``key``."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None:
-            if type(None) in args:
-                return None
-            raise ConfigError(f"{key}: null is not allowed (expected {_type_name(tp)})")
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(f"{key}: must be one of {list(allowed)}, got {value!r}")
-        return value
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (item_tp, *_) = typing.get_args(tp) or (Any,)
-        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
-        return from_dict(tp, value, prefix=key)
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    return value
-
-
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types name the key."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    kwargs = {}
-    for key, value in data.items():
-        full = f"{prefix}.{key}" if prefix else str(key)
-        if key not in names:
-            raise ConfigError(f"unknown config key '{full}' (valid: {', '.join(sorted(names))})")
-        kwargs[key] = _coerce(value, hints[key], full)
-    return cls(**kwargs)
 
 
 def _parse_scalar(text: str) -> Any:
@@ -307,11 +219,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`."""
     data = _load_yaml(path) if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
-    return from_dict(Config, data).validate()
-
-
-def config_from_dict(data: dict[str, Any]) -> Config:
-    """Rebuild a :class:`Config` from :meth:`Config.to_dict` output (e.g. from a checkpoint)."""
     return from_dict(Config, data).validate()
 
 

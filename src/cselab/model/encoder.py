@@ -8,6 +8,7 @@ sentence-transformers folder (``modules.json``), in safetensors only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from ..config import ModelConfig
 from . import unpad
 from .hub import resolve_model
 from .pooling import POOLERS, Pooler, inference_pooler_name
@@ -61,15 +63,17 @@ class SentenceEncoder(nn.Module):
     def from_pretrained(
         cls,
         name_or_path: str,
-        pooler: str = "cls",
-        mlp_only_train: bool = False,
-        max_seq_len: int = 32,
-        dropout: float | None = None,
-        attn_implementation: str | None = "sdpa",
-        trust_remote_code: bool = False,
-        revision: str | None = None,
+        pooler: str = ModelConfig.pooler,
+        mlp_only_train: bool = ModelConfig.mlp_only_train,
+        max_seq_len: int = ModelConfig.max_seq_len,
+        dropout: float | None = ModelConfig.dropout,
+        attn_implementation: str | None = ModelConfig.attn_implementation,
+        trust_remote_code: bool = ModelConfig.trust_remote_code,
+        revision: str | None = ModelConfig.revision,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
+
+        The defaults are :class:`~cselab.config.ModelConfig`'s (SimCSE's unsupervised recipe).
 
         ``dropout`` overrides the hidden and attention dropout probabilities (GS-InfoNCE's scripts
         use 0.2 for BERT).
@@ -102,18 +106,9 @@ class SentenceEncoder(nn.Module):
         return encoder
 
     @classmethod
-    def from_config(cls, model_cfg: Any) -> SentenceEncoder:
-        """Build from a :class:`cselab.config.ModelConfig`."""
-        return cls.from_pretrained(
-            model_cfg.name_or_path,
-            pooler=model_cfg.pooler,
-            mlp_only_train=model_cfg.mlp_only_train,
-            max_seq_len=model_cfg.max_seq_len,
-            dropout=model_cfg.dropout,
-            attn_implementation=model_cfg.attn_implementation,
-            trust_remote_code=model_cfg.trust_remote_code,
-            revision=model_cfg.revision,
-        )
+    def from_config(cls, model_cfg: ModelConfig) -> SentenceEncoder:
+        """Build from the ``model`` section of a run config."""
+        return cls.from_pretrained(**dataclasses.asdict(model_cfg))
 
     @property
     def device(self) -> torch.device:

@@ -16,11 +16,14 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
+from typing import Literal
 
 from torch import Tensor, nn
 
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last")
+PoolerName = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+POOLERS: tuple[str, ...] = typing.get_args(PoolerName)
 
 
 def masked_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -58,7 +61,7 @@ class Pooler(nn.Module):
         ``(N, D)`` sentence vectors (not normalised).
     """
 
-    def __init__(self, kind: str, hidden_size: int, mlp_only_train: bool = False) -> None:
+    def __init__(self, kind: str, hidden_size: int, mlp_only_train: bool) -> None:
         super().__init__()
         if kind not in POOLERS:
             raise ValueError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")

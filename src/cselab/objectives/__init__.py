@@ -1,9 +1,13 @@
-"""Training objectives. The trainer only uses :func:`build_objective` and :class:`Objective`.
+"""Training objectives. The training machinery only uses :func:`build_objective`,
+:class:`Objective` and :class:`ObjectiveContext`.
 
-Paper parts (one module each): :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE),
-:mod:`.off_dropout` and :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline),
-:mod:`.mixcse` (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation); :mod:`.composite` assembles
-them (composition rules in its docstring and in ``docs/objectives.md``).
+:mod:`.infonce` holds the one contrastive loss (:class:`InfoNCE`; with default parts, unsupervised
+SimCSE) and its composition rules; :mod:`.base` the part interfaces; :mod:`.context` the run
+context and the per-step cache; :mod:`.spaces` the negative spaces. The papers' parts, one module
+each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_dropout` and
+:mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
+(MixCSE), :mod:`.noise` (ImSimCSE's noise ablation). :mod:`.config` is the ``objective:``
+section of a run config and the one place it is validated.
 """
 
 from __future__ import annotations
@@ -14,26 +18,14 @@ from .base import (
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
     AuxiliaryTerm,
-    ContrastiveObjective,
-    InBatchNegatives,
     LossTerms,
     NegativeBlock,
     NegativeSource,
     Objective,
-    ObjectiveContext,
     Pair,
     Score,
+    ViewTransform,
     total_loss,
-)
-from .composite import (
-    DROPOUT_SPACE,
-    NOISY_SPACE,
-    OFF_DROPOUT_SPACE,
-    VIEW_ANCHOR_NOISY,
-    VIEW_POSITIVE_NOISY,
-    CompositeObjective,
-    NegativeSpace,
-    SpaceNegatives,
 )
 from .config import (
     BarlowTwinsConfig,
@@ -45,38 +37,31 @@ from .config import (
     ObjectiveConfig,
     OffDropoutConfig,
 )
+from .context import ObjectiveContext, StepCache
 from .dcl import DimensionContrastive, dcl_loss
 from .focal import FocalScore
 from .gaussian import GaussianNegatives
-from .infonce import infonce
+from .infonce import InBatchNegatives, InfoNCE
 from .mixcse import MixedNegatives
 from .noise import AdditiveNoise
 from .off_dropout import OffDropoutNegatives, PositiveRatioScore
+from .spaces import (
+    DROPOUT_SPACE,
+    NOISY_SPACE,
+    OFF_DROPOUT_SPACE,
+    VIEW_ANCHOR_NOISY,
+    VIEW_POSITIVE_NOISY,
+    NegativeSpace,
+)
 
 
-def _is_plain_simcse(cfg: ObjectiveConfig) -> bool:
-    parts = (
-        cfg.focal,
-        cfg.gaussian,
-        cfg.off_dropout,
-        cfg.dcl,
-        cfg.barlow_twins,
-        cfg.mixcse,
-        cfg.noise,
-    )
-    return not any(p.enabled for p in parts)
+def build_objective(cfg: ObjectiveConfig) -> InfoNCE:
+    """Validate ``cfg`` and assemble the :class:`InfoNCE` it describes.
 
-
-def build_objective(cfg: ObjectiveConfig) -> Objective:
-    """Assemble the objective described by ``cfg`` (validated first).
-
-    With no sub-section enabled this is SimCSE's InfoNCE (:func:`infonce`); otherwise a
-    :class:`CompositeObjective` following the composition rules of :mod:`.composite`.
+    With no sub-section enabled this is unsupervised SimCSE (default parts); each enabled
+    sub-section adds or replaces a part following the composition rules of :mod:`.infonce`.
     """
     cfg.validate()
-    if _is_plain_simcse(cfg):
-        return infonce(cfg.temperature, symmetric=cfg.symmetric)
-
     noise_on = cfg.noise.enabled
     noisy_negatives = noise_on and cfg.noise.side in ("negative", "both")
     noisy_positive = noise_on and cfg.noise.side in ("positive", "both")
@@ -89,7 +74,7 @@ def build_objective(cfg: ObjectiveConfig) -> Objective:
         ]
     else:
         space = NOISY_SPACE if noisy_negatives else DROPOUT_SPACE
-        negatives = [SpaceNegatives(space)]
+        negatives = [InBatchNegatives(space)]
 
     g = cfg.gaussian
     if g.enabled and g.weight > 0 and (g.num if g.num is not None else g.batch_multiple) > 0:
@@ -115,18 +100,16 @@ def build_objective(cfg: ObjectiveConfig) -> Objective:
     if b.enabled and b.weight > 0:
         auxiliary.append(BarlowTwinsTerm(b.weight, b.off_diagonal, b.padding, b.center))
 
-    transforms = [AdditiveNoise(cfg.noise.variance)] if noise_on else []
-    positive_views = (
-        (VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY) if noisy_positive else (VIEW_ANCHOR, VIEW_POSITIVE)
-    )
-    return CompositeObjective(
+    return InfoNCE(
         cfg.temperature,
         negatives,
         score=score,
         auxiliary=auxiliary,
         symmetric=cfg.symmetric_loss,
-        transforms=transforms,
-        positive_views=positive_views,
+        transforms=[AdditiveNoise(cfg.noise.variance)] if noise_on else [],
+        positive_views=(VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY)
+        if noisy_positive
+        else (VIEW_ANCHOR, VIEW_POSITIVE),
     )
 
 
@@ -143,8 +126,6 @@ __all__ = [
     "AuxiliaryTerm",
     "BarlowTwinsConfig",
     "BarlowTwinsTerm",
-    "CompositeObjective",
-    "ContrastiveObjective",
     "DCLConfig",
     "DimensionContrastive",
     "FocalConfig",
@@ -152,6 +133,7 @@ __all__ = [
     "GaussianConfig",
     "GaussianNegatives",
     "InBatchNegatives",
+    "InfoNCE",
     "LossTerms",
     "MixCSEConfig",
     "MixedNegatives",
@@ -167,11 +149,11 @@ __all__ = [
     "Pair",
     "PositiveRatioScore",
     "Score",
-    "SpaceNegatives",
+    "StepCache",
+    "ViewTransform",
     "barlow_twins_loss",
     "build_objective",
     "cross_correlation",
     "dcl_loss",
-    "infonce",
     "total_loss",
 ]

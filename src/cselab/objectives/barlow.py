@@ -23,8 +23,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, ObjectiveContext
-from .composite import draw_normal, gathered, upcast
+from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
+from .context import ObjectiveContext, StepCache
 
 
 def cross_correlation(z1: Tensor, z2: Tensor, center: bool = False, eps: float = 1e-8) -> Tensor:
@@ -67,33 +67,28 @@ class BarlowTwinsTerm(AuxiliaryTerm):
         center: bool = False,
     ) -> None:
         super().__init__()
-        if not weight >= 0:
-            raise ValueError(f"BarlowTwins weight must be >= 0, got {weight}")
-        if not off_diagonal >= 0:
-            raise ValueError(
-                f"BarlowTwins off_diagonal (lambda_BT) must be >= 0, got {off_diagonal}"
-            )
-        if padding < 0:
-            raise ValueError(f"BarlowTwins padding (M) must be >= 0, got {padding}")
         self.weight = float(weight)
         self.off_diagonal = float(off_diagonal)
         self.padding = int(padding)
         self.center = bool(center)
 
     def padded_views(
-        self, views: Mapping[str, Tensor], ctx: ObjectiveContext
+        self, views: Mapping[str, Tensor], ctx: ObjectiveContext, cache: StepCache | None = None
     ) -> tuple[Tensor, Tensor]:
         """The gathered views with the artificial rows appended, ``(N + M, D)`` each."""
-        z1 = upcast(gathered(ctx, views[VIEW_ANCHOR]))
-        z2 = upcast(gathered(ctx, views[VIEW_POSITIVE]))
+        cache = cache or StepCache()
+        z1 = upcast(cache.gather(ctx, views[VIEW_ANCHOR]))
+        z2 = upcast(cache.gather(ctx, views[VIEW_POSITIVE]))
         if self.padding:
-            pad = draw_normal(self.padding, z1.shape[1], ctx, z1)
+            pad = ctx.normal(self.padding, z1.shape[1], z1)
             z1 = torch.cat([z1, pad], dim=0)
             z2 = torch.cat([z2, pad], dim=0)
         return z1, z2
 
-    def forward(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> Tensor:
-        z1, z2 = self.padded_views(views, ctx)
+    def forward(
+        self, views: Mapping[str, Tensor], ctx: ObjectiveContext, cache: StepCache | None = None
+    ) -> Tensor:
+        z1, z2 = self.padded_views(views, ctx, cache)
         c = cross_correlation(z1, z2, self.center)
         return self.weight * barlow_twins_loss(c, self.off_diagonal)
 

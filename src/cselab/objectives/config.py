@@ -22,10 +22,10 @@ distinct names::
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Literal
+
+from ..schema import ConfigError, check, check_kinds, finite
 
 
 @dataclass
@@ -209,66 +209,66 @@ class ObjectiveConfig:
     noise: NoiseConfig = field(default_factory=NoiseConfig)
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the parameter if a value is out of range or a
-        combination is not defined."""
+        """Raise :class:`~cselab.schema.ConfigError` naming the key if a value has the wrong
+        kind, is out of range, or a combination is not defined.
+
+        The one home of every objective check: the parts assume a validated config.
+        """
         p = "objective"
         # Kinds first, with the YAML loader's own checks (choices, true/false, whole numbers):
         # a config built in Python skips the loader, and a misspelled choice would otherwise
-        # build a different objective without a word. Imported here: cselab.config imports
-        # this module. Its ConfigError is a ValueError.
-        from ..config import from_dict
-
-        from_dict(ObjectiveConfig, dataclasses.asdict(self), prefix=p)
-        _check(_finite_positive(self.temperature), f"{p}.temperature must be > 0", self.temperature)
+        # build a different objective without a word.
+        check_kinds(self, p)
+        check(_positive(self.temperature), f"{p}.temperature must be > 0", self.temperature)
 
         f = self.focal
-        _check(_finite(f.hardness) and 0 <= f.hardness <= 1,
+        check(finite(f.hardness) and 0 <= f.hardness <= 1,
                f"{p}.focal.hardness must be in [0, 1]", f.hardness)  # fmt: skip
 
         g = self.gaussian
-        _check(g.num is None or g.num >= 0, f"{p}.gaussian.num must be >= 0 or null", g.num)
-        _check(_finite(g.batch_multiple) and g.batch_multiple >= 0,
+        check(g.num is None or g.num >= 0, f"{p}.gaussian.num must be >= 0 or null", g.num)
+        check(finite(g.batch_multiple) and g.batch_multiple >= 0,
                f"{p}.gaussian.batch_multiple must be >= 0", g.batch_multiple)  # fmt: skip
-        _check(_finite(g.mean), f"{p}.gaussian.mean must be finite", g.mean)
-        _check(_finite_positive(g.std), f"{p}.gaussian.std must be > 0", g.std)
-        _check(_finite(g.weight) and g.weight >= 0, f"{p}.gaussian.weight must be >= 0", g.weight)
+        check(finite(g.mean), f"{p}.gaussian.mean must be finite", g.mean)
+        check(_positive(g.std), f"{p}.gaussian.std must be > 0", g.std)
+        check(finite(g.weight) and g.weight >= 0, f"{p}.gaussian.weight must be >= 0", g.weight)
 
         o = self.off_dropout
-        _check(_finite_positive(o.tradeoff), f"{p}.off_dropout.tradeoff must be > 0", o.tradeoff)
+        check(_positive(o.tradeoff), f"{p}.off_dropout.tradeoff must be > 0", o.tradeoff)
 
         d = self.dcl
-        _check(_finite(d.weight) and d.weight >= 0, f"{p}.dcl.weight must be >= 0", d.weight)
-        _check(_finite_positive(d.temperature), f"{p}.dcl.temperature must be > 0", d.temperature)
-        _check(_finite_positive(d.eps), f"{p}.dcl.eps must be > 0", d.eps)
+        check(finite(d.weight) and d.weight >= 0, f"{p}.dcl.weight must be >= 0", d.weight)
+        check(_positive(d.temperature), f"{p}.dcl.temperature must be > 0", d.temperature)
+        check(_positive(d.eps), f"{p}.dcl.eps must be > 0", d.eps)
 
         b = self.barlow_twins
-        _check(_finite(b.weight) and b.weight >= 0, f"{p}.barlow_twins.weight must be >= 0",
+        check(finite(b.weight) and b.weight >= 0, f"{p}.barlow_twins.weight must be >= 0",
                b.weight)  # fmt: skip
-        _check(_finite(b.off_diagonal) and b.off_diagonal >= 0,
+        check(finite(b.off_diagonal) and b.off_diagonal >= 0,
                f"{p}.barlow_twins.off_diagonal must be >= 0", b.off_diagonal)  # fmt: skip
-        _check(b.padding >= 0, f"{p}.barlow_twins.padding must be >= 0", b.padding)
+        check(b.padding >= 0, f"{p}.barlow_twins.padding must be >= 0", b.padding)
 
         x = self.mixcse
-        _check(_finite(x.mix_ratio) and 0 <= x.mix_ratio < 1,
+        check(finite(x.mix_ratio) and 0 <= x.mix_ratio < 1,
                f"{p}.mixcse.mix_ratio must be in [0, 1)", x.mix_ratio)  # fmt: skip
 
         n = self.noise
-        _check(_finite(n.variance) and n.variance >= 0, f"{p}.noise.variance must be >= 0",
+        check(finite(n.variance) and n.variance >= 0, f"{p}.noise.variance must be >= 0",
                n.variance)  # fmt: skip
 
         # Combinations.
         if x.enabled and x.directions == "single" and self.symmetric:
-            raise ValueError(
+            raise ConfigError(
                 f"{p}.mixcse.directions='single' uses only the first view as anchor, which "
                 f"contradicts {p}.symmetric=true; use directions='both' for a symmetric loss"
             )
         if x.enabled and x.columns == "all" and x.partner != "next":
-            raise ValueError(
+            raise ConfigError(
                 f"{p}.mixcse.columns='all' is the authors' rolled construction and needs "
                 f"{p}.mixcse.partner='next' (got '{x.partner}')"
             )
         if n.enabled and n.side in ("negative", "both") and o.enabled:
-            raise ValueError(
+            raise ConfigError(
                 f"{p}.noise.side='{n.side}' adds noise to the negatives, but "
                 f"{p}.off_dropout scores the negatives on noise-free off-dropout representations; "
                 "enable only one of them, or use noise.side='positive'"
@@ -280,14 +280,5 @@ class ObjectiveConfig:
         return self.symmetric or (self.mixcse.enabled and self.mixcse.directions == "both")
 
 
-def _finite(x: float) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
-
-
-def _finite_positive(x: float) -> bool:
-    return _finite(x) and x > 0
-
-
-def _check(ok: bool, message: str, value: object) -> None:
-    if not ok:
-        raise ValueError(f"{message}, got {value!r}")
+def _positive(x: float) -> bool:
+    return finite(x) and x > 0

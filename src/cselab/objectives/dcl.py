@@ -31,8 +31,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, ObjectiveContext
-from .composite import gathered, upcast
+from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
+from .context import ObjectiveContext, StepCache
 
 
 def standardize(z: Tensor, unbiased: bool, eps: float = 1e-5) -> Tensor:
@@ -46,8 +46,6 @@ def dimension_similarity(
     z1: Tensor, z2: Tensor, temperature: float, formulation: str = "authors_code", eps: float = 1e-5
 ) -> Tensor:
     """The ``(D, D)`` cross-dimension similarity ``s(c, d)`` of Eq. 5 (see module docstring)."""
-    if formulation not in ("authors_code", "paper"):
-        raise ValueError(f"unknown DCL formulation {formulation!r}")
     unbiased = formulation == "paper"
     a = standardize(upcast(z1), unbiased, eps)
     b = standardize(upcast(z2), unbiased, eps)
@@ -88,22 +86,17 @@ class DimensionContrastive(AuxiliaryTerm):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        if not weight >= 0:
-            raise ValueError(f"DCL weight must be >= 0, got {weight}")
-        if not temperature > 0:
-            raise ValueError(f"DCL temperature must be > 0, got {temperature}")
-        if formulation not in ("authors_code", "paper"):
-            raise ValueError(
-                f"DCL formulation must be 'authors_code' or 'paper', got {formulation!r}"
-            )
         self.weight = float(weight)
         self.temperature = float(temperature)
         self.formulation = formulation
         self.eps = float(eps)
 
-    def forward(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> Tensor:
-        z1 = gathered(ctx, views[VIEW_ANCHOR])
-        z2 = gathered(ctx, views[VIEW_POSITIVE])
+    def forward(
+        self, views: Mapping[str, Tensor], ctx: ObjectiveContext, cache: StepCache | None = None
+    ) -> Tensor:
+        cache = cache or StepCache()
+        z1 = cache.gather(ctx, views[VIEW_ANCHOR])
+        z2 = cache.gather(ctx, views[VIEW_POSITIVE])
         return self.weight * dcl_loss(z1, z2, self.temperature, self.formulation, self.eps)
 
     def extra_repr(self) -> str:

@@ -32,7 +32,7 @@ class FocalScore(Score):
     Applied to every negative block of the objective (in-batch, off-dropout, Gaussian, mixed).
 
     Args:
-        hardness: ``m`` in ``[0, 1]`` (paper: 0.3); negatives with ``s > 1 - m`` gain energy.
+        hardness: ``m`` in ``[0, 1]`` (checked by :class:`~cselab.objectives.config.FocalConfig`) (paper: 0.3); negatives with ``s > 1 - m`` gain energy.
 
     Example::
 
@@ -43,8 +43,6 @@ class FocalScore(Score):
 
     def __init__(self, hardness: float = 0.3) -> None:
         super().__init__()
-        if not 0 <= hardness <= 1:
-            raise ValueError(f"focal hardness must be in [0, 1], got {hardness}")
         self.hardness = float(hardness)
 
     def positive(self, sim: Tensor) -> Tensor:

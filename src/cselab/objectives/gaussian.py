@@ -16,14 +16,9 @@ from __future__ import annotations
 
 import math
 
-from .base import NegativeBlock, NegativeSource, ObjectiveContext, Pair
-from .composite import (
-    DROPOUT_SPACE,
-    NegativeSpace,
-    cached_draw,
-    draw_normal,
-    global_batch_size,
-)
+from .base import NegativeBlock, NegativeSource, Pair
+from .context import ObjectiveContext
+from .spaces import DROPOUT_SPACE, NegativeSpace
 
 
 class GaussianNegatives(NegativeSource):
@@ -53,14 +48,6 @@ class GaussianNegatives(NegativeSource):
         space: NegativeSpace = DROPOUT_SPACE,
     ) -> None:
         super().__init__()
-        if num is not None and num < 0:
-            raise ValueError(f"gaussian num (M) must be >= 0, got {num}")
-        if not batch_multiple >= 0:
-            raise ValueError(f"gaussian batch_multiple must be >= 0, got {batch_multiple}")
-        if not std > 0:
-            raise ValueError(f"gaussian std must be > 0, got {std}")
-        if not weight > 0:
-            raise ValueError(f"gaussian weight (lambda) must be > 0, got {weight}")
         self.num = num
         self.batch_multiple = float(batch_multiple)
         self.mean = float(mean)
@@ -77,15 +64,14 @@ class GaussianNegatives(NegativeSource):
 
     def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:
         anchor = self.space.anchor_of(pair)
-        m = self.count(global_batch_size(anchor, ctx))
-        noise = cached_draw(
-            ctx,
+        m = self.count(ctx.global_rows(anchor))
+        noise = pair.cache.draw(
             ("gaussian", id(self)),
-            lambda: draw_normal(m, anchor.shape[1], ctx, anchor, self.mean, self.std),
+            lambda: ctx.normal(m, anchor.shape[1], anchor, self.mean, self.std),
         )
         noise = noise / noise.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         sims = anchor @ noise.T
-        return NegativeBlock(sims=sims, log_weight=math.log(self.weight), name="gaussian")
+        return NegativeBlock(sims, math.log(self.weight))
 
     def extra_repr(self) -> str:
         m = self.num if self.num is not None else f"{self.batch_multiple}×batch"

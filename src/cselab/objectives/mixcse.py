@@ -23,7 +23,7 @@ How the authors' released code differs (for ``columns='all'``, which offers its 
   view's columns) to the first view's softmax rows instead of computing a loss with the second
   view as anchor.
 
-Under a negative space other than ``dropout`` (see :mod:`cselab.objectives.composite`) the mixes
+Under a negative space other than ``dropout`` (see :mod:`cselab.objectives.spaces`) the mixes
 are built from that space's candidates and compared with that space's anchor; e.g. with
 off-dropout, ``normalize(λ z^off_i + (1-λ) z^off_j)`` against ``z^off_i``.
 """
@@ -33,8 +33,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import NegativeBlock, NegativeSource, ObjectiveContext, Pair
-from .composite import DROPOUT_SPACE, NegativeSpace, cached_draw, gathered, local_rows
+from .base import NegativeBlock, NegativeSource, Pair
+from .context import ObjectiveContext
+from .spaces import DROPOUT_SPACE, NegativeSpace
 
 
 class MixedNegatives(NegativeSource):
@@ -61,14 +62,7 @@ class MixedNegatives(NegativeSource):
         space: NegativeSpace = DROPOUT_SPACE,
     ) -> None:
         super().__init__()
-        if not 0 <= mix_ratio < 1:
-            raise ValueError(f"mixcse mix_ratio (lambda) must be in [0, 1), got {mix_ratio}")
-        if partner not in ("random", "next"):
-            raise ValueError(f"mixcse partner must be 'random' or 'next', got {partner!r}")
-        if columns not in ("one", "all"):
-            raise ValueError(f"mixcse columns must be 'one' or 'all', got {columns!r}")
-        if columns == "all" and partner != "next":
-            raise ValueError("mixcse columns='all' needs partner='next' (the rolled batch)")
+        assert columns == "one" or partner == "next", "validated by MixCSEConfig"
         self.mix_ratio = float(mix_ratio)
         self.partner = partner
         self.columns = columns
@@ -93,18 +87,18 @@ class MixedNegatives(NegativeSource):
 
     def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:
         anchor = self.space.anchor_of(pair)
-        candidates = gathered(ctx, self.space.local_candidates(pair))
+        candidates = pair.cache.gather(ctx, self.space.local_candidates(pair))
         n = candidates.shape[0]
         if n < 2:
             raise ValueError("mixed negatives need at least 2 sentences in the (global) batch")
-        rows = local_rows(anchor, ctx)
+        rows = ctx.local_rows(anchor)
         if self.columns == "one":
             # The same partners j for both directions of a symmetric loss (the paper mixes
             # h_i with h_j "in the same way" for the second anchor).
-            j = cached_draw(ctx, ("mixcse", id(self)), lambda: self.partners(rows, n, ctx))
+            j = pair.cache.draw(("mixcse", id(self)), lambda: self.partners(rows, n, ctx))
             mixed = self.mix(candidates[rows], candidates[j])
             sims = (anchor * mixed).sum(-1, keepdim=True)
-            return NegativeBlock(sims=sims, name="mixed")
+            return NegativeBlock(sims)
         k = torch.arange(n, device=anchor.device)
         nxt = (k + 1) % n
         mixed = self.mix(candidates, candidates[nxt])
@@ -112,7 +106,7 @@ class MixedNegatives(NegativeSource):
         # Column k mixes h'_k (share λ) with h'_{k+1} (share 1-λ): remove the column whose
         # (1-λ) part is the anchor's own positive.
         mask = nxt.unsqueeze(0) == rows.unsqueeze(1)
-        return NegativeBlock(sims=sims, mask=mask, name="mixed_all")
+        return NegativeBlock(sims, mask=mask)
 
     def extra_repr(self) -> str:
         return (

@@ -17,14 +17,9 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
-from .base import VIEW_ANCHOR, VIEW_POSITIVE, ObjectiveContext
-from .composite import (
-    VIEW_ANCHOR_NOISY,
-    VIEW_POSITIVE_NOISY,
-    ViewTransform,
-    draw_normal,
-    global_batch_size,
-)
+from .base import VIEW_ANCHOR, VIEW_POSITIVE, ViewTransform
+from .context import ObjectiveContext, StepCache
+from .spaces import VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY
 
 
 class AdditiveNoise(ViewTransform):
@@ -36,18 +31,18 @@ class AdditiveNoise(ViewTransform):
 
     def __init__(self, variance: float = 0.1) -> None:
         super().__init__()
-        if not variance >= 0:
-            raise ValueError(f"noise variance must be >= 0, got {variance}")
         self.variance = float(variance)
 
     def _noise(self, like: Tensor, ctx: ObjectiveContext) -> Tensor:
         # Drawn for the global batch and sliced to this rank's rows, so that the noise of a
         # sentence does not depend on the number of ranks.
-        n = global_batch_size(like, ctx)
-        g = draw_normal(n, like.shape[1], ctx, like, std=math.sqrt(self.variance))
+        n = ctx.global_rows(like)
+        g = ctx.normal(n, like.shape[1], like, std=math.sqrt(self.variance))
         return g[ctx.offset : ctx.offset + like.shape[0]]
 
-    def forward(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> dict[str, Tensor]:
+    def forward(
+        self, views: Mapping[str, Tensor], ctx: ObjectiveContext, cache: StepCache | None = None
+    ) -> dict[str, Tensor]:
         z1, z2 = views[VIEW_ANCHOR], views[VIEW_POSITIVE]
         return {
             VIEW_ANCHOR_NOISY: z1 + self._noise(z1, ctx),

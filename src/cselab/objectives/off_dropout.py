@@ -20,10 +20,11 @@ from __future__ import annotations
 from torch import Tensor
 
 from .base import Score
-from .composite import OFF_DROPOUT_SPACE, SpaceNegatives
+from .infonce import InBatchNegatives
+from .spaces import OFF_DROPOUT_SPACE
 
 
-class OffDropoutNegatives(SpaceNegatives):
+class OffDropoutNegatives(InBatchNegatives):
     """In-batch negatives between off-dropout representations, weighted by ``m`` (Eq. 3).
 
     Args:
@@ -31,8 +32,6 @@ class OffDropoutNegatives(SpaceNegatives):
     """
 
     def __init__(self, tradeoff: float = 0.9) -> None:
-        if not tradeoff > 0:
-            raise ValueError(f"off-dropout tradeoff m must be > 0, got {tradeoff}")
         super().__init__(OFF_DROPOUT_SPACE, weight=tradeoff)
 
 
@@ -45,8 +44,6 @@ class PositiveRatioScore(Score):
 
     def __init__(self, inner: Score | None = None, ratio: float = 0.9) -> None:
         super().__init__()
-        if not ratio > 0:
-            raise ValueError(f"positive ratio must be > 0, got {ratio}")
         self.inner = inner if inner is not None else Score()
         self.ratio = float(ratio)
 

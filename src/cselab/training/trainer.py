@@ -23,9 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
 from ..config import Config, load_config, save_config
 from ..data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
+from ..model.encoder import SentenceEncoder
+from ..model.hub import cache_root, resolve_train_file
+from ..objectives import Objective, ObjectiveContext, build_objective, total_loss
+from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
 from .distributed import (
     DistInfo,
     all_gather_objects,
@@ -41,10 +44,7 @@ from .distributed import (
     objective_seed,
     shutdown_distributed,
 )
-from ..model.encoder import SentenceEncoder
-from ..model.hub import cache_root, resolve_train_file
 from .metrics import MetricsLog, Progress
-from ..objectives import Objective, ObjectiveContext, build_objective, total_loss
 from .views import compute_views
 
 log = logging.getLogger("cselab")

@@ -1,0 +1,110 @@
+"""Typed configuration sections: dataclasses built from plain data with errors that name the key.
+
+The one loader behind every config section (:mod:`cselab.config` and
+:mod:`cselab.objectives.config`): unknown keys, wrong kinds (``true``/``false``, whole numbers,
+choices of a ``Literal``) and misspellings are a :class:`ConfigError` naming the full key, e.g.
+``objective.mixcse.partner: must be one of ['random', 'next'], got 'rand'``. It imports nothing
+from cselab, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or out of range."""
+
+
+def check(ok: bool, message: str, value: object = dataclasses.MISSING) -> None:
+    """Raise :class:`ConfigError` with ``message`` (and the offending value) unless ``ok``."""
+    if not ok:
+        raise ConfigError(message if value is dataclasses.MISSING else f"{message}, got {value!r}")
+
+
+def finite(x: object) -> bool:
+    """Whether ``x`` is a real, finite number (not a bool, NaN or infinity)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_kinds(section: Any, prefix: str) -> None:
+    """Re-run the loader's kind checks on a section built in Python (it skipped the loader)."""
+    from_dict(type(section), dataclasses.asdict(section), prefix=prefix)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Return ``value`` as type ``tp`` or raise :class:`ConfigError` naming ``key``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(f"{key}: null is not allowed (expected {_type_name(tp)})")
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: must be one of {list(allowed)}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
+        return from_dict(tp, value, prefix=key)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types name the key."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown config key '{full}' (valid: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(value, hints[key], full)
+    return cls(**kwargs)
