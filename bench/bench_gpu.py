@@ -3,7 +3,7 @@
 What is measured (one process, one device):
 
 * **cselab**: the real training step of :class:`cselab.training.trainer.Trainer` — ``batch_for`` (collate,
-  pinned memory, non-blocking copy), ``forward_backward`` (unsupervised SimCSE: one forward over
+  pinned memory, non-blocking copy), ``forward_backward`` (the task: unsupervised SimCSE: one forward over
   the doubled batch, InfoNCE) and ``optimizer_step`` (gradient clipping, fused AdamW, schedule).
   bf16 autocast, PyTorch's scaled-dot-product attention, optional ``torch.compile``.
 * **peer**: sentence-transformers' ``MultipleNegativesRankingLoss`` — its unsupervised SimCSE
@@ -219,7 +219,8 @@ def cselab_trainer(
     from cselab.config import Config
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import build_objective
-    from cselab.training.trainer import Trainer, seed_everything
+    from cselab.training.rng import seed_everything
+    from cselab.training.trainer import Trainer
 
     cfg = Config()
     cfg.model.name_or_path = str(folder)
@@ -233,12 +234,7 @@ def cselab_trainer(
     seed_everything(0)
     encoder = SentenceEncoder.from_config(cfg.model)
     corpus = random_corpus(batch * (args.warmup + args.steps + 1), args.seq, args.shape.vocab)
-    step_fn = None
-    if chunk:
-        from cselab.training.gradcache import gradcache_step
-
-        step_fn = gradcache_step
-    return Trainer(cfg, encoder, build_objective(cfg.objective), corpus, None, None, step_fn)
+    return Trainer(cfg, encoder, build_objective(cfg.objective), corpus)
 
 
 def bench_cselab(
@@ -249,7 +245,6 @@ def bench_cselab(
         trainer.encoder.train()
 
         def step(i: int) -> None:
-            trainer.step = i
             trainer.forward_backward(trainer.batch_for(i))
             trainer.optimizer_step()
 
@@ -320,8 +315,8 @@ def bench_gradcache(
     folder: Path, args: argparse.Namespace, batch: int, chunks: list[int]
 ) -> list[dict]:
     """Peak memory and step time against the chunk size (CUDA: allocator peak; CPU: bytes saved
-    for backward, from :class:`cselab.training.gradcache.SavedTensorMeter`)."""
-    from cselab.training.gradcache import SavedTensorMeter
+    for backward, from :class:`saved_tensors.SavedTensorMeter`)."""
+    from saved_tensors import SavedTensorMeter
 
     rows = []
     for chunk in [None, *chunks]:
@@ -330,7 +325,6 @@ def bench_gradcache(
             trainer.encoder.train()
 
             def step(i: int, trainer=trainer) -> None:
-                trainer.step = i
                 trainer.forward_backward(trainer.batch_for(i))
                 trainer.optimizer_step()
 
@@ -339,7 +333,7 @@ def bench_gradcache(
             )
             with SavedTensorMeter(trainer.encoder) as meter:
                 trainer.forward_backward(trainer.batch_for(0))
-            trainer.optimizer.zero_grad(set_to_none=True)
+            trainer.optim.optimizer.zero_grad(set_to_none=True)
             rows.append(
                 {
                     "chunk": chunk,
@@ -363,7 +357,7 @@ def default_device() -> str:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    from cselab.training.trainer import autocast_dtype as trainer_autocast
+    from cselab.training.runtime import autocast_dtype as trainer_autocast
 
     return trainer_autocast(precision, device)
 

@@ -186,7 +186,12 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     # is loaded as cselab loads it: the module's own one has model_max_length 32, which would
     # truncate the evaluation sentences (cselab's encode() does not truncate at the training length).
     tokenizer = AutoTokenizer.from_pretrained(str(args.model))
-    probe = SentenceEncoder(backbone, tokenizer, Pooler("cls_before_pooler", dim), args.max_seq_len)
+    probe = SentenceEncoder(
+        backbone,
+        tokenizer,
+        Pooler("cls_before_pooler", dim, mlp_only_train=False),
+        args.max_seq_len,
+    )
     t_wall = time.perf_counter()
     before = stsb_dev(probe, args.data_dir) if args.eval else None
 
@@ -364,7 +369,6 @@ def profile_cselab(
     trainer.encoder.train()
 
     def step(i: int) -> None:
-        trainer.step = i
         trainer.forward_backward(trainer.batch_for(i))
         trainer.optimizer_step()
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The benchmarks' shared diagnostics (bench/saved_tensors.py) are imported by tests too.
+sys.path.insert(0, str(REPO / "bench"))
 SHARED_DATA = REPO.parent / "shared" / "data"
 SENTEVAL = SHARED_DATA / "senteval"
 WIKI = SHARED_DATA / "wiki" / "wiki1m_for_simcse.first11914.txt"

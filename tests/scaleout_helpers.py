@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from cselab.config import from_dict
 from cselab.objectives import ObjectiveConfig, ObjectiveContext, build_objective, total_loss
+from cselab.schema import from_dict
 from objectives_reference import centred_views
 
 # ---------------------------------------------------------------------------------------------
@@ -180,10 +180,10 @@ CHUNK = 3  # GradCache chunk on each rank's 4 rows: chunks of 3 and 1
 def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
     """Everything the DDP tests compare, computed on one rank (see ``test_distributed.py``)."""
     import torch.distributed as dist
-    from cselab.objectives.composite import draw_normal
 
     from cselab.training.distributed import average_gradients, gather_with_grad
     from cselab.training.gradcache import cached_forward_backward
+    from cselab.training.task import Batch, Task
     from cselab.training.views import compute_views
 
     n_local = GLOBAL_BATCH // world
@@ -197,14 +197,6 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
     (g * weights).sum().backward()
     out["gather_value"] = g.detach()
     out["gather_grad"] = x.grad.detach()
-
-    # --- generated draws ---------------------------------------------------------------------
-    synced = draw_normal(
-        5, 4, ObjectiveContext(gather=gather_with_grad, rank=rank, world_size=world, offset=lo,
-                               generator=generator(7)), torch.zeros(1),
-    )  # fmt: skip
-    single = draw_normal(5, 4, ObjectiveContext(generator=generator(7)), torch.zeros(1))
-    out["synced_draws_equal_single_process"] = torch.equal(synced, single)
 
     def ddp_ctx() -> ObjectiveContext:
         return ObjectiveContext(
@@ -269,7 +261,8 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
 
         # --- GradCache under DDP -------------------------------------------------------------
         encoder.zero_grad(set_to_none=True)
-        cached_forward_backward(encoder, obj, local_batch, CHUNK, ddp_ctx(), verify=True)
+        task = Task(encoder, obj, ddp_ctx())
+        cached_forward_backward(task, Batch(0, local_batch), CHUNK, verify=True)
         average_gradients(list(encoder.parameters()))
         rec["cached_param_grad_diff"] = max_diff(param_grads(encoder), reference)
         per_variant[name] = rec
@@ -292,14 +285,24 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
         all_gather_objects,
         barrier,
         check_same_on_all_ranks,
-        dropout_seed,
         gather_with_grad,
     )
-    from cselab.training.trainer import build_trainer, seed_everything
+    from cselab.training.rng import RNGState, dropout_seed, seed_everything
+    from cselab.training.trainer import build_trainer
 
     out: dict[str, Any] = {}
-    build_trainer(load_config(None, config_args))
+    trainer = build_trainer(load_config(None, config_args))
     out["after_build_trainer"] = torch.rand(4)  # the first numbers dropout would draw
+
+    # The objective's generated vectors at steps 0, 1 and 0 again, drawn through the trainer's
+    # own task (its per-step seeding of the context's generator) on this rank.
+    class Draw(torch.nn.Module):
+        def forward(self, views: dict, ctx: ObjectiveContext) -> dict:
+            return {"g": ctx.normal(3, 4, views["z1"])}
+
+    trainer.task.objective = Draw()
+    leaf = {"z1": torch.zeros(2, 4)}
+    out["step_draws"] = [trainer.task.losses(leaf, s)["g"] for s in (0, 1, 0)]
     # The sum hands one gradient tensor to both of its inputs. The gather is created after
     # ``3u``, so autograd runs its backward first: an in-place all-reduce there would change
     # the tensor that ``3u``'s backward then reads (u.grad 6 instead of 3).
@@ -320,7 +323,7 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    records = all_gather_objects(ckpt.rng_state())
+    records = all_gather_objects(RNGState.capture(host=True).to_record())
     if rank == 0:
         ckpt.save_checkpoint(folder, model, opt, sched, 3, extra={}, rng=records)
     barrier()

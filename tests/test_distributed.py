@@ -51,13 +51,6 @@ def test_gather_with_grad_concatenates_and_returns_gradients_to_their_rank(ddp: 
         assert torch.equal(out["gather_grad"], 3 * weights[3 * r : 3 * r + 3])
 
 
-def test_generated_draws_are_shared_by_the_ranks(ddp: list[dict]) -> None:
-    for out in ddp:
-        # With the trainer's per-step generator (in step on every rank) the draws are those of
-        # a single process: the objective does not depend on the number of ranks.
-        assert out["synced_draws_equal_single_process"]
-
-
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_two_ranks_equal_one_process(ddp: list[dict], variant: str) -> None:
     for out in ddp:
@@ -91,6 +84,18 @@ def test_gather_backward_leaves_a_shared_incoming_gradient_alone(rng_runs: list[
 def test_ranks_disagreeing_is_an_error_on_every_rank(rng_runs: list[dict]) -> None:
     for out in rng_runs:
         assert out["disagreement"] == "ranks disagree on the rank (rank 0: 0, rank 1: 1)"
+
+
+def test_generated_draws_are_shared_by_the_ranks_and_fresh_each_step(rng_runs: list[dict]) -> None:
+    """The trainer's task re-seeds the objective's generator from (seed, step) on every rank:
+    the ranks draw the same vectors at a step (the objective does not depend on the number of
+    ranks), a new step draws new ones, and the same step again (a resumed run) the same ones."""
+    first, second = rng_runs
+    for a, b in zip(first["step_draws"], second["step_draws"], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    s0, s1, s0_again = first["step_draws"]
+    assert not torch.equal(s0, s1)
+    torch.testing.assert_close(s0, s0_again, rtol=0, atol=0)
 
 
 def test_each_rank_resumes_its_own_dropout_stream(rng_runs: list[dict]) -> None:

@@ -13,7 +13,7 @@ import pytest
 from cselab.evaluation import cli as ecli
 from cselab.evaluation import datasets as ds
 from cselab.evaluation import parse_tasks, report
-from cselab.evaluation.embed import HashingEncoder
+from fakes import HashingEncoder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"SentEval data not found at {DATA}")

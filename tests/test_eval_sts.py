@@ -11,7 +11,8 @@ from scipy import stats
 from conftest import SENTEVAL, needs_senteval
 from cselab.evaluation import datasets as ds
 from cselab.evaluation import evaluate, sts, stsb_dev_spearman
-from cselab.evaluation.embed import EmbeddingCache, HashingEncoder
+from cselab.evaluation.embed import EmbeddingCache
+from fakes import HashingEncoder
 
 DATA = SENTEVAL
 needs_data = needs_senteval

@@ -14,7 +14,8 @@ from conftest import SENTEVAL, needs_senteval
 from cselab.evaluation import datasets as ds
 from cselab.evaluation import evaluate
 from cselab.evaluation import transfer as tr
-from cselab.evaluation.embed import EmbeddingCache, HashingEncoder
+from cselab.evaluation.embed import EmbeddingCache
+from fakes import HashingEncoder
 
 DATA = SENTEVAL
 needs_data = needs_senteval

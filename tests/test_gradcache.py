@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from saved_tensors import SavedTensorMeter
 
 import cselab.training.gradcache as gc
 from conftest import write_corpus
 from cselab.objectives import ObjectiveContext, total_loss
-from cselab.training.gradcache import (
-    ReplayMismatch,
-    SavedTensorMeter,
-    cached_forward_backward,
-    chunk_bounds,
-)
+from cselab.training.gradcache import ReplayMismatch, cached_forward_backward, chunk_bounds
+from cselab.training.rng import RNGState
+from cselab.training.task import Batch, Task
 from cselab.training.views import compute_views
 from scaleout_helpers import (
     SENTENCES,
@@ -44,6 +42,12 @@ CHUNK = 3  # chunks of 3, 3 and 1 rows
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def task(encoder, obj) -> Task:
+    """The step's task with a seeded generator (generated negatives are drawn the same way in
+    the reference and the cached pass)."""
+    return Task(encoder, obj, ObjectiveContext(generator=generator()))
+
+
 @pytest.fixture(scope="module")
 def dropout_encoder(tiny_bert: Path):
     """Hidden and attention dropout 0.1 (the attention dropout runs inside SDPA)."""
@@ -63,7 +67,7 @@ def chunked_full_graph(encoder, obj, batch, chunk: int) -> dict[str, torch.Tenso
         for k, v in compute_views(encoder, rows(batch, start, end), names).items():
             parts.setdefault(k, []).append(v)
     views = {k: torch.cat(v) for k, v in parts.items()}
-    terms = obj(views, ObjectiveContext(generator=generator()))
+    terms = task(encoder, obj).losses(views, 0)
     total_loss(terms).backward()
     return {k: v.detach() for k, v in terms.items()}
 
@@ -82,13 +86,7 @@ def test_cached_gradients_equal_the_full_graph_with_dropout(dropout_encoder, var
     torch.manual_seed(11)
     enc.zero_grad(set_to_none=True)
     terms = cached_forward_backward(
-        enc,
-        obj,
-        batch,
-        CHUNK,
-        ObjectiveContext(generator=generator()),
-        verify=True,
-        verify_atol=0.0,
+        task(enc, obj), Batch(0, batch), CHUNK, verify=True, verify_atol=0.0
     )
     assert terms.keys() == ref_terms.keys()
     for k in terms:
@@ -113,10 +111,9 @@ def test_first_pass_with_a_graph_replays_too(dropout_encoder, variant: str) -> N
     for graph in (False, True):
         torch.manual_seed(5)
         enc.zero_grad(set_to_none=True)
-        ctx = ObjectiveContext(generator=generator())
         with SavedTensorMeter(enc) as meter:
-            cached_forward_backward(enc, obj, batch, CHUNK, ctx, verify=True, verify_atol=0.0,
-                                    first_pass_graph=graph)  # fmt: skip
+            cached_forward_backward(task(enc, obj), Batch(0, batch), CHUNK, verify=True,
+                                    verify_atol=0.0, first_pass_graph=graph)  # fmt: skip
         peaks[graph] = meter.peak_bytes
         assert max_diff(param_grads(enc), reference) <= REL * max_abs(reference)
     assert peaks[True] <= 1.1 * peaks[False]
@@ -128,16 +125,12 @@ def test_cached_gradients_equal_the_uncached_full_batch(plain_encoder, variant: 
     enc, obj = plain_encoder, objective(variant)
     batch = enc.tokenize(SENTENCES[:BATCH])
     enc.zero_grad(set_to_none=True)
-    ref_terms = obj(
-        compute_views(enc, batch, obj.required_views), ObjectiveContext(generator=generator())
-    )
+    ref_terms = task(enc, obj)(Batch(0, batch))
     total_loss(ref_terms).backward()
     reference = param_grads(enc)
     for chunk in (1, CHUNK, BATCH):
         enc.zero_grad(set_to_none=True)
-        terms = cached_forward_backward(
-            enc, obj, batch, chunk, ObjectiveContext(generator=generator())
-        )
+        terms = cached_forward_backward(task(enc, obj), Batch(0, batch), chunk)
         for k in terms:
             torch.testing.assert_close(terms[k], ref_terms[k].detach(), rtol=REL, atol=0)
         assert max_diff(param_grads(enc), reference) <= REL * max_abs(reference), chunk
@@ -155,22 +148,22 @@ def test_without_replaying_the_random_state_the_positives_change(
     chunked_full_graph(enc, obj, batch, CHUNK)
     reference = param_grads(enc)
 
-    real_restore = gc.restore_rng
+    real_restore = RNGState.restore
     calls = {"n": 0}
 
-    def restore_only_at_the_end(state: gc.RNGState) -> None:
+    def restore_only_at_the_end(state: RNGState) -> None:
         calls["n"] += 1
         if calls["n"] > len(chunk_bounds(BATCH, CHUNK)):
             real_restore(state)
 
-    monkeypatch.setattr(gc, "restore_rng", restore_only_at_the_end)
+    monkeypatch.setattr(RNGState, "restore", restore_only_at_the_end)
     torch.manual_seed(3)
     with pytest.raises(ReplayMismatch, match="differs from the first pass"):
-        cached_forward_backward(enc, obj, batch, CHUNK, verify=True)
+        cached_forward_backward(task(enc, obj), Batch(0, batch), CHUNK, verify=True)
     calls["n"] = 0
     torch.manual_seed(3)
     enc.zero_grad(set_to_none=True)
-    cached_forward_backward(enc, obj, batch, CHUNK, ObjectiveContext(generator=generator()))
+    cached_forward_backward(task(enc, obj), Batch(0, batch), CHUNK)
     assert max_diff(param_grads(enc), reference) > 1e-3 * max_abs(reference)
 
 
@@ -179,10 +172,10 @@ def test_loss_scale_reaches_the_parameters(plain_encoder) -> None:
     enc, obj = plain_encoder, objective("infonce")
     batch = enc.tokenize(SENTENCES[:BATCH])
     enc.zero_grad(set_to_none=True)
-    cached_forward_backward(enc, obj, batch, CHUNK)
+    cached_forward_backward(task(enc, obj), Batch(0, batch), CHUNK)
     plain = param_grads(enc)
     enc.zero_grad(set_to_none=True)
-    cached_forward_backward(enc, obj, batch, CHUNK, scale=lambda loss: loss * 1024.0)
+    cached_forward_backward(task(enc, obj), Batch(0, batch), CHUNK, scale=lambda x: x * 1024.0)
     scaled = param_grads(enc)
     assert max_diff({k: v / 1024.0 for k, v in scaled.items()}, plain) <= REL * max_abs(plain)
 
@@ -205,7 +198,7 @@ def test_peak_activation_memory_falls_with_the_chunk_size(tiny_bert: Path) -> No
     peaks = {}
     for chunk in (64, 32, 16, 8, 4):
         with SavedTensorMeter(enc) as meter:
-            cached_forward_backward(enc, obj, batch, chunk)
+            cached_forward_backward(task(enc, obj), Batch(0, batch), chunk)
         peaks[chunk] = meter.peak_bytes
     print("\nsaved-activation peak, batch 64:", f"uncached {uncached / 2**20:.2f} MiB;",
           ", ".join(f"chunk {c}: {b / 2**20:.2f} MiB" for c, b in peaks.items()))  # fmt: skip
@@ -247,11 +240,21 @@ def tiny_run(tiny_bert: Path, tmp_path: Path, *extra: str):
 
 
 def test_trainer_with_cache_chunk_size_matches_the_uncached_trainer(
-    tiny_bert: Path, tmp_path: Path
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from safetensors.torch import load_file
 
+    import cselab.training.trainer as trainer_module
     from cselab.training.trainer import build_trainer
+
+    chunks: list[int] = []
+    real = trainer_module.cached_forward_backward
+
+    def counted(task, batch, chunk_size, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        chunks.append(chunk_size)
+        return real(task, batch, chunk_size, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "cached_forward_backward", counted)
 
     build_trainer(tiny_run(tiny_bert, tmp_path / "plain", "--model.dropout=0.0")).train()
     cached = build_trainer(
@@ -259,8 +262,9 @@ def test_trainer_with_cache_chunk_size_matches_the_uncached_trainer(
             tiny_bert, tmp_path / "cached", "--model.dropout=0.0", "--train.cache_chunk_size=3"
         )
     )
-    assert cached.step_fn is gc.gradcache_step
+    assert chunks == []  # the uncached run never took the GradCache path
     cached.train()
+    assert chunks == [3, 3, 3]
     a = load_file(str(tmp_path / "plain/out/last/model.safetensors"))
     b = load_file(str(tmp_path / "cached/out/last/model.safetensors"))
     for k in a:

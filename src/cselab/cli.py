@@ -20,7 +20,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .config import ConfigError
     from .data import CorpusError
     from .model.hub import ResolveError
-    from .training.trainer import TrainingDiverged
+    from .training.metrics import TrainingDiverged
 
     errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
     try:

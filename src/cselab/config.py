@@ -86,7 +86,10 @@ class TrainConfig:
         save_steps: write a resumable checkpoint every this many steps (0: at the eval steps; with
             ``eval_steps`` 0 as well, only at the end, so a kill loses the whole run).
         log_steps: write a metrics row every this many steps.
-        resume: continue from ``output_dir/checkpoint`` if present.
+        resume: continue from ``output_dir/checkpoint`` if present (its config must match in
+            every key that changes the run; see :mod:`cselab.training.rundir`).
+        overwrite: replace a previous run in ``output_dir`` (nothing of it is kept). Without
+            ``resume`` or ``overwrite`` a folder holding a run is refused.
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
         compile: wrap the encoder in ``torch.compile``.
         fused_adamw: use the fused AdamW kernel where available.
@@ -108,6 +111,7 @@ class TrainConfig:
     save_steps: int = 0
     log_steps: int = 10
     resume: bool = False
+    overwrite: bool = False
     cache_chunk_size: int | None = None
     compile: bool = False
     fused_adamw: bool = True

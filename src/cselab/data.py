@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .schema import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +85,10 @@ def read_corpus(path: str | Path, errors: str = "strict") -> tuple[list[str], Co
     return sentences, CorpusStats(str(p), lineno, len(sentences), blank, replaced)
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (names a corpus in caches and checkpoints)."""
+    if not path.is_file():
+        raise CorpusError(f"{path}: training file not found")
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -156,7 +161,7 @@ def tokenize_corpus(
         raise CorpusError(f"{p}: training file not found")
     key = json.dumps(
         {
-            "file": _file_digest(p),
+            "file": file_digest(p),
             "tokenizer": getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
             "class": type(tokenizer).__name__,
             "vocab": len(tokenizer),
@@ -208,12 +213,22 @@ class BatchOrder:
         return order[index * self.batch_size : (index + 1) * self.batch_size]
 
 
+def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``(start, end)`` of rank ``rank``'s contiguous, equal slice of a global batch of ``n``.
+
+    The one definition of a rank's rows: the data slice (:func:`shard`) and the objective's
+    ``ctx.offset`` both come from it.
+    """
+    if n % world_size:
+        raise ConfigError(f"train.batch_size={n} must be divisible by the {world_size} ranks")
+    per = n // world_size
+    return rank * per, (rank + 1) * per
+
+
 def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     """This rank's contiguous slice of a global batch."""
-    if len(indices) % world_size:
-        raise ValueError(f"batch of {len(indices)} does not split over {world_size} ranks")
-    per = len(indices) // world_size
-    return indices[rank * per : (rank + 1) * per]
+    start, end = shard_bounds(len(indices), rank, world_size)
+    return indices[start:end]
 
 
 def collate(rows: Sequence[np.ndarray], pad_id: int) -> dict[str, Tensor]:

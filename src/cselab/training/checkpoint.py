@@ -12,48 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import random
+import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .rng import RNGRecord, RNGState
+
 CHECKPOINT_FILE = "checkpoint.safetensors"
-# 2: one RNG record per rank (``rng.<rank>.torch`` / ``rng.<rank>.cuda``); 1: rank 0's only.
+# 2: one RNG record per rank (``rng.<rank>.torch`` / ``rng.<rank>.cuda``).
 FORMAT_VERSION = 2
-READABLE_FORMATS = (1, 2)
-
-RNGRecord = tuple[dict[str, torch.Tensor], dict[str, Any]]
-
-
-def rng_state() -> RNGRecord:
-    """This process's RNGs that a training step may use: torch CPU, the current CUDA device's
-    generator (the one this rank's dropout draws from), Python and NumPy."""
-    tensors = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        tensors["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device())
-    py = random.getstate()
-    np_state = np.random.get_state()
-    meta = {
-        "python": [py[0], list(py[1]), py[2]],
-        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-    }
-    return tensors, meta
-
-
-def set_rng_state(record: RNGRecord) -> None:
-    """Restore a record of :func:`rng_state` into this process."""
-    tensors, meta = record
-    torch.set_rng_state(tensors["torch"])
-    if "cuda" in tensors and torch.cuda.is_available():
-        torch.cuda.set_rng_state(tensors["cuda"], torch.cuda.current_device())
-    py = meta["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    npst = meta["numpy"]
-    np.random.set_state((npst[0], np.asarray(npst[1], dtype=np.uint32), *npst[2:]))
 
 
 def rng_record(
@@ -61,15 +32,6 @@ def rng_record(
 ) -> RNGRecord | None:
     """Rank ``rank``'s RNG record in a loaded checkpoint, or ``None`` if it holds none (the run
     that wrote it had fewer ranks)."""
-    if meta.get("format") == 1:  # rank 0 only; CUDA states of every visible device
-        if rank != 0:
-            return None
-        rec = {"torch": tensors["rng.torch"]}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            key = f"rng.cuda.{torch.cuda.current_device()}"
-            if key in tensors:
-                rec["cuda"] = tensors[key]
-        return rec, meta["rng"]
     per_rank = meta["rng"]
     if rank >= len(per_rank):
         return None
@@ -112,8 +74,8 @@ def save_checkpoint(
 ) -> Path:
     """Write ``path/checkpoint.safetensors`` atomically; returns the file path.
 
-    ``rng`` holds one :func:`rng_state` record per rank, in rank order (default: this process's
-    only, for a single-process run).
+    ``rng`` holds one :meth:`RNGState.to_record` record per rank, in rank order (default: this
+    process's only, for a single-process run).
     """
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -122,7 +84,7 @@ def save_checkpoint(
     }
     opt_tensors, opt_meta = _split_optimizer(optimizer.state_dict())
     tensors.update({k: v.detach().cpu().contiguous() for k, v in opt_tensors.items()})
-    records = rng if rng is not None else [rng_state()]
+    records = rng if rng is not None else [RNGState.capture(host=True).to_record()]
     for r, (rng_tensors, _) in enumerate(records):
         tensors.update({f"rng.{r}.{k}": v.cpu().contiguous() for k, v in rng_tensors.items()})
     sched = {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"}
@@ -143,6 +105,12 @@ def save_checkpoint(
     return target
 
 
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata of a checkpoint (step, config, ...) without reading its tensors."""
+    with safe_open(str(path), framework="pt") as fh:
+        return json.loads(fh.metadata()["cselab"])
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read tensors and metadata of ``path`` (a folder or the file itself)."""
     p = Path(path)
@@ -150,7 +118,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     with safe_open(str(file), framework="pt") as fh:
         meta = json.loads(fh.metadata()["cselab"])
         tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open API
-    if meta.get("format") not in READABLE_FORMATS:
+    if meta.get("format") != FORMAT_VERSION:
         raise ValueError(f"{file}: unsupported checkpoint format {meta.get('format')}")
     return tensors, meta
 
@@ -176,5 +144,18 @@ def restore(
     )
     record = rng_record(tensors, meta, rank)
     if record is not None:
-        set_rng_state(record)
+        RNGState.from_record(record).restore()
     return record is not None
+
+
+def publish_folder(tmp: Path, final: Path) -> None:
+    """Publish the complete folder ``tmp`` as ``final`` so that one complete copy always exists
+    (a kill at any point leaves either the old or the new folder, never a half-written one)."""
+    old = final.with_name(final.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)

@@ -211,12 +211,6 @@ def check_same_on_all_ranks(value: Any, what: str) -> None:
         raise RuntimeError(f"ranks disagree on {what} ({per_rank})")
 
 
-def dropout_seed(seed: int, rank: int) -> int:
-    """Seed of rank ``rank``'s global RNGs (dropout). Rank 0 keeps ``seed``, so a single process
-    is unchanged; other ranks get their own streams, as the rows of one process's batch would."""
-    return seed + 1_000_003 * rank
-
-
 def barrier() -> None:
     """Wait for every rank (no-op without a process group)."""
     if dist.is_available() and dist.is_initialized():
@@ -237,14 +231,3 @@ def main_process_first(info: DistInfo) -> Iterator[None]:
     finally:
         if info.enabled and info.is_main:
             barrier()
-
-
-def objective_seed(seed: int, step: int) -> int:
-    """Seed of the objective's random generator at ``step`` (identical on every rank).
-
-    Generated negatives, mixing partners and noise are drawn from ``ctx.generator``, re-seeded
-    from ``(seed, step)`` before each step: the draws are the same on every rank, do not depend on
-    the number of ranks or on GradCache, and a resumed run draws exactly what an uninterrupted
-    one would.
-    """
-    return (seed * 1_000_033 + step * 7_919 + 0x5EED) % (2**63 - 1)

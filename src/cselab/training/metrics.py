@@ -1,15 +1,74 @@
-"""Training logs: a CSV of every logged row, TensorBoard when installed, and console progress."""
+"""What a run reports: loss windows checked for divergence, ``metrics.csv`` (and TensorBoard when
+installed), console progress and ``results.json``."""
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from .distributed import average_over_ranks
+
 log = logging.getLogger("cselab")
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss term became NaN or infinite."""
+
+
+class LossWindow:
+    """The loss terms of the steps since the last log row, kept on the device.
+
+    :meth:`flush` is the training loop's only host sync: it checks every term of every step in
+    the window for NaN/inf and returns the window's mean of each term.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.terms: list[dict[str, torch.Tensor]] = []
+        self.start = time.perf_counter()
+
+    def add(self, step: int, terms: dict[str, torch.Tensor]) -> None:
+        self.steps.append(step)
+        self.terms.append({k: v.detach() for k, v in terms.items()})
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def flush(self, on_divergence: str) -> dict[str, float]:
+        """Means of each term over the window (the window is emptied).
+
+        Under DDP each rank's per-anchor terms cover its own anchors: the mean over ranks is the
+        global-batch loss (batch-level terms are equal on every rank), and every rank sees a
+        non-finite value if any rank does, so all ranks stop together. Raises
+        :class:`TrainingDiverged` naming the first non-finite step and term, followed by
+        ``on_divergence`` (what was kept, how to resume).
+        """
+        names = list(self.terms[0])
+        values = torch.stack([torch.stack([t[n].float() for n in names]) for t in self.terms])
+        values = average_over_ranks(values).cpu()
+        bad = ~torch.isfinite(values)
+        if bad.any():
+            row, col = (int(i) for i in bad.nonzero()[0])
+            raise TrainingDiverged(
+                f"loss term '{names[col]}' is {values[row, col].item()} at step "
+                f"{self.steps[row]}; {on_divergence}"
+            )
+        means = dict(zip(names, values.mean(0).tolist(), strict=True))
+        self.steps, self.terms = [], []
+        self.start = time.perf_counter()
+        return means
+
+
+def write_results(folder: Path, results: dict[str, Any]) -> None:
+    """``results.json``: the run's summary (best step and score, time, throughput, device)."""
+    (folder / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
 
 
 class MetricsLog:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..model.encoder import SentenceEncoder, dropout_disabled
-from ..objectives.base import VIEW_ANCHOR, VIEW_OFF_DROPOUT, VIEW_POSITIVE
+from ..objectives import VIEW_ANCHOR, VIEW_OFF_DROPOUT, VIEW_POSITIVE
 
 KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT})
 

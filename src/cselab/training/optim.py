@@ -1,0 +1,83 @@
+"""The optimiser side of a step: AdamW, SimCSE's linear schedule, clipping, loss scaling.
+
+:class:`Optimization` owns everything between "gradients are in ``.grad``" and "the next step
+may start": the gradient average over ranks, fp16 unscaling, clipping, the AdamW update, the
+schedule and zeroing. SimCSE's recipe (Gao et al. 2021, Appendix A): AdamW without weight decay,
+a linear decay to 0, no warm-up; the transformers' default clipping at 1.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..config import TrainConfig
+from .distributed import average_gradients
+
+
+def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """Linear warm-up to 1 over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup  # the first update is taken at a non-zero lr
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+class Optimization:
+    """AdamW + schedule + clipping (+ a ``GradScaler`` for fp16) for ``params``.
+
+    Args:
+        params: the trainable parameters.
+        config: the ``train`` section (lr, weight decay, warm-up, clipping, fused AdamW).
+        total_steps: the length of the schedule.
+        device: where the parameters live (fused AdamW on CPU and CUDA).
+        amp_dtype: the autocast dtype; ``float16`` adds loss scaling.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        config: TrainConfig,
+        total_steps: int,
+        device: torch.device,
+        amp_dtype: torch.dtype | None,
+    ) -> None:
+        self.params = list(params)
+        self.grad_clip = config.grad_clip
+        fused = config.fused_adamw and device.type in ("cuda", "cpu")
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None
+        )
+        warmup = config.warmup_steps or int(config.warmup_ratio * total_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, linear_schedule(warmup, total_steps)
+        )
+        self.scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+
+    def scale(self, loss: Tensor) -> Tensor:
+        """The loss to call ``backward`` on (scaled under fp16)."""
+        return self.scaler.scale(loss) if self.scaler is not None else loss
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def step(self) -> None:
+        """Average the gradients over ranks, clip, update, advance the schedule, zero."""
+        average_gradients(self.params)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,120 @@
+"""The output folder of a run: never replace a run by accident, never resume a different one.
+
+Before anything is written, :func:`prepare_output_dir` looks at ``train.output_dir``:
+
+* it holds a previous run and neither ``train.resume`` nor ``train.overwrite`` is set: refused,
+  naming the folder and both ways out;
+* ``train.overwrite``: the previous run's files are removed (nothing of the old run is kept);
+* ``train.resume`` and a checkpoint exists: the checkpoint's config is compared with this one.
+  A difference in a key that changes the run (the model, the data file and its content, the
+  objective, the batch, the learning rate and schedule, the seed, the precision, ...) is refused,
+  naming each key with both values; keys that only change bookkeeping (:data:`RESUMABLE_KEYS`:
+  evaluation and save cadence, logging, paths, device) are allowed and reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..schema import ConfigError
+from .checkpoint import CHECKPOINT_FILE, read_metadata
+
+log = logging.getLogger("cselab")
+
+#: What a previous run leaves in its output folder.
+RUN_FILES = (
+    "checkpoint",
+    "best",
+    "last",
+    "config.yaml",
+    "metrics.csv",
+    "results.json",
+    "tensorboard",
+)
+
+#: Keys that may differ between an interrupted run and its resumption: they change what is
+#: logged, evaluated or where files go, never the weights of a step. Any other key (including
+#: keys added later) must match.
+RESUMABLE_KEYS = frozenset(
+    {
+        "data.cache_dir",
+        "train.output_dir",
+        "train.eval_steps",
+        "train.save_steps",
+        "train.log_steps",
+        "train.resume",
+        "train.overwrite",
+        "train.device",
+        "train.compile",
+        "train.cache_chunk_size",  # GradCache gives the full batch's gradients
+        "eval.data_dir",
+        "eval.batch_size",
+        "eval.enabled",
+    }
+)
+
+#: Not a config key: the SHA-256 of the training file, compared with the config.
+DATA_DIGEST_KEY = "data.train_file (content sha256)"
+
+
+def previous_run(folder: Path) -> list[str]:
+    """The run files present in ``folder``."""
+    return [name for name in RUN_FILES if (folder / name).exists()]
+
+
+def prepare_output_dir(
+    folder: Path, config: Mapping[str, Any], data_digest: str | None, resume: bool, overwrite: bool
+) -> None:
+    """Check ``folder`` before a run starts (see the module doc); raises :class:`ConfigError`."""
+    found = previous_run(folder)
+    checkpoint = folder / "checkpoint" / CHECKPOINT_FILE
+    if resume and checkpoint.is_file():
+        extra = read_metadata(checkpoint)["extra"]
+        saved = {**extra["config"], DATA_DIGEST_KEY: extra.get("data_digest")}
+        for change in check_resumable(saved, {**config, DATA_DIGEST_KEY: data_digest}, checkpoint):
+            log.info("resuming with a changed setting: %s", change)
+        return
+    if not found or resume:
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"train.output_dir={folder} already holds a run ({', '.join(found)}); continue it "
+            "with --train.resume=true, or replace it with --train.overwrite=true"
+        )
+    for name in found:
+        path = folder / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    log.info("train.overwrite: removed the previous run in %s (%s)", folder, ", ".join(found))
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping):
+            yield from _flatten(value, full)
+        else:
+            yield full, value
+
+
+def check_resumable(
+    saved: Mapping[str, Any], current: Mapping[str, Any], checkpoint: Path
+) -> list[str]:
+    """Compare the checkpoint's config with this run's (flattened ``key -> value`` plus
+    :data:`DATA_DIGEST_KEY`). Raises :class:`ConfigError` naming every run-changing key that
+    differs; returns ``key: old -> new`` for the allowed differences."""
+    old, new = dict(_flatten(saved)), dict(_flatten(current))
+    differing = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    fatal = [k for k in differing if k not in RESUMABLE_KEYS]
+    describe = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differing]
+    if fatal:
+        details = "; ".join(d for k, d in zip(differing, describe, strict=True) if k in fatal)
+        raise ConfigError(
+            f"cannot resume {checkpoint}: it was trained with a different run configuration "
+            f"({details}); use the original values, or start a new run in another "
+            "train.output_dir (or with --train.overwrite=true)"
+        )
+    return describe

@@ -1,0 +1,87 @@
+"""Model selection: a dev score every ``train.eval_steps`` steps, and the best model kept.
+
+SimCSE selects the checkpoint with the best STS-B dev Spearman (``load_best_model_at_end``); so does
+cselab by default (:func:`make_dev_evaluator`). :class:`ModelSelection` remembers the score before
+training, the best score and its step, saves ``best/`` whenever the score improves, and travels in
+the checkpoint so that a resumed run keeps all three.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..model.encoder import SentenceEncoder
+from .distributed import barrier
+
+Evaluator = Callable[[SentenceEncoder], float]
+
+
+def make_dev_evaluator(config: Config) -> Evaluator | None:
+    """STS-B dev Spearman ×100 (cosine, no training) for model selection, or ``None``."""
+    if not (config.eval.enabled and config.train.eval_steps):
+        return None
+    from ..evaluation.datasets import resolve_data_dir
+    from ..evaluation.sts import stsb_dev_spearman
+
+    data_dir = resolve_data_dir(config.eval.data_dir)
+    batch_size = config.eval.batch_size
+
+    def evaluate(encoder: SentenceEncoder) -> float:
+        return stsb_dev_spearman(encoder, data_dir, batch_size=batch_size)
+
+    return evaluate
+
+
+class ModelSelection:
+    """Tracks the dev score; saves the best model through ``save_best``.
+
+    Args:
+        evaluator: ``encoder -> score`` (higher is better), run on rank 0 only; ``None``: no
+            selection (the last model is the best one known).
+        save_best: writes the current model as ``best/`` (rank 0).
+        is_main: whether this process is rank 0.
+    """
+
+    def __init__(
+        self, evaluator: Evaluator | None, save_best: Callable[[], Path], is_main: bool = True
+    ) -> None:
+        self.evaluator = evaluator
+        self.save_best = save_best
+        self.is_main = is_main
+        self.initial_score: float | None = None
+        self.best_score = -math.inf
+        self.best_step = -1
+
+    @property
+    def enabled(self) -> bool:
+        return self.evaluator is not None
+
+    def evaluate(self, encoder: SentenceEncoder, step: int) -> float | None:
+        """Collective: score the model (rank 0), keep it if it is the best so far."""
+        if self.evaluator is None:
+            return None
+        score = float(self.evaluator(encoder)) if self.is_main else None
+        if step == 0:
+            self.initial_score = score
+        if score is not None and score > self.best_score:
+            self.best_score, self.best_step = score, step
+            self.save_best()
+        barrier()
+        return score
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "initial_score": self.initial_score,
+            "best_score": self.best_score if math.isfinite(self.best_score) else None,
+            "best_step": self.best_step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.initial_score = state.get("initial_score")
+        best = state.get("best_score")
+        self.best_score = best if best is not None else -math.inf
+        self.best_step = int(state.get("best_step", -1))
