@@ -304,7 +304,7 @@ def cselab_overrides(args: argparse.Namespace, precision: str, out: Path, max_st
 def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
                evaluate: bool) -> Run:  # fmt: skip
     from cselab.config import load_config
-    from cselab.training.trainer import build_trainer
+    from cselab.training.run import build_trainer
 
     out = work / f"cselab-{precision}"
     config = load_config(None, cselab_overrides(args, precision, out, max_steps,
@@ -361,7 +361,7 @@ def profile_cselab(
     from torch.profiler import ProfilerActivity, profile
 
     from cselab.config import load_config
-    from cselab.training.trainer import build_trainer
+    from cselab.training.run import build_trainer
 
     out = work / f"profile-{precision}{'' if unpad else '-padded'}"
     trainer = build_trainer(load_config(None, cselab_overrides(args, precision, out, steps + 1, 0)))

@@ -14,14 +14,6 @@ import torch
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_gpu.py"
 
 
-@pytest.fixture()
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def load_bench():
     spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
     module = importlib.util.module_from_spec(spec)
@@ -32,6 +24,7 @@ def load_bench():
 
 
 def test_bench_smoke_runs_and_reports(tmp_path: Path, one_thread: None) -> None:
+    """The report's derived figures are the measured ones recombined, not placeholders."""
     pytest.importorskip("sentence_transformers")
     bench = load_bench()
     out, table = tmp_path / "bench.json", tmp_path / "bench.md"
@@ -41,10 +34,10 @@ def test_bench_smoke_runs_and_reports(tmp_path: Path, one_thread: None) -> None:
     assert json.loads(out.read_text())["results"][0]["batch"] == 8
     row = report["results"][0]
     for system in ("cselab", "peer"):
-        assert row[system]["step_s"] > 0
+        assert 0 < row[system]["step_s"] < 60
         assert row[system]["tokens_per_s"] == pytest.approx(2 * 8 * 32 / row[system]["step_s"])
         assert row[system]["mfu"] is None  # no peak known for a CPU
-    assert row["speedup"] > 0
+    assert row["speedup"] == pytest.approx(row["peer"]["step_s"] / row["cselab"]["step_s"])
     chunks = {r["chunk"]: r for r in report["gradcache"]}
     assert chunks[4]["saved_activations_mib"] < chunks[None]["saved_activations_mib"]
     assert "| 8 | cselab |" in table.read_text()

@@ -65,7 +65,7 @@ def test_tokenize_once_then_cache(
     assert list(corpus.lengths()) == [5, 8]  # [CLS] a short one [SEP]; truncated to 8
     assert corpus.rows([0])[0].tolist() == tok("a short one")["input_ids"]
 
-    def boom(*args, **kwargs):  # noqa: ANN002, ANN003
+    def boom(*args, **kwargs):
         raise AssertionError("re-tokenised although the cache matches")
 
     monkeypatch.setattr(TokenizedCorpus, "build", boom)
@@ -107,7 +107,7 @@ def test_wiki1m_offline_error_names_url_and_alternative(
 
     from cselab.model import hub
 
-    def offline(*args, **kwargs):  # noqa: ANN002, ANN003
+    def offline(*args, **kwargs):
         raise OSError("Name or service not known")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)

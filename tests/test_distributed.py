@@ -175,7 +175,7 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
     process with batch 8, with an objective that gathers in every way (in-batch, off-dropout,
     mixed and Gaussian negatives, DCL, BarlowTwins)."""
     from cselab.config import load_config
-    from cselab.training.trainer import train
+    from cselab.training.run import train
 
     data = corpus(tmp_path / "data")
     objective = [
@@ -212,7 +212,7 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
 def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) -> dict:
     """Build the trainer the way ``torchrun`` would (environment variables) and train."""
     from cselab.config import load_config
-    from cselab.training.trainer import build_trainer
+    from cselab.training.run import build_trainer
 
     trainer = build_trainer(load_config(None, config_args))
     if phase == "interrupted":

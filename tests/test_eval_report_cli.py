@@ -129,18 +129,31 @@ def test_evaluate_and_compare_commands(tmp_path, monkeypatch, capsys):
 
 def test_evaluate_command_reports_missing_data(tmp_path, monkeypatch, capsys):
     import cselab
+    from cselab.cli import main
 
     monkeypatch.setattr(cselab, "load", lambda path, pooler=None: HashingEncoder())
-    args = _parser().parse_args(["evaluate", "m", "--tasks", "STS12", "--data-dir", str(tmp_path)])
-    assert args.func(args) == 2
+    assert main(["evaluate", "m", "--tasks", "STS12", "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "SentEval data missing" in err and "STS/STS12-en-test/STS.input.MSRpar.txt" in err
+    assert err.startswith("cselab evaluate: error: SentEval data missing") and err.count("\n") == 1
+    assert "STS/STS12-en-test/STS.input.MSRpar.txt" in err
 
 
 def test_compare_rejects_non_results_file(tmp_path, capsys):
+    from cselab.cli import main
+
     bad = tmp_path / "x.json"
     bad.write_text("{}")
-    args = _parser().parse_args(["compare", str(bad)])
+    assert main(["compare", str(bad)]) == 2
+    err = capsys.readouterr().err
     assert (
-        args.func(args) == 2 and "not a cselab evaluation results file" in capsys.readouterr().err
+        err
+        == f"cselab compare: error: {bad}: not a cselab evaluation results file (no 'results' key)\n"
     )
+    bad.write_bytes(b"\xff{")
+    assert main(["compare", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"cselab compare: error: {bad}: not a JSON results file"
+    )
+    assert main(["compare", str(bad), "--names", "a,b"]) == 2
+    assert main(["evaluate", "m", "--tasks", "STS99"]) == 2
+    assert "unknown task 'STS99'" in capsys.readouterr().err

@@ -16,10 +16,11 @@ from safetensors.torch import load_file
 
 from conftest import write_corpus
 from cselab.config import load_config
+from cselab.schema import ConfigError
 from cselab.training import checkpoint as ckpt
 from cselab.training.metrics import TrainingDiverged
 from cselab.training.optim import linear_schedule
-from cselab.training.trainer import build_trainer
+from cselab.training.run import build_trainer
 
 
 def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
@@ -80,7 +81,8 @@ def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Pa
         f"""
         import os, signal, sys
         from cselab.config import load_config
-        from cselab.training.trainer import Trainer, build_trainer
+        from cselab.training.run import build_trainer
+        from cselab.training.trainer import Trainer
         original = Trainer.optimizer_step
         def step_then_die(self):
             original(self)
@@ -112,7 +114,7 @@ def test_crash_while_writing_keeps_previous_checkpoint(
     path = tmp_path / "out/checkpoint"
     _, meta = ckpt.load_checkpoint(path)
 
-    def die(*args, **kwargs):  # noqa: ANN002, ANN003
+    def die(*args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(ckpt.os, "replace", die)
@@ -127,7 +129,7 @@ def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) ->
     trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=2"))
     real = trainer.objective.forward
 
-    def poisoned(views, ctx=None):  # noqa: ANN001, ANN202
+    def poisoned(views, ctx=None):
         terms = real(views, ctx)
         if trainer.step == 4:  # the 5th update
             terms["infonce"] = terms["infonce"] * float("nan")
@@ -145,7 +147,7 @@ def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) ->
 def test_nan_before_any_checkpoint_says_none_was_written(tiny_bert: Path, tmp_path: Path) -> None:
     trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=100"))
     real = trainer.objective.forward
-    trainer.objective.forward = lambda views, ctx=None: {  # noqa: ARG005
+    trainer.objective.forward = lambda views, ctx=None: {
         k: v * float("nan") for k, v in real(views, ctx).items()
     }
     with pytest.raises(TrainingDiverged, match=r"at step 1; no checkpoint had been written yet"):
@@ -253,3 +255,81 @@ def test_import_check_sees_relative_and_lazy_imports(tmp_path: Path) -> None:
         fake.unlink()
     assert {"cselab.objectives.FocalScore", "cselab.objectives.mixcse"} <= names
     assert not ({"cselab.objectives.FocalScore", "cselab.objectives.mixcse"} & GENERIC)
+
+
+# ---------------------------------------------------------------------------------------------
+# Never lose a run: the output folder and resuming
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_second_run_into_the_same_folder_is_refused_until_asked(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=2")).train()
+    before = weights(tmp_path / "out/last")
+    with pytest.raises(ConfigError) as err:
+        build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=2", "--train.seed=7"))
+    message = str(err.value)
+    assert f"train.output_dir={tmp_path / 'out'} already holds a run" in message
+    assert "--train.resume=true" in message and "--train.overwrite=true" in message
+    assert "\n" not in message
+    for k, v in weights(tmp_path / "out/last").items():  # the refused run touched nothing
+        assert torch.equal(v, before[k])
+    build_trainer(
+        tiny_config(
+            tiny_bert, tmp_path, "--train.max_steps=2", "--train.seed=7", "--train.overwrite=true"
+        )
+    ).train()
+    after = weights(tmp_path / "out/last")  # replaced: a different seed, different weights
+    assert any(not torch.equal(v, before[k]) for k, v in after.items())
+
+
+def test_resume_refuses_a_run_changing_key_and_names_both_values(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=3")).train()
+    for changed, key, old, new in [
+        ("--train.lr=2e-3", "train.lr", "0.001", "0.002"),
+        ("--train.batch_size=4", "train.batch_size", "8", "4"),
+        ("--objective.focal.enabled=true", "objective.focal.enabled", "False", "True"),
+        ("--train.seed=3", "train.seed", "42", "3"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            build_trainer(tiny_config(tiny_bert, tmp_path, "--train.resume=true", changed))
+        assert f"{key}: {old} -> {new}" in str(err.value), str(err.value)
+    # The same file name with other content is another corpus.
+    config = tiny_config(tiny_bert, tmp_path, "--train.resume=true")  # (re)writes corpus.txt
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(corpus.read_text(encoding="utf-8") + "one more line\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"data\.train_file \(content sha256\): '[0-9a-f]{64}'"):
+        build_trainer(config)
+
+
+def test_resume_allows_bookkeeping_changes_and_keeps_the_initial_score(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="cselab")
+    config = tiny_config(tiny_bert, tmp_path, "--train.eval_steps=4", "--train.save_steps=4")
+    trainer = build_trainer(config)
+    trainer.total_steps = 8  # stop at a checkpoint, as a killed run would
+    scores = iter([10.0, 30.0, 20.0])  # steps 0, 4, 8
+    trainer.selection.evaluator = lambda encoder: next(scores)
+    trainer.train()
+    resumed = build_trainer(
+        tiny_config(
+            tiny_bert,
+            tmp_path,
+            "--train.eval_steps=4",
+            "--train.save_steps=4",
+            "--train.log_steps=1",
+            "--train.resume=true",
+        )  # fmt: skip
+    )
+    assert "resuming with a changed setting: train.log_steps: 2 -> 1" in caplog.text
+    resumed.selection.evaluator = lambda encoder: 40.0  # step 12
+    results = resumed.train()
+    assert (results["initial_stsb_dev"], results["best_stsb_dev"], results["best_step"]) == (
+        10.0,
+        40.0,
+        12,
+    )

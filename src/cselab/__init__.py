@@ -5,16 +5,16 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def load(path: str, pooler: str | None = None, **kwargs):  # noqa: ANN201 - lazy import
+def load(path: str, pooler: str | None = None, **kwargs):
     """Open a cselab output folder, a sentence-transformers folder or an HF model as an encoder."""
     from .model.encoder import load as _load
 
     return _load(path, pooler=pooler, **kwargs)
 
 
-def train(config):  # noqa: ANN001, ANN201 - lazy import keeps `import cselab` light
+def train(config):
     """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results."""
-    from .training.trainer import train as _train
+    from .training.run import train as _train
 
     return _train(config)
 

@@ -12,29 +12,34 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .evaluation.cli import register as register_evaluation
 
 log = logging.getLogger("cselab")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from .config import ConfigError
+    """The project's error types for what a user got wrong (each message names the file, key or
+    value); any other exception is a bug and keeps its traceback."""
     from .data import CorpusError
+    from .evaluation.datasets import DataFormatError, MissingDataError
     from .model.hub import ResolveError
+    from .schema import ConfigError
     from .training.metrics import TrainingDiverged
 
-    errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
-    try:
-        from .evaluation.datasets import DataFormatError, MissingDataError
-
-        errors += [DataFormatError, MissingDataError]
-    except ImportError:  # evaluation extras not importable: keep the core errors
-        pass
-    return tuple(errors)
+    return (
+        ConfigError,
+        CorpusError,
+        ResolveError,
+        TrainingDiverged,
+        DataFormatError,
+        MissingDataError,
+        FileNotFoundError,
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .training.trainer import train
+    from .training.run import train
 
     config = load_config(args.config, args.overrides)
     results = train(config)
@@ -101,12 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p.set_defaults(func=cmd_encode)
 
-    try:
-        from .evaluation.cli import register
-    except ImportError:
-        register = None
-    if register is not None:
-        register(sub)
+    register_evaluation(sub)
     return parser
 
 
@@ -129,9 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             hf_logging.disable_progress_bar()
         return int(args.func(args) or 0)
     except _user_errors() as err:
-        print(f"cselab {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as err:
         print(f"cselab {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterable
 
+from ..schema import ConfigError
 from . import alignment, sts, transfer
 from .datasets import TASK_FILES
 from .download import ensure_data
@@ -55,13 +56,13 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
         elif key in _ALIASES:
             names = (_ALIASES[key],)
             if mode == "dev" and names[0] in sts.STS_YEARS:
-                raise ValueError(f"{names[0]} has no dev split; use --mode test or fasttest")
+                raise ConfigError(f"{names[0]} has no dev split; use --mode test or fasttest")
         else:
             known = ", ".join([*TASK_GROUPS, *TASK_FILES])
-            raise ValueError(f"unknown task {item!r}; expected one of {known}")
+            raise ConfigError(f"unknown task {item!r}; expected one of {known}")
         out.extend(n for n in names if n not in out)
     if not out:
-        raise ValueError("no task to evaluate")
+        raise ConfigError("no task to evaluate")
     return out
 
 
@@ -95,7 +96,7 @@ def evaluate(
         accuracies in %; ``headline`` has the paper tables (x 100, two decimals).
     """
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     names = parse_tasks(tasks, mode)
     root = ensure_data(names, data_dir, download_missing=download)
     started = time.perf_counter()

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from cselab.model.pooling import POOLERS
-
-from .datasets import DataFormatError, MissingDataError
+from ..model.pooling import POOLERS
+from ..schema import ConfigError
+from .api import MODES
 from .download import ensure_data
-
-MODES = ("test", "dev", "fasttest")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,25 +59,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from . import api, report
 
-    try:
-        tasks = api.parse_tasks(args.tasks, args.mode)
-        # check (or fetch) the data before spending time on loading the model
-        ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
-        from cselab import load  # lazy: model loading pulls in transformers
+    tasks = api.parse_tasks(args.tasks, args.mode)
+    # Check (or fetch) the data before spending time on loading the model.
+    ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
+    from .. import load  # lazy: model loading pulls in transformers
 
-        encoder = load(args.model, pooler=args.pooler)
-        out = api.evaluate(
-            encoder,
-            tasks=tasks,
-            mode=args.mode,
-            data_dir=args.data_dir,
-            batch_size=args.batch_size,
-            download=not args.no_download,
-            model_name=args.model,
-        )
-    except (DataFormatError, MissingDataError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    encoder = load(args.model, pooler=args.pooler)
+    out = api.evaluate(
+        encoder,
+        tasks=tasks,
+        mode=args.mode,
+        data_dir=args.data_dir,
+        batch_size=args.batch_size,
+        download=not args.no_download,
+        model_name=args.model,
+    )
     if args.pooler:
         out["pooler"] = args.pooler
     print(report.markdown(out))
@@ -97,33 +88,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
 def run_compare(args: argparse.Namespace) -> int:
     from . import report
 
-    try:
-        outs = [report.load_json(p) for p in args.results]
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    outs = [report.load_json(p) for p in args.results]
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     if names is not None and len(names) != len(outs):
-        print(f"error: {len(names)} names for {len(outs)} results files", file=sys.stderr)
-        return 2
+        raise ConfigError(f"--names gives {len(names)} names for {len(outs)} results files")
     if names is None:
         names = [
-            report._model_name(o, Path(p).stem) for o, p in zip(outs, args.results, strict=True)
+            report.model_name(o, Path(p).stem) for o, p in zip(outs, args.results, strict=True)
         ]
     print(report.compare(outs, names))
     if args.csv:
         report.to_csv(outs, args.csv)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m cselab.evaluation.cli evaluate ...``)."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="cselab")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -91,9 +91,11 @@ class MissingDataError(FileNotFoundError):
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/cselab/senteval`` (``~/.cache/cselab/senteval`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cselab" / "senteval"
+    """``senteval/`` in cselab's cache (:func:`cselab.model.hub.cache_root`: ``$CSELAB_CACHE``,
+    else ``$XDG_CACHE_HOME/cselab``, else ``~/.cache/cselab``)."""
+    from ..model.hub import cache_root
+
+    return cache_root() / "senteval"
 
 
 def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -111,17 +113,6 @@ def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     if (path / "downstream").is_dir() and not (path / "STS").is_dir():
         path = path / "downstream"
     return path
-
-
-def missing_files(tasks: Iterable[str], data_dir: str | os.PathLike[str]) -> list[str]:
-    """Relative paths of the files the given tasks need that are absent from ``data_dir``."""
-    root = Path(data_dir)
-    seen: dict[str, None] = {}
-    for task in tasks:
-        for rel in TASK_FILES[task]:
-            if not (root / rel).is_file():
-                seen[rel] = None
-    return list(seen)
 
 
 # --------------------------------------------------------------------------------------------

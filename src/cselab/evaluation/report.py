@@ -16,12 +16,10 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .datasets import STS_YEARS, DataFormatError
+
 STS_COLUMNS = (
-    ("STS12", "STS12"),
-    ("STS13", "STS13"),
-    ("STS14", "STS14"),
-    ("STS15", "STS15"),
-    ("STS16", "STS16"),
+    *((year, year) for year in STS_YEARS),
     ("STSBenchmark", "STS-B"),
     ("SICKRelatedness", "SICK-R"),
 )
@@ -34,7 +32,6 @@ TRANSFER_COLUMNS = (
     ("TREC", "TREC"),
     ("MRPC", "MRPC"),
 )
-_STS_YEARS = {"STS12", "STS13", "STS14", "STS15", "STS16"}
 
 
 def _r2(x: float | None) -> float | None:
@@ -44,7 +41,7 @@ def _r2(x: float | None) -> float | None:
 
 
 def _sts_value(task: str, res: dict) -> float | None:
-    value = res["all"]["spearman"] if task in _STS_YEARS else res["spearman"]
+    value = res["all"]["spearman"] if task in STS_YEARS else res["spearman"]
     return _r2(100.0 * value) if value is not None else None
 
 
@@ -53,7 +50,7 @@ def headline(out: dict) -> dict[str, dict[str, float | None]]:
     results = out["results"]
     dev = out.get("mode") == "dev"
     table: dict[str, dict[str, float | None]] = {}
-    sts_cols = [(t, label) for t, label in STS_COLUMNS if not (dev and t in _STS_YEARS)]
+    sts_cols = [(t, label) for t, label in STS_COLUMNS if not (dev and t in STS_YEARS)]
     if any(t in results for t, _ in sts_cols):
         row = {label: _sts_value(t, results[t]) if t in results else None for t, label in sts_cols}
         table["sts"] = _with_avg(row)
@@ -86,7 +83,8 @@ def _md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _model_name(out: dict, fallback: str = "model") -> str:
+def model_name(out: dict, fallback: str = "model") -> str:
+    """The row name of a run: its model and, when overridden, its pooler."""
     name = out.get("model") or fallback
     pooler = out.get("pooler")
     return f"{name} ({pooler})" if pooler else str(name)
@@ -99,7 +97,7 @@ def markdown(out: dict) -> str:
 
 def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:
     """One markdown table per group (STS, transfer) with a row per run."""
-    names = list(names) if names else [_model_name(o, f"run {i + 1}") for i, o in enumerate(outs)]
+    names = list(names) if names else [model_name(o, f"run {i + 1}") for i, o in enumerate(outs)]
     heads = [o.get("headline") or headline(o) for o in outs]
     modes = sorted({o.get("mode", "test") for o in outs})
     mode = "/".join(modes)
@@ -146,7 +144,7 @@ def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:
 # JSON / CSV
 
 
-def _clean(obj):  # noqa: ANN001, ANN202 - recursive JSON sanitiser
+def _clean(obj):
     """NaN/inf -> None and numpy scalars/arrays -> Python, so the file is strict JSON."""
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
@@ -165,15 +163,21 @@ def save_json(out: dict, path: str | os.PathLike[str]) -> None:
 
 
 def load_json(path: str | os.PathLike[str]) -> dict:
-    data = json.loads(Path(path).read_text())
+    """A results file of ``cselab evaluate -o``; anything else is a :class:`DataFormatError`."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFormatError(path, None, "results file not found") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataFormatError(path, None, f"not a JSON results file ({err})") from None
     if not isinstance(data, dict) or "results" not in data:
-        raise ValueError(f"{path}: not a cselab evaluation results file (no 'results' key)")
+        raise DataFormatError(path, None, "not a cselab evaluation results file (no 'results' key)")
     return data
 
 
 def rows(out: dict) -> list[dict[str, object]]:
     """Every number of a run, one row each: model, mode, task, subset, metric, value."""
-    model, mode = _model_name(out), out.get("mode", "")
+    model, mode = model_name(out), out.get("mode", "")
     table: list[dict[str, object]] = []
 
     def add(task: str, subset: str, metric: str, value: object) -> None:
@@ -189,7 +193,7 @@ def rows(out: dict) -> list[dict[str, object]]:
         )
 
     for task, res in out["results"].items():
-        if task in _STS_YEARS:
+        if task in STS_YEARS:
             for subset, r in res["subsets"].items():
                 for m in ("pearson", "spearman", "n"):
                     add(task, subset, m, r[m])

@@ -20,6 +20,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ..config import Config, save_config
+from ..model.encoder import SentenceEncoder
 from .rng import RNGRecord, RNGState
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -159,3 +161,15 @@ def publish_folder(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
     if old.exists():
         shutil.rmtree(old)
+
+
+def save_model_folder(encoder: SentenceEncoder, config: Config, folder: Path) -> Path:
+    """Save ``encoder`` (an HF and sentence-transformers folder) with the run's config as
+    ``folder``, published atomically (:func:`publish_folder`)."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    encoder.save(tmp)
+    save_config(config, tmp / "cselab_config.yaml")
+    publish_folder(tmp, folder)
+    return folder

@@ -94,7 +94,7 @@ class _GatherWithGrad(torch.autograd.Function):
     gradient of its own rows (every rank's loss may depend on every row)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:  # noqa: ANN001
+    def forward(ctx, x: Tensor) -> Tensor:
         world = dist.get_world_size()
         ctx.rank, ctx.world, ctx.n = dist.get_rank(), world, x.shape[0]
         x = x.contiguous()
@@ -107,7 +107,7 @@ class _GatherWithGrad(torch.autograd.Function):
         return torch.cat(parts, dim=0)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:  # noqa: ANN001
+    def backward(ctx, grad: Tensor) -> Tensor:
         grad = grad.contiguous()
         if _is_nccl():
             # Each rank receives only its own rows, summed over ranks.

@@ -3,8 +3,8 @@
 The trainer knows nothing about objectives (a :class:`~cselab.training.task.Task` turns a batch
 into named loss terms) and delegates everything around the loop to a module of its own: the
 optimiser (:mod:`.optim`), model selection (:mod:`.selection`), checkpoints and RNG streams
-(:mod:`.checkpoint`, :mod:`.rng`), the output folder (:mod:`.rundir`) and the logs
-(:mod:`.metrics`). :func:`build_trainer` assembles a trainer from a config.
+(:mod:`.checkpoint`, :mod:`.rng`) and the logs (:mod:`.metrics`).
+:func:`cselab.training.run.build_trainer` assembles a trainer from a config.
 """
 
 from __future__ import annotations
@@ -18,26 +18,22 @@ from typing import Any
 
 import torch
 
-from ..config import Config, load_config, save_config
+from ..config import Config, save_config
 from ..data import (
     BatchOrder,
     TokenizedCorpus,
     collate,
-    file_digest,
     shard,
     shard_bounds,
-    tokenize_corpus,
 )
 from ..model.encoder import SentenceEncoder
-from ..model.hub import cache_root, resolve_train_file
-from ..objectives import Objective, ObjectiveContext, build_objective, total_loss
-from . import rundir
+from ..objectives import Objective, ObjectiveContext, total_loss
 from .checkpoint import (
     CHECKPOINT_FILE,
     load_checkpoint,
-    publish_folder,
     restore,
     save_checkpoint,
+    save_model_folder,
 )
 from .distributed import (
     DistInfo,
@@ -46,16 +42,13 @@ from .distributed import (
     broadcast_module,
     check_same_on_all_ranks,
     gather_with_grad,
-    init_distributed,
-    main_process_first,
-    shutdown_distributed,
 )
 from .gradcache import VERIFY_ENV, cached_forward_backward
 from .metrics import LossWindow, MetricsLog, Progress, write_results
 from .optim import Optimization
 from .rng import RNGState, dropout_seed, seed_everything
 from .runtime import autocast_dtype, pick_device
-from .selection import Evaluator, ModelSelection, make_dev_evaluator
+from .selection import Evaluator, ModelSelection
 from .task import Batch, Task
 
 log = logging.getLogger("cselab")
@@ -156,13 +149,7 @@ class Trainer:
     # ----------------------------------------------------------------------- what a run keeps
     def save_model(self, name: str) -> Path:
         """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder)."""
-        final, tmp = self.out / name, self.out / f"{name}.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        self.encoder.save(tmp)
-        save_config(self.config, tmp / "cselab_config.yaml")
-        publish_folder(tmp, final)
-        return final
+        return save_model_folder(self.encoder, self.config, self.out / name)
 
     def save_checkpoint(self) -> None:
         """Collective: every rank contributes its RNG state; rank 0 writes the file."""
@@ -298,57 +285,3 @@ class Trainer:
         }
         write_results(self.out, results)
         return results
-
-
-def build_trainer(config: Config) -> Trainer:
-    """Everything :func:`train` sets up, without running the loop."""
-    objective = build_objective(config.objective)
-    dist_info = init_distributed(
-        "cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu"
-    )
-    seed_everything(config.train.seed)
-    cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-    # Rank 0 downloads and writes the token cache first; the other ranks then read it.
-    with main_process_first(dist_info):
-        train_file = resolve_train_file(config.data.train_file, str(cache / "data"))
-        digest = file_digest(Path(train_file))
-        if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
-            tc = config.train
-            rundir.prepare_output_dir(
-                Path(tc.output_dir), config.to_dict(), digest, tc.resume, tc.overwrite
-            )
-        encoder = SentenceEncoder.from_config(config.model)
-        corpus, stats = tokenize_corpus(
-            train_file,
-            encoder.tokenizer,
-            config.model.max_seq_len,
-            errors=config.data.encoding_errors,
-            cache_dir=cache / "tokens",
-        )
-    if dist_info.is_main:
-        log.info(
-            "corpus %s: %d sentences (%d blank lines skipped, %d lines with replaced bytes)",
-            stats.path, stats.sentences, stats.blank_lines, stats.replaced_lines,
-        )  # fmt: skip
-    # Re-seed after model construction so that dropout does not depend on how many random numbers
-    # building the model consumed (the data order and generated negatives have their own
-    # generators). Each rank gets its own dropout stream.
-    seed_everything(dropout_seed(config.train.seed, dist_info.rank))
-    return Trainer(
-        config,
-        encoder,
-        objective,
-        corpus,
-        make_dev_evaluator(config),
-        dist_info,
-        data_digest=digest,
-    )
-
-
-def train(config: Config | str | Path) -> dict[str, Any]:
-    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results."""
-    config = load_config(config) if not isinstance(config, Config) else config.validate()
-    try:
-        return build_trainer(config).train()
-    finally:
-        shutdown_distributed()  # only if init_distributed created the process group

@@ -1,0 +1,82 @@
+"""From a config to a trained model: :func:`build_trainer` assembles, :func:`train` runs.
+
+The composition root of training: it validates the config, builds the objective, starts the
+distributed group, checks the output folder (:mod:`.rundir`) before any heavy work, loads the
+model and the tokenised corpus, seeds the streams (:mod:`.rng`) and hands everything to the
+:class:`~cselab.training.trainer.Trainer`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Config, load_config
+from ..data import file_digest, tokenize_corpus
+from ..model.encoder import SentenceEncoder
+from ..model.hub import cache_root, resolve_train_file
+from ..objectives import build_objective
+from . import rundir
+from .distributed import init_distributed, main_process_first, shutdown_distributed
+from .rng import dropout_seed, seed_everything
+from .selection import make_dev_evaluator
+from .trainer import Trainer
+
+log = logging.getLogger("cselab")
+
+
+def build_trainer(config: Config) -> Trainer:
+    """Everything :func:`train` sets up, without running the loop."""
+    objective = build_objective(config.objective)
+    dist_info = init_distributed(
+        "cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu"
+    )
+    seed_everything(config.train.seed)
+    cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
+    # Rank 0 downloads and writes the token cache first; the other ranks then read it.
+    with main_process_first(dist_info):
+        train_file = resolve_train_file(config.data.train_file, str(cache / "data"))
+        digest = file_digest(Path(train_file))
+        if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
+            tc = config.train
+            rundir.prepare_output_dir(
+                Path(tc.output_dir), config.to_dict(), digest, tc.resume, tc.overwrite
+            )
+        encoder = SentenceEncoder.from_config(config.model)
+        corpus, stats = tokenize_corpus(
+            train_file,
+            encoder.tokenizer,
+            config.model.max_seq_len,
+            errors=config.data.encoding_errors,
+            cache_dir=cache / "tokens",
+        )
+    if dist_info.is_main:
+        log.info(
+            "corpus %s: %d sentences (%d blank lines skipped, %d lines with replaced bytes)",
+            stats.path, stats.sentences, stats.blank_lines, stats.replaced_lines,
+        )  # fmt: skip
+    # Re-seed after model construction so that dropout does not depend on how many random numbers
+    # building the model consumed (the data order and generated negatives have their own
+    # generators). Each rank gets its own dropout stream.
+    seed_everything(dropout_seed(config.train.seed, dist_info.rank))
+    return Trainer(
+        config,
+        encoder,
+        objective,
+        corpus,
+        make_dev_evaluator(config),
+        dist_info,
+        data_digest=digest,
+    )
+
+
+def train(config: Config | str | Path) -> dict[str, Any]:
+    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results."""
+    config = load_config(config) if not isinstance(config, Config) else config.validate()
+    try:
+        return build_trainer(config).train()
+    finally:
+        shutdown_distributed()  # only if init_distributed created the process group
