@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import signal
 import subprocess
@@ -189,72 +188,6 @@ def test_bf16_autocast_on_cpu_trains(tiny_bert: Path, tmp_path: Path) -> None:
 def test_fp16_on_cpu_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
         build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=fp16"))
-
-
-def _cselab_imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any level (lazy imports in functions included),
-    resolved to absolute ``cselab.…`` names, with each imported name as a submodule candidate."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    src = Path(__file__).resolve().parents[1] / "src"
-    package = ".".join(path.relative_to(src).with_suffix("").parts[:-1])
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}
-    return found
-
-
-#: The objectives' public entry points the training machinery may use; everything else of
-#: ``cselab.objectives`` (a paper's part, a config sub-section) is a specific objective.
-GENERIC = {
-    "cselab.objectives",
-    "cselab.objectives.Objective",
-    "cselab.objectives.ObjectiveContext",
-    "cselab.objectives.LossTerms",
-    "cselab.objectives.build_objective",
-    "cselab.objectives.total_loss",
-    "cselab.objectives.VIEW_ANCHOR",  # the view names are the interface between the two
-    "cselab.objectives.VIEW_POSITIVE",
-    "cselab.objectives.VIEW_OFF_DROPOUT",
-}
-
-
-def test_training_never_imports_a_specific_objective() -> None:
-    """Checked on the real imports (AST, every level, relative ones resolved) of every module of
-    the training machinery, not on the text of top-level lines."""
-    folder = Path(__file__).resolve().parents[1] / "src/cselab/training"
-    for path in sorted(folder.glob("*.py")):
-        specific = {
-            name
-            for name in _cselab_imports(path)
-            if name.startswith("cselab.objectives") and name not in GENERIC
-        }
-        assert not specific, (path.name, sorted(specific))
-
-
-def test_import_check_sees_relative_and_lazy_imports(tmp_path: Path) -> None:
-    """The check above fails on the imports the old line-based check let through."""
-    src = Path(__file__).resolve().parents[1] / "src"
-    fake = src / "cselab/training/_probe_imports.py"
-    fake.write_text(
-        "from ..objectives import FocalScore\n"
-        "def f():\n    from cselab.objectives.mixcse import MixedNegatives\n",
-        encoding="utf-8",
-    )
-    try:
-        names = _cselab_imports(fake)
-    finally:
-        fake.unlink()
-    assert {"cselab.objectives.FocalScore", "cselab.objectives.mixcse"} <= names
-    assert not ({"cselab.objectives.FocalScore", "cselab.objectives.mixcse"} & GENERIC)
 
 
 # ---------------------------------------------------------------------------------------------

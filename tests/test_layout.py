@@ -1,0 +1,173 @@
+"""The layers keep their rules (docs/design.md), checked on the real imports of every module:
+AST, every level (lazy imports inside functions included), relative imports resolved."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def cselab_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any level (lazy imports in functions included),
+    resolved to absolute ``cselab.…`` names, with each imported name as a submodule candidate."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    src = SRC
+    package = ".".join(path.relative_to(src).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+#: The objectives' public entry points the training machinery may use; everything else of
+#: ``cselab.objectives`` (a paper's part, a config sub-section) is a specific objective.
+GENERIC = {
+    "cselab.objectives",
+    "cselab.objectives.Objective",
+    "cselab.objectives.ObjectiveContext",
+    "cselab.objectives.LossTerms",
+    "cselab.objectives.build_objective",
+    "cselab.objectives.total_loss",
+    "cselab.objectives.VIEW_ANCHOR",  # the view names are the interface between the two
+    "cselab.objectives.VIEW_POSITIVE",
+    "cselab.objectives.VIEW_OFF_DROPOUT",
+}
+
+
+def test_training_never_imports_a_specific_objective() -> None:
+    """Checked on the real imports (AST, every level, relative ones resolved) of every module of
+    the training machinery, not on the text of top-level lines."""
+    folder = SRC / "cselab/training"
+    for path in sorted(folder.glob("*.py")):
+        specific = {
+            name
+            for name in cselab_imports(path)
+            if name.startswith("cselab.objectives") and name not in GENERIC
+        }
+        assert not specific, (path.name, sorted(specific))
+
+
+def test_import_check_sees_relative_and_lazy_imports(tmp_path: Path) -> None:
+    """The check above fails on the imports the old line-based check let through."""
+    src = SRC
+    fake = src / "cselab/training/_probe_imports.py"
+    fake.write_text(
+        "from ..objectives import FocalScore\n"
+        "def f():\n    from cselab.objectives.mixcse import MixedNegatives\n",
+        encoding="utf-8",
+    )
+    try:
+        names = cselab_imports(fake)
+    finally:
+        fake.unlink()
+    assert {"cselab.objectives.FocalScore", "cselab.objectives.mixcse"} <= names
+    assert not ({"cselab.objectives.FocalScore", "cselab.objectives.mixcse"} & GENERIC)
+
+
+def internal_graph() -> dict[str, set[str]]:
+    """``module -> cselab modules it imports`` (an imported name counts as its module)."""
+    modules = {module_name(p): p for p in SRC.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for imported in cselab_imports(path):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                found.add(imported)
+        graph[name] = found
+    return graph
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``edges`` (depth-first search), or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges.get(m, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d) :] + [d]
+            if d not in state and (found := visit(d)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_no_import_circles_in_src() -> None:
+    # Importing a submodule imports its package first: a package's __init__ importing its own
+    # submodules is not a circle, so edges from a package into itself are left out.
+    edges = {
+        m: {d for d in deps if not d.startswith(m + ".")} for m, deps in internal_graph().items()
+    }
+    cycle = find_cycle(edges)
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_lower_layers_never_import_upper_ones() -> None:
+    graph = internal_graph()
+    rules = {
+        "cselab.objectives": (
+            "cselab.model",
+            "cselab.training",
+            "cselab.evaluation",
+            "cselab.data",
+        ),
+        "cselab.model": ("cselab.objectives", "cselab.training", "cselab.evaluation"),
+        "cselab.schema": ("cselab.",),
+    }
+    for name, deps in graph.items():
+        for layer, forbidden in rules.items():
+            if name == layer or name.startswith(layer + "."):
+                bad = sorted(d for d in deps if d.startswith(forbidden))
+                assert not bad, (name, bad)
+
+
+def test_objectives_never_import_torch_distributed() -> None:
+    for path in (SRC / "cselab/objectives").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {n for n in names if n.startswith("torch.distributed")}, path.name
+
+
+def test_the_checks_can_fail() -> None:
+    """A circle is found, and a probe module of the model layer importing the trainer breaks
+    the layering rule."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    probe = SRC / "cselab/model/_probe_layer.py"
+    probe.write_text("def f():\n    from ..training import trainer\n", encoding="utf-8")
+    try:
+        try:
+            test_lower_layers_never_import_upper_ones()
+        except AssertionError as err:
+            assert "_probe_layer" in str(err) and "cselab.training.trainer" in str(err)
+        else:
+            raise AssertionError("a lazy import of the trainer in the model layer went unseen")
+    finally:
+        probe.unlink()
