@@ -35,11 +35,8 @@ def inference_mode(encoder: object) -> Iterator[None]:
     The trainer scores STS-B dev in the middle of training, so dropout must be off for the
     scoring and back on afterwards.
     """
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency of cselab
-        yield
-        return
+    import torch
+
     module = encoder if isinstance(encoder, torch.nn.Module) else None
     was_training = bool(module is not None and module.training)
     if module is not None:

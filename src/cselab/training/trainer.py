@@ -106,9 +106,9 @@ class Trainer:
         )
         self.pad_id = int(encoder.tokenizer.pad_token_id or 0)
         self.step = 0
-        self._order = (-1, self.order.epoch_order(0))  # (epoch, permutation) of the last batch
+        self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
         self._elapsed_before = 0.0  # wall time of the runs this one resumes
-        self._t0 = time.perf_counter()
+        self._t0: float | None = None  # when train() started its loop
 
     @property
     def objective(self) -> Objective:
@@ -195,7 +195,8 @@ class Trainer:
         return True
 
     def _elapsed(self) -> float:
-        return self._elapsed_before + time.perf_counter() - self._t0
+        since = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+        return self._elapsed_before + since
 
     def _divergence_note(self) -> str:
         ckpt = self.out / "checkpoint" / CHECKPOINT_FILE
