@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .card import write_model_card
 from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
 from .config import Config, load_config, save_config
 from .data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
@@ -45,6 +46,7 @@ from .encoder import SentenceEncoder
 from .hub import cache_root, resolve_train_file
 from .metrics import MetricsLog, Progress
 from .objectives import Objective, ObjectiveContext, build_objective, total_loss
+from .publish import push_folder
 from .views import compute_views
 
 log = logging.getLogger("cselab")
@@ -275,6 +277,9 @@ class Trainer:
             shutil.rmtree(tmp)
         self.encoder.save(tmp)
         save_config(self.config, tmp / "cselab_config.yaml")
+        write_model_card(tmp, self.config, metrics_csv=self.out / "metrics.csv",
+                         stsb_dev=self.best_score if name == "best" else None, step=self.step,
+                         sentences=len(self.corpus), model_id=str(final.resolve()))  # fmt: skip
         _replace_dir(tmp, final)
         return final
 
@@ -433,6 +438,11 @@ class Trainer:
             "world_size": self.dist.world_size,
         }
         (self.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        for name, step in (("best", self.best_step), ("last", self.step)):  # now with the times
+            write_model_card(self.out / name, self.config, results=results, step=step,
+                             metrics_csv=self.out / "metrics.csv", sentences=len(self.corpus))  # fmt: skip
+        if self.config.train.push_to_hub:
+            push_folder(self.out / "best", self.config.train.push_to_hub)
         return results
 
 

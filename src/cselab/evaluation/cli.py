@@ -48,6 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data-dir", help="SentEval data/downstream folder (else $CSELAB_DATA or cache)"
     )
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
+    ev.add_argument(
+        "--update-card",
+        action="store_true",
+        help="add the result tables to MODEL's README.md model card (a local cselab folder)",
+    )
     ev.set_defaults(func=run_evaluate)
 
     cmp_ = subparsers.add_parser(
@@ -64,6 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from . import api, report
 
+    if args.update_card and not Path(args.model).is_dir():
+        print(f"error: --update-card needs a local model folder; {args.model} is not one",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         tasks = api.parse_tasks(args.tasks, args.mode)
         # check (or fetch) the data before spending time on loading the model
@@ -91,6 +100,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"\nresults: {args.output}")
     if args.csv:
         report.to_csv(out, args.csv)
+    if args.update_card:
+        from cselab.card import update_model_card
+
+        try:
+            print(f"model card: {update_model_card(args.model, out)}")
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 
