@@ -160,8 +160,11 @@ def test_sentence_transformers_trainer_lowers_the_loss_and_saves(
         dataloader_drop_last=True,
     )
     data = Dataset.from_dict({"anchor": texts, "positive": texts})
-    SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss).train()
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    trainer.train()
+    assert trainer.state.global_step == 20
     after = probe_loss()
+    print(f"{make.__name__}: probe loss {before:.4f} -> {after:.4f}")
     assert after < before - 0.1, (before, after)
     model.save(str(tmp_path / "saved"))
     reloaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu")
