@@ -32,7 +32,9 @@ from cselab.st import (
 )
 from cselab.views import compute_views
 
-SENTENCES = [" ".join(GREEK[(i * 5 + j * 3) % len(GREEK)] for j in range(2 + i % 6)) for i in range(8)]
+SENTENCES = [
+    " ".join(GREEK[(i * 5 + j * 3) % len(GREEK)] for j in range(2 + i % 6)) for i in range(8)
+]
 
 OBJECTIVES = {
     "simcse": ObjectiveConfig(),

@@ -293,4 +293,3 @@ __all__ = [
     "ImSimCSELoss",
     "MixCSELoss",
 ]
-
