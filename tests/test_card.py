@@ -12,7 +12,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from conftest import needs_senteval, write_corpus
+from conftest import needs_senteval
 from cselab.card import (
     BIBTEX,
     CARD_FILE,
@@ -22,27 +22,14 @@ from cselab.card import (
     write_model_card,
 )
 from cselab.cli import main
-from cselab.config import load_config
 from cselab.encoder import SentenceEncoder
 from cselab.trainer import build_trainer
+from test_trainer import tiny_config as trainer_config
 
 
 def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"--model.name_or_path={tiny_bert}",
-            f"--data.train_file={write_corpus(tmp_path)}",
-            f"--data.cache_dir={tmp_path / 'cache'}",
-            f"--train.output_dir={tmp_path / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=12",
-            "--train.lr=1e-3",
-            "--train.eval_steps=4",
-            "--train.log_steps=2",
-            *extra,
-        ],
-    )
+    """test_trainer's tiny run, with the dev score every 4 steps (scripted by each test)."""
+    return trainer_config(tiny_bert, tmp_path, "--train.eval_steps=4", *extra)
 
 
 @pytest.fixture(scope="module")

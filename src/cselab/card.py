@@ -445,12 +445,14 @@ def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
 
 
 def _data_section(config: Config, sentences: int | None) -> str:
-    from .hub import resolve_train_file
+    from .hub import WIKI1M_URL, cache_root
 
     name = config.data.train_file
-    path = resolve_train_file(
-        name, config.data.cache_dir and str(Path(config.data.cache_dir) / "data")
-    )
+    if name == "wiki1m":  # where resolve_train_file keeps it; a card never downloads the corpus
+        cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
+        path = cache / "data" / WIKI1M_URL.rsplit("/", 1)[1]
+    else:
+        path = Path(name).expanduser()
     rows = [("file", f"`{path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]
     rows.append(("sentences", f"{sentences:,}" if sentences is not None else "–"))
     rows.append(("SHA-256", f"`{file_sha256(path)}`" if path.is_file() else "– (file not on disk)"))
