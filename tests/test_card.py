@@ -166,3 +166,14 @@ def test_update_card_refuses_a_hub_name(capsys: pytest.CaptureFixture) -> None:
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--update-card needs a local model folder" in err
+
+
+def test_license_comes_from_the_base_models_card_on_disk(minilm_path: Path, tmp_path: Path) -> None:
+    from cselab.card import base_model_license
+
+    # The packaged all-MiniLM-L6-v2 is found by its Hub name, offline.
+    expected = ModelCard.load(minilm_path / CARD_FILE).data.license
+    assert expected and base_model_license("sentence-transformers/all-MiniLM-L6-v2") == expected
+    (tmp_path / CARD_FILE).write_text("---\nlicense: mit\n---\n# a model\n")
+    assert base_model_license(str(tmp_path)) == "mit"
+    assert base_model_license(str(tmp_path / "nowhere")) is None

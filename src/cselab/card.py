@@ -413,7 +413,7 @@ print(vectors.shape)
     return (
         f"With sentence-transformers (pooling `{kind}`, as trained):\n\n{st}\n\n"
         f"With `transformers` only:\n\n{hf}\n\n"
-        f"With cselab (`pip install cselab`):\n\n{cs}"
+        f"With cselab:\n\n{cs}"
     )
 
 
@@ -579,7 +579,7 @@ def write_model_card(
     text = f"""
 # {name}
 
-A sentence encoder trained with [cselab](https://pypi.org/project/cselab/) from
+A sentence encoder trained with cselab from
 `{config.model.name_or_path}`{at}, by unsupervised contrastive learning on raw sentences. It maps a
 sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity.{score}
 
