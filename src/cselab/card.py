@@ -572,7 +572,7 @@ def write_model_card(
     at = f" at step {step}" if step is not None else ""
     score = (
         f" Its STS-B dev Spearman (cosine, ×100) is **{stsb_dev:.2f}**."
-        if stsb_dev is not None
+        if stsb_dev is not None and math.isfinite(stsb_dev)
         else ""
     )
     bib = "\n\n".join(BIBTEX[k] for k in objective_papers(cfg))
