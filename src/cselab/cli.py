@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare``.
+"""Command line: ``cselab train | encode | evaluate | compare | push``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -23,6 +23,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .data import CorpusError
     from .evaluation.datasets import DataFormatError, MissingDataError
     from .model.hub import ResolveError
+    from .publish import PublishError
     from .schema import ConfigError
     from .training.metrics import TrainingDiverged
 
@@ -33,6 +34,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         TrainingDiverged,
         DataFormatError,
         MissingDataError,
+        PublishError,
         FileNotFoundError,
     )
 
@@ -79,6 +81,14 @@ def cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    from .publish import push_folder
+
+    info = push_folder(args.folder, args.repo_id, private=args.private, message=args.message)
+    print(f"pushed {args.folder} to {getattr(info, 'commit_url', None) or args.repo_id}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cselab", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cselab {__version__}")
@@ -105,6 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p.set_defaults(func=cmd_encode)
+
+    p = sub.add_parser(
+        "push",
+        help="upload a saved model folder to the Hugging Face Hub",
+        description="Create REPO_ID if needed and upload FOLDER (weights, tokenizer, model card) "
+        "in one commit. Uses $HF_TOKEN (or the saved login) and $HF_ENDPOINT.",
+    )
+    p.add_argument("folder", help="a folder saved by cselab train (best/ or last/)")
+    p.add_argument("repo_id", help="user/name or org/name")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--message", default=None, help="commit message")
+    p.set_defaults(func=cmd_push)
 
     register_evaluation(sub)
     return parser

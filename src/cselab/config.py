@@ -93,6 +93,8 @@ class TrainConfig:
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
         compile: wrap the encoder in ``torch.compile``.
         fused_adamw: use the fused AdamW kernel where available.
+        push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
+            uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
     """
 
     output_dir: str = "outputs/run"
@@ -115,6 +117,7 @@ class TrainConfig:
     cache_chunk_size: int | None = None
     compile: bool = False
     fused_adamw: bool = True
+    push_to_hub: str | None = None
 
 
 @dataclass

@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data-dir", help="SentEval data/downstream folder (else $CSELAB_DATA or cache)"
     )
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
+    ev.add_argument(
+        "--update-card",
+        action="store_true",
+        help="add the result tables to MODEL's README.md model card (a local cselab folder)",
+    )
     ev.set_defaults(func=run_evaluate)
 
     cmp_ = subparsers.add_parser(
@@ -59,6 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from . import api, report
 
+    if args.update_card and not Path(args.model).is_dir():
+        raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
     tasks = api.parse_tasks(args.tasks, args.mode)
     # Check (or fetch) the data before spending time on loading the model.
     ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
@@ -82,6 +89,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"\nresults: {args.output}")
     if args.csv:
         report.to_csv(out, args.csv)
+    if args.update_card:
+        from ..card import update_model_card
+
+        print(f"model card: {update_model_card(args.model, out)}")
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,13 +164,21 @@ def publish_folder(tmp: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
-def save_model_folder(encoder: SentenceEncoder, config: Config, folder: Path) -> Path:
+def save_model_folder(
+    encoder: SentenceEncoder,
+    config: Config,
+    folder: Path,
+    describe: Callable[[Path], object] | None = None,
+) -> Path:
     """Save ``encoder`` (an HF and sentence-transformers folder) with the run's config as
-    ``folder``, published atomically (:func:`publish_folder`)."""
+    ``folder``, published atomically (:func:`publish_folder`); ``describe(tmp)`` writes more
+    files (the model card) into the folder before it is published."""
     tmp = folder.with_name(folder.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     encoder.save(tmp)
     save_config(config, tmp / "cselab_config.yaml")
+    if describe is not None:
+        describe(tmp)
     publish_folder(tmp, folder)
     return folder

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..card import write_model_card
 from ..config import Config, save_config
 from ..data import (
     BatchOrder,
@@ -28,6 +29,7 @@ from ..data import (
 )
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
+from ..publish import push_folder
 from .checkpoint import (
     CHECKPOINT_FILE,
     load_checkpoint,
@@ -148,8 +150,17 @@ class Trainer:
 
     # ----------------------------------------------------------------------- what a run keeps
     def save_model(self, name: str) -> Path:
-        """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder)."""
-        return save_model_folder(self.encoder, self.config, self.out / name)
+        """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder with
+        its model card)."""
+        final, sel = self.out / name, self.selection
+        score = sel.best_score if name == "best" and sel.best_step == self.step else None
+        card = {"stsb_dev": score, "step": self.step, "model_id": str(final.resolve())}
+        return save_model_folder(self.encoder, self.config, final, lambda d: self._card(d, **card))
+
+    def _card(self, folder: Path, **facts: Any) -> None:
+        """The model card of ``folder`` (see :func:`cselab.card.write_model_card`)."""
+        write_model_card(folder, self.config, metrics_csv=self.out / "metrics.csv",
+                         sentences=len(self.corpus), **facts)  # fmt: skip
 
     def save_checkpoint(self) -> None:
         """Collective: every rank contributes its RNG state; rank 0 writes the file."""
@@ -285,4 +296,8 @@ class Trainer:
             "world_size": self.dist.world_size,
         }
         write_results(self.out, results)
+        for name, step in (("best", sel.best_step), ("last", self.step)):  # now with the times
+            self._card(self.out / name, results=results, step=step)
+        if self.config.train.push_to_hub:
+            push_folder(self.out / "best", self.config.train.push_to_hub)
         return results

@@ -1,0 +1,102 @@
+"""Publishing a saved model folder to the Hugging Face Hub (``cselab push``, ``train.push_to_hub``).
+
+Through ``huggingface_hub``: :meth:`~huggingface_hub.HfApi.create_repo` (``exist_ok``), then
+:meth:`~huggingface_hub.HfApi.upload_folder` in one commit. ``HF_TOKEN`` and ``HF_ENDPOINT`` are
+read when the push happens (``huggingface_hub`` reads the endpoint once, at import). Before the
+upload, the card's usage snippets are pointed at the repo id (:func:`cselab.card.set_model_id`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .card import CARD_FILE, set_model_id
+
+#: Never uploaded: editor/OS leftovers and the half-written folders of an interrupted save.
+IGNORE_PATTERNS = [".*", "*/.*", "*.tmp", "*.tmp/*", "__pycache__/*"]
+#: A folder must hold these to be a loadable model (``SentenceEncoder.save`` writes them).
+REQUIRED_FILES = ("config.json", "modules.json")
+
+
+class PublishError(RuntimeError):
+    """A push could not be done (not a model folder, Hub unreachable, refused)."""
+
+
+def files_to_upload(folder: str | Path) -> list[str]:
+    """The paths (relative, POSIX) that :func:`push_folder` uploads from ``folder``, sorted."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    root = Path(folder)
+    paths = sorted(p.relative_to(root).as_posix() for p in root.glob("**/*") if p.is_file())
+    return list(filter_repo_objects(paths, ignore_patterns=IGNORE_PATTERNS))
+
+
+def commit_message(folder: str | Path) -> str:
+    """``Upload <folder> (cselab <version>; STS-B dev <score>)``; the score from the card."""
+    root = Path(folder)
+    parts = [f"cselab {__version__}"]
+    card = root / CARD_FILE
+    if card.is_file():
+        from huggingface_hub import ModelCard
+
+        for result in ModelCard.load(card).data.eval_results or []:
+            if result.dataset_type == "stsb" and result.dataset_split == "validation":
+                parts.append(f"STS-B dev {result.metric_value:.2f}")
+    name = root.resolve().name
+    return f"Upload {root.resolve().parent.name}/{name} ({'; '.join(parts)})"
+
+
+def push_folder(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    message: str | None = None,
+) -> Any:
+    """Create ``repo_id`` if needed and upload ``folder`` to it in one commit.
+
+    Args:
+        folder: a model folder saved by cselab (``best/``, ``last/``).
+        repo_id: ``user/name`` or ``org/name`` on the Hub.
+        private: create the repo private (an existing repo keeps its visibility).
+        token: default ``$HF_TOKEN``, else the token saved by ``hf auth login``.
+        message: the commit message (default :func:`commit_message`).
+
+    Returns:
+        ``huggingface_hub``'s ``CommitInfo`` of the upload.
+
+    Raises:
+        PublishError: ``folder`` is not a saved model, or the Hub refused or was unreachable
+            (one line naming the endpoint and the reason).
+    """
+    from huggingface_hub import HfApi
+
+    root = Path(folder)
+    missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
+    if not root.is_dir() or missing:
+        raise PublishError(
+            f"{root}: not a saved model folder (missing {', '.join(missing) or 'the folder'})"
+        )
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    api = HfApi(endpoint=endpoint, token=token or os.environ.get("HF_TOKEN") or None)
+    set_model_id(root, repo_id)
+    message = message or commit_message(root)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(root),
+            repo_type="model",
+            commit_message=message,
+            ignore_patterns=IGNORE_PATTERNS,
+        )
+    except Exception as err:  # the Hub client raises many types (HTTP, connection, auth, ...)
+        where = api.endpoint
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise PublishError(
+            f"push of {root} to {repo_id} on {where} failed: {type(err).__name__}: {reason}"
+        ) from None

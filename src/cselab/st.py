@@ -1,0 +1,299 @@
+"""cselab's objectives as sentence-transformers losses, for ``SentenceTransformerTrainer``.
+
+Every loss here is :class:`CSELoss`: it embeds the batch's columns with the
+``SentenceTransformer`` and hands the embeddings to the objective that
+:func:`cselab.objectives.build_objective` builds from an
+:class:`~cselab.objectives.ObjectiveConfig`, the same modules ``cselab train`` uses (no second
+implementation). The named classes only fill in the config:
+
+=======================  ==========================================================  ===========
+loss                     objective                                                   paper
+=======================  ==========================================================  ===========
+:class:`CSELoss`         any ``ObjectiveConfig`` (default: SimCSE's InfoNCE)          Gao et al. 2021
+:class:`FocalInfoNCELoss` Focal scores ``s²`` / ``s(s+m)``                           Hou & Li 2023, Eq. 2
+:class:`GSInfoNCELoss`   Gaussian noise vectors as extra negatives                   Wu et al. 2022, Eq. 5
+:class:`MixCSELoss`      mixed hard negatives, stop-gradient                         Zhang et al. 2022
+:class:`DCLLoss`         InfoNCE + λ · dimension-wise contrastive term               Xu et al. 2023, Eq. 5
+:class:`ImSimCSELoss`    off-dropout negatives + λ · DCL                             Xu et al. 2023, Eq. 6
+=======================  ==========================================================  ===========
+
+Data: two text columns. ``(sentence, sentence)`` — the same text twice — is the unsupervised
+recipe: the two columns are embedded in **one** forward pass (sentence-transformers'
+``embed_columns`` merges them), so each copy gets its own dropout mask, exactly as cselab's
+trainer stacks the batch twice (:func:`cselab.training.views.compute_views`). ``(anchor, positive)``
+pairs work the same way with different texts. A third (hard-negative) column is refused until
+cselab's objectives support hard negatives.
+
+Off-dropout (:class:`ImSimCSELoss`, ``off_dropout.enabled``) needs the batch encoded once more with
+the backbone's dropout switched off (:func:`cselab.model.encoder.dropout_disabled` on the first module,
+the transformer): one more forward of ``B`` rows (half the dropout pass's ``2B``) and its backward,
+about +50% compute and activation memory per step. It is defined for ``(sentence, sentence)``
+data only (the negatives compare off-dropout vectors of the batch's sentences).
+
+GradCache-style caching (sentence-transformers' ``CachedMultipleNegativesRankingLoss``) is not
+offered: pass ``mini_batch_size`` and the loss says so. cselab's own trainer has it
+(``train.cache_chunk_size``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .card import BIBTEX, objective_papers
+from .data import shard_bounds
+from .model.encoder import dropout_disabled
+from .objectives import (
+    VIEW_ANCHOR,
+    VIEW_OFF_DROPOUT,
+    VIEW_POSITIVE,
+    DCLConfig,
+    FocalConfig,
+    GaussianConfig,
+    MixCSEConfig,
+    ObjectiveConfig,
+    ObjectiveContext,
+    OffDropoutConfig,
+    build_objective,
+    total_loss,
+)
+from .training.distributed import gather_with_grad, is_distributed
+from .training.task import Task
+
+_TAU = ObjectiveConfig.temperature  # one home for the defaults: the config dataclasses
+
+
+def _embed(model: nn.Module, features: list[dict[str, Tensor]]) -> list[Tensor]:
+    """One merged forward over all columns where sentence-transformers can merge them."""
+    try:
+        from sentence_transformers.base.losses.merged_forward import embed_columns
+    except ImportError:  # sentence-transformers < 6: one forward per column
+        return [model(f)["sentence_embedding"] for f in features]
+    return embed_columns(model, features, separate_first=False)
+
+
+class CSELoss(nn.Module):
+    """Any cselab objective as a sentence-transformers loss.
+
+    Args:
+        model: the ``SentenceTransformer`` being trained.
+        objective_config: the objective (default: unsupervised SimCSE, τ = 0.05); validated.
+        seed: seeds the generator of generated negatives (Gaussian vectors, MixCSE partners,
+            noise), re-seeded from ``(seed, call number)`` on every call as cselab's trainer does
+            per step.
+        mini_batch_size: not supported (GradCache-style caching); anything but ``None`` is an
+            error saying what to use instead.
+
+    Inputs (from ``SentenceTransformerTrainer``): two columns of texts; labels are ignored.
+
+    Example::
+
+        >>> from sentence_transformers import SentenceTransformer  # doctest: +SKIP
+        >>> from cselab.objectives import ObjectiveConfig, FocalConfig
+        >>> loss = CSELoss(model, ObjectiveConfig(focal=FocalConfig(enabled=True)))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective_config: ObjectiveConfig | None = None,
+        *,
+        seed: int = 42,
+        mini_batch_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if mini_batch_size is not None:
+            raise NotImplementedError(
+                "cselab.st losses do not cache embeddings GradCache-style (sentence-transformers' "
+                "CachedMultipleNegativesRankingLoss does so for its own InfoNCE only); train with "
+                "a batch that fits, or use `cselab train --train.cache_chunk_size=N`, which "
+                "caches every cselab objective with replayed dropout masks"
+            )
+        self.model = model
+        self.config = objective_config or ObjectiveConfig()
+        self.objective = build_objective(self.config)  # validates the config
+        # cselab's step: the objective on the views, its generator re-seeded per call.
+        self.task = Task(model, self.objective, seed=seed)
+        self.seed = seed
+        self.calls = 0
+        self.last_terms: dict[str, Tensor] = {}  # the named terms of the last call (detached)
+        self._generator: torch.Generator | None = None
+
+    @property
+    def needs_off_view(self) -> bool:
+        return VIEW_OFF_DROPOUT in self.objective.required_views
+
+    def _context(self, batch: int, device: torch.device) -> ObjectiveContext:
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device)
+        if not is_distributed():
+            return ObjectiveContext(generator=self._generator)
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return ObjectiveContext(
+            gather=gather_with_grad,
+            rank=rank,
+            world_size=world,
+            offset=shard_bounds(batch * world, rank, world)[0],
+            generator=self._generator,
+        )
+
+    def views(self, sentence_features: Iterable[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """The views cselab's objectives read (``z1``, ``z2``, and ``off`` when needed)."""
+        features = list(sentence_features)
+        if len(features) == 3:
+            raise ValueError(
+                f"{type(self).__name__}: a third (hard-negative) column is not supported yet: "
+                "cselab's objectives have no hard negatives; pass (anchor, positive) or "
+                "(sentence, sentence) columns"
+            )
+        if len(features) != 2:
+            raise ValueError(
+                f"{type(self).__name__} takes two text columns, (sentence, sentence) or "
+                f"(anchor, positive); got {len(features)}"
+            )
+        z1, z2 = _embed(self.model, features)
+        views = {VIEW_ANCHOR: z1, VIEW_POSITIVE: z2}
+        if self.needs_off_view:
+            a, b = features[0]["input_ids"], features[1]["input_ids"]
+            if a.shape != b.shape or not torch.equal(a, b):
+                raise ValueError(
+                    f"{type(self).__name__}: off-dropout negatives are defined for "
+                    "(sentence, sentence) data (the same text in both columns); this batch's "
+                    "columns differ"
+                )
+            # The backbone (first module) without dropout; pooling and heads stay as they are,
+            # as cselab.training.views does with the encoder's backbone.
+            with dropout_disabled(self.model[0]):
+                views[VIEW_OFF_DROPOUT] = self.model(dict(features[0]))["sentence_embedding"]
+        return views
+
+    def forward(
+        self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
+    ) -> Tensor:
+        views = self.views(sentence_features)
+        z1 = views[VIEW_ANCHOR]
+        self.task.ctx = self._context(z1.shape[0], z1.device)
+        terms = self.task.losses(views, self.calls)
+        self.calls += 1
+        self.last_terms = {k: v.detach() for k, v in terms.items()}
+        return total_loss(terms)
+
+    # sentence-transformers reads these for the model card it writes.
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"objective": dataclasses.asdict(self.config), "seed": self.seed}
+
+    @property
+    def citation(self) -> str:
+        return "\n\n".join(BIBTEX[k] for k in objective_papers(self.config))
+
+
+def _config(temperature: float, **sections: Any) -> ObjectiveConfig:
+    return ObjectiveConfig(temperature=temperature, **sections)
+
+
+class FocalInfoNCELoss(CSELoss):
+    """Focal-InfoNCE (Hou & Li 2023, Eq. 2): positives score ``s²``, negatives ``s(s+m)``."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = _TAU,
+        hardness: float = FocalConfig.hardness,
+        **kwargs: Any,
+    ) -> None:
+        focal = FocalConfig(enabled=True, hardness=hardness)
+        super().__init__(model, _config(temperature, focal=focal), **kwargs)
+
+
+class GSInfoNCELoss(CSELoss):
+    """GS-InfoNCE (Wu et al. 2022, Eq. 5): Gaussian vectors as extra negatives with weight λ.
+
+    ``num`` = ``M`` per step; ``None``: ``batch_multiple`` × the batch size (paper: 3).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = _TAU,
+        num: int | None = GaussianConfig.num,
+        batch_multiple: float = GaussianConfig.batch_multiple,
+        weight: float = GaussianConfig.weight,
+        mean: float = GaussianConfig.mean,
+        std: float = GaussianConfig.std,
+        **kwargs: Any,
+    ) -> None:
+        gaussian = GaussianConfig(True, num, batch_multiple, mean, std, weight)
+        super().__init__(model, _config(temperature, gaussian=gaussian), **kwargs)
+
+
+class MixCSELoss(CSELoss):
+    """MixCSE (Zhang et al. 2022): mixed hard negatives ``normalize(λh'_i + (1-λ)h'_j)``."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = _TAU,
+        mix_ratio: float = MixCSEConfig.mix_ratio,
+        directions: str = MixCSEConfig.directions,
+        partner: str = MixCSEConfig.partner,
+        columns: str = MixCSEConfig.columns,
+        stop_gradient: bool = MixCSEConfig.stop_gradient,
+        **kwargs: Any,
+    ) -> None:
+        mixcse = MixCSEConfig(True, mix_ratio, directions, partner, columns, stop_gradient)
+        super().__init__(model, _config(temperature, mixcse=mixcse), **kwargs)
+
+
+class DCLLoss(CSELoss):
+    """InfoNCE plus ImSimCSE's dimension-wise contrastive term (Xu et al. 2023, Eq. 5)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = _TAU,
+        weight: float = DCLConfig.weight,
+        dcl_temperature: float = DCLConfig.temperature,
+        formulation: str = DCLConfig.formulation,
+        **kwargs: Any,
+    ) -> None:
+        dcl = DCLConfig(True, weight, dcl_temperature, formulation)
+        super().__init__(model, _config(temperature, dcl=dcl), **kwargs)
+
+
+class ImSimCSELoss(CSELoss):
+    """ImSimCSE (Xu et al. 2023, Eq. 6): off-dropout negatives (Eq. 3) + λ · DCL (Eq. 5).
+
+    Costs one more forward and backward of the batch without dropout (see the module docstring);
+    needs ``(sentence, sentence)`` data.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = _TAU,
+        tradeoff: float = OffDropoutConfig.tradeoff,
+        variant: str = OffDropoutConfig.variant,
+        dcl_weight: float = DCLConfig.weight,
+        dcl_temperature: float = DCLConfig.temperature,
+        **kwargs: Any,
+    ) -> None:
+        config = _config(
+            temperature,
+            off_dropout=OffDropoutConfig(True, tradeoff, variant),
+            dcl=DCLConfig(True, dcl_weight, dcl_temperature),
+        )
+        super().__init__(model, config, **kwargs)
+
+
+__all__ = [
+    "CSELoss",
+    "DCLLoss",
+    "FocalInfoNCELoss",
+    "GSInfoNCELoss",
+    "ImSimCSELoss",
+    "MixCSELoss",
+]

@@ -1,0 +1,179 @@
+"""Model cards: front matter read back by huggingface_hub, the run's facts, runnable snippets."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from conftest import needs_senteval
+from cselab.card import (
+    BIBTEX,
+    CARD_FILE,
+    code_blocks,
+    dev_curve,
+    update_model_card,
+    write_model_card,
+)
+from cselab.cli import main
+from cselab.model.encoder import SentenceEncoder
+from cselab.training.run import build_trainer
+from test_trainer import tiny_config as trainer_config
+
+
+def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
+    """test_trainer's tiny run, with the dev score every 4 steps (scripted by each test)."""
+    return trainer_config(tiny_bert, tmp_path, "--train.eval_steps=4", *extra)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory, one_thread) -> Path:
+    """A 12-step run with Focal + DCL; the dev scores are scripted so the best step is 8."""
+    tmp = tmp_path_factory.mktemp("card-run")
+    config = tiny_config(
+        tiny_bert, tmp, "--objective.focal.enabled=true", "--objective.dcl.enabled=true"
+    )
+    trainer = build_trainer(config)
+    scores = iter([10.0, 30.0, 50.0, 40.0])  # steps 0, 4, 8, 12
+    trainer.selection.evaluator = lambda encoder: next(scores)
+    trainer.train()
+    return tmp
+
+
+def test_card_front_matter_is_the_hub_format(trained: Path) -> None:
+    for name, score in (("best", 50.0), ("last", 40.0)):
+        card = ModelCard.load(trained / "out" / name / CARD_FILE)
+        data = card.data
+        assert data.library_name == "sentence-transformers"
+        assert data.pipeline_tag == "sentence-similarity"
+        assert {"sentence-transformers", "simcse", "focal-infonce", "dcl"} <= set(data.tags)
+        assert "mixcse" not in data.tags
+        (result,) = data.eval_results
+        assert (result.dataset_type, result.dataset_split, result.metric_type) == (
+            "stsb",
+            "validation",
+            "spearman_cosine",
+        )
+        assert result.metric_value == score
+        assert data.base_model is None  # a local folder is no Hub id
+        assert data.license is None  # the tiny base model has no card
+
+
+def test_card_states_the_run(trained: Path) -> None:
+    out = trained / "out"
+    text = (out / "best" / CARD_FILE).read_text()
+    corpus = trained / "corpus.txt"
+    assert hashlib.sha256(corpus.read_bytes()).hexdigest() in text
+    assert "| sentences | 200 |" in text
+    assert "at step 8" in text and "hardness m = 0.3" in text and "τ_DCL = 5" in text
+    # The dev curve is metrics.csv's rows with a dev score, in order.
+    with (out / "metrics.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["stsb_dev"]]
+    curve = text.split("## STS-B dev during training")[1].split("##")[0]
+    positions = [curve.index(f"\n| {r['step']} |") for r in rows]
+    assert positions == sorted(positions) and len(rows) == 4
+    assert f"| 8 | {float(rows[2]['loss']):.4f} | 50.00 |" in curve
+    # BibTeX: SimCSE, Focal-InfoNCE, ImSimCSE (DCL); no MixCSE or GS-InfoNCE.
+    for key in ("gao2021simcse", "hou2023focal", "xu2023imsimcse"):
+        assert key in text
+    for key in ("zhang2022mixcse", "wu2022smoothed"):
+        assert key not in text
+    results = json.loads((out / "results.json").read_text())
+    assert f"{results['sentences_per_s']:.0f} sentences/s" in text
+
+
+def test_dev_curve_thins_to_keep_first_best_last() -> None:
+    rows = [{"step": float(s), "stsb_dev": float(s % 37), "loss": 1.0} for s in range(100)]
+    points = dev_curve(rows)
+    assert len(points) == 20
+    steps = [p[0] for p in points]
+    assert steps[0] == 0 and steps[-1] == 99 and 36 in steps  # 36 has the best score (36)
+    assert steps == sorted(set(steps))
+
+
+def test_bibtex_entries_are_well_formed() -> None:
+    for key, entry in BIBTEX.items():
+        assert entry.count("{") == entry.count("}"), key
+        assert entry.startswith("@") and "title" in entry and "year" in entry
+
+
+@pytest.mark.parametrize(
+    ("pooler", "mlp_only_train"),
+    [("cls", True), ("cls", False), ("avg", False), ("avg_first_last", False)],
+)
+def test_usage_snippets_run_and_agree(
+    tiny_bert: Path, tmp_path: Path, pooler: str, mlp_only_train: bool, one_thread
+) -> None:
+    """Each python block of the card runs as written; all three routes give the same vectors."""
+    config = tiny_config(
+        tiny_bert, tmp_path, f"--model.pooler={pooler}", f"--model.mlp_only_train={mlp_only_train}"
+    )
+    torch.manual_seed(0)
+    encoder = SentenceEncoder.from_config(config.model)
+    if encoder.pooler.mlp is not None:  # a head far from the identity, so skipping it would show
+        torch.nn.init.normal_(encoder.pooler.mlp.dense.weight, std=1.0)
+    folder = tmp_path / "model"
+    encoder.save(folder)
+    write_model_card(folder, config)
+    blocks = code_blocks((folder / CARD_FILE).read_text())
+    assert len(blocks) == 3
+    spaces = []
+    for block in blocks:
+        ns: dict = {}
+        exec(compile(block, f"{folder}/README.md", "exec"), ns)  # noqa: S102 - the test's point
+        spaces.append(ns)
+    st = np.asarray(spaces[0]["embeddings"])[:2]
+    hf = spaces[1]["vectors"].numpy()[:2]
+    cs = spaces[2]["vectors"]
+    scale = float(np.abs(st).max())
+    tol = 1e3 * np.finfo(np.float32).eps * scale  # same float32 computation, other padding
+    np.testing.assert_allclose(hf, st, rtol=0, atol=tol)
+    np.testing.assert_allclose(cs, st, rtol=0, atol=tol)
+
+
+@needs_senteval
+def test_evaluate_update_card_adds_tables_once(
+    trained: Path, senteval_dir: Path, capsys: pytest.CaptureFixture, fresh_eval_cache
+) -> None:
+    folder = trained / "out" / "last"
+    args = ["evaluate", str(folder), "--tasks", "STSBenchmark", "--mode", "dev"]
+    args += ["--data-dir", str(senteval_dir), "--no-download", "-o", str(trained / "ev.json")]
+    for _ in range(2):  # a second update replaces the first, it does not add a copy
+        assert main([*args, "--update-card"]) == 0
+    saved = json.loads((trained / "ev.json").read_text())
+    spearman = round(100 * saved["results"]["STSBenchmark"]["spearman"], 2)
+    card = ModelCard.load(folder / CARD_FILE)
+    by_type = {r.dataset_type: r.metric_value for r in card.data.eval_results}
+    assert by_type == {"stsb": 40.0, "stsbenchmark": spearman}
+    assert card.text.count("## Evaluation") == 1
+    assert f"{spearman:.2f}" in card.text.split("## Evaluation")[1]
+    assert "Not evaluated yet" not in card.text
+
+
+def test_update_card_needs_a_cselab_folder(tiny_bert: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="cselab_config.yaml"):
+        update_model_card(tiny_bert, {"results": {}})
+
+
+def test_update_card_refuses_a_hub_name(capsys: pytest.CaptureFixture) -> None:
+    rc = main(["evaluate", "user/not-a-folder", "--update-card", "--no-download"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--update-card needs a local model folder" in err
+
+
+def test_license_comes_from_the_base_models_card_on_disk(minilm_path: Path, tmp_path: Path) -> None:
+    from cselab.card import base_model_license
+
+    # The packaged all-MiniLM-L6-v2 is found by its Hub name, offline.
+    expected = ModelCard.load(minilm_path / CARD_FILE).data.license
+    assert expected and base_model_license("sentence-transformers/all-MiniLM-L6-v2") == expected
+    (tmp_path / CARD_FILE).write_text("---\nlicense: mit\n---\n# a model\n")
+    assert base_model_license(str(tmp_path)) == "mit"
+    assert base_model_license(str(tmp_path / "nowhere")) is None

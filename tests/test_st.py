@@ -1,0 +1,174 @@
+"""cselab.st: the objectives as sentence-transformers losses equal cselab's own path, and train."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from conftest import GREEK
+from cselab.model.encoder import SentenceEncoder
+from cselab.objectives import (
+    DCLConfig,
+    FocalConfig,
+    GaussianConfig,
+    MixCSEConfig,
+    ObjectiveConfig,
+    ObjectiveContext,
+    OffDropoutConfig,
+    build_objective,
+    total_loss,
+)
+from cselab.st import (
+    CSELoss,
+    DCLLoss,
+    FocalInfoNCELoss,
+    GSInfoNCELoss,
+    ImSimCSELoss,
+    MixCSELoss,
+)
+from cselab.training.task import Batch, Task
+
+SENTENCES = [
+    " ".join(GREEK[(i * 5 + j * 3) % len(GREEK)] for j in range(2 + i % 6)) for i in range(8)
+]
+
+OBJECTIVES = {
+    "simcse": ObjectiveConfig(),
+    "focal": ObjectiveConfig(focal=FocalConfig(enabled=True)),
+    "gaussian": ObjectiveConfig(gaussian=GaussianConfig(enabled=True)),
+    "mixcse": ObjectiveConfig(mixcse=MixCSEConfig(enabled=True)),
+    "dcl": ObjectiveConfig(dcl=DCLConfig(enabled=True)),
+    "imsimcse": ObjectiveConfig(
+        off_dropout=OffDropoutConfig(enabled=True), dcl=DCLConfig(enabled=True)
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def st_folder(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT with mean pooling saved by cselab: a sentence-transformers folder."""
+    folder = tmp_path_factory.mktemp("st") / "model"
+    SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg").save(folder)
+    return folder
+
+
+def cselab_reference(folder: Path, config: ObjectiveConfig, seed: int):
+    """cselab's trainer path, in float64: the trainer's task on the step-0 batch."""
+    encoder = SentenceEncoder.from_pretrained(str(folder), pooler="avg").double().train()
+    encoder.unpad_training = False  # sentence-transformers runs the padded forward
+    batch = encoder.tokenize(SENTENCES)
+    objective = build_objective(config).double()
+    task = Task(encoder, objective, ObjectiveContext(generator=torch.Generator()), seed=42)
+    torch.manual_seed(seed)
+    loss = total_loss(task(Batch(0, batch)))
+    loss.backward()
+    grads = {n: p.grad for n, p in encoder.backbone.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+def test_loss_and_gradients_equal_cselab_path(st_folder: Path, name: str, one_thread) -> None:
+    config = OBJECTIVES[name]
+    ref_loss, ref_grads = cselab_reference(st_folder, config, seed=7)
+    model = SentenceTransformer(str(st_folder), device="cpu").double().train()
+    loss_fn = CSELoss(model, config, seed=42)
+    features = [model.tokenize(SENTENCES), model.tokenize(SENTENCES)]
+    torch.manual_seed(7)  # the same dropout masks as the reference
+    loss = loss_fn(features, None)
+    loss.backward()
+    grads = {n: p.grad for n, p in model[0].auto_model.named_parameters() if p.grad is not None}
+    eps = torch.finfo(torch.float64).eps
+    torch.testing.assert_close(loss.detach(), ref_loss, rtol=1e4 * eps, atol=0)
+    assert grads.keys() == ref_grads.keys()
+    for key, ref in ref_grads.items():
+        tol = 1e4 * eps * float(ref.abs().max().clamp_min(1e-30))
+        torch.testing.assert_close(grads[key], ref, rtol=0, atol=tol, msg=key)
+    # and the dropout masks matter: another seed gives another loss
+    torch.manual_seed(8)
+    assert not torch.equal(loss_fn(features, None).detach(), loss.detach())
+
+
+def test_named_losses_build_the_configs(st_folder: Path) -> None:
+    model = SentenceTransformer(str(st_folder), device="cpu")
+    assert FocalInfoNCELoss(model, hardness=0.2).config == ObjectiveConfig(
+        focal=FocalConfig(enabled=True, hardness=0.2)
+    )
+    assert GSInfoNCELoss(model).config == OBJECTIVES["gaussian"]
+    assert MixCSELoss(model).config == OBJECTIVES["mixcse"]
+    assert DCLLoss(model).config == OBJECTIVES["dcl"]
+    assert ImSimCSELoss(model).config == OBJECTIVES["imsimcse"]
+    assert "xu2023imsimcse" in ImSimCSELoss(model).citation
+    with pytest.raises(ValueError, match=r"objective.focal.hardness must be in \[0, 1\]"):
+        FocalInfoNCELoss(model, hardness=2.0)
+
+
+def test_third_column_and_caching_are_refused_with_a_reason(st_folder: Path) -> None:
+    model = SentenceTransformer(str(st_folder), device="cpu")
+    features = [model.tokenize(SENTENCES)] * 3
+    with pytest.raises(ValueError, match="third \\(hard-negative\\) column is not supported yet"):
+        CSELoss(model)(features, None)
+    with pytest.raises(NotImplementedError, match="cache_chunk_size"):
+        CSELoss(model, mini_batch_size=4)
+    pairs = [model.tokenize(SENTENCES), model.tokenize(SENTENCES[::-1])]
+    with pytest.raises(ValueError, match="off-dropout negatives are defined for"):
+        ImSimCSELoss(model)(pairs, None)
+    # (anchor, positive) pairs with different texts are fine for the others
+    assert torch.isfinite(FocalInfoNCELoss(model)(pairs, None))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [FocalInfoNCELoss, GSInfoNCELoss, MixCSELoss, DCLLoss, ImSimCSELoss],
+    ids=lambda c: c.__name__,
+)
+def test_sentence_transformers_trainer_lowers_the_loss_and_saves(
+    st_folder: Path, tmp_path: Path, make: type, one_thread
+) -> None:
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    torch.manual_seed(0)
+    model = SentenceTransformer(str(st_folder), device="cpu")
+    loss = make(model)
+    texts = [
+        " ".join(GREEK[(i * 7 + j * 5) % len(GREEK)] for j in range(3 + i % 7)) for i in range(320)
+    ]
+    probe = [model.tokenize(texts[:32]), model.tokenize(texts[:32])]
+
+    def probe_loss() -> float:
+        model.train()
+        torch.manual_seed(123)  # the same dropout masks before and after
+        with torch.no_grad():
+            return float(loss(probe, None))
+
+    before = probe_loss()
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=16,
+        max_steps=20,
+        learning_rate=1e-3,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=10,
+        use_cpu=True,
+        seed=0,
+        dataloader_drop_last=True,
+    )
+    data = Dataset.from_dict({"anchor": texts, "positive": texts})
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    trainer.train()
+    assert trainer.state.global_step == 20
+    after = probe_loss()
+    print(f"{make.__name__}: probe loss {before:.4f} -> {after:.4f}")
+    assert after < before - 0.1, (before, after)
+    model.save(str(tmp_path / "saved"))
+    reloaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu")
+    a, b = model.encode(texts[:4]), reloaded.encode(texts[:4])
+    tol = 1e3 * torch.finfo(torch.float32).eps * float(abs(a).max())
+    assert abs(a - b).max() <= tol
