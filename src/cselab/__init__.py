@@ -12,11 +12,14 @@ def load(path: str, pooler: str | None = None, **kwargs):  # noqa: ANN201 - lazy
     return _load(path, pooler=pooler, **kwargs)
 
 
-def train(config):  # noqa: ANN001, ANN201 - lazy import keeps `import cselab` light
-    """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results."""
+def train(config, callbacks=None):  # noqa: ANN001, ANN201 - lazy import keeps `import cselab` light
+    """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results.
+
+    ``callbacks``: optional :class:`cselab.callbacks.Callback` objects (see that module).
+    """
     from .trainer import train as _train
 
-    return _train(config)
+    return _train(config, callbacks)
 
 
 __all__ = ["__version__", "load", "train"]

@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare``.
+"""Command line: ``cselab train | encode | evaluate | compare | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -22,7 +22,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .hub import ResolveError
     from .trainer import TrainingDiverged
 
+    from .plots import PlotError
+    from .sweep import SweepError
+    from .sweep_report import ReportError
+
     errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
+    errors += [PlotError, SweepError, ReportError]
     try:
         from .evaluation.datasets import DataFormatError, MissingDataError
 
@@ -107,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         register = None
     if register is not None:
         register(sub)
+    from .insight_cli import register as register_insight
+
+    register_insight(sub)
     return parser
 
 

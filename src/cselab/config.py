@@ -96,6 +96,8 @@ class TrainConfig:
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
         compile: wrap the encoder in ``torch.compile``.
         fused_adamw: use the fused AdamW kernel where available.
+        report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
+            ``wandb``, ``mlflow`` (see :mod:`cselab.callbacks`); ``[]`` for none.
     """
 
     output_dir: str = "outputs/run"
@@ -117,6 +119,7 @@ class TrainConfig:
     cache_chunk_size: int | None = None
     compile: bool = False
     fused_adamw: bool = True
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
 
 
 @dataclass
@@ -171,6 +174,12 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        from .callbacks import check_report_to
+
+        try:
+            check_report_to(t.report_to)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         try:
             self.objective.validate()
         except ValueError as err:

@@ -1,4 +1,5 @@
-"""Training logs: a CSV of every logged row, TensorBoard when installed, and console progress."""
+"""Training logs: a CSV of every logged row and console progress (TensorBoard and other loggers
+are callbacks: :mod:`cselab.callbacks`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ log = logging.getLogger("cselab")
 
 
 class MetricsLog:
-    """Append rows to ``metrics.csv`` (columns fixed by the first row) and to TensorBoard.
+    """Append rows to ``metrics.csv`` (columns fixed by the first row).
 
     On resume, rows logged after the checkpoint's step (by the interrupted run) are dropped so
     the file reads as if the run had never stopped.
@@ -23,7 +24,6 @@ class MetricsLog:
         self.path = folder / "metrics.csv"
         self.enabled = enabled
         self.fields: list[str] | None = None
-        self.tb = None
         if not enabled:
             return
         if resume_step is not None and self.path.is_file():
@@ -34,12 +34,6 @@ class MetricsLog:
             self._rewrite(rows)
         elif self.path.exists():
             self.path.unlink()
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(folder / "tensorboard"))
-        except Exception:  # tensorboard is optional
-            self.tb = None
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         with self.path.open("w", newline="", encoding="utf-8") as fh:
@@ -61,15 +55,9 @@ class MetricsLog:
             self._rewrite(old_rows)
         with self.path.open("a", newline="", encoding="utf-8") as fh:
             csv.DictWriter(fh, fieldnames=self.fields).writerow(row)
-        if self.tb is not None:
-            step = int(row["step"])
-            for key, value in row.items():
-                if key != "step" and isinstance(value, int | float):
-                    self.tb.add_scalar(key, value, step)
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        """Nothing to release (kept for the trainer's call)."""
 
 
 class Progress:

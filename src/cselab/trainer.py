@@ -16,13 +16,14 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from .callbacks import Callback, CallbackList, report_callbacks, split_row
 from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
 from .config import Config, load_config, save_config
 from .data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
@@ -130,6 +131,8 @@ class Trainer:
         dist_info: this process's place in a distributed run.
         step_fn: optional replacement for the forward/backward of one batch (e.g. GradCache):
             ``(trainer, batch) -> loss terms`` with gradients already accumulated.
+        callbacks: :class:`~cselab.callbacks.Callback` objects (main process only), called
+            after the loggers of ``train.report_to``.
     """
 
     def __init__(
@@ -142,9 +145,14 @@ class Trainer:
         dist_info: DistInfo | None = None,
         step_fn: Callable[[Trainer, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
         | None = None,
+        callbacks: Sequence[Callback] | None = None,
     ) -> None:
         self.config = config
         self.dist = dist_info or DistInfo()
+        self.callbacks = CallbackList(
+            [*report_callbacks(config.train.report_to, config.train.output_dir, config.to_dict()),
+             *(callbacks or [])] if self.dist.is_main else []
+        )  # fmt: skip
         tc = config.train
         self.device = pick_device(tc.device, self.dist)
         self.encoder = encoder.to(self.device)
@@ -363,6 +371,7 @@ class Trainer:
             if main:
                 progress.message(f"step 0: stsb_dev={score:.2f}")
                 metrics.write({"step": 0, "stsb_dev": score})
+                self.callbacks.on_evaluate(0, {"stsb_dev": score})
             self.initial_score = score
         self.encoder.train()
         window: list[tuple[int, dict[str, torch.Tensor]]] = []
@@ -401,15 +410,21 @@ class Trainer:
                     self.encoder.train()
                 if main:
                     metrics.write(row)
+                    trained, evaluated = split_row(row)
+                    self.callbacks.on_step(self.step, trained)
+                    if evaluated:
+                        self.callbacks.on_evaluate(self.step, evaluated)
                     progress.update(self.step, {k: row[k] for k in ("loss", "lr", "sentences_per_s") if k in row}
                                     | ({"stsb_dev": row["stsb_dev"]} if "stsb_dev" in row else {}))  # fmt: skip
                 if at_save:
                     self.save_checkpoint()  # collective: all ranks send RNG states
+                    self.callbacks.on_save(self.step, self.out / "checkpoint")  # main only
                 barrier()
                 window_start = time.perf_counter()
         progress.close()
         metrics.close()
         results = self._finish(sentences_total, train_time)
+        self.callbacks.on_end(results)  # empty list on the other ranks
         barrier()
         return results
 
@@ -452,7 +467,7 @@ def make_dev_evaluator(config: Config) -> Evaluator | None:
     return evaluate
 
 
-def build_trainer(config: Config) -> Trainer:
+def build_trainer(config: Config, callbacks: Sequence[Callback] | None = None) -> Trainer:
     """Everything :func:`train` sets up, without running the loop."""
     dist_info = init_distributed(
         "cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu"
@@ -486,15 +501,22 @@ def build_trainer(config: Config) -> Trainer:
     # generators). Each rank gets its own dropout stream.
     seed_everything(dropout_seed(config.train.seed, dist_info.rank))
     return Trainer(
-        config, encoder, objective, corpus, make_dev_evaluator(config), dist_info, step_fn
-    )
+        config, encoder, objective, corpus, make_dev_evaluator(config), dist_info, step_fn,
+        callbacks,
+    )  # fmt: skip
 
 
-def train(config: Config | str | Path) -> dict[str, Any]:
-    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results."""
+def train(
+    config: Config | str | Path, callbacks: Sequence[Callback] | None = None
+) -> dict[str, Any]:
+    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
+
+    ``callbacks``: :class:`~cselab.callbacks.Callback` objects told of every logged step,
+    evaluation, checkpoint and the end (besides the loggers of ``train.report_to``).
+    """
     if not isinstance(config, Config):
         config = load_config(config)
     try:
-        return build_trainer(config).train()
+        return build_trainer(config, callbacks).train()
     finally:
         shutdown_distributed()  # only if init_distributed created the process group
