@@ -244,6 +244,7 @@ def test_torchrun_cell_command(tiny_bert: Path, tmp_path: Path) -> None:
     assert "--no-download" in evaluate
 
 
+@pytest.mark.slow  # two fresh Python processes importing torch: ~30 s on 2 shared cores
 def test_subprocess_cells_run_in_parallel(tiny_bert: Path, tmp_path: Path) -> None:
     """Two cells as two processes at once (no evaluation, so no data needed)."""
     spec_file = write_sweep(
