@@ -145,7 +145,12 @@ class Logger(Callback):
     def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
-            self.start()
+            try:
+                self.start()
+            except ImportError as err:
+                raise ImportError(
+                    f"{err.name or self.name} is not installed (pip install 'cselab[{self.name}]')"
+                ) from err
 
     def on_step(self, step: int, metrics: Mapping[str, float]) -> None:
         self._ensure_started()
@@ -204,14 +209,20 @@ class WandbLogger(Logger):
 
 class MLflowLogger(Logger):
     """An MLflow run in ``$MLFLOW_TRACKING_URI`` or else a local file store,
-    ``output_dir/mlruns`` (experiment ``$MLFLOW_EXPERIMENT_NAME`` or ``cselab``)."""
+    ``output_dir/mlruns`` (experiment ``$MLFLOW_EXPERIMENT_NAME`` or ``cselab``; view it with
+    ``mlflow ui --backend-store-uri output_dir/mlruns``)."""
 
     name = "mlflow"
 
     def start(self) -> None:
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (self.output_dir / "mlruns").resolve().as_uri()
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = (self.output_dir / "mlruns").resolve().as_uri()
+            # MLflow >= 3.? refuses the file store (in "maintenance mode") unless this is set; it
+            # is the store that needs no server or database, which is what this default is for
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(tracking_uri=uri)
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "cselab")
         experiment = self.client.get_experiment_by_name(name)

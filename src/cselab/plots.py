@@ -196,7 +196,8 @@ def plot_runs(
 
 def _note(ax, text: str, corner: bool = False) -> None:  # noqa: ANN001 - a matplotlib Axes
     if corner:
-        ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom", color="0.3")
+        # top left: trajectories run from the top right (start) towards the bottom left
+        ax.text(0.02, 0.98, text, transform=ax.transAxes, fontsize=7, va="top", color="0.3")
     else:
         ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.3")
         ax.set_xticks([])
