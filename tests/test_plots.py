@@ -117,7 +117,9 @@ def test_bad_inputs_are_one_line(tmp_path: Path, capsys) -> None:
     assert main(["plot", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 2
     assert "no metrics.csv" in capsys.readouterr().err
     (tmp_path / "metrics.csv").write_text("step,loss\n2,0.5\n4,oops\n")
-    with pytest.raises(PlotError, match=r"metrics.csv, line 3: column 'loss' has non-number 'oops'"):
+    with pytest.raises(
+        PlotError, match=r"metrics.csv, line 3: column 'loss' has non-number 'oops'"
+    ):
         read_run(tmp_path)
     (tmp_path / "metrics.csv").write_text("step,loss\n2,0.5\n4,0.25\n")
     assert main(["plot", str(tmp_path), "-o", str(tmp_path / "x.svg")]) == 2

@@ -33,8 +33,13 @@ def write_sweep(folder: Path, tiny_bert: Path, senteval: Path | None, **extra) -
                 "cache_dir": str(folder / "cache"),
             },
             "train": {
-                "batch_size": 8, "max_steps": 4, "lr": 1e-3, "eval_steps": 2,
-                "log_steps": 2, "device": "cpu", "report_to": [],
+                "batch_size": 8,
+                "max_steps": 4,
+                "lr": 1e-3,
+                "eval_steps": 2,
+                "log_steps": 2,
+                "device": "cpu",
+                "report_to": [],
             },  # fmt: skip
             "eval": {"data_dir": str(senteval) if senteval else None, "batch_size": 64},
         },
@@ -107,7 +112,9 @@ def test_report_matches_the_cells(sweep_root: Path, capsys) -> None:
     base = [score("simcse", s, "STSBenchmark") for s in SEEDS]
     d = report.paired[("dcl", "STS-B")]
     assert d.n == 3 and d.weak
-    assert d.mean == pytest.approx(statistics.fmean(a - b for a, b in zip(dcl, base)), abs=1e-9)
+    assert d.mean == pytest.approx(
+        statistics.fmean(a - b for a, b in zip(dcl, base, strict=True)), rel=1e-12
+    )
     # the CLI writes the three files and takes the baseline from the sweep's sweep.json
     assert main(["-q", "report", str(runs)]) == 0
     text = (runs / "report.md").read_text()
@@ -238,7 +245,13 @@ def test_torchrun_cell_command(tiny_bert: Path, tmp_path: Path) -> None:
     spec.nproc_per_node = 2
     cell = spec.cells()[0]
     train, evaluate = cell_commands(spec, cell, cell.dir / "sweep_config.yaml")
-    assert train[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert train[:5] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+    ]
     assert train[5:] == ["-m", "cselab", "-q", "train", str(cell.dir / "sweep_config.yaml")]
     assert evaluate[4:6] == ["evaluate", str(cell.dir / "best")]
     assert "--no-download" in evaluate

@@ -229,15 +229,17 @@ class MLflowLogger(Logger):
         experiment_id = (
             experiment.experiment_id if experiment else self.client.create_experiment(name)
         )
-        self.run_id = self.client.create_run(experiment_id, run_name=self.output_dir.name).info.run_id
+        self.run_id = self.client.create_run(
+            experiment_id, run_name=self.output_dir.name
+        ).info.run_id
         # MLflow caps parameter values at a few thousand characters; config values are short
         for key, value in flatten(self.config).items():
             self.client.log_param(self.run_id, key, str(value))
 
     def log_scalars(self, step: int, values: dict[str, float]) -> None:
-        from mlflow.entities import Metric
-
         import time
+
+        from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, step) for k, v in values.items()]

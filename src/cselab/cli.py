@@ -20,11 +20,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .config import ConfigError
     from .data import CorpusError
     from .hub import ResolveError
-    from .trainer import TrainingDiverged
-
     from .plots import PlotError
     from .sweep import SweepError
     from .sweep_report import ReportError
+    from .trainer import TrainingDiverged
 
     errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
     errors += [PlotError, SweepError, ReportError]

@@ -77,7 +77,9 @@ def read_run(run_dir: str | os.PathLike[str], name: str | None = None) -> RunLog
             try:
                 step = int(row["step"])
             except (TypeError, ValueError):
-                raise PlotError(f"{path}, line {line}: step {row['step']!r} is not an integer") from None
+                raise PlotError(
+                    f"{path}, line {line}: step {row['step']!r} is not an integer"
+                ) from None
             for key, text in row.items():
                 if key == "step" or key is None or text in (None, ""):
                     continue
@@ -232,9 +234,7 @@ def plot_task_scores(
         ax.set_xticks(range(len(columns)), columns)
         ax.set_ylabel("Spearman x 100" if group == "sts" else "accuracy %")
         ax.set_title("STS" if group == "sts" else "Transfer")
-        finite = [
-            v for h in heads for v in (h.get(group) or {}).values() if v is not None
-        ]
+        finite = [v for h in heads for v in (h.get(group) or {}).values() if v is not None]
         if finite:  # bars start near the smallest score, so that differences are visible
             ax.set_ylim(max(0.0, min(finite) - 5), max(finite) + 2)
         ax.legend(fontsize=8)

@@ -111,9 +111,7 @@ def paired_difference(
         with warnings.catch_warnings():  # scipy warns that small samples have little power
             warnings.simplefilter("ignore")
             wilcoxon_p = float(stats.wilcoxon(x, y).pvalue)
-    return PairedDifference(
-        n, mean, std, t_ci, boot_ci, t_p, wilcoxon_p, n < MIN_SEEDS, confidence
-    )
+    return PairedDifference(n, mean, std, t_ci, boot_ci, t_p, wilcoxon_p, n < MIN_SEEDS, confidence)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -90,7 +90,12 @@ class SweepSpec:
     def cells(self) -> list[Cell]:
         """Every (configuration, seed), seeds outermost: an early stop leaves whole seeds."""
         return [
-            Cell(name, seed, overrides, self.output_root / self.cell_dir.format(config=name, seed=seed))
+            Cell(
+                name,
+                seed,
+                overrides,
+                self.output_root / self.cell_dir.format(config=name, seed=seed),
+            )
             for seed in self.seeds
             for name, overrides in self.configs.items()
         ]
@@ -172,8 +177,10 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
         raise fail("give exactly one of 'grid' (key: [values]) and 'configs' (name: [overrides])")
     if "grid" in data:
         grid = data["grid"]
-        if not isinstance(grid, dict) or not grid or not all(
-            isinstance(v, list) and v for v in grid.values()
+        if (
+            not isinstance(grid, dict)
+            or not grid
+            or not all(isinstance(v, list) and v for v in grid.values())
         ):
             raise fail("'grid' must map each config key to a non-empty list of values")
         configs = grid_configs(grid)
@@ -192,8 +199,10 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
                 raise fail(f"configs.{name}: a configuration name cannot contain '/'")
             configs[str(name)] = overrides
     seeds = data.get("seeds", [42])
-    if not isinstance(seeds, list) or not seeds or not all(
-        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
     ):
         raise fail("'seeds' must be a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
@@ -246,7 +255,9 @@ def check_spec(spec: SweepSpec) -> None:
     """Value checks shared by sweep files and specs built in Python; also builds every cell's
     config, so that a bad override fails before the first cell trains."""
     if spec.launcher not in LAUNCHERS:
-        raise ConfigError(f"'launcher' must be one of {', '.join(LAUNCHERS)}, got {spec.launcher!r}")
+        raise ConfigError(
+            f"'launcher' must be one of {', '.join(LAUNCHERS)}, got {spec.launcher!r}"
+        )
     if not isinstance(spec.parallel, int) or spec.parallel < 1:
         raise ConfigError(f"'parallel' must be an integer >= 1, got {spec.parallel!r}")
     if spec.launcher == "inprocess" and spec.parallel > 1:

@@ -46,6 +46,18 @@ class CellScores:
     scores: dict[str, float]
 
 
+def headline_scores(head: dict[str, dict[str, float | None]]) -> dict[str, float]:
+    """Flatten headline tables (``{"sts": {...}, "transfer": {...}}``) into task columns; the
+    ``Avg`` of each group becomes ``STS avg`` / ``transfer avg``."""
+    scores = {}
+    for group, row in head.items():
+        for column, value in row.items():
+            if value is not None:
+                label = "STS" if group == "sts" else group
+                scores[f"{label} avg" if column == "Avg" else column] = float(value)
+    return scores
+
+
 def cell_scores(cell_dir: Path) -> CellScores | None:
     """The scores of a finished cell (``None`` while it has neither results nor evaluation)."""
     from .evaluation.report import headline
@@ -59,14 +71,7 @@ def cell_scores(cell_dir: Path) -> CellScores | None:
         scores[DEV_COLUMN] = float(results["best_stsb_dev"])
     evaluation = read_json(cell_dir / EVAL_FILE)
     if evaluation:
-        head = evaluation.get("headline") or headline(evaluation)
-        for group, row in head.items():
-            for column, value in row.items():
-                if value is None:
-                    continue
-                # "Avg" exists in both groups: name it after the group
-                name = f"{group.upper() if group == 'sts' else group} avg" if column == "Avg" else column
-                scores[name] = float(value)
+        scores |= headline_scores(evaluation.get("headline") or headline(evaluation))
     if not scores:
         return None
     return CellScores(str(info["config"]), int(info["seed"]), scores)
@@ -117,7 +122,9 @@ def build_report(
                 tasks.append(task)
             values.setdefault((cell.config, task), {})[cell.seed] = value
     if baseline is not None and baseline not in configs:
-        raise ReportError(f"baseline {baseline!r} has no finished cell (found: {', '.join(configs)})")
+        raise ReportError(
+            f"baseline {baseline!r} has no finished cell (found: {', '.join(configs)})"
+        )
     paired: dict[tuple[str, str], PairedDifference] = {}
     if baseline is not None:
         for config in configs:
