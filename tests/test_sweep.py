@@ -301,3 +301,10 @@ def test_report_by_hand(tmp_path: Path) -> None:
     assert "| new | 4 | 79.50 ± 13.10 |" in text  # 71, 73, 75, 99
     assert "| new | X | 3 | +2.00 | [-0.48, +4.48] | [+1.00, +3.00] | 0.074 | 0.250 | ⚠ |" in text
     assert d == paired_difference([71.0, 73.0, 75.0], [70.0, 71.0, 72.0])
+
+
+def test_example_sweep_file_loads() -> None:
+    from conftest import REPO
+
+    spec = load_sweep(REPO / "configs" / "sweeps" / "focal-vs-simcse.yaml")
+    assert [c.config for c in spec.cells()[:2]] == ["simcse", "focal"] and len(spec.seeds) == 5
