@@ -2,8 +2,10 @@
 
 Trains the packaged all-MiniLM-L6-v2 (CLS pooling, SimCSE's MLP head in training only) for one
 epoch over the 11,904 shared wiki sentences (batch 64, lr 3e-5, max_seq_len 32) with each
-objective and seed, through :func:`cselab.train`, then evaluates the best checkpoint (STS-B dev)
-on the 7 STS test tasks with :func:`cselab.evaluation.evaluate`. A second, interleaved timing
+objective and seed, as the cells of a :mod:`cselab.insight.sweep` (in process), which evaluates the best
+checkpoint (STS-B dev) on the 7 STS test tasks with :func:`cselab.evaluation.evaluate`.
+``--report-only`` tabulates the kept runs, and ``--stats-out DIR`` adds the paired comparison
+to SimCSE of :mod:`cselab.insight.report` (95% CIs, t-test and Wilcoxon p-values). A second, interleaved timing
 pass measures the forward+backward time of one step per objective (round-robin, so every
 objective sees the same machine load) relative to SimCSE.
 
@@ -20,7 +22,8 @@ interrupted run continues from its last checkpoint in ``--workdir``)::
     done; wait
     # the table from the kept runs
     python bench/bench_objectives.py --report-only --seeds 1 2 3 \\
-        --results-dir docs/results/objectives_runs --out docs/results/objectives_table.md
+        --results-dir docs/results/objectives_runs --out docs/results/objectives_table.md \\
+        --stats-out docs/results/objectives_stats
 """
 
 from __future__ import annotations
@@ -62,9 +65,8 @@ OBJECTIVES: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def base_config(
-    seed: int, output_dir: Path, max_steps: int | None, eval_steps: int
-) -> dict[str, Any]:
+def base_config(max_steps: int | None, eval_steps: int) -> dict[str, Any]:
+    """Every run's config before its objective's overrides (the sweep sets seed and folder)."""
     return {
         "model": {
             "name_or_path": "sentence-transformers/all-MiniLM-L6-v2",
@@ -75,12 +77,10 @@ def base_config(
         "data": {"train_file": str(WIKI)},
         "objective": {"temperature": 0.05},
         "train": {
-            "output_dir": str(output_dir),
             "batch_size": 64,
             "lr": 3e-5,
             "epochs": 1,
             "max_steps": max_steps,
-            "seed": seed,
             "eval_steps": eval_steps,
             "save_steps": 31,  # resumable checkpoints (6 per epoch)
             "device": "cpu",
@@ -90,13 +90,29 @@ def base_config(
     }
 
 
+def make_spec(
+    names: list[str], seeds: list[int], workdir: Path, max_steps: int | None, eval_steps: int
+) -> Any:
+    """The benchmark as a :class:`cselab.insight.sweep.SweepSpec`: one cell per (objective, seed) in
+    ``workdir/<objective>-seed<N>``, trained and evaluated in this process."""
+    from cselab.insight.sweep import EvalSpec, SweepSpec
+
+    return SweepSpec(
+        base=base_config(max_steps, eval_steps),
+        configs={n: OBJECTIVES[n][1] for n in names},
+        seeds=seeds,
+        output_root=workdir,
+        baseline="simcse" if "simcse" in names else None,
+        launcher="inprocess",
+        evaluate=EvalSpec(tasks="sts", mode="test", data_dir=str(SENTEVAL)),
+        cell_dir="{config}-seed{seed}",
+    )
+
+
 def make_config(name: str, seed: int, workdir: Path, max_steps: int | None, eval_steps: int) -> Any:
     """The run's :class:`cselab.config.Config` (the same path as ``cselab train``)."""
-    from cselab.config import Config, apply_overrides, from_dict
-
-    data = base_config(seed, workdir / f"{name}-seed{seed}", max_steps, eval_steps)
-    data = apply_overrides(data, OBJECTIVES[name][1])
-    return from_dict(Config, data).validate()
+    spec = make_spec([name], [seed], workdir, max_steps, eval_steps)
+    return spec.cells()[0].build_config(spec)
 
 
 def keep(out: Path, results_dir: Path | None) -> None:
@@ -129,15 +145,13 @@ def run_one(
     if done.is_file():
         keep(out, results_dir)
         return json.loads(done.read_text(encoding="utf-8"))
-    import cselab
-    from cselab.evaluation import evaluate
+    from cselab.insight.sweep import EVAL_FILE, RESULTS_FILE, run_cell
 
-    config = make_config(name, seed, workdir, max_steps, eval_steps)
-    config.train.resume = True  # an interrupted run continues from its last checkpoint
+    spec = make_spec([name], [seed], workdir, max_steps, eval_steps)
     t0 = time.perf_counter()
-    results = cselab.train(config)
-    encoder = cselab.load(str(out / "best"), device="cpu")
-    sts = evaluate(encoder, tasks="sts", mode="test", data_dir=str(SENTEVAL), download=False)
+    run_cell(spec, spec.cells()[0])  # resumes an interrupted run from its last checkpoint
+    results = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
+    sts = json.loads((out / EVAL_FILE).read_text(encoding="utf-8"))
     row = {
         "objective": name,
         "seed": seed,
@@ -242,9 +256,30 @@ def interleaved_timing(
 
 
 def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+    from cselab.insight.stats import mean_std as _mean_std
+
+    mean, std = _mean_std(values)
+    return f"{mean:.2f}" if len(values) == 1 else f"{mean:.2f} ± {std:.2f}"
+
+
+def write_stats(rows: list[dict], out_dir: Path) -> str:
+    """The paired comparison of every objective to SimCSE with the same seed
+    (:mod:`cselab.insight.report`): ``objectives_stats.{md,csv,png}`` in ``out_dir``."""
+    from cselab.insight.report import DEV_COLUMN, CellScores, build_report, headline_scores
+    from cselab.insight.report import markdown as report_markdown
+    from cselab.insight.report import write_report as write_files
+
+    cells = [
+        CellScores(
+            r["objective"],
+            r["seed"],
+            {DEV_COLUMN: r["best_stsb_dev"], **headline_scores({"sts": r["sts_test"]})},
+        )
+        for r in rows
+    ]
+    report = build_report(cells, "simcse")
+    write_files(report, out_dir, stem="objectives_stats")
+    return report_markdown(report)
 
 
 def write_report(
@@ -343,6 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-rounds", type=int, default=5, help="0: no interleaved timing")
     parser.add_argument("--timing-only", action="store_true", help="only the interleaved timing")
     parser.add_argument("--report-only", action="store_true", help="only tabulate finished runs")
+    parser.add_argument(
+        "--stats-out",
+        type=Path,
+        default=None,
+        help="also write the paired comparison to SimCSE (objectives_stats.md/.csv/.png) here",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -388,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report, encoding="utf-8")
+    if args.stats_out and rows:
+        print(write_stats(rows, args.stats_out))
     return 0
 
 

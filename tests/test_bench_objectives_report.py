@@ -5,11 +5,14 @@ the same seed. The runs themselves are too slow for the test suite (see
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import statistics
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_objectives.py"
 STS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
@@ -80,3 +83,45 @@ def test_report_without_runs_says_so(tmp_path: Path) -> None:
     argv += ["--workdir", str(tmp_path / "work")]
     assert bench.main(argv) == 0
     assert out.read_text(encoding="utf-8") == "No finished runs.\n"
+
+
+def test_report_only_reproduces_the_committed_table(tmp_path: Path) -> None:
+    """The benchmark rebuilt on cselab.insight.sweep tabulates the committed runs exactly as before,
+    and its paired statistics agree with the kept numbers."""
+    bench = load_bench()
+    repo = BENCH.parents[1] / "docs" / "results"
+    out, stats = tmp_path / "table.md", tmp_path / "stats"
+    argv = [
+        "--report-only",
+        "--seeds",
+        "1",
+        "2",
+        "3",
+        "--results-dir",
+        str(repo / "objectives_runs"),
+    ]
+    argv += ["--workdir", str(tmp_path / "work"), "--out", str(out), "--stats-out", str(stats)]
+    assert bench.main(argv) == 0
+    assert out.read_text(encoding="utf-8") == (repo / "objectives_table.md").read_text(
+        encoding="utf-8"
+    )
+    rows = {
+        (r["kind"], r["config"], r["task"]): r
+        for r in csv.DictReader((stats / "objectives_stats.csv").open(encoding="utf-8"))
+    }
+    kept = {
+        (name, seed): json.loads(
+            (repo / "objectives_runs" / f"{name}-seed{seed}" / "bench.json").read_text()
+        )
+        for name in ("simcse", "focal")
+        for seed in (1, 2, 3)
+    }
+    diffs = [
+        kept[("focal", s)]["sts_test"]["Avg"] - kept[("simcse", s)]["sts_test"]["Avg"]
+        for s in (1, 2, 3)
+    ]
+    paired = rows[("paired", "focal", "STS avg")]
+    assert float(paired["mean"]) == pytest.approx(statistics.fmean(diffs), rel=1e-12)
+    assert float(paired["std"]) == pytest.approx(statistics.stdev(diffs), rel=1e-12)
+    assert paired["n"] == "3" and paired["weak"] == "True"
+    assert (stats / "objectives_stats.png").stat().st_size > 10_000

@@ -12,11 +12,14 @@ def load(path: str, pooler: str | None = None, **kwargs):
     return _load(path, pooler=pooler, **kwargs)
 
 
-def train(config):
-    """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results."""
+def train(config, callbacks=None):
+    """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results.
+
+    ``callbacks``: optional :class:`cselab.training.callbacks.Callback` objects (see that module).
+    """
     from .training.run import train as _train
 
-    return _train(config)
+    return _train(config, callbacks or ())
 
 
 __all__ = ["__version__", "load", "train"]

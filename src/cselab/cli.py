@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare | push``.
+"""Command line: ``cselab train | encode | evaluate | compare | push | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .evaluation.cli import register as register_evaluation
+from .insight.cli import register as register_insight
 
 log = logging.getLogger("cselab")
 
@@ -22,6 +23,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     value); any other exception is a bug and keeps its traceback."""
     from .data import CorpusError
     from .evaluation.datasets import DataFormatError, MissingDataError
+    from .insight.plots import PlotError
+    from .insight.report import ReportError
+    from .insight.sweep import SweepError
     from .model.hub import ResolveError
     from .publish import PublishError
     from .schema import ConfigError
@@ -35,6 +39,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         DataFormatError,
         MissingDataError,
         PublishError,
+        PlotError,
+        SweepError,
+        ReportError,
         FileNotFoundError,
     )
 
@@ -129,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_push)
 
     register_evaluation(sub)
+    register_insight(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from .model.pooling import PoolerName
 from .objectives.config import ObjectiveConfig
 from .schema import ConfigError, from_dict
 
+ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
 
 
@@ -95,6 +96,8 @@ class TrainConfig:
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
+        report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
+            ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
     """
 
     output_dir: str = "outputs/run"
@@ -118,6 +121,7 @@ class TrainConfig:
     compile: bool = False
     fused_adamw: bool = True
     push_to_hub: str | None = None
+    report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
 
 
 @dataclass
@@ -209,7 +213,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def _load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of sections in a YAML config file (one-line errors for a missing or bad file)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
@@ -224,7 +229,7 @@ def _load_yaml(path: str | Path) -> dict[str, Any]:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`."""
-    data = _load_yaml(path) if path is not None else {}
+    data = load_yaml(path) if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
     return from_dict(Config, data).validate()
 

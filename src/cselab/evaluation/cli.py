@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp_.add_argument("results", nargs="+", help="JSON files written by `cselab evaluate -o`")
     cmp_.add_argument("--names", help="comma-separated row names (default: the model names)")
     cmp_.add_argument("--csv", help="write all runs' numbers as one long-format CSV")
+    cmp_.add_argument("--plot", help="write a bar chart of the per-task scores (.png or .pdf)")
     cmp_.set_defaults(func=run_compare)
 
 
@@ -110,4 +111,9 @@ def run_compare(args: argparse.Namespace) -> int:
     print(report.compare(outs, names))
     if args.csv:
         report.to_csv(outs, args.csv)
+    if args.plot:
+        from cselab.insight.plots import plot_task_scores
+
+        plot_task_scores(outs, names, args.plot)
+        print(f"\nplot: {args.plot}")
     return 0

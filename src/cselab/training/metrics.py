@@ -1,5 +1,6 @@
-"""What a run reports: loss windows checked for divergence, ``metrics.csv`` (and TensorBoard when
-installed), console progress and ``results.json``."""
+"""What a run reports: loss windows checked for divergence, ``metrics.csv``, console progress
+and ``results.json`` (TensorBoard and the other loggers are callbacks:
+:mod:`cselab.training.callbacks`)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def write_results(folder: Path, results: dict[str, Any]) -> None:
 
 
 class MetricsLog:
-    """Append rows to ``metrics.csv`` (columns fixed by the first row) and to TensorBoard.
+    """Append rows to ``metrics.csv`` (columns fixed by the first row).
 
     On resume, rows logged after the checkpoint's step (by the interrupted run) are dropped so
     the file reads as if the run had never stopped.
@@ -82,7 +83,6 @@ class MetricsLog:
         self.path = folder / "metrics.csv"
         self.enabled = enabled
         self.fields: list[str] | None = None
-        self.tb = None
         if not enabled:
             return
         if resume_step is not None and self.path.is_file():
@@ -93,12 +93,6 @@ class MetricsLog:
             self._rewrite(rows)
         elif self.path.exists():
             self.path.unlink()
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(folder / "tensorboard"))
-        except Exception:  # tensorboard is optional
-            self.tb = None
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         with self.path.open("w", newline="", encoding="utf-8") as fh:
@@ -120,15 +114,6 @@ class MetricsLog:
             self._rewrite(old_rows)
         with self.path.open("a", newline="", encoding="utf-8") as fh:
             csv.DictWriter(fh, fieldnames=self.fields).writerow(row)
-        if self.tb is not None:
-            step = int(row["step"])
-            for key, value in row.items():
-                if key != "step" and isinstance(value, int | float):
-                    self.tb.add_scalar(key, value, step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
 
 
 class Progress:

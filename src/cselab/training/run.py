@@ -9,6 +9,7 @@ model and the tokenised corpus, seeds the streams (:mod:`.rng`) and hands everyt
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective
 from . import rundir
+from .callbacks import Callback
 from .distributed import init_distributed, main_process_first, shutdown_distributed
 from .rng import dropout_seed, seed_everything
 from .selection import make_dev_evaluator
@@ -28,7 +30,7 @@ from .trainer import Trainer
 log = logging.getLogger("cselab")
 
 
-def build_trainer(config: Config) -> Trainer:
+def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer:
     """Everything :func:`train` sets up, without running the loop."""
     objective = build_objective(config.objective)
     dist_info = init_distributed(
@@ -70,13 +72,15 @@ def build_trainer(config: Config) -> Trainer:
         make_dev_evaluator(config),
         dist_info,
         data_digest=digest,
+        callbacks=callbacks,
     )
 
 
-def train(config: Config | str | Path) -> dict[str, Any]:
-    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results."""
+def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
+    ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
     config = load_config(config) if not isinstance(config, Config) else config.validate()
     try:
-        return build_trainer(config).train()
+        return build_trainer(config, callbacks).train()
     finally:
         shutdown_distributed()  # only if init_distributed created the process group

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..data import (
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
 from ..publish import push_folder
+from .callbacks import Callback, CallbackList, report_callbacks, split_row
 from .checkpoint import (
     CHECKPOINT_FILE,
     load_checkpoint,
@@ -68,6 +70,8 @@ class Trainer:
         dist_info: this process's place in a distributed run.
         data_digest: SHA-256 of the training file, kept in checkpoints to refuse resuming on
             other data.
+        callbacks: :class:`~cselab.training.callbacks.Callback` objects (main process only),
+            called after the loggers of ``train.report_to``.
     """
 
     def __init__(
@@ -79,10 +83,13 @@ class Trainer:
         evaluator: Evaluator | None = None,
         dist_info: DistInfo | None = None,
         data_digest: str | None = None,
+        callbacks: Sequence[Callback] = (),
     ) -> None:
         tc = config.train
         self.config, self.corpus, self.data_digest = config, corpus, data_digest
         self.dist = dist_info or DistInfo()
+        loggers = report_callbacks(tc.report_to, tc.output_dir, config.to_dict())
+        self.callbacks = CallbackList([*loggers, *callbacks] if self.dist.is_main else [])
         self.device = pick_device(tc.device, self.dist)
         self.encoder = encoder.to(self.device)
         broadcast_module(self.encoder)  # every rank starts from rank 0's weights (as DDP does)
@@ -236,6 +243,7 @@ class Trainer:
             if main:
                 progress.message(f"step 0: stsb_dev={score:.2f}")
                 metrics.write({"step": 0, "stsb_dev": score})
+                self.callbacks.on_evaluate(0, {"stsb_dev": score})
         self.encoder.train()
         window, sentences, train_time = LossWindow(), 0, 0.0
         while self.step < self.total_steps:
@@ -264,15 +272,20 @@ class Trainer:
                 self.encoder.train()
             if main:
                 metrics.write(row)
+                trained, evaluated = split_row(row)
+                self.callbacks.on_step(self.step, trained)
+                if evaluated:
+                    self.callbacks.on_evaluate(self.step, evaluated)
                 shown = ("loss", "lr", "sentences_per_s", "stsb_dev")
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
                 self.save_checkpoint()  # collective: all ranks send RNG states
+                self.callbacks.on_save(self.step, self.out / "checkpoint")  # main rank only
             barrier()
             window.start = time.perf_counter()  # evaluation and saving are not training time
         progress.close()
-        metrics.close()
         results = self._finish(sentences, train_time) if main else {}
+        self.callbacks.on_end(results)  # an empty list on the other ranks
         barrier()
         return results
 

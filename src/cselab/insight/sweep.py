@@ -1,0 +1,411 @@
+"""Experiments across configurations and seeds: ``cselab sweep sweep.yaml``.
+
+A sweep file names a base config, the configurations to compare (a grid of overrides, or a
+named list), the seeds and an output root::
+
+    base: configs/demo-minilm.yaml        # a YAML path, or an inline mapping of sections
+    overrides: [train.max_steps=200]      # applied to every cell
+    configs:                              # or `grid: {objective.focal.enabled: [false, true]}`
+      simcse: []
+      focal: [objective.focal.enabled=true]
+    seeds: [1, 2, 3]
+    output_root: runs/focal-vs-simcse
+    baseline: simcse                      # for `cselab report`
+    launcher: subprocess                  # inprocess | subprocess | torchrun
+    parallel: 2                           # cells at once (subprocess/torchrun)
+    threads_per_cell: 1                   # OMP/torch threads of each cell process
+    nproc_per_node: 2                     # torchrun only
+    evaluate: {tasks: sts, mode: test, model: best}   # `null`: no evaluation
+
+Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (with
+``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
+checkpoint), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
+``eval.json``. A cell whose ``results.json`` (and ``eval.json``, when evaluating) exist is
+skipped. ``cell.json`` records each cell's configuration name, seed and overrides, which is how
+``cselab report`` (:mod:`cselab.insight.report`) finds them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
+
+log = logging.getLogger("cselab")
+
+LAUNCHERS = ("inprocess", "subprocess", "torchrun")
+CELL_FILE = "cell.json"
+EVAL_FILE = "eval.json"
+RESULTS_FILE = "results.json"
+SWEEP_FILE = "sweep.json"
+
+
+class SweepError(RuntimeError):
+    """One or more cells failed (their logs are named)."""
+
+
+@dataclass
+class EvalSpec:
+    """What each cell's final model is evaluated on (see :func:`cselab.evaluation.evaluate`)."""
+
+    tasks: str = "sts"
+    mode: str = "test"
+    model: str = "best"
+    data_dir: str | None = None
+    batch_size: int = 128
+    download: bool = False
+
+
+@dataclass
+class SweepSpec:
+    """A parsed sweep file (see the module docstring for the keys)."""
+
+    base: dict[str, Any]
+    configs: dict[str, list[str]]
+    seeds: list[int]
+    output_root: Path
+    overrides: list[str] = field(default_factory=list)
+    baseline: str | None = None
+    launcher: str = "subprocess"
+    parallel: int = 1
+    threads_per_cell: int | None = None
+    nproc_per_node: int = 1
+    evaluate: EvalSpec | None = field(default_factory=EvalSpec)
+    #: the cell folder under ``output_root`` (``{config}`` and ``{seed}`` are filled in)
+    cell_dir: str = "{config}/seed{seed}"
+
+    def cells(self) -> list[Cell]:
+        """Every (configuration, seed), seeds outermost: an early stop leaves whole seeds."""
+        return [
+            Cell(
+                name,
+                seed,
+                overrides,
+                self.output_root / self.cell_dir.format(config=name, seed=seed),
+            )
+            for seed in self.seeds
+            for name, overrides in self.configs.items()
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["output_root"] = str(self.output_root)
+        return d
+
+
+@dataclass
+class Cell:
+    """One training run of a sweep."""
+
+    config: str
+    seed: int
+    overrides: list[str]
+    dir: Path
+
+    def finished(self, spec: SweepSpec) -> bool:
+        done = (self.dir / RESULTS_FILE).is_file()
+        return done and (spec.evaluate is None or (self.dir / EVAL_FILE).is_file())
+
+    def build_config(self, spec: SweepSpec) -> Config:
+        data = apply_overrides(
+            copy.deepcopy(spec.base),
+            [
+                *spec.overrides,
+                *self.overrides,
+                f"train.seed={self.seed}",
+                "train.resume=true",  # an interrupted cell continues from its checkpoint
+            ],
+        )
+        data.setdefault("train", {})["output_dir"] = str(self.dir)  # not YAML-parsed
+        try:
+            return from_dict(Config, data).validate()
+        except ConfigError as err:
+            raise ConfigError(f"sweep cell {self.config} seed {self.seed}: {err}") from None
+
+
+def _yaml_value(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def grid_configs(grid: dict[str, list[Any]]) -> dict[str, list[str]]:
+    """Cartesian product of ``{key: [values]}`` as ``{name: overrides}``; the name lists each
+    ``key=value`` (``objective.focal.enabled=true,train.lr=1.0e-05``)."""
+    keys = list(grid)
+    out: dict[str, list[str]] = {}
+    for values in product(*(grid[k] for k in keys)):
+        overrides = [f"{k}={_yaml_value(v)}" for k, v in zip(keys, values, strict=True)]
+        out[",".join(overrides)] = overrides
+    return out
+
+
+_KEYS = {
+    "base", "overrides", "grid", "configs", "seeds", "output_root", "baseline", "launcher",
+    "parallel", "threads_per_cell", "nproc_per_node", "evaluate", "cell_dir",
+}  # fmt: skip
+
+
+def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
+    """Parse and check a sweep file; errors are :class:`ConfigError` naming the file and key."""
+    p = Path(path)
+    data = load_yaml(p)
+
+    def fail(message: str) -> ConfigError:
+        return ConfigError(f"{p}: {message}")
+
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise fail(f"unknown key '{unknown[0]}' (valid: {', '.join(sorted(_KEYS))})")
+    base = data.get("base") or {}
+    if isinstance(base, str):
+        base = load_yaml(base)
+    if not isinstance(base, dict):
+        raise fail("'base' must be a config file path or a mapping of sections")
+    if ("grid" in data) == ("configs" in data):
+        raise fail("give exactly one of 'grid' (key: [values]) and 'configs' (name: [overrides])")
+    if "grid" in data:
+        grid = data["grid"]
+        if (
+            not isinstance(grid, dict)
+            or not grid
+            or not all(isinstance(v, list) and v for v in grid.values())
+        ):
+            raise fail("'grid' must map each config key to a non-empty list of values")
+        configs = grid_configs(grid)
+    else:
+        raw = data["configs"]
+        if isinstance(raw, list):  # a list of override lists: named by their overrides
+            raw = {",".join(o) or "base": o for o in raw}
+        if not isinstance(raw, dict) or not raw:
+            raise fail("'configs' must map names to lists of overrides")
+        configs = {}
+        for name, overrides in raw.items():
+            overrides = overrides or []
+            if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+                raise fail(f"configs.{name}: expected a list of 'section.key=value' strings")
+            if "/" in str(name):
+                raise fail(f"configs.{name}: a configuration name cannot contain '/'")
+            configs[str(name)] = overrides
+    seeds = data.get("seeds", [42])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise fail("'seeds' must be a non-empty list of integers")
+    if len(set(seeds)) != len(seeds):
+        raise fail("'seeds' lists a seed twice")
+    if "output_root" not in data:
+        raise fail("'output_root' is required (where the cells' folders go)")
+    overrides = data.get("overrides") or []
+    if not isinstance(overrides, list):
+        raise fail("'overrides' must be a list of 'section.key=value' strings")
+    evaluate = data.get("evaluate", {})
+    if evaluate is not None:
+        if not isinstance(evaluate, dict):
+            raise fail("'evaluate' must be a mapping (tasks, mode, model, ...) or null")
+        try:
+            evaluate = from_dict(EvalSpec, evaluate, prefix="evaluate")
+        except ConfigError as err:
+            raise fail(str(err)) from None
+        if evaluate.model not in ("best", "last"):
+            raise fail(f"evaluate.model must be best or last, got {evaluate.model!r}")
+        from ..evaluation.api import MODES, parse_tasks
+
+        if evaluate.mode not in MODES:
+            raise fail(f"evaluate.mode must be one of {', '.join(MODES)}, got {evaluate.mode!r}")
+        try:
+            parse_tasks(evaluate.tasks, evaluate.mode)
+        except ValueError as err:
+            raise fail(f"evaluate.tasks: {err}") from None
+    spec = SweepSpec(
+        base=base,
+        configs=configs,
+        seeds=seeds,
+        output_root=Path(str(data["output_root"])),
+        overrides=[str(o) for o in overrides],
+        baseline=data.get("baseline"),
+        launcher=data.get("launcher", "subprocess"),
+        parallel=data.get("parallel", 1),
+        threads_per_cell=data.get("threads_per_cell"),
+        nproc_per_node=data.get("nproc_per_node", 1),
+        evaluate=evaluate,
+        cell_dir=data.get("cell_dir", "{config}/seed{seed}"),
+    )
+    try:
+        check_spec(spec)
+    except ConfigError as err:
+        raise fail(str(err)) from None
+    return spec
+
+
+def check_spec(spec: SweepSpec) -> None:
+    """Value checks shared by sweep files and specs built in Python; also builds every cell's
+    config, so that a bad override fails before the first cell trains."""
+    if spec.launcher not in LAUNCHERS:
+        raise ConfigError(
+            f"'launcher' must be one of {', '.join(LAUNCHERS)}, got {spec.launcher!r}"
+        )
+    if not isinstance(spec.parallel, int) or spec.parallel < 1:
+        raise ConfigError(f"'parallel' must be an integer >= 1, got {spec.parallel!r}")
+    if spec.launcher == "inprocess" and spec.parallel > 1:
+        raise ConfigError("launcher 'inprocess' runs one cell at a time; use 'subprocess'")
+    if spec.threads_per_cell is not None and spec.threads_per_cell < 1:
+        raise ConfigError("'threads_per_cell' must be >= 1")
+    if not isinstance(spec.nproc_per_node, int) or spec.nproc_per_node < 1:
+        raise ConfigError("'nproc_per_node' must be an integer >= 1")
+    if spec.baseline is not None and spec.baseline not in spec.configs:
+        raise ConfigError(
+            f"'baseline' {spec.baseline!r} is none of the configurations ({', '.join(spec.configs)})"
+        )
+    for cell in spec.cells()[: len(spec.configs)]:
+        cell.build_config(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# running cells
+
+
+def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[str]]:
+    """The processes a subprocess/torchrun cell runs: train (unless done), then evaluate."""
+    commands = []
+    if not (cell.dir / RESULTS_FILE).is_file():
+        if spec.launcher == "torchrun":
+            launcher = [
+                sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={spec.nproc_per_node}", "-m", "cselab",
+            ]  # fmt: skip
+        else:
+            launcher = [sys.executable, "-m", "cselab"]
+        commands.append([*launcher, "-q", "train", str(config_file)])
+    ev = spec.evaluate
+    if ev is not None:
+        evaluate = [
+            sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.dir / ev.model),
+            "--tasks", ev.tasks, "--mode", ev.mode, "--batch-size", str(ev.batch_size),
+            "--output", str(cell.dir / EVAL_FILE),
+        ]  # fmt: skip
+        if ev.data_dir:
+            evaluate += ["--data-dir", ev.data_dir]
+        if not ev.download:
+            evaluate.append("--no-download")
+        commands.append(evaluate)
+    return commands
+
+
+def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
+    import cselab
+    from cselab.evaluation import evaluate
+    from cselab.evaluation.report import save_json
+
+    ev = spec.evaluate
+    assert ev is not None
+    encoder = cselab.load(str(cell.dir / ev.model), device="cpu")
+    out = evaluate(
+        encoder,
+        tasks=ev.tasks,
+        mode=ev.mode,
+        data_dir=ev.data_dir,
+        batch_size=ev.batch_size,
+        download=ev.download,
+        model_name=f"{cell.config} seed {cell.seed}",
+    )
+    save_json(out, cell.dir / EVAL_FILE)
+
+
+def run_cell(spec: SweepSpec, cell: Cell) -> str:
+    """Train and evaluate one cell as the spec says; returns ``done``, ``skipped`` or
+    ``failed: <log>``."""
+    if cell.finished(spec):
+        return "skipped"
+    cell.dir.mkdir(parents=True, exist_ok=True)
+    info = {"config": cell.config, "seed": cell.seed, "overrides": cell.overrides}
+    (cell.dir / CELL_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+    config = cell.build_config(spec)
+    if spec.launcher == "inprocess":
+        from ..training.run import train
+
+        if not (cell.dir / RESULTS_FILE).is_file():
+            train(config)
+        if spec.evaluate is not None:
+            _evaluate_inprocess(spec, cell)
+        return "done"
+    config_file = cell.dir / "sweep_config.yaml"
+    save_config(config, config_file)
+    env = dict(os.environ)
+    if spec.threads_per_cell:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads_per_cell)
+    logfile = cell.dir / "sweep.log"
+    with logfile.open("a", encoding="utf-8") as fh:
+        for command in cell_commands(spec, cell, config_file):
+            fh.write("$ " + " ".join(command) + "\n")
+            fh.flush()
+            rc = subprocess.call(command, stdout=fh, stderr=subprocess.STDOUT, env=env)
+            if rc != 0:
+                fh.write(f"exit status {rc}\n")
+                return f"failed: {logfile}"
+    return "done"
+
+
+def run_sweep(
+    spec: SweepSpec, progress: Callable[[Cell, str], None] | None = None
+) -> dict[str, list[Cell]]:
+    """Run every unfinished cell (``spec.parallel`` at a time); returns the cells by outcome
+    (``done``, ``skipped``, ``failed``). Raises :class:`SweepError` if any cell failed."""
+    check_spec(spec)
+    spec.output_root.mkdir(parents=True, exist_ok=True)
+    (spec.output_root / SWEEP_FILE).write_text(json.dumps(spec.to_dict(), indent=2), "utf-8")
+    outcome: dict[str, list[Cell]] = {"done": [], "skipped": [], "failed": []}
+    failures: list[str] = []
+
+    def one(cell: Cell) -> None:
+        status = run_cell(spec, cell)
+        key = status.split(":", 1)[0]
+        outcome[key].append(cell)
+        if key == "failed":
+            failures.append(f"{cell.config} seed {cell.seed} ({status.split(': ', 1)[1]})")
+        if progress is not None:
+            progress(cell, status)
+
+    cells = spec.cells()
+    if spec.parallel == 1:
+        for cell in cells:
+            one(cell)
+    else:
+        with ThreadPoolExecutor(max_workers=spec.parallel) as pool:
+            list(pool.map(one, cells))
+    if failures:
+        raise SweepError(f"{len(failures)} cell(s) failed: " + "; ".join(failures))
+    return outcome
+
+
+def sweep_progress(cells_total: int) -> Callable[[Cell, str], None]:
+    """A progress printer for the CLI: one line per finished cell."""
+    count = [0]
+
+    def report(cell: Cell, status: str) -> None:
+        count[0] += 1
+        print(f"[{count[0]}/{cells_total}] {cell.config} seed {cell.seed}: {status}", flush=True)
+
+    return report
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def cell_dirs(root: Path) -> Sequence[Path]:
+    """The cell folders under ``root`` (those holding a ``cell.json``), sorted."""
+    return sorted(p.parent for p in root.rglob(CELL_FILE))

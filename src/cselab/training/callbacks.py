@@ -1,0 +1,263 @@
+"""Training callbacks, and the experiment loggers of ``train.report_to`` built on them.
+
+A :class:`Callback` is told what the trainer did, with the numbers it logged:
+
+- ``on_step(step, metrics)``: every logged row (each ``train.log_steps`` steps, and at evaluation
+  and save steps): ``lr``, ``loss``, each loss term, ``sentences_per_s``, ``epoch``;
+- ``on_evaluate(step, metrics)``: each evaluation (``stsb_dev``, and ``align``/``uniform`` when
+  the evaluator reports them), including step 0 before training;
+- ``on_save(step, path)``: a resumable checkpoint was written to ``path``;
+- ``on_end(results)``: training finished; ``results`` is what ``results.json`` holds.
+
+Callbacks run on the main process only. The loggers (TensorBoard, Weights & Biases, MLflow) are
+callbacks whose failures do not stop training: the first error of a logger is logged once as a
+warning naming it, and that logger is switched off for the rest of the run. A user callback's
+error propagates (it may be meant to stop training).
+
+Example::
+
+    class PrintDev(Callback):
+        def on_evaluate(self, step, metrics):
+            print(step, metrics["stsb_dev"])
+
+    cselab.training.trainer.train("config.yaml", callbacks=[PrintDev()])
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("cselab")
+
+#: the values ``train.report_to`` accepts
+#: metrics.csv columns written by an evaluation (``align``/``uniform``: Wang & Isola 2020 on
+#: STS-B dev, when the evaluator computes them); the other columns are training metrics
+EVAL_COLUMNS = ("stsb_dev", "align", "uniform")
+
+
+def split_row(row: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A metrics row as ``(training metrics, evaluation metrics)`` (``step`` in neither)."""
+    train = {k: v for k, v in row.items() if k != "step" and k not in EVAL_COLUMNS}
+    return train, {k: row[k] for k in EVAL_COLUMNS if k in row}
+
+
+class Callback:
+    """Base class: override the hooks you need (each does nothing by default)."""
+
+    #: how warnings name this callback
+    name: str = "callback"
+    #: errors are warned about once and the callback switched off (loggers), not raised
+    soft_fail: bool = False
+
+    def on_step(self, step: int, metrics: Mapping[str, float]) -> None:
+        """A training row was logged at ``step``."""
+
+    def on_evaluate(self, step: int, metrics: Mapping[str, float]) -> None:
+        """The model was evaluated at ``step`` (0: before training)."""
+
+    def on_save(self, step: int, path: Path) -> None:
+        """A resumable checkpoint of ``step`` was written to ``path``."""
+
+    def on_end(self, results: Mapping[str, Any]) -> None:
+        """Training finished with ``results`` (the content of ``results.json``)."""
+
+
+class CallbackList:
+    """Calls each hook on every callback in order; loggers that fail are warned about once."""
+
+    def __init__(self, callbacks: Iterable[Callback] = ()) -> None:
+        self.callbacks = list(callbacks)
+        self.failed: set[int] = set()
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for i, cb in enumerate(self.callbacks):
+            if i in self.failed:
+                continue
+            try:
+                getattr(cb, hook)(*args)
+            except Exception as err:
+                if not cb.soft_fail:
+                    raise
+                self.failed.add(i)
+                log.warning(
+                    "logger '%s' failed in %s (%s: %s); it is switched off for the rest of this run",
+                    cb.name, hook, type(err).__name__, err,
+                )  # fmt: skip
+
+    def on_step(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._call("on_step", step, metrics)
+
+    def on_evaluate(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._call("on_evaluate", step, metrics)
+
+    def on_save(self, step: int, path: Path) -> None:
+        self._call("on_save", step, path)
+
+    def on_end(self, results: Mapping[str, Any]) -> None:
+        self._call("on_end", results)
+
+
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if k != "step" and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 3e-5}}`` -> ``{"train.lr": 3e-5}`` (for loggers' flat parameters)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+class Logger(Callback):
+    """A callback that sends scalars somewhere; started lazily on its first hook, so that
+    building a trainer does not create an experiment run."""
+
+    soft_fail = True
+
+    def __init__(self, output_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> None:
+        self.output_dir = Path(output_dir)
+        self.config = dict(config)
+        self._started = False
+
+    def start(self) -> None:
+        """Open the run (imports the library: a missing package fails here, by name)."""
+
+    def log_scalars(self, step: int, values: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Flush and close."""
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            try:
+                self.start()
+            except ImportError as err:
+                raise ImportError(
+                    f"{err.name or self.name} is not installed (pip install 'cselab[{self.name}]')"
+                ) from err
+
+    def on_step(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._ensure_started()
+        self.log_scalars(step, _numbers(metrics))
+
+    def on_evaluate(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._ensure_started()
+        self.log_scalars(step, _numbers(metrics))
+
+    def on_end(self, results: Mapping[str, Any]) -> None:
+        if self._started:
+            self.finish()
+
+
+class TensorBoardLogger(Logger):
+    """Scalars under ``output_dir/tensorboard`` (``torch.utils.tensorboard``)."""
+
+    name = "tensorboard"
+
+    def start(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
+
+    def log_scalars(self, step: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, step)
+
+    def finish(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger(Logger):
+    """A Weights & Biases run (project ``$WANDB_PROJECT`` or ``cselab``, named after the output
+    folder, files under it; ``WANDB_MODE=offline`` works without an account)."""
+
+    name = "wandb"
+
+    def start(self) -> None:
+        import wandb
+
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "cselab"),
+            name=self.output_dir.name,
+            dir=str(self.output_dir),
+            config=self.config,
+            reinit=True,
+        )
+
+    def log_scalars(self, step: int, values: dict[str, float]) -> None:
+        self.run.log(values, step=step)
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class MLflowLogger(Logger):
+    """An MLflow run in ``$MLFLOW_TRACKING_URI`` or else a local file store,
+    ``output_dir/mlruns`` (experiment ``$MLFLOW_EXPERIMENT_NAME`` or ``cselab``; view it with
+    ``mlflow ui --backend-store-uri output_dir/mlruns``)."""
+
+    name = "mlflow"
+
+    def start(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = (self.output_dir / "mlruns").resolve().as_uri()
+            # MLflow >= 3.? refuses the file store (in "maintenance mode") unless this is set; it
+            # is the store that needs no server or database, which is what this default is for
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.client = MlflowClient(tracking_uri=uri)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "cselab")
+        experiment = self.client.get_experiment_by_name(name)
+        experiment_id = (
+            experiment.experiment_id if experiment else self.client.create_experiment(name)
+        )
+        self.run_id = self.client.create_run(
+            experiment_id, run_name=self.output_dir.name
+        ).info.run_id
+        # MLflow caps parameter values at a few thousand characters; config values are short
+        for key, value in flatten(self.config).items():
+            self.client.log_param(self.run_id, key, str(value))
+
+    def log_scalars(self, step: int, values: dict[str, float]) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, step) for k, v in values.items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def finish(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+#: ``train.report_to`` names -> loggers (the names are :data:`cselab.config.ReportTo`).
+LOGGERS: dict[str, type[Logger]] = {
+    "tensorboard": TensorBoardLogger,
+    "wandb": WandbLogger,
+    "mlflow": MLflowLogger,
+}
+
+
+def report_callbacks(
+    report_to: Sequence[str], output_dir: str | os.PathLike[str], config: Mapping[str, Any]
+) -> list[Callback]:
+    """The loggers named in ``train.report_to``, in that order (each at most once)."""
+    return [LOGGERS[n](output_dir, config) for n in dict.fromkeys(report_to)]
