@@ -19,4 +19,12 @@ def train(config):  # noqa: ANN001, ANN201 - lazy import keeps `import cselab` l
     return _train(config)
 
 
-__all__ = ["__version__", "load", "train"]
+def __getattr__(name: str):  # noqa: ANN202 - lazy: `cselab.Index` without importing numpy early
+    if name == "Index":
+        from .index import Index
+
+        return Index
+    raise AttributeError(f"module 'cselab' has no attribute {name!r}")
+
+
+__all__ = ["Index", "__version__", "load", "train"]

@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare``.
+"""Command line: ``cselab train | encode | evaluate | compare | index build | search``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -20,9 +20,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .config import ConfigError
     from .data import CorpusError
     from .hub import ResolveError
+    from .index import SearchIndexError
     from .trainer import TrainingDiverged
 
     errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
+    errors.append(SearchIndexError)
     try:
         from .evaluation.datasets import DataFormatError, MissingDataError
 
@@ -107,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         register = None
     if register is not None:
         register(sub)
+    from .index import register as register_index  # `index build` and `search`
+
+    register_index(sub)
     return parser
 
 

@@ -209,6 +209,25 @@ class SentenceEncoder(nn.Module):
             self.train(was_training)
         return out
 
+    def similarity(
+        self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray, batch_size: int = 128
+    ) -> np.ndarray:
+        """Cosine similarity matrix ``(len(a), len(b))``, float32.
+
+        Each side is a list of sentences (encoded here, in batches of ``batch_size``) or an
+        ``(N, D)`` array of vectors already encoded. A zero vector has cosine 0 with everything.
+        """
+        from .index import cosine_matrix
+
+        def vectors(x: Sequence[str] | np.ndarray) -> np.ndarray:
+            if isinstance(x, str):
+                raise TypeError("similarity() takes lists of sentences, not a single string")
+            if isinstance(x, np.ndarray | Tensor):
+                return np.asarray(x.detach().cpu() if isinstance(x, Tensor) else x)
+            return self.encode(list(x), batch_size=batch_size)
+
+        return cosine_matrix(vectors(a), vectors(b))
+
     # ------------------------------------------------------------------------------------ saving
     def save(self, path: str | Path) -> None:
         """Write an HF model folder that is also a sentence-transformers folder.
