@@ -48,6 +48,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data-dir", help="SentEval data/downstream folder (else $CSELAB_DATA or cache)"
     )
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
+    ev.add_argument(
+        "--mteb",
+        metavar="TASKS",
+        help="run these MTEB tasks (comma-separated, e.g. STS12,SciFact) through mteb.evaluate "
+        "instead of SentEval; SentEvalSTSBenchmark reads STS-B from --data-dir (needs cselab[mteb])",
+    )
+    ev.add_argument("--mteb-cache", help="MTEB result folder (default: none, always rerun)")
     ev.set_defaults(func=run_evaluate)
 
     cmp_ = subparsers.add_parser(
@@ -62,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    if args.mteb:
+        try:
+            from .mteb import run_cli
+        except ImportError as exc:
+            print(f"cselab evaluate: error: {exc}", file=sys.stderr)
+            return 2
+        return run_cli(args)
     from . import api, report
 
     try:
