@@ -167,6 +167,21 @@ def test_resume_refuses_other_settings(encoder: SentenceEncoder, tmp_path: Path)
     assert len(rebuilt) == 1 and rebuilt.text(0) == "a changed corpus"
 
 
+def test_from_vectors(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    vectors = rng.standard_normal((50, 8)).astype(np.float32) * 3
+    texts = [f"text {i}" for i in range(50)]
+    index = Index.from_vectors(tmp_path / "v.index", vectors, texts, "org/m", "avg", block_rows=7)
+    reopened = Index.open(tmp_path / "v.index")
+    assert len(reopened) == 50 and reopened.text(49) == "text 49" and int(reopened.lines[0]) == 1
+    assert reopened.meta["model"] == "org/m" and reopened.meta["pooler"] == "avg"
+    scores, rows = index.search_vectors(vectors[:5], k=1)
+    assert rows[:, 0].tolist() == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(scores[:, 0], 1.0, rtol=0, atol=8 * np.finfo(np.float32).eps)
+    with pytest.raises(SearchIndexError, match="50 vectors but 3 texts"):
+        Index.from_vectors(tmp_path / "w.index", vectors, texts[:3], "org/m", "avg")
+
+
 # -------------------------------------------------------------------------------------- faiss
 def _unit(n: int, d: int, seed: int) -> np.ndarray:
     x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)

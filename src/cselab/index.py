@@ -353,6 +353,37 @@ class Index:
             index.build_ann(backend, params)
         return index
 
+    @classmethod
+    def from_vectors(
+        cls,
+        path: str | Path,
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        model: str,
+        pooler: str,
+        *,
+        block_rows: int = 1 << 16,
+    ) -> Index:
+        """An index from vectors encoded elsewhere (normalised here) and their texts.
+
+        ``model`` and ``pooler`` say how text queries are to be encoded; the vectors must come
+        from that model. Rows are written block by block, so ``vectors`` may be a memory map.
+        """
+        n, dim = (int(x) for x in vectors.shape)
+        if len(texts) != n:
+            raise SearchIndexError(f"{n} vectors but {len(texts)} texts")
+        out = Path(path)
+        want = {"format": INDEX_FORMAT, "model": model, "pooler": pooler, "corpus": None,
+                "corpus_sha256": None, "dim": dim, "chunk_size": n}  # fmt: skip
+        _write_layout(out, texts, range(1, n + 1), want)
+        rows = np.load(out / VECTORS_FILE, mmap_mode="r+")
+        for start in range(0, n, block_rows):
+            rows[start : start + block_rows] = normalize_rows(vectors[start : start + block_rows])
+        rows.flush()
+        del rows
+        _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1})
+        return cls(out)
+
     def build_ann(self, backend: str, params: dict[str, int]) -> None:
         """Build and save a FAISS ``hnsw`` or ``ivf`` index over the vectors (kept if present
         with the same parameters)."""
@@ -521,9 +552,16 @@ def _check_resumable(out: Path, want: dict) -> dict:
 
 
 def _start(out: Path, corpus: Path, want: dict) -> dict:
+    texts, numbers = read_lines(corpus)
+    return _write_layout(out, texts, numbers, want)
+
+
+def _write_layout(
+    out: Path, texts: Sequence[str], numbers: Sequence[int], want: dict
+) -> dict:
+    """Texts, offsets, line numbers and an allocated vector file; ``index.json`` written last."""
     from numpy.lib.format import open_memmap
 
-    texts, numbers = read_lines(corpus)
     out.mkdir(parents=True, exist_ok=True)
     for name in (PROGRESS_FILE, META_FILE):
         (out / name).unlink(missing_ok=True)  # a half-written old build must not be resumed
@@ -536,7 +574,7 @@ def _start(out: Path, corpus: Path, want: dict) -> dict:
     np.save(out / OFFSETS_FILE, offsets)
     np.save(out / LINES_FILE, np.asarray(numbers, dtype=np.int64))
     open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float32, shape=(len(texts), want["dim"]))
-    meta = {**want, "count": len(texts), "lines": numbers[-1], "normalized": True}
+    meta = {**want, "count": len(texts), "lines": int(numbers[-1]), "normalized": True}
     _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0})
     _write_json_atomic(out / META_FILE, meta)  # last: its presence means the layout is complete
     return meta
