@@ -556,9 +556,7 @@ def _start(out: Path, corpus: Path, want: dict) -> dict:
     return _write_layout(out, texts, numbers, want)
 
 
-def _write_layout(
-    out: Path, texts: Sequence[str], numbers: Sequence[int], want: dict
-) -> dict:
+def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want: dict) -> dict:
     """Texts, offsets, line numbers and an allocated vector file; ``index.json`` written last."""
     from numpy.lib.format import open_memmap
 
