@@ -27,7 +27,6 @@ Small World graphs") or ``ivf`` (an inverted file over k-means cells, Jégou et 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .data import _file_digest  # the training corpus' SHA-256: one digest for both
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +107,6 @@ def read_lines(path: str | Path, what: str = "corpus file") -> tuple[list[str], 
     if not texts:
         raise SearchIndexError(f"{p}: {what} has no non-blank line")
     return texts, numbers
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -333,7 +326,7 @@ class Index:
             "model": model_name,
             "pooler": encoder.pooler.kind,
             "corpus": str(corpus.resolve()),
-            "corpus_sha256": file_sha256(corpus),
+            "corpus_sha256": _file_digest(corpus),
             "dim": int(encoder.dim),
             "chunk_size": int(chunk_size),
         }
