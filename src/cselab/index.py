@@ -314,8 +314,9 @@ class Index:
         if not corpus.is_file():
             raise SearchIndexError(f"{corpus}: corpus file not found")
         encoder = model if not isinstance(model, str | os.PathLike) else None
-        model_name = str(getattr(encoder, "source", None) or model)
-        if encoder is None and Path(model_name).exists():
+        # A loaded encoder is recorded by its source (None: queries then need model=...).
+        model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
+        if model_name and Path(model_name).exists():
             model_name = str(Path(model_name).resolve())  # searching from another folder works
         if encoder is None:
             from .encoder import load
@@ -419,6 +420,12 @@ class Index:
         """The encoder for text queries: the one the index was built with, loaded on first use."""
         if self._encoder is None:
             from .encoder import load
+
+            if not self.meta.get("model"):
+                raise SearchIndexError(
+                    f"{self.path}: {META_FILE} names no model; pass model= (or --model) to "
+                    "encode the queries"
+                )
 
             self._encoder = load(
                 self.meta["model"], pooler=self.meta["pooler"], device=self._device
