@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds-64", type=int, default=10, help="timed batch-64 calls per backend")
     ap.add_argument("--backends", default="exact,flat,hnsw,ivf")
     ap.add_argument("--wiki-lines", type=int, default=None, help="encode only this many lines")
+    ap.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (index default)")
+    ap.add_argument("--ef-construction", type=int, default=None, help="HNSW build depth")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--work-dir", default=None, help="where the index goes (default: a temp dir)")
     ap.add_argument("--out", default=None, help="markdown results file")
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows["encode_lines"] = len(wiki)
     mem.append(("after encoding the wiki lines", *rss_mib()))
 
-    # 2. replicate to N rows with noise (a stand-in for a large corpus of related sentences)
+    # 2. replicate to N rows (a --work-dir kept from an earlier run resumes step 1 for free) with noise (a stand-in for a large corpus of related sentences)
     rng = np.random.default_rng(0)
     base = np.asarray(wiki.vectors)
     dim = base.shape[1]
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> dict:
             t0 = time.perf_counter()
             from cselab.index import ann_params
 
-            index.build_ann(backend, ann_params(backend, len(index)))
+            given = {"m": args.hnsw_m, "ef_construction": args.ef_construction}
+            index.build_ann(backend, ann_params(backend, len(index), **given))
             build_s[backend] = time.perf_counter() - t0
             mem.append((f"after building {backend}", *rss_mib()))
     if "flat" in backends:
