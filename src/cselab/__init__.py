@@ -22,4 +22,12 @@ def train(config, callbacks=None):
     return _train(config, callbacks or ())
 
 
-__all__ = ["__version__", "load", "train"]
+def __getattr__(name: str):  # noqa: ANN202 - lazy: `cselab.Index` without importing numpy early
+    if name == "Index":
+        from .index import Index
+
+        return Index
+    raise AttributeError(f"module 'cselab' has no attribute {name!r}")
+
+
+__all__ = ["Index", "__version__", "load", "train"]

@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare | push | plot | sweep | report``.
+"""Command line: ``cselab train | encode | evaluate | compare | push | index build | search | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .evaluation.cli import register as register_evaluation
+from .index import register as register_index
 from .insight.cli import register as register_insight
 
 log = logging.getLogger("cselab")
@@ -23,6 +24,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     value); any other exception is a bug and keeps its traceback."""
     from .data import CorpusError
     from .evaluation.datasets import DataFormatError, MissingDataError
+    from .index import SearchIndexError
     from .insight.plots import PlotError
     from .insight.report import ReportError
     from .insight.sweep import SweepError
@@ -39,6 +41,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         DataFormatError,
         MissingDataError,
         PublishError,
+        SearchIndexError,
         PlotError,
         SweepError,
         ReportError,
@@ -137,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_evaluation(sub)
     register_insight(sub)
+    register_index(sub)  # `index build` and `search`
     return parser
 
 

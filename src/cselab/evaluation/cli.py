@@ -48,6 +48,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="add the result tables to MODEL's README.md model card (a local cselab folder)",
     )
+    ev.add_argument(
+        "--mteb",
+        metavar="TASKS",
+        help="run these MTEB tasks (comma-separated, e.g. STS12,SciFact) through mteb.evaluate "
+        "instead of SentEval; SentEvalSTSBenchmark reads STS-B from --data-dir (needs cselab[mteb])",
+    )
+    ev.add_argument("--mteb-cache", help="MTEB result folder (default: none, always rerun)")
     ev.set_defaults(func=run_evaluate)
 
     cmp_ = subparsers.add_parser(
@@ -63,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    if args.mteb:
+        try:
+            from .mteb import run_cli
+        except ImportError as exc:
+            raise ConfigError(f"--mteb needs MTEB: pip install 'cselab[mteb]' ({exc})") from None
+        return run_cli(args)
     from . import api, report
 
     if args.update_card and not Path(args.model).is_dir():

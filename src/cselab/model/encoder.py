@@ -24,6 +24,7 @@ from ..config import ModelConfig
 from . import unpad
 from .hub import resolve_model
 from .pooling import POOLERS, Pooler, inference_pooler_name
+from .similarity import cosine_matrix
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,24 @@ class SentenceEncoder(nn.Module):
         finally:
             self.train(was_training)
         return out
+
+    def similarity(
+        self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray, batch_size: int = 128
+    ) -> np.ndarray:
+        """Cosine similarity matrix ``(len(a), len(b))``, float32.
+
+        Each side is a list of sentences (encoded here, in batches of ``batch_size``) or an
+        ``(N, D)`` array of vectors already encoded. A zero vector has cosine 0 with everything.
+        """
+
+        def vectors(x: Sequence[str] | np.ndarray) -> np.ndarray:
+            if isinstance(x, str):
+                raise TypeError("similarity() takes lists of sentences, not a single string")
+            if isinstance(x, np.ndarray | Tensor):
+                return np.asarray(x.detach().cpu() if isinstance(x, Tensor) else x)
+            return self.encode(list(x), batch_size=batch_size)
+
+        return cosine_matrix(vectors(a), vectors(b))
 
     # ------------------------------------------------------------------------------------ saving
     def save(self, path: str | Path) -> None:

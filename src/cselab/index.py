@@ -1,0 +1,704 @@
+"""Similarity search over a text corpus: a memory-mapped vector index built with a cselab encoder.
+
+An index is a folder::
+
+    my.index/
+      index.json     what was built: model, pooler, corpus digest, sizes, ANN settings
+      texts.bin      the corpus lines, UTF-8, back to back
+      offsets.npy    int64 (N + 1,): line i is texts.bin[offsets[i]:offsets[i + 1]]
+      lines.npy      int64 (N,): the 1-based line number of each entry in the corpus file
+      vectors.npy    float32 (N, D), L2-normalised, so a dot product is a cosine
+      progress.json  how many chunks of vectors are written (resuming reads it)
+      faiss-*.index  the approximate index, when one was built (``--backend hnsw|ivf``)
+
+Every array is opened with ``mmap_mode="r"``: opening a 1M-line index reads only ``index.json``,
+and a search touches the pages it needs. Vectors are encoded in chunks of ``chunk_size`` lines;
+after each chunk the rows are flushed before ``progress.json`` is replaced (atomically), so an
+interrupted build resumes at the first chunk not recorded and gives the same index.
+
+Search is exact by default: the cosine of each query with every row (a matrix product, block by
+block over the memory map) and a top-k. With ``faiss-cpu`` installed (``pip install
+cselab[faiss]``) ``flat`` runs the same exact search in FAISS, and ``hnsw`` (Malkov & Yashunin
+2018, "Efficient and robust approximate nearest neighbor search using Hierarchical Navigable
+Small World graphs") or ``ivf`` (an inverted file over k-means cells, Jégou et al. 2011,
+"Product quantization for nearest neighbor search", Sec. 4) trade recall for speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import file_digest  # the training corpus' SHA-256: one digest for both
+from .model.similarity import normalize_rows
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = 1
+META_FILE = "index.json"
+TEXTS_FILE = "texts.bin"
+OFFSETS_FILE = "offsets.npy"
+LINES_FILE = "lines.npy"
+VECTORS_FILE = "vectors.npy"
+PROGRESS_FILE = "progress.json"
+BUILD_BACKENDS = ("exact", "hnsw", "ivf")
+SEARCH_BACKENDS = ("exact", "flat", "hnsw", "ivf")
+DEFAULT_CHUNK = 8192
+# Rows of the vector matrix scored per block in exact search: 64 queries x 65,536 rows of
+# float32 scores is 16 MiB, small next to the 96 MiB block of width-384 vectors it reads.
+EXACT_BLOCK_ROWS = 1 << 16
+
+
+class SearchIndexError(ValueError):
+    """An index folder, its corpus or a search request is missing, malformed or inconsistent."""
+
+
+# ------------------------------------------------------------------------------------ corpus
+def read_lines(path: str | Path, what: str = "corpus file") -> tuple[list[str], list[int]]:
+    """The non-blank lines of a UTF-8 file and their 1-based line numbers.
+
+    Only ``\\n`` ends a line (a ``\\r`` before it is dropped), as ``cselab encode`` reads: a
+    U+2028 inside a line does not split it, so line numbers match what editors and ``sed -n``
+    show. Blank lines are skipped (nothing to find), but numbering counts them.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise SearchIndexError(f"{p}: {what} not found")
+    texts: list[str] = []
+    numbers: list[int] = []
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise SearchIndexError(
+                    f"{p}:{lineno}: invalid UTF-8 at byte {err.start} of the line"
+                ) from None
+            text = text.removesuffix("\n").removesuffix("\r")
+            if lineno == 1:
+                text = text.removeprefix("\ufeff")
+            if text.strip():
+                texts.append(text)
+                numbers.append(lineno)
+    if not texts:
+        raise SearchIndexError(f"{p}: {what} has no non-blank line")
+    return texts, numbers
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Hit:
+    """One search result: ``row`` in the index, ``line`` in the corpus file, cosine ``score``."""
+
+    rank: int
+    score: float
+    row: int
+    line: int
+    text: str
+
+
+def exact_topk(
+    queries: np.ndarray, vectors: np.ndarray, k: int, block_rows: int = EXACT_BLOCK_ROWS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` rows of ``vectors`` by dot product with each query; ``(scores, rows)``.
+
+    Block by block over ``vectors`` (a memory map need not fit in RAM): each block's scores are
+    one matrix product, its ``k`` best are kept with ``argpartition`` and merged with the best so
+    far. Results are sorted by score, ties by row (lower first).
+    """
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    n = int(vectors.shape[0])
+    k = min(k, n)
+    best_s = np.full((len(q), 0), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(q), 0), dtype=np.int64)
+    for start in range(0, n, block_rows):
+        block = np.asarray(vectors[start : start + block_rows], dtype=np.float32)
+        scores = q @ block.T
+        if scores.shape[1] > k:
+            part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        else:
+            part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+        best_s = np.concatenate([best_s, np.take_along_axis(scores, part, 1)], axis=1)
+        best_i = np.concatenate([best_i, part + start], axis=1)
+        if best_s.shape[1] > k:
+            keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
+            best_s = np.take_along_axis(best_s, keep, 1)
+            best_i = np.take_along_axis(best_i, keep, 1)
+    order = np.lexsort((best_i, -best_s), axis=1)
+    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+
+
+# ------------------------------------------------------------------------------------- faiss
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise SearchIndexError(
+            "this backend needs FAISS: pip install 'cselab[faiss]' (faiss-cpu)"
+        ) from None
+    return faiss
+
+
+def _ann_file(backend: str) -> str:
+    return f"faiss-{backend}.index"
+
+
+def ann_params(backend: str, n: int, **given: int | None) -> dict[str, int]:
+    """Settings of a FAISS index over ``n`` vectors: those given, defaults for the rest.
+
+    ``hnsw``: ``m`` 32 links per node, ``ef_construction`` 80, ``ef_search`` 64 (FAISS's own
+    16 loses recall at k=10). ``ivf``: ``nlist`` about sqrt(N) cells and ``nprobe`` nlist/64
+    (at least 8) cells visited per query.
+    """
+    if backend == "hnsw":
+        defaults = {"m": 32, "ef_construction": 80, "ef_search": 64}
+    elif backend == "ivf":
+        nlist = given.get("nlist") or max(1, min(n, round(float(np.sqrt(n)))))
+        defaults = {"nlist": nlist, "nprobe": min(nlist, max(8, nlist // 64))}
+    else:
+        return {}
+    return {key: int(given.get(key) or value) for key, value in defaults.items()}
+
+
+def build_faiss(vectors: np.ndarray, backend: str, params: dict[str, int], seed: int = 0) -> Any:
+    """A FAISS inner-product index over ``vectors``: ``flat``, ``hnsw`` or ``ivf``.
+
+    ``ivf`` trains its k-means cells on at most ``64 * nlist`` rows drawn with ``seed`` (FAISS
+    asks for at least 39 per cell; more only slows the training on a large corpus).
+    """
+    faiss = _faiss()
+    dim = int(vectors.shape[1])
+    if backend == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif backend == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, params["m"], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = params["ef_construction"]
+    elif backend == "ivf":
+        nlist = params["nlist"]
+        if nlist > len(vectors):
+            raise SearchIndexError(
+                f"ivf: nlist {nlist} is more than the {len(vectors)} vectors; pass a smaller --nlist"
+            )
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        rng = np.random.default_rng(seed)
+        rows = np.sort(rng.choice(len(vectors), min(len(vectors), 64 * nlist), replace=False))
+        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+    else:
+        raise SearchIndexError(f"unknown FAISS backend {backend!r}")
+    for start in range(0, len(vectors), 1 << 17):  # add in blocks: the memory map stays a map
+        index.add(np.ascontiguousarray(vectors[start : start + (1 << 17)], dtype=np.float32))
+    _set_search_params(index, backend, params)
+    return index
+
+
+def _set_search_params(index: Any, backend: str, params: dict[str, int]) -> None:
+    if backend == "hnsw" and params.get("ef_search"):
+        index.hnsw.efSearch = int(params["ef_search"])
+    if backend == "ivf" and params.get("nprobe"):
+        index.nprobe = int(params["nprobe"])
+
+
+# ------------------------------------------------------------------------------------- index
+class Index:
+    """A corpus' vectors and texts on disk, searchable by cosine.
+
+    Example::
+
+        >>> idx = Index.build("corpus.txt", "runs/simcse/best", "my.index")  # doctest: +SKIP
+        >>> for hit in Index.open("my.index").search("a man plays a guitar", k=3):  # doctest: +SKIP
+        ...     print(hit.score, hit.line, hit.text)
+    """
+
+    def __init__(self, path: str | Path, encoder: Any = None, device: str | None = None) -> None:
+        self.path = Path(path)
+        meta_file = self.path / META_FILE
+        if not meta_file.is_file():
+            raise SearchIndexError(f"{self.path}: not a cselab index (no {META_FILE})")
+        try:
+            self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise SearchIndexError(f"{meta_file}: not valid JSON ({err})") from None
+        if self.meta.get("format") != INDEX_FORMAT:
+            raise SearchIndexError(
+                f"{meta_file}: index format {self.meta.get('format')!r}, this cselab reads "
+                f"{INDEX_FORMAT}"
+            )
+        done, total = _progress(self.path, self.meta)
+        if done < total:
+            raise SearchIndexError(
+                f"{self.path}: incomplete index ({done} of {total} chunks encoded); run the same "
+                "`cselab index build` command again to finish it"
+            )
+        try:
+            self.vectors = np.load(self.path / VECTORS_FILE, mmap_mode="r")
+            self.offsets = np.load(self.path / OFFSETS_FILE, mmap_mode="r")
+            self.lines = np.load(self.path / LINES_FILE, mmap_mode="r")
+            self._texts = np.memmap(self.path / TEXTS_FILE, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as err:
+            raise SearchIndexError(f"{self.path}: unreadable index file ({err})") from None
+        shape = (int(self.meta["count"]), int(self.meta["dim"]))
+        if self.vectors.shape != shape or len(self.offsets) != shape[0] + 1:
+            raise SearchIndexError(
+                f"{self.path}: {VECTORS_FILE} is {self.vectors.shape}, {META_FILE} says {shape}"
+            )
+        self._encoder = encoder
+        self._device = device
+        self._ann: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------------------- building
+    @classmethod
+    def build(
+        cls,
+        corpus: str | Path,
+        model: Any,
+        path: str | Path,
+        *,
+        pooler: str | None = None,
+        backend: str = "exact",
+        chunk_size: int = DEFAULT_CHUNK,
+        batch_size: int = 128,
+        hnsw_m: int | None = None,
+        ef_construction: int | None = None,
+        nlist: int | None = None,
+        overwrite: bool = False,
+        device: str | None = None,
+        show_progress: bool = False,
+    ) -> Index:
+        """Encode every non-blank line of ``corpus`` into an index folder at ``path``.
+
+        ``model``: a model folder or name (opened with :func:`cselab.load`) or a loaded
+        :class:`~cselab.model.encoder.SentenceEncoder`. If ``path`` holds an unfinished build of the
+        same corpus, model, pooler and chunk size, the build resumes from the first chunk not
+        recorded; one with other settings is an error unless ``overwrite``. ``backend`` ``hnsw``
+        or ``ivf`` also builds that FAISS index (on a finished index, only that is built).
+        """
+        if backend not in BUILD_BACKENDS:
+            raise SearchIndexError(
+                f"unknown backend {backend!r}; choose one of {', '.join(BUILD_BACKENDS)}"
+            )
+        if chunk_size < 1 or batch_size < 1:
+            raise SearchIndexError("chunk size and batch size must be positive")
+        out = Path(path)
+        corpus = Path(corpus)
+        if not corpus.is_file():
+            raise SearchIndexError(f"{corpus}: corpus file not found")
+        encoder = model if not isinstance(model, str | os.PathLike) else None
+        # A loaded encoder is recorded by its source (None: queries then need model=...).
+        model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
+        if model_name and Path(model_name).exists():
+            model_name = str(Path(model_name).resolve())  # searching from another folder works
+        if encoder is None:
+            from .model.encoder import load
+
+            encoder = load(model_name, pooler=pooler, device=device)
+        want = {
+            "format": INDEX_FORMAT,
+            "model": model_name,
+            "pooler": encoder.pooler.kind,
+            "corpus": str(corpus.resolve()),
+            "corpus_sha256": file_digest(corpus),
+            "dim": int(encoder.dim),
+            "chunk_size": int(chunk_size),
+        }
+        if (out / META_FILE).is_file() and not overwrite:
+            meta = _check_resumable(out, want)
+        else:
+            meta = _start(out, corpus, want)
+        total = -(-int(meta["count"]) // chunk_size)
+        done, _ = _progress(out, meta)
+        if done < total:
+            _encode_chunks(out, meta, encoder, done, total, batch_size, show_progress)
+        index = cls(out, encoder=encoder, device=device)
+        if backend != "exact":
+            params = ann_params(
+                backend, len(index), m=hnsw_m, ef_construction=ef_construction, nlist=nlist
+            )
+            index.build_ann(backend, params)
+        return index
+
+    @classmethod
+    def from_vectors(
+        cls,
+        path: str | Path,
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        model: str,
+        pooler: str,
+        *,
+        block_rows: int = 1 << 16,
+    ) -> Index:
+        """An index from vectors encoded elsewhere (normalised here) and their texts.
+
+        ``model`` and ``pooler`` say how text queries are to be encoded; the vectors must come
+        from that model. Rows are written block by block, so ``vectors`` may be a memory map.
+        """
+        n, dim = (int(x) for x in vectors.shape)
+        if len(texts) != n:
+            raise SearchIndexError(f"{n} vectors but {len(texts)} texts")
+        out = Path(path)
+        want = {"format": INDEX_FORMAT, "model": model, "pooler": pooler, "corpus": None,
+                "corpus_sha256": None, "dim": dim, "chunk_size": n}  # fmt: skip
+        _write_layout(out, texts, range(1, n + 1), want)
+        rows = np.load(out / VECTORS_FILE, mmap_mode="r+")
+        for start in range(0, n, block_rows):
+            rows[start : start + block_rows] = normalize_rows(vectors[start : start + block_rows])
+        rows.flush()
+        del rows
+        _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1})
+        return cls(out)
+
+    def build_ann(self, backend: str, params: dict[str, int]) -> None:
+        """Build and save a FAISS ``hnsw`` or ``ivf`` index over the vectors (kept if present
+        with the same parameters)."""
+        built = self.meta.get("ann", {})
+        same = {k: v for k, v in built.get(backend, {}).items() if k not in ("ef_search", "nprobe")}
+        if (
+            same == {k: v for k, v in params.items() if k not in ("ef_search", "nprobe")}
+            and (self.path / _ann_file(backend)).is_file()
+        ):
+            return
+        log.info("building FAISS %s index %s over %d vectors", backend, params, len(self))
+        index = build_faiss(self.vectors, backend, params)
+        tmp = self.path / (_ann_file(backend) + ".tmp")
+        _faiss().write_index(index, str(tmp))
+        os.replace(tmp, self.path / _ann_file(backend))
+        self.meta.setdefault("ann", {})[backend] = params
+        _write_json_atomic(self.path / META_FILE, self.meta)
+        self._ann[backend] = index
+
+    @classmethod
+    def open(cls, path: str | Path, model: Any = None, device: str | None = None) -> Index:
+        """Open a finished index; ``model`` overrides the encoder used for text queries."""
+        if isinstance(model, str | os.PathLike):
+            from .model.encoder import load
+
+            index = cls(path, device=device)
+            index._encoder = load(str(model), pooler=index.meta["pooler"], device=device)
+            return index
+        return cls(path, encoder=model, device=device)
+
+    # ------------------------------------------------------------------------------ access
+    def __len__(self) -> int:
+        return int(self.vectors.shape[0])
+
+    def text(self, row: int) -> str:
+        return bytes(self._texts[self.offsets[row] : self.offsets[row + 1]]).decode("utf-8")
+
+    @property
+    def encoder(self) -> Any:
+        """The encoder for text queries: the one the index was built with, loaded on first use."""
+        if self._encoder is None:
+            from .model.encoder import load
+
+            if not self.meta.get("model"):
+                raise SearchIndexError(
+                    f"{self.path}: {META_FILE} names no model; pass model= (or --model) to "
+                    "encode the queries"
+                )
+
+            self._encoder = load(
+                self.meta["model"], pooler=self.meta["pooler"], device=self._device
+            )
+        return self._encoder
+
+    def backends(self) -> list[str]:
+        """Backends this index can search with now."""
+        out = ["exact"]
+        try:
+            _faiss()
+        except SearchIndexError:
+            return out
+        return [*out, "flat", *[b for b in self.meta.get("ann", {}) if b in SEARCH_BACKENDS]]
+
+    def default_backend(self) -> str:
+        """The approximate index if one was built (the newest), else exact search."""
+        ann = list(self.meta.get("ann", {}))
+        return ann[-1] if ann else "exact"
+
+    # ------------------------------------------------------------------------------ search
+    def search_vectors(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        backend: str | None = None,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(Q, D)`` query vectors -> ``(scores, rows)``, each ``(Q, min(k, N))``, best first.
+
+        Queries are L2-normalised, so scores are cosines. An approximate backend may find fewer
+        than ``k`` rows for a query: the missing places have row ``-1`` and score ``-inf``.
+        """
+        backend = backend or self.default_backend()
+        if backend not in SEARCH_BACKENDS:
+            raise SearchIndexError(
+                f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
+            )
+        if k < 1:
+            raise SearchIndexError(f"k must be at least 1, not {k}")
+        q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+        if q.ndim != 2 or q.shape[1] != self.vectors.shape[1]:
+            raise SearchIndexError(
+                f"query vectors have shape {q.shape}; this index holds width {self.vectors.shape[1]}"
+            )
+        q = normalize_rows(q)
+        if backend == "exact":
+            return exact_topk(q, self.vectors, k)
+        index = self._faiss_index(backend)
+        params = {**self.meta.get("ann", {}).get(backend, {})}
+        params.update({k: v for k, v in (("nprobe", nprobe), ("ef_search", ef_search)) if v})
+        _set_search_params(index, backend, params)
+        scores, rows = index.search(np.ascontiguousarray(q), min(k, len(self)))
+        scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
+        return scores, rows.astype(np.int64)
+
+    def _faiss_index(self, backend: str) -> Any:
+        if backend not in self._ann:
+            if backend == "flat":
+                self._ann[backend] = build_faiss(self.vectors, "flat", {})
+            else:
+                file = self.path / _ann_file(backend)
+                if backend not in self.meta.get("ann", {}) or not file.is_file():
+                    raise SearchIndexError(
+                        f"{self.path}: no {backend} index was built; run `cselab index build ... "
+                        f"--backend {backend}` (built: {', '.join(self.backends())})"
+                    )
+                self._ann[backend] = _faiss().read_index(str(file))
+        return self._ann[backend]
+
+    def search(
+        self,
+        queries: str | Sequence[str],
+        k: int = 10,
+        backend: str | None = None,
+        batch_size: int = 128,
+        **kwargs: Any,
+    ) -> list[Hit] | list[list[Hit]]:
+        """Text queries -> hits, best first (one list for a string, a list of lists for a list)."""
+        single = isinstance(queries, str)
+        texts = [queries] if single else list(queries)
+        if not texts:
+            return []
+        vectors = self.encoder.encode(texts, batch_size=batch_size, normalize=True)
+        scores, rows = self.search_vectors(vectors, k, backend=backend, **kwargs)
+        hits = [
+            [
+                Hit(rank, float(s), int(r), int(self.lines[r]), self.text(int(r)))
+                for rank, (s, r) in enumerate(
+                    ((s, r) for s, r in zip(srow, rrow, strict=True) if r >= 0), start=1
+                )
+            ]
+            for srow, rrow in zip(scores, rows, strict=True)
+        ]
+        return hits[0] if single else hits
+
+
+# ------------------------------------------------------------------------------- build steps
+def _progress(path: Path, meta: dict) -> tuple[int, int]:
+    total = -(-int(meta["count"]) // int(meta["chunk_size"]))
+    file = path / PROGRESS_FILE
+    if not file.is_file():
+        return 0, total
+    try:
+        done = int(json.loads(file.read_text(encoding="utf-8"))["chunks_done"])
+    except (ValueError, KeyError, TypeError):
+        raise SearchIndexError(f"{file}: unreadable; rebuild with --overwrite") from None
+    return min(done, total), total
+
+
+def _check_resumable(out: Path, want: dict) -> dict:
+    try:
+        meta = json.loads((out / META_FILE).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SearchIndexError(f"{out / META_FILE}: not valid JSON ({err})") from None
+    for key, value in want.items():
+        if meta.get(key) != value:
+            raise SearchIndexError(
+                f"{out}: an index with {key} {meta.get(key)!r} is there, not {value!r}; "
+                "pass --overwrite (overwrite=True) or another output folder"
+            )
+    return meta
+
+
+def _start(out: Path, corpus: Path, want: dict) -> dict:
+    texts, numbers = read_lines(corpus)
+    return _write_layout(out, texts, numbers, want)
+
+
+def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want: dict) -> dict:
+    """Texts, offsets, line numbers and an allocated vector file; ``index.json`` written last."""
+    from numpy.lib.format import open_memmap
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (PROGRESS_FILE, META_FILE):
+        (out / name).unlink(missing_ok=True)  # a half-written old build must not be resumed
+    for old in out.glob("faiss-*.index"):
+        old.unlink()
+    encoded = [t.encode("utf-8") for t in texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    (out / TEXTS_FILE).write_bytes(b"".join(encoded))
+    np.save(out / OFFSETS_FILE, offsets)
+    np.save(out / LINES_FILE, np.asarray(numbers, dtype=np.int64))
+    open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float32, shape=(len(texts), want["dim"]))
+    meta = {**want, "count": len(texts), "lines": int(numbers[-1]), "normalized": True}
+    _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0})
+    _write_json_atomic(out / META_FILE, meta)  # last: its presence means the layout is complete
+    return meta
+
+
+def _chunk_texts(out: Path, meta: dict, chunk: int) -> list[str]:
+    offsets = np.load(out / OFFSETS_FILE, mmap_mode="r")
+    start = chunk * int(meta["chunk_size"])
+    stop = min(start + int(meta["chunk_size"]), int(meta["count"]))
+    blob = (out / TEXTS_FILE).open("rb")
+    with blob:
+        blob.seek(int(offsets[start]))
+        data = blob.read(int(offsets[stop]) - int(offsets[start]))
+    cuts = np.asarray(offsets[start : stop + 1]) - int(offsets[start])
+    return [data[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def _encode_chunks(
+    out: Path,
+    meta: dict,
+    encoder: Any,
+    done: int,
+    total: int,
+    batch_size: int,
+    show_progress: bool,
+) -> None:
+    vectors = np.load(out / VECTORS_FILE, mmap_mode="r+")
+    size = int(meta["chunk_size"])
+    bar = None
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=int(meta["count"]), initial=min(done * size, int(meta["count"])),
+            desc="index", unit="line",
+        )  # fmt: skip
+    try:
+        for chunk in range(done, total):
+            texts = _chunk_texts(out, meta, chunk)
+            start = chunk * size
+            vectors[start : start + len(texts)] = encoder.encode(
+                texts, batch_size=batch_size, normalize=True
+            )
+            vectors.flush()  # the rows reach the file before the progress record says so
+            _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": chunk + 1})
+            if bar is not None:
+                bar.update(len(texts))
+    finally:
+        if bar is not None:
+            bar.close()
+        del vectors
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``index build`` and ``search`` to the main CLI."""
+    idx = subparsers.add_parser("index", help="build a similarity-search index over a corpus")
+    idx_sub = idx.add_subparsers(dest="index_command", required=True)
+    b = idx_sub.add_parser(
+        "build",
+        help="encode a corpus (one text per line) into an index folder",
+        description="Encode every non-blank line of CORPUS into a memory-mapped index folder. "
+        "Interrupted builds resume when the same command is run again.",
+    )
+    b.add_argument("corpus", help="UTF-8 text file, one text per line")
+    b.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
+    b.add_argument("-o", "--output", required=True, help="index folder to write (e.g. my.index)")
+    b.add_argument("--pooler", default=None, help="override the saved pooler")
+    b.add_argument("--backend", choices=BUILD_BACKENDS, default="exact",
+                   help="exact (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
+    b.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,
+                   help=f"lines encoded between progress records ({DEFAULT_CHUNK})")  # fmt: skip
+    b.add_argument("--batch-size", type=int, default=128)
+    b.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (32)")
+    b.add_argument("--ef-construction", type=int, default=None, help="HNSW build depth (80)")
+    b.add_argument("--nlist", type=int, default=None, help="IVF cells (default sqrt(N))")
+    b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
+    b.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    b.set_defaults(func=cmd_index_build)
+
+    s = subparsers.add_parser(
+        "search",
+        help="search an index with text queries",
+        description="Print the k most similar corpus lines (cosine) for each query.",
+    )
+    s.add_argument("index", help="index folder written by `cselab index build`")
+    s.add_argument("query", nargs="?", help="query text")
+    s.add_argument("--queries", help="file of queries, one per line (instead of QUERY)")
+    s.add_argument("-k", type=int, default=10, help="results per query (10)")
+    s.add_argument("--backend", choices=SEARCH_BACKENDS, default=None,
+                   help="exact | flat | hnsw | ivf (default: the built FAISS index, else exact)")  # fmt: skip
+    s.add_argument("--nprobe", type=int, default=None, help="IVF cells visited per query")
+    s.add_argument("--ef-search", type=int, default=None, help="HNSW search depth (64)")
+    s.add_argument("--model", default=None, help="encode queries with this model instead")
+    s.add_argument("--json", action="store_true", help="one JSON object per query")
+    s.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    s.set_defaults(func=cmd_search)
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    try:
+        index = Index.build(
+            args.corpus, args.model, args.output, pooler=args.pooler, backend=args.backend,
+            chunk_size=args.chunk_size, batch_size=args.batch_size, hnsw_m=args.hnsw_m,
+            ef_construction=args.ef_construction, nlist=args.nlist, overwrite=args.overwrite,
+            device=args.device, show_progress=True,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        print(
+            f"interrupted; the chunks already encoded are kept in {args.output}: run the same "
+            "command again to resume",
+            file=sys.stderr,
+        )
+        return 130
+    print(
+        f"index {args.output}: {len(index)} lines x {index.meta['dim']} ({index.default_backend()})"
+    )
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if (args.query is None) == (args.queries is None):
+        raise SearchIndexError("give either a QUERY or --queries FILE")
+    if args.k < 1:  # before the model loads
+        raise SearchIndexError(f"k must be at least 1, not {args.k}")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # search output is the hits, not weight-loading bars
+    if args.queries is not None:
+        queries, _ = read_lines(args.queries, "queries file")
+    else:
+        queries = [args.query]
+    index = Index.open(args.index, model=args.model, device=args.device)
+    results = index.search(
+        queries, k=args.k, backend=args.backend, nprobe=args.nprobe, ef_search=args.ef_search
+    )
+    for query, hits in zip(queries, results, strict=True):
+        if args.json:
+            print(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}))
+            continue
+        print(f"# {query}")
+        for h in hits:
+            print(f"{h.rank}\t{h.score:.4f}\t{h.line}\t{h.text}")
+    return 0

@@ -1,0 +1,21 @@
+"""Cosine similarity of vectors: the one definition used by ``SentenceEncoder.similarity`` and
+the search index (:mod:`cselab.index`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm, in float32; a zero row stays zero (its cosines are 0)."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(N, D)`` x ``(M, D)`` -> ``(N, M)`` float32 matrix of cosines."""
+    a, b = np.atleast_2d(a), np.atleast_2d(b)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"vector widths differ: {a.shape[-1]} and {b.shape[-1]}")
+    return normalize_rows(a) @ normalize_rows(b).T
