@@ -189,6 +189,8 @@ class Trainer:
         self.best_score = -math.inf
         self.best_step = -1
         self.history: list[dict[str, float]] = []
+        # the metrics/results name of the model-selection score (eval.dev)
+        self.dev_name: str = getattr(evaluator, "name", "stsb_dev")
 
     # ------------------------------------------------------------------------------ one batch
     def batch_for(self, step: int) -> dict[str, torch.Tensor]:
@@ -361,8 +363,8 @@ class Trainer:
         if not resumed and eval_every and self.evaluator is not None:
             score = self.evaluate()
             if main:
-                progress.message(f"step 0: stsb_dev={score:.2f}")
-                metrics.write({"step": 0, "stsb_dev": score})
+                progress.message(f"step 0: {self.dev_name}={score:.2f}")
+                metrics.write({"step": 0, self.dev_name: score})
             self.initial_score = score
         self.encoder.train()
         window: list[tuple[int, dict[str, torch.Tensor]]] = []
@@ -397,12 +399,12 @@ class Trainer:
                 }
                 window, window_sentences = [], 0
                 if at_eval and self.evaluator is not None:
-                    row["stsb_dev"] = self.evaluate()
+                    row[self.dev_name] = self.evaluate()
                     self.encoder.train()
                 if main:
                     metrics.write(row)
                     progress.update(self.step, {k: row[k] for k in ("loss", "lr", "sentences_per_s") if k in row}
-                                    | ({"stsb_dev": row["stsb_dev"]} if "stsb_dev" in row else {}))  # fmt: skip
+                                    | ({k: row[k] for k in (self.dev_name,) if k in row}))  # fmt: skip
                 if at_save:
                     self.save_checkpoint()  # collective: all ranks send RNG states
                 barrier()
@@ -422,8 +424,9 @@ class Trainer:
             self.best_step = self.step
         results = {
             "best_step": self.best_step,
-            "best_stsb_dev": self.best_score if math.isfinite(self.best_score) else None,
-            "initial_stsb_dev": getattr(self, "initial_score", None),
+            f"best_{self.dev_name}": self.best_score if math.isfinite(self.best_score) else None,
+            f"initial_{self.dev_name}": getattr(self, "initial_score", None),
+            "dev": {"name": self.dev_name, "source": getattr(self.evaluator, "source", None)},
             "steps": self.step,
             "wall_time_s": round(self._elapsed(), 2),
             "train_time_s": round(train_time, 2),
@@ -437,19 +440,16 @@ class Trainer:
 
 
 def make_dev_evaluator(config: Config) -> Evaluator | None:
-    """STS-B dev Spearman ×100 (cosine, no training) for model selection, or ``None``."""
+    """The ``eval.dev`` score ×100 (cosine, no training) for model selection, or ``None``.
+
+    A dev file is read and validated here, so a bad one fails before training starts.
+    """
     if not (config.eval.enabled and config.train.eval_steps):
         return None
-    from .evaluation.datasets import resolve_data_dir
-    from .evaluation.sts import stsb_dev_spearman
+    from .evaluation.custom import dev_evaluator
 
-    data_dir = resolve_data_dir(config.eval.data_dir)
-    batch_size = config.eval.batch_size
-
-    def evaluate(encoder: SentenceEncoder) -> float:
-        return stsb_dev_spearman(encoder, data_dir, batch_size=batch_size)
-
-    return evaluate
+    ec = config.eval
+    return dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
 
 
 def build_trainer(config: Config) -> Trainer:
@@ -459,6 +459,7 @@ def build_trainer(config: Config) -> Trainer:
     )
     seed_everything(config.train.seed)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
+    evaluator = make_dev_evaluator(config)  # first: a bad dev file fails before tokenising
     # Rank 0 downloads and writes the token cache first; the other ranks then read it.
     with main_process_first(dist_info):
         encoder = SentenceEncoder.from_config(config.model)
@@ -485,9 +486,7 @@ def build_trainer(config: Config) -> Trainer:
     # building the model consumed (the data order and generated negatives have their own
     # generators). Each rank gets its own dropout stream.
     seed_everything(dropout_seed(config.train.seed, dist_info.rank))
-    return Trainer(
-        config, encoder, objective, corpus, make_dev_evaluator(config), dist_info, step_fn
-    )
+    return Trainer(config, encoder, objective, corpus, evaluator, dist_info, step_fn)
 
 
 def train(config: Config | str | Path) -> dict[str, Any]:
