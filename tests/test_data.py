@@ -221,6 +221,14 @@ def test_cache_found_by_content_reading_the_text_at_most_once(
     os.utime(f, ns=(hour_ago + 10**9, hour_ago + 10**9))
     tokenize_corpus(f, tok, 16, cache_dir=cache, progress=False)
     assert reads == [f] and _entries(cache) == entries
+    # the same tokenizer saved in another folder is the same tokenizer: same entry
+    from transformers import AutoTokenizer
+
+    tok.save_pretrained(tmp_path / "copy")
+    copy = AutoTokenizer.from_pretrained(tmp_path / "copy")
+    assert copy.name_or_path != tok.name_or_path
+    tokenize_corpus(f, copy, 16, cache_dir=cache, progress=False)
+    assert reads == [f] and _entries(cache) == entries  # found by its record, not re-read
     monkeypatch.undo()
     # rewritten in place with the same size, inode and mtime as the record: a stat-only check
     # would use the stale tokens; the record was taken less than 2 s after the write it saw...

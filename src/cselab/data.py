@@ -323,9 +323,25 @@ class TokenizedCorpus:
 # The cache: entries keyed by content digest + tokenizer; a stat record per (file, tokenizer)
 
 
+def _tokenizer_identity(tokenizer: Any) -> str:
+    """What decides the token ids: the fast tokenizer's full definition, else its name.
+
+    The definition (vocabulary, normaliser, pre-tokeniser, special-token template) makes the
+    same tokenizer saved in two folders share cache entries, and an edited one in the same
+    folder get a new entry. Truncation and padding are dropped: a call sets them on the backend.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return str(getattr(tokenizer, "name_or_path", type(tokenizer).__name__))
+    spec = json.loads(backend.to_str())
+    spec.pop("truncation", None)
+    spec.pop("padding", None)
+    return "sha256:" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
 def _tokenizer_key(tokenizer: Any, max_seq_len: int, errors: str) -> dict[str, Any]:
     return {
-        "tokenizer": getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+        "tokenizer": _tokenizer_identity(tokenizer),
         "class": type(tokenizer).__name__,
         "vocab": len(tokenizer),
         "max_seq_len": max_seq_len,
