@@ -164,14 +164,23 @@ def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) ->
     }
 
 
-def run_child(args: list[str]) -> dict:
+def run_child(args: list[str], record: Path | None = None) -> dict:
+    """Run one phase in a fresh process; its result is also saved to ``record`` (``--reuse``)."""
+    if record is not None and REUSE and record.is_file():
+        return json.loads(record.read_text())
     proc = subprocess.run(
         [sys.executable, __file__, "--child", *args], capture_output=True, text=True
     )
     if proc.returncode:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"child {args[0]} failed")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if record is not None:
+        record.write_text(json.dumps(result))
+    return result
+
+
+REUSE = False
 
 
 # ------------------------------------------------------------------------------------ driver
@@ -188,9 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--work-dir", default=str(REPO / "outputs" / "bench_corpus"))
     parser.add_argument("--out", default=str(REPO / "docs" / "results" / "corpus_benchmark.md"))
+    parser.add_argument("--reuse", action="store_true",
+                        help="take phases already measured in --work-dir from their results files")  # fmt: skip
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     work = Path(args.work_dir)
+    global REUSE
+    REUSE = args.reuse
 
     if args.child:
         phase, *rest = args.child
@@ -212,18 +225,23 @@ def main(argv: list[str] | None = None) -> int:
         corpus = synthetic_corpus(work, n)
         print(f"{n:,} lines: {corpus} ({corpus.stat().st_size / 2**20:.0f} MiB, "
               f"{time.perf_counter() - t0:.0f}s to generate)", flush=True)  # fmt: skip
-        ours = run_child(["tokenize", str(corpus), str(work / f"cache-{n}" / "tokens")])
+        ours = run_child(
+            ["tokenize", str(corpus), str(work / f"cache-{n}" / "tokens")],
+            work / f"result-tokenize-{n}.json",
+        )
         print(f"  cselab tokenize_corpus: {ours}", flush=True)
         peer = None
         if args.peer_lines is None or n in args.peer_lines:
-            peer = run_child(["datasets", str(corpus), str(work / f"hf-{n}")])
+            peer = run_child(
+                ["datasets", str(corpus), str(work / f"hf-{n}")], work / f"result-datasets-{n}.json"
+            )
             shutil.rmtree(work / f"hf-{n}", ignore_errors=True)  # several GB of arrow files
             print(f"  datasets load+map:      {peer}", flush=True)
         rows_tok.append((n, corpus.stat().st_size, ours, peer))
     for n in args.lines if args.train_lines is None else args.train_lines:
         corpus = synthetic_corpus(work, n)
         res = run_child(["train", str(corpus), str(work / f"cache-{n}"), str(work / f"run-{n}"),
-                         str(args.steps), args.model])  # fmt: skip
+                         str(args.steps), args.model], work / f"result-train-{n}-{args.model}.json")  # fmt: skip
         print(f"  train {args.steps} steps on {n:,} lines: {res}", flush=True)
         rows_train.append((n, res))
 

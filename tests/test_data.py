@@ -229,6 +229,11 @@ def test_cache_found_by_content_reading_the_text_at_most_once(
     assert copy.name_or_path != tok.name_or_path
     tokenize_corpus(f, copy, 16, cache_dir=cache, progress=False)
     assert reads == [f] and _entries(cache) == entries  # found by its record, not re-read
+    # a copy under another name: hashed once and found, not re-tokenised
+    moved = tmp_path / "moved.txt"
+    moved.write_bytes(f.read_bytes())
+    tokenize_corpus(moved, tok, 16, cache_dir=cache, progress=False)
+    assert reads == [f, moved] and _entries(cache) == entries
     monkeypatch.undo()
     # rewritten in place with the same size, inode and mtime as the record: a stat-only check
     # would use the stale tokens; the record was taken less than 2 s after the write it saw...

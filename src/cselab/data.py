@@ -391,9 +391,10 @@ def tokenize_corpus(
 
     * a file seen before with the same size, mtime and inode (and not modified within 2 s of
       that reading): not at all;
-    * a file seen before but changed (or touched): once, to compute its digest; if that content
-      is cached it is used, else it is tokenised (a second read);
-    * a new file: once, tokenising and hashing in the same pass.
+    * a file seen before but changed (or touched), or a new path while the cache holds entries
+      of this tokenizer: once, to compute its digest; if that content is cached it is used,
+      else it is tokenised (a second read, at a small fraction of the tokenising time);
+    * otherwise (an empty cache for this tokenizer): once, tokenising and hashing in one pass.
 
     Without ``cache_dir`` the corpus is tokenised into memory and nothing is written.
     """
@@ -413,8 +414,11 @@ def tokenize_corpus(
     record_file = cache / f"file-{_sha({'path': str(p.resolve()), **tok_key})}.json"
     record = json.loads(record_file.read_text()) if record_file.is_file() else None
 
+    # tokens-<tokenizer settings>-<content>: the entries of one tokenizer are found by a glob
+    tok_part = _sha(tok_key)[:16]
+
     def entry_for(digest: str) -> Path:
-        return cache / f"tokens-{_sha({'content': digest, **tok_key})}"
+        return cache / f"tokens-{tok_part}-{digest[:32]}"
 
     def remember(entry: Path, checked_at: int) -> None:
         _write_json_atomic(
@@ -427,8 +431,10 @@ def tokenize_corpus(
         settled = st.st_mtime_ns < record["checked_at_ns"] - _RACY_NS
         if same and settled and _complete(entry):
             return _load_entry(entry, p)
-        # Seen before but changed, touched or too recently written to trust its stat: its
-        # content may well be cached already, which one hashing pass tells.
+    if record is not None or any(cache.glob(f"tokens-{tok_part}-*")):
+        # Seen before but changed, touched or too recently written to trust its stat, or a
+        # new path while this tokenizer has entries (a copy, a move): the content may well be
+        # cached, which one hashing pass tells (hashing is ~100x faster than tokenising).
         checked_at = time.time_ns()
         entry = entry_for(_file_digest(p))
         if _complete(entry):
