@@ -117,3 +117,158 @@ def test_wiki1m_offline_error_names_url_and_alternative(
     assert not list(tmp_path.iterdir())  # no partial download left behind
     (tmp_path / "wiki1m_for_simcse.txt").write_text("cached\n")  # downloaded once: reused
     assert hub.resolve_train_file("wiki1m", str(tmp_path)) == tmp_path / "wiki1m_for_simcse.txt"
+
+
+# ------------------------------------------------------------------------------------------
+# Streaming tokenisation into a memory-mapped, content-addressed cache
+
+
+def _tokenizer(tiny_bert: Path):  # noqa: ANN202
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_bert)
+
+
+def _entries(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.iterdir() if p.is_dir())
+
+
+def test_streamed_store_is_memory_mapped_and_equals_a_direct_tokenisation(
+    tmp_path: Path, tiny_bert: Path, wiki_file: Path
+) -> None:
+    tok = _tokenizer(tiny_bert)
+    corpus, stats = tokenize_corpus(wiki_file, tok, 32, cache_dir=tmp_path, progress=False)
+    assert isinstance(corpus.ids, np.memmap) and isinstance(corpus.offsets, np.memmap)
+    assert len(corpus) == stats.sentences == 11914  # 2 chunks of 8192: the seam is covered
+    sentences, _ = read_corpus(wiki_file)
+    for i in (0, 1, 8191, 8192, 11913):
+        expected = tok(sentences[i], truncation=True, max_length=32)["input_ids"]
+        assert corpus.rows([i])[0].tolist() == expected
+    in_memory = TokenizedCorpus.build(sentences, tok, 32, chunk=1000)
+    assert np.array_equal(in_memory.ids, corpus.ids)
+    assert np.array_equal(in_memory.offsets, corpus.offsets)
+    (entry,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert sorted(f.name for f in entry.iterdir()) == [
+        "meta.json",
+        "text.ids.npy",
+        "text.offsets.npy",
+    ]
+    assert corpus.nbytes == 4 * len(corpus.ids) + 8 * (len(corpus) + 1)
+
+
+def test_interrupted_tokenisation_leaves_no_cache_entry(
+    tmp_path: Path, tiny_bert: Path, wiki_file: Path
+) -> None:
+    tok = _tokenizer(tiny_bert)
+    calls = 0
+
+    class Dies:
+        name_or_path = tok.name_or_path
+
+        def __len__(self) -> int:
+            return len(tok)
+
+        def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # after the first chunk was written to disk
+                raise KeyboardInterrupt
+            return tok(*args, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize_corpus(wiki_file, Dies(), 32, cache_dir=tmp_path, progress=False)
+    assert calls == 2 and list(tmp_path.iterdir()) == []
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n" * 9000 + b"broken \xff\n")
+    cache = tmp_path / "cache"
+    with pytest.raises(CorpusError, match=r"bad\.txt:9001: invalid UTF-8"):
+        tokenize_corpus(bad, tok, 32, cache_dir=cache, progress=False)
+    assert list(cache.iterdir()) == []
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n")
+    with pytest.raises(CorpusError, match="no sentences"):
+        tokenize_corpus(blank, tok, 32, cache_dir=cache, progress=False)
+    assert list(cache.iterdir()) == []
+
+
+def test_cache_found_by_content_reading_the_text_at_most_once(
+    tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from cselab import data
+
+    tok = _tokenizer(tiny_bert)
+    f = tmp_path / "c.txt"
+    f.write_text("one two\nthree four five\n")
+    hour_ago = f.stat().st_mtime_ns - 3600 * 10**9
+    os.utime(f, ns=(hour_ago, hour_ago))
+    cache = tmp_path / "cache"
+    first, _ = tokenize_corpus(f, tok, 16, cache_dir=cache, progress=False)
+    entries = _entries(cache)
+
+    def boom(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("re-tokenised although the cache matches")
+
+    reads = []
+    real_digest = data.file_digest
+    monkeypatch.setattr(TokenizedCorpus, "build", boom)
+    monkeypatch.setattr(data, "file_digest", lambda p: reads.append(p) or real_digest(p))
+    # unchanged and settled: the stat record is enough, the text is not read at all
+    again, _ = tokenize_corpus(f, tok, 16, cache_dir=cache, progress=False)
+    assert reads == [] and np.array_equal(again.ids, first.ids)
+    # touched (new mtime, same bytes): one hashing pass finds the same entry
+    os.utime(f, ns=(hour_ago + 10**9, hour_ago + 10**9))
+    tokenize_corpus(f, tok, 16, cache_dir=cache, progress=False)
+    assert reads == [f] and _entries(cache) == entries
+    # the same tokenizer saved in another folder is the same tokenizer: same entry
+    from transformers import AutoTokenizer
+
+    tok.save_pretrained(tmp_path / "copy")
+    copy = AutoTokenizer.from_pretrained(tmp_path / "copy")
+    assert copy.name_or_path != tok.name_or_path
+    tokenize_corpus(f, copy, 16, cache_dir=cache, progress=False)
+    assert reads == [f] and _entries(cache) == entries  # found by its record, not re-read
+    # a copy under another name: hashed once and found, not re-tokenised
+    moved = tmp_path / "moved.txt"
+    moved.write_bytes(f.read_bytes())
+    tokenize_corpus(moved, tok, 16, cache_dir=cache, progress=False)
+    assert reads == [f, moved] and _entries(cache) == entries
+    monkeypatch.undo()
+    # rewritten in place with the same size, inode and mtime as the record: a stat-only check
+    # would use the stale tokens; the record was taken less than 2 s after the write it saw...
+    g = tmp_path / "g.txt"
+    g.write_text("one two\n")
+    tokenize_corpus(g, tok, 16, cache_dir=cache, progress=False)
+    mtime = g.stat().st_mtime_ns
+    with g.open("r+") as fh:  # same inode
+        fh.write("six ten\n")
+    os.utime(g, ns=(mtime, mtime))
+    changed, _ = tokenize_corpus(g, tok, 16, cache_dir=cache, progress=False)
+    # ...so the digest decides, and the new words are tokenised
+    assert changed.rows([0])[0].tolist() == tok("six ten")["input_ids"]
+
+
+def test_tokenisation_shows_a_progress_bar_with_rate(
+    tmp_path: Path, tiny_bert: Path, wiki_file: Path, capsys: pytest.CaptureFixture
+) -> None:
+    tokenize_corpus(wiki_file, _tokenizer(tiny_bert), 32, cache_dir=tmp_path)
+    err = capsys.readouterr().err
+    assert "tokenising wiki1m_for_simcse.first11914.txt" in err and "B/s" in err
+    assert "1.28M/1.28M" in err  # the bar's total is the file size, so it has an ETA
+
+
+def test_a_store_holds_several_columns(tmp_path: Path) -> None:
+    from cselab.data import ColumnWriter
+
+    for name, rows in (("anchor", [[1, 2], [3]]), ("positive", [[4], [5, 6, 7]])):
+        w = ColumnWriter(tmp_path, name)
+        w.append(rows[:1])
+        w.append(rows[1:])
+        w.close()
+    assert [r.tolist() for r in TokenizedCorpus.open(tmp_path, "anchor").rows([0, 1])] == [
+        [1, 2],
+        [3],
+    ]
+    positive = TokenizedCorpus.open(tmp_path, "positive")
+    assert positive.offsets.tolist() == [0, 1, 4] and positive.rows([1])[0].tolist() == [5, 6, 7]

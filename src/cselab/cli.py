@@ -56,12 +56,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     results = train(config)
     if results:
-        init = results.get("initial_stsb_dev")
-        best = results.get("best_stsb_dev")
+        name = results.get("dev", {}).get("name", "stsb_dev")
+        init = results.get(f"initial_{name}")
+        best = results.get(f"best_{name}")
         if init is not None and best is not None:
-            print(
-                f"STS-B dev Spearman: before {init:.2f} -> best {best:.2f} (step {results['best_step']})"
-            )
+            label = "STS-B dev Spearman" if name == "stsb_dev" else f"{name} ({config.eval.dev})"
+            print(f"{label}: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
         print(
             f"saved best model to {config.train.output_dir}/best, last to {config.train.output_dir}/last"
         )

@@ -132,11 +132,20 @@ class EvalConfig:
         data_dir: SentEval ``data/downstream`` folder (default: ``$CSELAB_DATA`` or user cache).
         batch_size: encoding batch size for the dev set.
         enabled: evaluate during training (STS-B dev Spearman, ×100; best checkpoint kept).
+        dev: what model selection scores: ``stsb`` (STS-B dev, as SimCSE), the path of your own
+            STS-format pairs (``.tsv``/``.csv`` with a header, ``.jsonl``, or a ``datasets``
+            ``save_to_disk`` folder; see :mod:`cselab.evaluation.custom`), or ``none`` (no
+            selection: the last model is kept).
+        dev_metric: ``spearman`` or ``pearson`` correlation of cosine vs the gold score (×100).
+        dev_columns: the two sentence columns and the score column of a ``dev`` file.
     """
 
     data_dir: str | None = None
     batch_size: int = 128
     enabled: bool = True
+    dev: str = "stsb"
+    dev_metric: Literal["spearman", "pearson"] = "spearman"
+    dev_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2", "score"])
 
 
 @dataclass
@@ -172,6 +181,10 @@ class Config:
             ),
             (m.max_seq_len >= 2, "model.max_seq_len must be >= 2"),
             (m.dropout is None or 0 <= m.dropout < 1, "model.dropout must be in [0, 1)"),
+            (
+                len(self.eval.dev_columns) == 3 and len(set(self.eval.dev_columns)) == 3,
+                "eval.dev_columns must be three distinct names: sentence 1, sentence 2, score",
+            ),
         ]
         for ok, message in checks:
             if not ok:

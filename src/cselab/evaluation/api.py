@@ -6,11 +6,11 @@ import datetime as _dt
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..schema import ConfigError
-from . import alignment, sts, transfer
-from .datasets import TASK_FILES
+from . import alignment, custom, sts, transfer
+from .datasets import TASK_FILES, ScoredPairs
 from .download import ensure_data
 from .embed import EmbeddingCache, EncoderLike
 from .report import headline
@@ -68,13 +68,15 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
 
 def evaluate(
     encoder: EncoderLike,
-    tasks: str | Iterable[str] = "sts",
+    tasks: str | Iterable[str] | None = "sts",
     mode: str = "test",
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = 128,
     download: bool = True,
     transfer_config: transfer.ClassifierConfig | None = None,
     model_name: str | None = None,
+    sts_files: Sequence[str | os.PathLike[str] | ScoredPairs] = (),
+    sts_columns: Sequence[str] | None = None,
 ) -> dict:
     """Evaluate ``encoder`` on SentEval tasks the way SentEval + SimCSE's ``evaluation.py`` do.
 
@@ -89,6 +91,10 @@ def evaluate(
         download: fetch missing files into the cache folder.
         transfer_config: override the mode's classifier setting.
         model_name: recorded in the results (default: the encoder's ``source``, if any).
+        sts_files: your own STS-format pair files (or already read pairs), each scored like
+            STS-B and reported under its file name (:mod:`cselab.evaluation.custom`); with
+            ``tasks=None`` only these are evaluated.
+        sts_columns: the sentence 1, sentence 2 and score column names of ``sts_files``.
 
     Returns:
         ``{"model", "pooler", "mode", "tasks", "data_dir", "date", "results": {task: ...},
@@ -97,8 +103,11 @@ def evaluate(
     """
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-    names = parse_tasks(tasks, mode)
-    root = ensure_data(names, data_dir, download_missing=download)
+    files = [
+        f if isinstance(f, ScoredPairs) else custom.read_sts_file(f, sts_columns) for f in sts_files
+    ]
+    names = parse_tasks(tasks, mode) if tasks is not None or not files else []
+    root = ensure_data(names, data_dir, download_missing=download) if names else None
     started = time.perf_counter()
     results: dict[str, dict] = {}
     timing: dict[str, float] = {}
@@ -118,6 +127,11 @@ def evaluate(
         t0 = time.perf_counter()
         results[ALIGN_UNIFORM] = alignment.align_uniform(sts_cache, root)
         timing[ALIGN_UNIFORM] = time.perf_counter() - t0
+    for pairs in files:
+        t0 = time.perf_counter()
+        name = pairs.name if pairs.name not in results else f"{pairs.name} ({pairs.path})"
+        results[name] = custom.evaluate_pairs(sts_cache, pairs)
+        timing[name] = time.perf_counter() - t0
     encodings = {"distinct": sts_cache.encoded, "requested": sts_cache.requested}
     encode_s = sts_cache.encode_seconds
     for task in (t for t in names if t in transfer.TRANSFER_TASKS):
@@ -138,7 +152,7 @@ def evaluate(
         "pooler": pooler if isinstance(pooler, str) else None,
         "mode": mode,
         "tasks": names,
-        "data_dir": str(root),
+        "data_dir": str(root) if root is not None else None,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "results": results,
         "timing": timing,

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..model.pooling import POOLERS
 from ..schema import ConfigError
 from .api import MODES
+from .custom import read_sts_file
 from .download import ensure_data
 
 
@@ -25,9 +26,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("model", help="cselab output folder, sentence-transformers folder, or HF model")
     ev.add_argument(
         "--tasks",
-        default="sts",
+        default=None,
         help="sts | transfer | all | comma-separated names (STS12..STS16, STSBenchmark, "
-        "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC, AlignUniform); default: sts",
+        "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC, AlignUniform); default: sts, "
+        "or none when --sts-file is given",
+    )
+    ev.add_argument(
+        "--sts-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="your own sentence pairs with a gold score (.tsv/.csv with a header, .jsonl, or a "
+        "datasets save_to_disk folder), scored like STS-B; repeatable",
+    )
+    ev.add_argument(
+        "--sts-columns",
+        default="sentence1,sentence2,score",
+        help="the two sentence columns and the score column of --sts-file "
+        "(default: sentence1,sentence2,score)",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
     ev.add_argument(
@@ -80,9 +96,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     if args.update_card and not Path(args.model).is_dir():
         raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
-    tasks = api.parse_tasks(args.tasks, args.mode)
+    spec = args.tasks if args.tasks is not None or args.sts_file else "sts"
+    tasks = api.parse_tasks(spec, args.mode) if spec is not None else None
+    columns = [c.strip() for c in args.sts_columns.split(",")]
     # Check (or fetch) the data before spending time on loading the model.
-    ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
+    files = [read_sts_file(f, columns) for f in args.sts_file]
+    if tasks:
+        ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from .. import load  # lazy: model loading pulls in transformers
 
     encoder = load(args.model, pooler=args.pooler)
@@ -94,6 +114,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         download=not args.no_download,
         model_name=args.model,
+        sts_files=files,
     )
     if args.pooler:
         out["pooler"] = args.pooler

@@ -54,6 +54,11 @@ def headline(out: dict) -> dict[str, dict[str, float | None]]:
     if any(t in results for t, _ in sts_cols):
         row = {label: _sts_value(t, results[t]) if t in results else None for t, label in sts_cols}
         table["sts"] = _with_avg(row)
+    files = {
+        t: _r2(100.0 * r["spearman"]) for t, r in results.items() if r.get("kind") == "sts-file"
+    }
+    if files:  # the user's own pair files: no "Avg" (they are not a benchmark's columns)
+        table["sts_files"] = files
     if any(t in results for t, _ in TRANSFER_COLUMNS):
         key = "devacc" if dev else "acc"
         row = {
@@ -105,6 +110,7 @@ def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:
     for group, title in (
         ("sts", f"STS: Spearman x 100 ({mode}; STS12-16 'all' setting)"),
         ("transfer", f"Transfer: accuracy % ({mode})"),
+        ("sts_files", "Your STS files: Spearman x 100 of cosine vs score"),
     ):
         present = [h.get(group) for h in heads]
         if not any(present):

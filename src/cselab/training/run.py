@@ -40,13 +40,14 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     # Rank 0 downloads and writes the token cache first; the other ranks then read it.
     with main_process_first(dist_info):
-        train_file = resolve_train_file(config.data.train_file, str(cache / "data"))
-        digest = file_digest(Path(train_file))
+        train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
         if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
             tc = config.train
             rundir.prepare_output_dir(
-                Path(tc.output_dir), config.to_dict(), digest, tc.resume, tc.overwrite
-            )
+                Path(tc.output_dir), config.to_dict(), lambda: file_digest(train_file),
+                tc.resume, tc.overwrite,
+            )  # fmt: skip
+        evaluator = make_dev_evaluator(config)  # a bad dev file fails before tokenising
         encoder = SentenceEncoder.from_config(config.model)
         corpus, stats = tokenize_corpus(
             train_file,
@@ -69,9 +70,9 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
         encoder,
         objective,
         corpus,
-        make_dev_evaluator(config),
+        evaluator,
         dist_info,
-        data_digest=digest,
+        data_digest=stats.content_sha256,
         callbacks=callbacks,
     )
 

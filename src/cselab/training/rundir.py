@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +67,21 @@ def previous_run(folder: Path) -> list[str]:
 
 
 def prepare_output_dir(
-    folder: Path, config: Mapping[str, Any], data_digest: str | None, resume: bool, overwrite: bool
+    folder: Path,
+    config: Mapping[str, Any],
+    data_digest: Callable[[], str | None],
+    resume: bool,
+    overwrite: bool,
 ) -> None:
-    """Check ``folder`` before a run starts (see the module doc); raises :class:`ConfigError`."""
+    """Check ``folder`` before a run starts (see the module doc); raises :class:`ConfigError`.
+    ``data_digest()`` (the training file's SHA-256) is computed only when a run is resumed."""
     found = previous_run(folder)
     checkpoint = folder / "checkpoint" / CHECKPOINT_FILE
     if resume and checkpoint.is_file():
         extra = read_metadata(checkpoint)["extra"]
         saved = {**extra["config"], DATA_DIGEST_KEY: extra.get("data_digest")}
-        for change in check_resumable(saved, {**config, DATA_DIGEST_KEY: data_digest}, checkpoint):
+        current = {**config, DATA_DIGEST_KEY: data_digest()}
+        for change in check_resumable(saved, current, checkpoint):
             log.info("resuming with a changed setting: %s", change)
         return
     if not found or resume:

@@ -21,19 +21,16 @@ Evaluator = Callable[[SentenceEncoder], float]
 
 
 def make_dev_evaluator(config: Config) -> Evaluator | None:
-    """STS-B dev Spearman ×100 (cosine, no training) for model selection, or ``None``."""
+    """The ``eval.dev`` score ×100 (cosine, no training) for model selection, or ``None``.
+
+    A dev file is read and validated here, so a bad one fails before training starts.
+    """
     if not (config.eval.enabled and config.train.eval_steps):
         return None
-    from ..evaluation.datasets import resolve_data_dir
-    from ..evaluation.sts import stsb_dev_spearman
+    from ..evaluation.custom import dev_evaluator
 
-    data_dir = resolve_data_dir(config.eval.data_dir)
-    batch_size = config.eval.batch_size
-
-    def evaluate(encoder: SentenceEncoder) -> float:
-        return stsb_dev_spearman(encoder, data_dir, batch_size=batch_size)
-
-    return evaluate
+    ec = config.eval
+    return dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
 
 
 class ModelSelection:
@@ -59,6 +56,16 @@ class ModelSelection:
     @property
     def enabled(self) -> bool:
         return self.evaluator is not None
+
+    @property
+    def name(self) -> str:
+        """The score's name in ``metrics.csv`` and ``results.json`` (``stsb_dev``, ``dev_spearman``,
+        ...; see :func:`cselab.evaluation.custom.dev_evaluator`)."""
+        return getattr(self.evaluator, "name", "stsb_dev")
+
+    @property
+    def source(self) -> str | None:
+        return getattr(self.evaluator, "source", None)
 
     def evaluate(self, encoder: SentenceEncoder, step: int) -> float | None:
         """Collective: score the model (rank 0), keep it if it is the best so far."""

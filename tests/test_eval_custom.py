@@ -1,0 +1,222 @@
+"""Your own STS-format pairs: formats, one-line errors, the score, training and `cselab evaluate`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cselab.evaluation import custom
+from cselab.evaluation.datasets import DataFormatError, MissingDataError, load_stsb
+from cselab.evaluation.sts import stsb_dev_spearman
+
+PAIRS = [
+    ("a man plays a guitar", "a person plays music", 4.2),
+    ('she said "no" twice', "she refused, twice", 3.0),
+    ("the cat sleeps", "a dog barks", 0.4),
+    ("rain falls", "it is raining", 4.8),
+    ("stocks fell", "markets dropped sharply", 3.9),
+    ("a child reads", "the sun is hot", 0.0),
+]
+
+
+def bag_of_words(sentences: list[str]) -> np.ndarray:
+    """A deterministic stand-in encoder: hashed word counts (64 dims)."""
+    out = np.zeros((len(sentences), 64))
+    for i, s in enumerate(sentences):
+        for w in s.split():
+            out[i, zlib.crc32(w.encode()) % 64] += 1.0
+    return out
+
+
+def write(path: Path, rows: list[tuple[str, str, float]], cols: tuple[str, str, str]) -> Path:
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(dict(zip(cols, r, strict=True))) + "\n" for r in rows))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", *cols])
+            w.writerows([(i, *r) for i, r in enumerate(rows)])
+    else:  # TSV: plain tab-joined text, quotes written as they are
+        lines = ["\t".join(["id", *cols])]
+        lines += ["\t".join(map(str, (i, *r))) for i, r in enumerate(rows)]
+        path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".csv", ".jsonl", "dataset"])
+def test_every_format_reads_the_same_pairs(
+    suffix: str, tmp_path: Path, fresh_eval_cache: None
+) -> None:
+    cols = ("left", "right", "gold")
+    if suffix == "dataset":
+        datasets = pytest.importorskip("datasets")
+        path = tmp_path / "pairs_ds"
+        data = {c: [r[i] for r in PAIRS] for i, c in enumerate(cols)}
+        datasets.DatasetDict({"validation": datasets.Dataset.from_dict(data)}).save_to_disk(path)
+    else:
+        path = write(tmp_path / f"pairs{suffix}", PAIRS, cols)
+    pairs = custom.read_sts_file(path, cols)
+    assert list(zip(pairs.sent1, pairs.sent2, pairs.scores.tolist(), strict=True)) == PAIRS
+    # the sentence with quotes and the one with a comma survive TSV and CSV quoting alike
+    assert pairs.sent1[1] == 'she said "no" twice' and pairs.sent2[1] == "she refused, twice"
+
+
+def test_file_score_is_cosine_correlation_and_equals_stsb_dev(
+    tmp_path: Path, senteval_dir: Path, fresh_eval_cache: None
+) -> None:
+    stsb = load_stsb("dev", senteval_dir)
+    path = write(
+        tmp_path / "stsb_dev.tsv",
+        list(zip(stsb.sent1, stsb.sent2, stsb.scores.tolist(), strict=True)),
+        custom.DEFAULT_COLUMNS,
+    )
+    spearman = custom.dev_evaluator(str(path), "spearman")
+    assert spearman.name == "dev_spearman"
+    # the same pairs score exactly as the built-in STS-B dev evaluation
+    assert spearman(bag_of_words) == stsb_dev_spearman(bag_of_words, senteval_dir)
+    # Pearson, by hand: cosine per pair in a loop, then the textbook formula
+    pairs = custom.read_sts_file(path)
+    a, b = bag_of_words(list(pairs.sent1)), bag_of_words(list(pairs.sent2))
+    cos = [
+        sum(x * y for x, y in zip(u, v, strict=True))
+        / (math.sqrt(sum(x * x for x in u)) * math.sqrt(sum(y * y for y in v)) or math.inf)
+        for u, v in zip(a, b, strict=True)
+    ]
+    g = pairs.scores.tolist()
+    mc, mg = sum(cos) / len(cos), sum(g) / len(g)
+    num = sum((c - mc) * (x - mg) for c, x in zip(cos, g, strict=True))
+    den = math.sqrt(sum((c - mc) ** 2 for c in cos) * sum((x - mg) ** 2 for x in g))
+    pearson = custom.dev_evaluator(str(path), "pearson")
+    assert pearson.name == "dev_pearson"
+    assert pearson(bag_of_words) == pytest.approx(100 * num / den, rel=1e-9)
+    assert custom.dev_evaluator("none") is None
+    assert custom.dev_evaluator("stsb").name == "stsb_dev"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("h.tsv", "id\ts1\tsentence2\tscore\n", r"h\.tsv:1: no column 'sentence1' in the header"),
+        ("s.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\td\tabc\n",
+         r"s\.tsv:3: column 'score': 'abc' is not a finite number"),
+        ("n.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\td\tnan\n",
+         r"n\.tsv:3: column 'score': 'nan' is not a finite number"),
+        ("e.csv", "sentence1,sentence2,score\na,b,1\n\" \",d,2\n",
+         r"e\.csv:3: column 'sentence1' is empty"),
+        ("m.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\n",
+         r"m\.tsv:3: column 'sentence2' is missing"),
+        ("j.jsonl", '{"sentence1": "a", "sentence2": "b", "score": 1}\n{"sentence1": "a"\n',
+         r"j\.jsonl:2: invalid JSON"),
+        ("k.jsonl", '{"sentence1": "a", "sentence2": "b", "score": 1}\n\n{"sentence1": "a", "score": 2}\n',
+         r"k\.jsonl:3: column 'sentence2' is missing"),
+        ("b.jsonl", '{"sentence1": "a", "sentence2": "b", "score": true}\n',
+         r"b\.jsonl:1: column 'score': True is not a finite number"),
+        ("few.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\td\t2\n",
+         r"few\.tsv: 2 scored pairs; at least 5 are needed"),
+        ("c.tsv", "sentence1\tsentence2\tscore\n" + "a\tb\t3\n" * 6,
+         r"c\.tsv: every score in column 'score' is 3: no correlation"),
+        ("x.txt", "whatever\n", r"x\.txt: unknown format"),
+    ],
+)  # fmt: skip
+def test_bad_files_are_one_line_errors_naming_file_line_and_column(
+    name: str, content: str, needle: str, tmp_path: Path, fresh_eval_cache: None
+) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataFormatError, match=needle) as info:
+        custom.read_sts_file(path)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_dataset_folders(tmp_path: Path, fresh_eval_cache: None) -> None:
+    datasets = pytest.importorskip("datasets")
+    with pytest.raises(MissingDataError, match="STS file not found"):
+        custom.read_sts_file(tmp_path / "nothing")
+    rows = {"sentence1": ["a"] * 6, "sentence2": ["b"] * 6, "score": [1, 2, None, 4, 5, 6]}
+    ds = datasets.Dataset.from_dict(rows)
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(tmp_path / "two")
+    with pytest.raises(DataFormatError, match=r"splits train, test; point at one split's folder"):
+        custom.read_sts_file(tmp_path / "two")
+    with pytest.raises(DataFormatError, match=r"train: row 2: column 'score' is missing"):
+        custom.read_sts_file(tmp_path / "two" / "train")
+    with pytest.raises(DataFormatError, match=r"no column 'label' \(the dataset has: sentence1"):
+        custom.read_sts_file(tmp_path / "two" / "train", ["sentence1", "sentence2", "label"])
+
+
+# ------------------------------------------------------------------------------------------
+# Model selection during training, and `cselab evaluate --sts-file`
+
+
+def test_training_selects_on_a_dev_file_and_validates_it_first(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, fresh_eval_cache: None
+) -> None:
+    from conftest import write_corpus
+    from cselab.cli import main
+
+    corpus = write_corpus(tmp_path)
+    dev = write(tmp_path / "dev.tsv", PAIRS, ("a", "b", "sim"))
+    common = [
+        "train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+        f"--data.cache_dir={tmp_path / 'cache'}", "--train.batch_size=8", "--train.max_steps=4",
+        "--train.eval_steps=2", f"--eval.dev={dev}",
+    ]  # fmt: skip
+    # wrong column names: one line, before the corpus is tokenised
+    out_bad = tmp_path / "bad"
+    assert main([*common, f"--train.output_dir={out_bad}"]) == 2
+    err = capsys.readouterr().err
+    assert f"cselab train: error: {dev}:1: no column 'sentence1' in the header" in err
+    assert not (tmp_path / "cache").exists() and not out_bad.exists()
+
+    out = tmp_path / "out"
+    argv = [*common, "--eval.dev_columns=[a,b,sim]", "--eval.dev_metric=pearson"]
+    assert main([*argv, f"--train.output_dir={out}"]) == 0
+    assert f"dev_pearson ({dev}): before" in capsys.readouterr().out
+    with (out / "metrics.csv").open() as fh:
+        logged = [r for r in csv.DictReader(fh) if r["dev_pearson"]]
+    assert [int(r["step"]) for r in logged] == [0, 2, 4] and "stsb_dev" not in logged[0]
+    results = json.loads((out / "results.json").read_text())
+    assert results["dev"] == {"name": "dev_pearson", "source": str(dev)}
+    best = max(logged, key=lambda r: float(r["dev_pearson"]))  # step 0 counts, as for STS-B
+    assert results["best_dev_pearson"] == float(best["dev_pearson"])
+    assert results["best_step"] == int(best["step"])
+
+    out_none = tmp_path / "none"
+    assert main([*common, "--eval.dev=none", f"--train.output_dir={out_none}"]) == 0
+    results = json.loads((out_none / "results.json").read_text())
+    assert results["best_step"] == 4 and results["best_stsb_dev"] is None
+    assert "stsb_dev" not in (out_none / "metrics.csv").read_text()
+
+
+def test_evaluate_scores_sts_files_with_table_and_json(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, fresh_eval_cache: None
+) -> None:
+    from cselab import load
+    from cselab.cli import main
+
+    f = write(tmp_path / "domain.tsv", PAIRS, custom.DEFAULT_COLUMNS)
+    g = write(tmp_path / "other.jsonl", PAIRS[::-1], custom.DEFAULT_COLUMNS)
+    out = tmp_path / "res.json"
+    assert main(["evaluate", str(tiny_bert), "--sts-file", str(f), "--sts-file", str(g),
+                 "-o", str(out)]) == 0  # fmt: skip
+    table = capsys.readouterr().out
+    assert "**Your STS files: Spearman x 100 of cosine vs score**" in table
+    assert "| domain.tsv | other.jsonl |" in table and "STS12" not in table
+    saved = json.loads(out.read_text())
+    expected = custom.PairsScorer(custom.read_sts_file(f))(load(str(tiny_bert)))
+    assert saved["results"]["domain.tsv"]["spearman"] * 100 == pytest.approx(expected, rel=1e-12)
+    assert saved["results"]["domain.tsv"]["n"] == 6
+    assert saved["headline"]["sts_files"]["domain.tsv"] == round(expected, 2)
+    # a bad file is one line, before the model is loaded
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence1\tsentence2\n")
+    assert main(["evaluate", "no/such/model", "--sts-file", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("bad.tsv:1: no column 'score' in the header (sentence1, sentence2); "
+                        "name the columns with eval.dev_columns or --sts-columns")  # fmt: skip
+    assert len(err.splitlines()) == 1
