@@ -26,6 +26,7 @@ rank's slice) are slices of every key alike.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .data import CorpusError, TokenizedCorpus, collate
+from .data import CorpusError, TokenizedCorpus, collate, file_digest
 
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
@@ -251,6 +252,18 @@ def load_pairs(
 ) -> PairRecords:
     """Read ``path`` as pairs: SICK's format for ``data.format: sick``, else :func:`read_pairs`."""
     return sick_triplets(path) if data_format == "sick" else read_pairs(path, columns)
+
+
+def source_digest(path: str | Path) -> str:
+    """SHA-256 naming the training data in checkpoints: the file's bytes, or for a saved
+    ``datasets`` folder, every file's relative path and bytes."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return file_digest(p)
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(p).as_posix()}\0{file_digest(f)}\n".encode())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------- tokenising

@@ -19,6 +19,7 @@ from ..data import file_digest, tokenize_corpus
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective
+from ..pairs import TokenizedPairs, load_pairs, source_digest
 from . import rundir
 from .distributed import init_distributed, main_process_first, shutdown_distributed
 from .rng import dropout_seed, seed_everything
@@ -39,21 +40,32 @@ def build_trainer(config: Config) -> Trainer:
     # Rank 0 downloads and writes the token cache first; the other ranks then read it.
     with main_process_first(dist_info):
         train_file = resolve_train_file(config.data.train_file, str(cache / "data"))
-        digest = file_digest(Path(train_file))
+        digest = source_digest(train_file) if config.data.pairs else file_digest(Path(train_file))
         if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
             tc = config.train
             rundir.prepare_output_dir(
                 Path(tc.output_dir), config.to_dict(), digest, tc.resume, tc.overwrite
             )
+        if config.data.pairs:  # read before the model loads: a bad row fails fast
+            records = load_pairs(train_file, config.data.format, config.data.columns)
         encoder = SentenceEncoder.from_config(config.model)
-        corpus, stats = tokenize_corpus(
-            train_file,
-            encoder.tokenizer,
-            config.model.max_seq_len,
-            errors=config.data.encoding_errors,
-            cache_dir=cache / "tokens",
-        )
-    if dist_info.is_main:
+        if config.data.pairs:  # tokenised in memory (cselab.pairs)
+            corpus = TokenizedPairs.build(records, encoder.tokenizer, config.model.max_seq_len)
+            objective = build_objective(
+                config.objective, pairs=True, hard_negatives=corpus.num_negatives > 0
+            )
+        else:
+            corpus, stats = tokenize_corpus(
+                train_file,
+                encoder.tokenizer,
+                config.model.max_seq_len,
+                errors=config.data.encoding_errors,
+                cache_dir=cache / "tokens",
+            )
+    if dist_info.is_main and config.data.pairs:
+        log.info("pairs %s: %d rows, %d hard negatives each", train_file, len(corpus),
+                 corpus.num_negatives)  # fmt: skip
+    elif dist_info.is_main:
         log.info(
             "corpus %s: %d sentences (%d blank lines skipped, %d lines with replaced bytes)",
             stats.path, stats.sentences, stats.blank_lines, stats.replaced_lines,
