@@ -251,7 +251,9 @@ def test_nli_name_downloads_like_wiki1m(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.skipif(not SICK_TRAIN.is_file(), reason="shared SICK data not found")
-def test_short_supervised_run_on_sick_triplets(tiny_bert: Path, tmp_path: Path, one_thread) -> None:
+def test_short_supervised_run_on_sick_triplets(
+    tiny_bert: Path, tmp_path: Path, one_thread, capsys: pytest.CaptureFixture
+) -> None:
     """A tiny BERT trained for a few steps on SICK triplets through the config, the run's
     assembly and the trainer: the batches carry the hard negatives, the objective asks for
     them, the loss falls and a model is saved."""
@@ -287,3 +289,25 @@ def test_short_supervised_run_on_sick_triplets(tiny_bert: Path, tmp_path: Path, 
     losses = [float(r["infonce"]) for r in rows]
     assert losses[-1] < losses[0]
     assert (tmp_path / "out" / "best" / "model.safetensors").is_file()
+
+    # SICK-R is not unseen for this model: said in results.json and by `cselab evaluate`.
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["notes"] == results["notes"] and "SICK-R is not an unseen" in saved["notes"][0]
+    from cselab.cli import main
+
+    out_json = tmp_path / "eval.json"
+    argv = ["evaluate", str(tmp_path / "out" / "best"), "--tasks", "sickr",
+            "--data-dir", str(SENTEVAL), "--no-download", "--output", str(out_json)]  # fmt: skip
+    assert main(argv) == 0
+    assert "Note: SICK-R is not an unseen test set" in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["notes"] == results["notes"]
+
+
+def test_only_sick_training_data_gets_the_note() -> None:
+    from cselab.config import DataConfig
+    from cselab.pairs import evaluation_notes
+
+    assert evaluation_notes(DataConfig(train_file="x.txt", format="sick"))
+    assert evaluation_notes({"train_file": "../SICK/SICK_train.txt"})
+    assert not evaluation_notes(DataConfig(train_file="nli_for_simcse.csv"))
+    assert not evaluation_notes({})

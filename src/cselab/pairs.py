@@ -266,6 +266,39 @@ def source_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
+SICK_NOTE = (
+    "SICK-R is not an unseen test set for this model: it was trained on SICK ({file}), so its "
+    "SICK-R score measures in-domain fit, not transfer"
+)
+
+
+def evaluation_notes(data: Any) -> list[str]:
+    """Notes an STS table of a model trained on ``data`` (a run config's ``data`` section, as
+    a :class:`~cselab.config.DataConfig` or a dict) must carry: SICK-R is not unseen when the
+    training data is SICK (``data.format: sick``, or a training file named like SICK's)."""
+    get = (
+        data.get
+        if isinstance(data, dict)
+        else lambda key, default=None: getattr(data, key, default)
+    )
+    train_file = str(get("train_file", "") or "")
+    if get("format") == "sick" or "sick" in Path(train_file).name.lower():
+        return [SICK_NOTE.format(file=train_file)]
+    return []
+
+
+def model_folder_notes(folder: str | Path) -> list[str]:
+    """:func:`evaluation_notes` of a model folder saved by cselab (its ``cselab_config.yaml``);
+    ``[]`` for any other model."""
+    import yaml
+
+    path = Path(folder) / "cselab_config.yaml"
+    if not path.is_file():
+        return []
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return evaluation_notes(config.get("data") or {})
+
+
 # --------------------------------------------------------------------------------- tokenising
 
 

@@ -29,7 +29,7 @@ from ..data import (
 )
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
-from ..pairs import TokenizedPairs
+from ..pairs import TokenizedPairs, evaluation_notes
 from ..publish import push_folder
 from .checkpoint import (
     CHECKPOINT_FILE,
@@ -299,6 +299,9 @@ class Trainer:
             "precision": self.config.train.precision,
             "world_size": self.dist.world_size,
         }
+        if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
+            results["notes"] = notes
+            log.warning("%s", "; ".join(notes))
         write_results(self.out, results)
         for name, step in (("best", sel.best_step), ("last", self.step)):  # now with the times
             self._card(self.out / name, results=results, step=step)
