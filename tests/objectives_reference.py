@@ -219,3 +219,61 @@ def mixcse_all_columns(h: Tensor, hp: Tensor, tau: float, lam: float) -> Tensor:
                 den = den + torch.exp(dot(hn[i], mixes[k]) / tau)
         losses.append(-torch.log(pos / den))
     return mean(losses)
+
+
+def supervised_simcse(
+    z1: Tensor,
+    z2: Tensor,
+    neg: Tensor,
+    tau: float,
+    weight: float = 0.0,
+    *,
+    focal_m: float | None = None,
+    gaussian: Tensor | None = None,
+    gs_weight: float = 1.0,
+    mix_ratio: float | None = None,
+) -> Tensor:
+    """Supervised SimCSE, Gao et al. 2021 Eq. 5, with ``K`` hard negatives per pair
+    (``neg`` ``(N, K, D)``) and the authors' ``hard_negative_weight`` ``w``:
+
+        l_i = -log e^{E(h_i,h_i⁺)/τ} / ( Σ_j e^{E(h_i,h_j⁺)/τ} + Σ_j Σ_k e^{[j=i]·w} e^{E(h_i,h_jk⁻)/τ} )
+
+    ``E`` the plain cosine, or with ``focal_m`` Focal's ``s²`` (positive) / ``s(s+m)`` (every
+    negative column, given hard negatives included). ``gaussian``: GS-InfoNCE's columns with
+    weight ``λ``; ``mix_ratio``: one MixCSE mix per anchor of its positive and the next one's.
+    """
+    n, k = neg.shape[0], neg.shape[1]
+    pos_e = (lambda s: s * s) if focal_m is not None else (lambda s: s)
+    neg_e = (lambda s: s * (s + focal_m)) if focal_m is not None else (lambda s: s)
+    losses = []
+    for i in range(n):
+        num = torch.exp(pos_e(cos(z1[i], z2[i])) / tau)
+        den = num
+        for j in range(n):
+            if j != i:
+                den = den + torch.exp(neg_e(cos(z1[i], z2[j])) / tau)
+            for c in range(k):
+                w = weight if j == i else 0.0
+                den = den + torch.exp(torch.tensor(w, dtype=z1.dtype)) * torch.exp(
+                    neg_e(cos(z1[i], neg[j, c])) / tau
+                )
+        if gaussian is not None:
+            for g in gaussian:
+                den = den + gs_weight * torch.exp(neg_e(cos(z1[i], g)) / tau)
+        if mix_ratio is not None:
+            mixed = unit(mix_ratio * unit(z2[i]) + (1 - mix_ratio) * unit(z2[(i + 1) % n]))
+            den = den + torch.exp(neg_e(dot(unit(z1[i]), mixed.detach())) / tau)
+        losses.append(-torch.log(num / den))
+    return mean(losses)
+
+
+def triplet_views(
+    n: int, k: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64
+) -> dict[str, Tensor]:
+    """Anchors, positives near them and ``k`` hard negatives per row, also near the anchor but
+    less so (as a contradiction is lexically close to its premise)."""
+    g = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, generator=g, dtype=dtype)
+    z2 = z1 + 0.6 * torch.randn(n, d, generator=g, dtype=dtype)
+    neg = z1.unsqueeze(1) + 1.0 * torch.randn(n, k, d, generator=g, dtype=dtype)
+    return {"z1": z1, "z2": z2, "neg": neg}

@@ -56,17 +56,40 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Supervised SimCSE (pairs with given hard negatives, the ``neg`` view) and its compositions.
+SUPERVISED_VARIANTS: dict[str, dict[str, Any]] = {
+    "sup_simcse": {},
+    "sup_simcse_weighted": {"hard_negative_weight": 0.5},
+    "sup_symmetric_focal_gaussian_mixcse_dcl": {
+        "hard_negative_weight": 0.3,
+        "focal": {"enabled": True},
+        "gaussian": {"enabled": True},
+        "mixcse": {"enabled": True},
+        "dcl": {"enabled": True},
+    },
+}
+ALL_VARIANTS = [*VARIANTS, *SUPERVISED_VARIANTS]
+HARD_NEGATIVES = 2  # per pair, in the supervised variants
+
+
 def objective_config(name: str) -> ObjectiveConfig:
-    return from_dict(ObjectiveConfig, VARIANTS[name])
+    return from_dict(ObjectiveConfig, {**VARIANTS, **SUPERVISED_VARIANTS}[name])
 
 
 def objective(name: str) -> torch.nn.Module:
+    if name in SUPERVISED_VARIANTS:
+        return build_objective(objective_config(name), pairs=True, hard_negatives=True)
     return build_objective(objective_config(name))
 
 
 def make_views(n: int = 8, d: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Three distinct, correlated views of ``n`` sentences."""
-    return centred_views(n, d, noise=0.6, seed=seed, off_noise=0.1)
+    """Three distinct, correlated views of ``n`` sentences, and ``HARD_NEGATIVES`` hard
+    negatives ``(n, K, D)`` near each (used by the supervised variants only)."""
+    views = centred_views(n, d, noise=0.6, seed=seed, off_noise=0.1)
+    g = torch.Generator().manual_seed(seed + 1)
+    noise = torch.randn(n, HARD_NEGATIVES, d, generator=g)
+    views["neg"] = views["off"].unsqueeze(1) + noise
+    return views
 
 
 SENTENCES = [
@@ -96,6 +119,19 @@ def tiny_encoder(path: str | Path, dropout: float | None = 0.0, pooler: str = "c
 
 def tiny_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
     return encoder.tokenize(SENTENCES[:n])
+
+
+def tiny_pair_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
+    """``n`` triplets from :data:`SENTENCES`: row ``i`` pairs sentence ``i`` with ``i+1`` and
+    takes the next ``HARD_NEGATIVES`` as its hard negatives (inputs of :mod:`cselab.pairs`)."""
+    from cselab.pairs import PairRecords, TokenizedPairs
+
+    def col(shift: int) -> list[str]:
+        return [SENTENCES[(i + shift) % len(SENTENCES)] for i in range(n)]
+
+    records = PairRecords("tiny", col(0), col(1), [col(2 + k) for k in range(HARD_NEGATIVES)])
+    pad = int(encoder.tokenizer.pad_token_id or 0)
+    return TokenizedPairs.build(records, encoder.tokenizer, 32).inputs(list(range(n)), pad)
 
 
 def rows(batch: dict[str, torch.Tensor], start: int, end: int) -> dict[str, torch.Tensor]:
@@ -212,16 +248,20 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
     # makes small enough for a tight tolerance (the tiny random model's embeddings are nearly
     # collinear, so float32 gradients lose ~4 digits to cancellation).
     encoder = tiny_encoder(tiny_bert, dropout=0.0).double()
-    batch = tiny_batch(encoder, GLOBAL_BATCH)
-    local_batch = rows(batch, lo, hi)
+    batches = {"sentences": tiny_batch(encoder, GLOBAL_BATCH)}
+    batches["pairs"] = tiny_pair_batch(encoder, GLOBAL_BATCH)
 
     per_variant: dict[str, dict[str, float]] = {}
-    for name in VARIANTS:
+    for name in ALL_VARIANTS:
         obj = objective(name)
         rec: dict[str, float] = {}
+        batch = batches["pairs" if name in SUPERVISED_VARIANTS else "sentences"]
+        local_batch = rows(batch, lo, hi)
 
         # --- embedding level: arbitrary distinct views ---------------------------------------
-        full = {k: v.double() for k, v in make_views(GLOBAL_BATCH).items()}
+        full = {
+            k: v.double() for k, v in make_views(GLOBAL_BATCH).items() if k in obj.required_views
+        }
         ref_leaves = {k: v.clone().requires_grad_(True) for k, v in full.items()}
         ref_terms = obj(ref_leaves, ObjectiveContext(generator=generator()))
         total_loss(ref_terms).backward()

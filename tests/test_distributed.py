@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from conftest import write_corpus
 from cselab.data import BatchOrder, shard
-from scaleout_helpers import VARIANTS, equivalence_worker, free_port, rng_worker, spawn
+from scaleout_helpers import ALL_VARIANTS, equivalence_worker, free_port, rng_worker, spawn
 
 REL = 1e-10
 ABS = 1e-14
@@ -51,7 +51,7 @@ def test_gather_with_grad_concatenates_and_returns_gradients_to_their_rank(ddp: 
         assert torch.equal(out["gather_grad"], 3 * weights[3 * r : 3 * r + 3])
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_two_ranks_equal_one_process(ddp: list[dict], variant: str) -> None:
     for out in ddp:
         rec = out["variants"][variant]
@@ -61,7 +61,7 @@ def test_two_ranks_equal_one_process(ddp: list[dict], variant: str) -> None:
         assert rec["param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_gradcache_under_ddp_equals_one_uncached_process(ddp: list[dict], variant: str) -> None:
     for out in ddp:
         rec = out["variants"][variant]

@@ -47,6 +47,7 @@ GENERIC = {
     "cselab.objectives.VIEW_ANCHOR",  # the view names are the interface between the two
     "cselab.objectives.VIEW_POSITIVE",
     "cselab.objectives.VIEW_OFF_DROPOUT",
+    "cselab.objectives.VIEW_HARD_NEGATIVE",
 }
 
 

@@ -446,12 +446,13 @@ def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
 
 
 def _data_section(config: Config, sentences: int | None) -> str:
-    from .model.hub import WIKI1M_URL, cache_root
+    from .model.hub import DOWNLOADS, cache_root
 
     name = config.data.train_file
-    if name == "wiki1m":  # where resolve_train_file keeps it; a card never downloads the corpus
+    if name in DOWNLOADS and not Path(name).expanduser().exists():
+        # where resolve_train_file keeps it; a card never downloads the corpus
         cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-        path = cache / "data" / WIKI1M_URL.rsplit("/", 1)[1]
+        path = cache / "data" / DOWNLOADS[name][0]
     else:
         path = Path(name).expanduser()
     rows = [("file", f"`{path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]

@@ -65,6 +65,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(
             f"saved best model to {config.train.output_dir}/best, last to {config.train.output_dir}/last"
         )
+        for note in results.get("notes", []):
+            print(f"note: {note}")
     return 0
 
 

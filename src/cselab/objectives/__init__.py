@@ -6,7 +6,8 @@ SimCSE) and its composition rules; :mod:`.base` the part interfaces; :mod:`.cont
 context and the per-step cache; :mod:`.spaces` the negative spaces. The papers' parts, one module
 each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_dropout` and
 :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
-(MixCSE), :mod:`.noise` (ImSimCSE's noise ablation). :mod:`.config` is the ``objective:``
+(MixCSE), :mod:`.noise` (ImSimCSE's noise ablation), :mod:`.hard_negatives` (supervised
+SimCSE's given hard negatives). :mod:`.config` is the ``objective:``
 section of a run config and the one place it is validated.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from .barlow import BarlowTwinsTerm, barlow_twins_loss, cross_correlation
 from .base import (
     VIEW_ANCHOR,
+    VIEW_HARD_NEGATIVE,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
     AuxiliaryTerm,
@@ -41,6 +43,7 @@ from .context import ObjectiveContext, StepCache
 from .dcl import DimensionContrastive, dcl_loss
 from .focal import FocalScore
 from .gaussian import GaussianNegatives
+from .hard_negatives import HardNegatives
 from .infonce import InBatchNegatives, InfoNCE
 from .mixcse import MixedNegatives
 from .noise import AdditiveNoise
@@ -55,13 +58,22 @@ from .spaces import (
 )
 
 
-def build_objective(cfg: ObjectiveConfig) -> InfoNCE:
+def build_objective(
+    cfg: ObjectiveConfig, *, pairs: bool | None = None, hard_negatives: bool = False
+) -> InfoNCE:
     """Validate ``cfg`` and assemble the :class:`InfoNCE` it describes.
 
     With no sub-section enabled this is unsupervised SimCSE (default parts); each enabled
     sub-section adds or replaces a part following the composition rules of :mod:`.infonce`.
+
+    Args:
+        cfg: the ``objective:`` section.
+        pairs: whether the views come from given pairs (``None``: not said; the data-dependent
+            checks of :meth:`ObjectiveConfig.validate` are skipped).
+        hard_negatives: the batches carry given hard negatives (the ``neg`` view): add
+            :class:`HardNegatives` with ``cfg.hard_negative_weight`` (supervised SimCSE).
     """
-    cfg.validate()
+    cfg.validate(pairs, True if hard_negatives else (None if pairs is None else False))
     noise_on = cfg.noise.enabled
     noisy_negatives = noise_on and cfg.noise.side in ("negative", "both")
     noisy_positive = noise_on and cfg.noise.side in ("positive", "both")
@@ -75,6 +87,9 @@ def build_objective(cfg: ObjectiveConfig) -> InfoNCE:
     else:
         space = NOISY_SPACE if noisy_negatives else DROPOUT_SPACE
         negatives = [InBatchNegatives(space)]
+
+    if hard_negatives:
+        negatives.append(HardNegatives(cfg.hard_negative_weight, space=space))
 
     g = cfg.gaussian
     if g.enabled and g.weight > 0 and (g.num if g.num is not None else g.batch_multiple) > 0:
@@ -119,6 +134,7 @@ __all__ = [
     "OFF_DROPOUT_SPACE",
     "VIEW_ANCHOR",
     "VIEW_ANCHOR_NOISY",
+    "VIEW_HARD_NEGATIVE",
     "VIEW_OFF_DROPOUT",
     "VIEW_POSITIVE",
     "VIEW_POSITIVE_NOISY",
@@ -132,6 +148,7 @@ __all__ = [
     "FocalScore",
     "GaussianConfig",
     "GaussianNegatives",
+    "HardNegatives",
     "InBatchNegatives",
     "InfoNCE",
     "LossTerms",

@@ -10,6 +10,10 @@ every one. Objectives declare the *views* they need (:attr:`Objective.required_v
     batch stacked twice, a different dropout mask per row; SimCSE, Gao et al. 2021, Sec. 3).
 ``"off"``
     the same batch encoded with every dropout switched off (ImSimCSE, Xu et al. 2023, Sec. 3.2).
+``"neg"``
+    the given hard negatives of a pair batch, ``(B, K, D)``: the ``K`` negatives of row ``i``
+    on row ``i`` (supervised SimCSE, Gao et al. 2021, Sec. 4). For pairs, ``z1`` are the anchors
+    and ``z2`` the given positives, both encoded with dropout on.
 
 The InfoNCE family is one class, :class:`~cselab.objectives.infonce.InfoNCE`, assembled from the
 parts defined here: a :class:`Score`, :class:`NegativeSource` parts that each add a
@@ -32,6 +36,7 @@ from .context import ObjectiveContext, StepCache
 VIEW_ANCHOR = "z1"
 VIEW_POSITIVE = "z2"
 VIEW_OFF_DROPOUT = "off"
+VIEW_HARD_NEGATIVE = "neg"
 BASE_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE})
 
 LossTerms = dict[str, Tensor]

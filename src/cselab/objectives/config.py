@@ -18,6 +18,7 @@ distinct names::
       barlow_twins: {enabled: true, padding: 704}                  # Xu et al. 2023, Eq. 4
       mixcse: {enabled: true, mix_ratio: 0.2}                      # Zhang et al. 2022
       noise: {enabled: true, side: negative}                       # Xu et al. 2023, Table 1
+      hard_negative_weight: 0.0          # pairs with hard negatives: Gao et al. 2021, Sec. 4
 """
 
 from __future__ import annotations
@@ -196,6 +197,10 @@ class ObjectiveConfig:
         temperature: τ of the InfoNCE family, applied once to every column's energy.
         symmetric: average the loss over both directions (view 2 as anchor too).
         focal, gaussian, off_dropout, dcl, barlow_twins, mixcse, noise: see their classes.
+        hard_negative_weight: supervised SimCSE's log-weight on each anchor's own given hard
+            negative(s) (Gao et al. 2021, Sec. 4 and Appendix; their code's
+            ``hard_negative_weight``): the column enters the denominator as ``e^w · e^{s/τ}``.
+            ``0`` (the paper's setting) is plain InfoNCE; needs pairs data with hard negatives.
     """
 
     temperature: float = 0.05
@@ -207,12 +212,19 @@ class ObjectiveConfig:
     barlow_twins: BarlowTwinsConfig = field(default_factory=BarlowTwinsConfig)
     mixcse: MixCSEConfig = field(default_factory=MixCSEConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
+    hard_negative_weight: float = 0.0
 
-    def validate(self) -> None:
+    def validate(self, pairs: bool | None = None, hard_negatives: bool | None = None) -> None:
         """Raise :class:`~cselab.schema.ConfigError` naming the key if a value has the wrong
         kind, is out of range, or a combination is not defined.
 
         The one home of every objective check: the parts assume a validated config.
+
+        Args:
+            pairs: whether the training data are given pairs (``None``: not known yet); the
+                run config knows it from ``data.train_file`` and ``data.format``.
+            hard_negatives: whether the pairs carry hard negatives (``None``: not known yet,
+                i.e. before the file is read).
         """
         p = "objective"
         # Kinds first, with the YAML loader's own checks (choices, true/false, whole numbers):
@@ -256,7 +268,11 @@ class ObjectiveConfig:
         check(finite(n.variance) and n.variance >= 0, f"{p}.noise.variance must be >= 0",
                n.variance)  # fmt: skip
 
+        check(finite(self.hard_negative_weight), f"{p}.hard_negative_weight must be finite",
+              self.hard_negative_weight)  # fmt: skip
+
         # Combinations.
+        self._check_data(True if hard_negatives else pairs, hard_negatives)
         if x.enabled and x.directions == "single" and self.symmetric:
             raise ConfigError(
                 f"{p}.mixcse.directions='single' uses only the first view as anchor, which "
@@ -272,6 +288,30 @@ class ObjectiveConfig:
                 f"{p}.noise.side='{n.side}' adds noise to the negatives, but "
                 f"{p}.off_dropout scores the negatives on noise-free off-dropout representations; "
                 "enable only one of them, or use noise.side='positive'"
+            )
+
+    def _check_data(self, pairs: bool | None, hard_negatives: bool | None) -> None:
+        """The combinations that depend on the training data (see ``docs/objectives.md``)."""
+        p = "objective"
+        w = self.hard_negative_weight
+        if w != 0 and (pairs is False or (pairs and hard_negatives is False)):
+            raise ConfigError(
+                f"{p}.hard_negative_weight={w} weights given hard negatives, but the training "
+                "data has none (pairs with a negative column: data.columns.negative)"
+            )
+        if pairs and self.off_dropout.enabled:
+            raise ConfigError(
+                f"{p}.off_dropout is defined for the dropout views of one sentence (ImSimCSE, "
+                "Xu et al. 2023, Sec. 3.2: the negatives are the batch's sentences encoded "
+                "without dropout); with given pairs the positive is another sentence and the "
+                "paper defines no off-dropout objective for it: disable it for pairs data"
+            )
+        n = self.noise
+        if hard_negatives and n.enabled and n.side in ("negative", "both"):
+            raise ConfigError(
+                f"{p}.noise.side='{n.side}' perturbs the dropout views z1/z2 (ImSimCSE Table 1); "
+                "given hard negatives have no such view, so the negative side would be half "
+                "noisy: use noise.side='positive' with hard negatives"
             )
 
     @property

@@ -23,7 +23,8 @@ step the generators are set to where the first pass left them, so the random str
 if every chunk had been encoded once.
 
 Peak activation memory is that of one chunk (``3·chunk_size`` rows with the off-dropout view,
-``2·chunk_size`` without) instead of the batch; the price is a second forward pass (about a third
+``2·chunk_size`` without; ``(2+K)·chunk_size`` for pairs with ``K`` hard negatives, whose
+inputs carry every column on the row's index) instead of the batch; the price is a second forward pass (about a third
 more compute for a forward+backward). Generated negatives (Gaussian, mixing partners, noise,
 BarlowTwins padding) are drawn once per step, because the objective runs once.
 

@@ -20,6 +20,7 @@ from ..data import file_digest, tokenize_corpus
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective
+from ..pairs import TokenizedPairs, load_pairs, source_digest
 from . import rundir
 from .callbacks import Callback
 from .distributed import init_distributed, main_process_first, shutdown_distributed
@@ -43,20 +44,34 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
         train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
         if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
             tc = config.train
+            digest = source_digest if config.data.pairs else file_digest
             rundir.prepare_output_dir(
-                Path(tc.output_dir), config.to_dict(), lambda: file_digest(train_file),
+                Path(tc.output_dir), config.to_dict(), lambda: digest(train_file),
                 tc.resume, tc.overwrite,
             )  # fmt: skip
         evaluator = make_dev_evaluator(config)  # a bad dev file fails before tokenising
+        if config.data.pairs:  # read before the model loads: a bad row fails fast
+            records = load_pairs(train_file, config.data.format, config.data.columns)
         encoder = SentenceEncoder.from_config(config.model)
-        corpus, stats = tokenize_corpus(
-            train_file,
-            encoder.tokenizer,
-            config.model.max_seq_len,
-            errors=config.data.encoding_errors,
-            cache_dir=cache / "tokens",
-        )
-    if dist_info.is_main:
+        if config.data.pairs:  # tokenised in memory (cselab.pairs)
+            corpus = TokenizedPairs.build(records, encoder.tokenizer, config.model.max_seq_len)
+            objective = build_objective(
+                config.objective, pairs=True, hard_negatives=corpus.num_negatives > 0
+            )
+            data_digest = source_digest(train_file)
+        else:
+            corpus, stats = tokenize_corpus(
+                train_file,
+                encoder.tokenizer,
+                config.model.max_seq_len,
+                errors=config.data.encoding_errors,
+                cache_dir=cache / "tokens",
+            )
+            data_digest = stats.content_sha256
+    if dist_info.is_main and config.data.pairs:
+        log.info("pairs %s: %d rows, %d hard negatives each", train_file, len(corpus),
+                 corpus.num_negatives)  # fmt: skip
+    elif dist_info.is_main:
         log.info(
             "corpus %s: %d sentences (%d blank lines skipped, %d lines with replaced bytes)",
             stats.path, stats.sentences, stats.blank_lines, stats.replaced_lines,
@@ -72,7 +87,7 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
         corpus,
         evaluator,
         dist_info,
-        data_digest=stats.content_sha256,
+        data_digest=data_digest,
         callbacks=callbacks,
     )
 

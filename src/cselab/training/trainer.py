@@ -30,6 +30,7 @@ from ..data import (
 )
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
+from ..pairs import TokenizedPairs, evaluation_notes
 from ..publish import push_folder
 from .callbacks import Callback, CallbackList, report_callbacks, split_row
 from .checkpoint import (
@@ -65,7 +66,7 @@ class Trainer:
         config: the run configuration (saved with every checkpoint and model folder).
         encoder: the model being trained.
         objective: any :class:`~cselab.objectives.Objective`.
-        corpus: tokenised training sentences.
+        corpus: tokenised training sentences, or pairs (:class:`~cselab.pairs.TokenizedPairs`).
         evaluator: ``encoder -> dev score`` (higher is better) for model selection, or ``None``.
         dist_info: this process's place in a distributed run.
         data_digest: SHA-256 of the training file, kept in checkpoints to refuse resuming on
@@ -79,7 +80,7 @@ class Trainer:
         config: Config,
         encoder: SentenceEncoder,
         objective: Objective,
-        corpus: TokenizedCorpus,
+        corpus: TokenizedCorpus | TokenizedPairs,
         evaluator: Evaluator | None = None,
         dist_info: DistInfo | None = None,
         data_digest: str | None = None,
@@ -133,7 +134,10 @@ class Trainer:
             self.order.batch(epoch, index, self._order[1]), self.dist.rank, self.dist.world_size
         )
         pin = self.device.type == "cuda"
-        inputs = collate(self.corpus.rows(rows), self.pad_id)
+        if isinstance(self.corpus, TokenizedPairs):
+            inputs = self.corpus.inputs(rows, self.pad_id)
+        else:
+            inputs = collate(self.corpus.rows(rows), self.pad_id)
         return Batch(
             step,
             {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)
@@ -310,6 +314,9 @@ class Trainer:
             "precision": self.config.train.precision,
             "world_size": self.dist.world_size,
         }
+        if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
+            results["notes"] = notes
+            log.warning("%s", "; ".join(notes))
         write_results(self.out, results)
         for name, step in (("best", sel.best_step), ("last", self.step)):  # now with the times
             self._card(self.out / name, results=results, step=step)

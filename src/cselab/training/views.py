@@ -5,6 +5,12 @@ gets its own dropout mask and the two copies of a sentence are two dropout views
 ``off`` (ImSimCSE, Xu et al. 2023, Sec. 3.1): one more forward pass of the ``B`` rows with every
 dropout of the backbone switched off; the pooler stays in training mode, so a ``cls`` MLP head
 is applied as it is to the dropout views.
+
+Pairs (supervised SimCSE, Gao et al. 2021, Sec. 4; a batch with ``positive.*`` and optionally
+``negative.*`` columns, :mod:`cselab.pairs`): ``z1`` are the anchors, ``z2`` the given
+positives and ``neg`` the given hard negatives ``(B, K, D)``, all from one forward pass over the
+columns stacked (``2B + B·K`` rows, padded to the widest column), with dropout on as the paper
+trains. The off-dropout view is not defined for pairs (rejected by the objective's config).
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import torch
 from torch import Tensor
 
 from ..model.encoder import SentenceEncoder, dropout_disabled
-from ..objectives import VIEW_ANCHOR, VIEW_OFF_DROPOUT, VIEW_POSITIVE
+from ..objectives import VIEW_ANCHOR, VIEW_HARD_NEGATIVE, VIEW_OFF_DROPOUT, VIEW_POSITIVE
+from ..pairs import is_pair_batch, split_inputs, stack_rows
 
-KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT})
+KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE})
 
 
 def check_views(names: Iterable[str]) -> None:
@@ -31,9 +38,14 @@ def check_views(names: Iterable[str]) -> None:
 def compute_views(
     encoder: SentenceEncoder, batch: Mapping[str, Tensor], names: Iterable[str]
 ) -> dict[str, Tensor]:
-    """Encode ``batch`` (``B`` rows of token ids) into the requested views, each ``(B, D)``."""
+    """Encode ``batch`` (``B`` rows of token ids) into the requested views, each ``(B, D)``
+    (``neg``: ``(B, K, D)``)."""
     names = set(names)
     check_views(names)
+    if is_pair_batch(batch):
+        return pair_views(encoder, batch, names)
+    if VIEW_HARD_NEGATIVE in names:
+        raise ValueError("the objective asks for hard negatives, but the batch has no pairs")
     n = batch["input_ids"].shape[0]
     doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
     both = encoder(**doubled)
@@ -41,4 +53,26 @@ def compute_views(
     if VIEW_OFF_DROPOUT in names:
         with dropout_disabled(encoder.backbone):
             views[VIEW_OFF_DROPOUT] = encoder(**batch)
+    return views
+
+
+def pair_views(
+    encoder: SentenceEncoder, batch: Mapping[str, Tensor], names: set[str]
+) -> dict[str, Tensor]:
+    """``z1`` (anchors), ``z2`` (positives) and, if asked for, ``neg`` of a pair batch."""
+    if VIEW_OFF_DROPOUT in names:
+        raise ValueError("the off-dropout view is defined for sentences, not for given pairs")
+    anchors, positives, negatives = split_inputs(dict(batch))
+    n = anchors["input_ids"].shape[0]
+    parts = [anchors, positives]
+    k = 0
+    if VIEW_HARD_NEGATIVE in names:
+        if not negatives:
+            raise ValueError("the objective asks for hard negatives, but the pairs have none")
+        k = negatives["input_ids"].shape[1]
+        parts.append({key: v.reshape(n * k, -1) for key, v in negatives.items()})
+    out = encoder(**stack_rows(parts))
+    views = {VIEW_ANCHOR: out[:n], VIEW_POSITIVE: out[n : 2 * n]}
+    if k:
+        views[VIEW_HARD_NEGATIVE] = out[2 * n :].reshape(n, k, -1)
     return views
