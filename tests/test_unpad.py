@@ -17,7 +17,6 @@ from cselab import unpad
 from cselab.encoder import SentenceEncoder, dropout_disabled
 from cselab.views import compute_views
 
-
 # The tiny BERT's (2 layers, hidden 32, intermediate 64) forward on 9 tokens; its gradients also
 # sum over the batch's 6 x 9 token rows.
 FORWARD_TERMS = encoder_sum_terms(
