@@ -17,12 +17,17 @@ log = logging.getLogger("cselab")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from .checkpoint import CheckpointWriteError
     from .config import ConfigError
     from .data import CorpusError
+    from .hf_models import ModelFormatError
     from .hub import ResolveError
     from .trainer import TrainingDiverged
 
-    errors: list[type[BaseException]] = [ConfigError, CorpusError, ResolveError, TrainingDiverged]
+    errors: list[type[BaseException]] = [
+        ConfigError, CorpusError, ResolveError, TrainingDiverged, ModelFormatError,
+        CheckpointWriteError,
+    ]  # fmt: skip
     try:
         from .evaluation.datasets import DataFormatError, MissingDataError
 

@@ -167,15 +167,36 @@ class Config:
             ),
             (m.max_seq_len >= 2, "model.max_seq_len must be >= 2"),
             (m.dropout is None or 0 <= m.dropout < 1, "model.dropout must be in [0, 1)"),
+            (self.eval.batch_size >= 1, "eval.batch_size must be >= 1"),
+            (
+                t.precision != "fp16" or t.device.partition(":")[0] not in ("cpu", "mps"),
+                f"train.precision=fp16 needs a CUDA GPU, not train.device={t.device}; "
+                "use bf16 or fp32",
+            ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        _check_device(t.device)
         try:
             self.objective.validate()
         except ValueError as err:
             raise ConfigError(str(err)) from None
         return self
+
+
+def _check_device(name: str) -> None:
+    """``train.device`` is ``auto`` or a name ``torch.device`` accepts (``cpu``, ``cuda:1``...)."""
+    if name == "auto":
+        return
+    import torch  # lazily: reading a config should not wait for torch
+
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(
+            f"train.device: {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,8 +279,12 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 def _parse_scalar(text: str) -> Any:
-    """Parse an override value with YAML rules (``1e-5`` → float, ``null``, ``true``...)."""
-    value = yaml.safe_load(text) if text.strip() else ""
+    """Parse an override value with YAML rules (``1e-5`` → float, ``null``, ``true``...);
+    text that is not valid YAML (``runs/[a``) is taken as the string it is."""
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
     # YAML 1.1 reads "3e-5" (no dot) as a string; users mean a number.
     if isinstance(value, str):
         try:
@@ -294,8 +319,17 @@ def _load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
+    raw = p.read_bytes()
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{p}:{line}: not UTF-8 text (byte {raw[err.start : err.start + 1]!r} at offset "
+            f"{err.start}); save the config as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{p}: invalid YAML: {err}") from None
     if not isinstance(data, dict):

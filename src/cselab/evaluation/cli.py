@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,10 +62,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp_.set_defaults(func=run_compare)
 
 
+def check_output_path(path: str, option: str) -> None:
+    """Raise ``ValueError`` naming ``option`` if ``path`` cannot be written, so that a bad
+    ``-o`` is reported before the evaluation runs, not after."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        reason = "is a folder"
+    elif not folder.is_dir():
+        reason = f"folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        reason = "permission denied"
+    else:
+        return
+    raise ValueError(f"{option} {path}: cannot write there ({reason})")
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     from . import api, report
 
     try:
+        for option, path in (("--output", args.output), ("--csv", args.csv)):
+            if path:
+                check_output_path(path, option)
         tasks = api.parse_tasks(args.tasks, args.mode)
         # check (or fetch) the data before spending time on loading the model
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
@@ -81,7 +101,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             model_name=args.model,
         )
     except (DataFormatError, MissingDataError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"cselab evaluate: error: {exc}", file=sys.stderr)
         return 2
     if args.pooler:
         out["pooler"] = args.pooler
