@@ -114,7 +114,7 @@ def test_crash_while_writing_keeps_previous_checkpoint(
 
     monkeypatch.setattr(ckpt.os, "replace", die)
     trainer.step = 99
-    with pytest.raises(OSError):
+    with pytest.raises(ckpt.CheckpointWriteError, match="disk full"):
         trainer.save_checkpoint()
     _, again = ckpt.load_checkpoint(path)  # still the complete step-12 checkpoint
     assert again["step"] == meta["step"] == 12
