@@ -273,7 +273,7 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            raise ConfigError(f"unknown config key '{full}' (valid: {', '.join(sorted(names))})")
+            raise ConfigError(f"unknown config key {full!r} (valid: {', '.join(sorted(names))})")
         kwargs[key] = _coerce(value, hints[key], full)
     return cls(**kwargs)
 
@@ -283,7 +283,7 @@ def _parse_scalar(text: str) -> Any:
     text that is not valid YAML (``runs/[a``) is taken as the string it is."""
     try:
         value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # RecursionError: PyYAML on deep nesting
         return text
     # YAML 1.1 reads "3e-5" (no dot) as a string; users mean a number.
     if isinstance(value, str):
@@ -299,11 +299,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for item in overrides:
         text = item[2:] if item.startswith("--") else item
         if "=" not in text:
-            raise ConfigError(f"override '{item}' is not of the form --section.key=value")
+            raise ConfigError(f"override {item!r} is not of the form --section.key=value")
         path, raw = text.split("=", 1)
         parts = [p for p in path.split(".") if p]
         if not parts:
-            raise ConfigError(f"override '{item}' names no key")
+            raise ConfigError(f"override {item!r} names no key")
         node = data
         for part in parts[:-1]:
             child = node.setdefault(part, {})
@@ -331,7 +331,13 @@ def _load_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: invalid YAML: {err}") from None
+        # PyYAML's message spans several lines (context, a caret drawing): keep line and problem.
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    except RecursionError:  # PyYAML recurses once per nesting level
+        raise ConfigError(f"{p}: invalid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections")
     return data
