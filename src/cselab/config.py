@@ -60,10 +60,11 @@ class DataConfig:
 
     Attributes:
         train_file: a text file with one sentence per line, or ``wiki1m`` (SimCSE's corpus,
-            downloaded once into the cache).
+            downloaded once into the shared Hugging Face cache, see :mod:`cselab.hub`).
         encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
             ``replace`` (bad bytes become U+FFFD).
-        cache_dir: where tokenised corpora and downloads are cached (default: user cache).
+        cache_dir: where tokenised corpora are cached (default: user cache); a
+            ``data/wiki1m_for_simcse.txt`` there (from earlier versions) is used for ``wiki1m``.
     """
 
     train_file: str = "wiki1m"
