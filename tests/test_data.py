@@ -100,22 +100,29 @@ def test_collate_pads_to_longest() -> None:
     assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
-def test_wiki1m_offline_error_names_url_and_alternative(
+def test_wiki1m_download_error_names_the_source_and_alternative(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import urllib.request
+    """(Against a fake Hub end to end: tests/test_hub_downloads.py.)"""
+    import huggingface_hub
 
     from cselab.model import hub
 
-    def offline(*args, **kwargs):
+    asked = []
+
+    def offline(repo_id, filename, **kwargs):  # noqa: ANN001, ANN003
+        asked.append((repo_id, filename, kwargs.get("repo_type")))
         raise OSError("Name or service not known")
 
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
     with pytest.raises(hub.ResolveError) as info:
         hub.resolve_train_file("wiki1m", str(tmp_path))
-    assert hub.WIKI1M_URL in str(info.value) and "--data.train_file" in str(info.value)
-    assert not list(tmp_path.iterdir())  # no partial download left behind
-    (tmp_path / "wiki1m_for_simcse.txt").write_text("cached\n")  # downloaded once: reused
+    assert asked == [("princeton-nlp/datasets-for-simcse", "wiki1m_for_simcse.txt", "dataset")]
+    msg = str(info.value)
+    assert "datasets/princeton-nlp/datasets-for-simcse (wiki1m_for_simcse.txt)" in msg
+    assert "Name or service not known" in msg and "--data.train_file" in msg
+    assert not list(tmp_path.iterdir())  # nothing written
+    (tmp_path / "wiki1m_for_simcse.txt").write_text("cached\n")  # an earlier version's copy
     assert hub.resolve_train_file("wiki1m", str(tmp_path)) == tmp_path / "wiki1m_for_simcse.txt"
 
 

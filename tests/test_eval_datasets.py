@@ -12,6 +12,7 @@ import pytest
 from conftest import SENTEVAL, needs_senteval
 from cselab.evaluation import datasets as ds
 from cselab.evaluation import download as dl
+from cselab.model.hub import ResolveError
 
 DATA = SENTEVAL
 needs_data = needs_senteval
@@ -239,6 +240,7 @@ def test_missing_files_error_lists_files_and_never_downloads_into_named_dir(tmp_
         raise AssertionError("must not download into a folder the user named")
 
     monkeypatch.setattr(dl, "_fetch", no_network)
+    monkeypatch.setattr(dl, "hub_dataset_file", no_network)
     with pytest.raises(ds.MissingDataError) as err:
         dl.ensure_data(["STSBenchmark", "SICKRelatedness"], tmp_path)
     msg = str(err.value)
@@ -256,10 +258,17 @@ def test_offline_download_into_cache_fails_cleanly(tmp_path, monkeypatch):
         calls.append(url)
         raise OSError("network is unreachable")
 
+    def hub_offline(repo_id, filename):
+        calls.append(f"hub:{repo_id}/{filename}")
+        raise ResolveError("could not download ...: HF_HUB_OFFLINE is set")
+
     monkeypatch.setattr(dl, "_fetch", offline)
+    monkeypatch.setattr(dl, "hub_dataset_file", hub_offline)
     with pytest.raises(ds.MissingDataError, match="download failed"):
         dl.ensure_data(["MRPC"])
-    assert calls[0] == dl.ARCHIVE_URL and any("msr_paraphrase" in u for u in calls[1:])
+    assert calls[0] == "hub:princeton-nlp/datasets-for-simcse/senteval.tar"
+    assert any("msr_paraphrase" in u for u in calls[1:])
+    assert not list(tmp_path.rglob("*.txt"))  # no partial file left
 
 
 def test_download_extracts_archive_members_and_checks_sums(tmp_path, monkeypatch):
@@ -276,11 +285,12 @@ def test_download_extracts_archive_members_and_checks_sums(tmp_path, monkeypatch
             tar.addfile(info, io.BytesIO(data))
     archive_bytes = buf.getvalue()
 
-    def fake_fetch(url, dest, timeout=60.0):
-        assert url == dl.ARCHIVE_URL
-        dest.write_bytes(archive_bytes)
+    def fake_hub(repo_id, filename):
+        assert (repo_id, filename) == ("princeton-nlp/datasets-for-simcse", "senteval.tar")
+        (tmp_path / "senteval.tar").write_bytes(archive_bytes)
+        return tmp_path / "senteval.tar"
 
-    monkeypatch.setattr(dl, "_fetch", fake_fetch)
+    monkeypatch.setattr(dl, "hub_dataset_file", fake_hub)
     root = tmp_path / "cache"
     with pytest.warns(UserWarning, match="SHA-256 mismatch"):
         left = dl.download(list(ds.TASK_FILES["STSBenchmark"]), root)

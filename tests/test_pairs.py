@@ -230,21 +230,20 @@ def test_presets_load() -> None:
 
 
 def test_nli_name_downloads_like_wiki1m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import urllib.request
-
     from cselab.model import hub
 
     seen = []
 
-    def offline(url, *args, **kwargs):
-        seen.append(url)
-        raise OSError("Name or service not known")
+    def offline(repo: str, filename: str) -> Path:
+        seen.append((repo, filename))
+        raise hub.ResolveError("the Hub cannot be reached")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
-    with pytest.raises(hub.ResolveError, match="could not download nli_for_simcse.csv"):
+    monkeypatch.setattr(hub, "hub_dataset_file", offline)
+    with pytest.raises(hub.ResolveError, match="nli_for_simcse.csv: the Hub cannot be reached"):
         hub.resolve_train_file("nli_for_simcse.csv", str(tmp_path / "cache"))
-    assert seen == [hub.SIMCSE_DATA_URL + "nli_for_simcse.csv"]
+    assert seen == [(hub.SIMCSE_DATA_REPO, "nli_for_simcse.csv")]
+    (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "nli_for_simcse.csv").write_text("sent0,sent1,hard_neg\n")
     got = hub.resolve_train_file("nli_for_simcse.csv", str(tmp_path / "cache"))
     assert got == tmp_path / "cache" / "nli_for_simcse.csv"

@@ -1,4 +1,8 @@
-"""The unpadded (packed) training forward computes what the padded forward computes."""
+"""The unpadded (packed) training forward computes what the padded forward computes.
+
+The comparisons run the float64 tiny BERT: packed and padded forwards sum the same products in
+different orders, so they agree within :func:`conftest.float_tolerance` of the longest sums.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,24 @@ import json
 
 import pytest
 import torch
+from transformers import BertConfig
 
+from conftest import encoder_sum_terms, float_tolerance
 from cselab.model import unpad
 from cselab.model.encoder import SentenceEncoder, dropout_disabled
 from cselab.training.views import compute_views
+
+# The tiny BERT's (2 layers, hidden 32, intermediate 64) forward on 9 tokens; its gradients also
+# sum over the batch's 6 x 9 token rows.
+FORWARD_TERMS = encoder_sum_terms(
+    BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2), 9
+)
+GRAD_TERMS = FORWARD_TERMS * 6 * 9
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, terms: int, msg: str = "") -> None:
+    tol = float_tolerance(want.dtype, terms, max(1.0, want.abs().max().item()))
+    torch.testing.assert_close(got, want, rtol=0, atol=tol, msg=msg or None)
 
 
 def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -24,8 +42,8 @@ def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg"])
-def test_unpadded_forward_and_gradients_match_padded(tiny_bert, pooler):
-    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler=pooler, dropout=0.0)
+def test_unpadded_forward_and_gradients_match_padded(tiny_bert64, pooler):
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler=pooler, dropout=0.0).double()
     assert enc.unpad_training
     assert enc.backbone.config._attn_implementation == unpad.ATTENTION_NAME
     enc.train()
@@ -35,23 +53,24 @@ def test_unpadded_forward_and_gradients_match_padded(tiny_bert, pooler):
         enc.unpad_training = flag
         enc.zero_grad()
         z = enc(ids, mask)
-        (z * torch.linspace(-1, 1, z.shape[-1])).sum().backward()
+        (z * torch.linspace(-1, 1, z.shape[-1], dtype=z.dtype)).sum().backward()
         grads = {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
         results.append((z.detach(), grads))
     (z_pad, g_pad), (z_unpad, g_unpad) = results
-    torch.testing.assert_close(z_unpad, z_pad, rtol=1e-5, atol=1e-5)
+    assert z_pad.dtype == torch.float64
+    _close(z_unpad, z_pad, FORWARD_TERMS)
     assert g_pad.keys() == g_unpad.keys()
     for name in g_pad:
-        torch.testing.assert_close(g_unpad[name], g_pad[name], rtol=1e-4, atol=1e-5, msg=name)
+        _close(g_unpad[name], g_pad[name], GRAD_TERMS, msg=name)
 
 
-def test_off_dropout_view_on_the_unpadded_path(tiny_bert, monkeypatch):
+def test_off_dropout_view_on_the_unpadded_path(tiny_bert64, monkeypatch):
     """CPU training feeds padded batches without ``token_type_ids``, so the ImSimCSE off view
     runs the unpadded forward: it must be deterministic there and equal the padded
     dropout-free forward (MLP head included)."""
     enc = SentenceEncoder.from_pretrained(
-        str(tiny_bert), pooler="cls", mlp_only_train=True, dropout=0.3
-    )
+        str(tiny_bert64), pooler="cls", mlp_only_train=True, dropout=0.3
+    ).double()
     enc.train()
     ids, mask = _batch()
     calls: list[int] = []
@@ -72,18 +91,18 @@ def test_off_dropout_view_on_the_unpadded_path(tiny_bert, monkeypatch):
     with dropout_disabled(enc.backbone):
         padded = enc(ids, mask)
     assert len(calls) == 4
-    torch.testing.assert_close(a["off"], padded, rtol=1e-5, atol=1e-5)
+    _close(a["off"], padded, FORWARD_TERMS)
 
 
-def test_unpadded_last_hidden_matches_at_real_tokens(tiny_bert):
-    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+def test_unpadded_last_hidden_matches_at_real_tokens(tiny_bert64):
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="avg")
     enc.eval()
     ids, mask = _batch(1)
     with torch.no_grad():
         padded = enc.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
         packed = unpad.unpadded_last_hidden(enc.backbone, ids, mask)
     keep = mask.bool()
-    torch.testing.assert_close(packed[keep], padded[keep], rtol=1e-5, atol=1e-5)
+    _close(packed[keep], padded[keep], FORWARD_TERMS)
     assert torch.all(packed[~keep] == 0)
 
 

@@ -446,13 +446,19 @@ def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
 
 
 def _data_section(config: Config, sentences: int | None) -> str:
-    from .model.hub import DOWNLOADS, cache_root
+    from huggingface_hub import try_to_load_from_cache
+
+    from .model.hub import DOWNLOADS, SIMCSE_DATA_REPO, cache_root
 
     name = config.data.train_file
     if name in DOWNLOADS and not Path(name).expanduser().exists():
-        # where resolve_train_file keeps it; a card never downloads the corpus
+        # Where resolve_train_file finds it (an earlier version's copy, else the shared Hugging
+        # Face cache); a card never downloads the corpus.
         cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-        path = cache / "data" / DOWNLOADS[name][0]
+        path = cache / "data" / DOWNLOADS[name]
+        if not path.is_file():
+            hit = try_to_load_from_cache(SIMCSE_DATA_REPO, DOWNLOADS[name], repo_type="dataset")
+            path = Path(hit) if isinstance(hit, str) else path
     else:
         path = Path(name).expanduser()
     rows = [("file", f"`{path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]

@@ -28,9 +28,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .insight.plots import PlotError
     from .insight.report import ReportError
     from .insight.sweep import SweepError
+    from .model.hf_models import ModelFormatError
     from .model.hub import ResolveError
     from .publish import PublishError
     from .schema import ConfigError
+    from .training.checkpoint import CheckpointWriteError
     from .training.metrics import TrainingDiverged
 
     return (
@@ -40,6 +42,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         TrainingDiverged,
         DataFormatError,
         MissingDataError,
+        ModelFormatError,
+        CheckpointWriteError,
         PublishError,
         SearchIndexError,
         PlotError,

@@ -65,7 +65,8 @@ class DataConfig:
         columns: the anchor, positive and hard-negative columns of a pairs file.
         encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
             ``replace`` (bad bytes become U+FFFD).
-        cache_dir: where tokenised corpora and downloads are cached (default: user cache).
+        cache_dir: where tokenised corpora are cached (default: user cache); a
+            ``data/wiki1m_for_simcse.txt`` there (from earlier versions) is used for ``wiki1m``.
     """
 
     train_file: str = "wiki1m"
@@ -195,6 +196,12 @@ class Config:
             ),
             (m.max_seq_len >= 2, "model.max_seq_len must be >= 2"),
             (m.dropout is None or 0 <= m.dropout < 1, "model.dropout must be in [0, 1)"),
+            (self.eval.batch_size >= 1, "eval.batch_size must be >= 1"),
+            (
+                t.precision != "fp16" or t.device.partition(":")[0] not in ("cpu", "mps"),
+                f"train.precision=fp16 needs a CUDA GPU, not train.device={t.device}; "
+                "use bf16 or fp32",
+            ),
             (
                 len(self.eval.dev_columns) == 3 and len(set(self.eval.dev_columns)) == 3,
                 "eval.dev_columns must be three distinct names: sentence 1, sentence 2, score",
@@ -203,13 +210,32 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        _check_device(t.device)
         self.objective.validate(pairs=self.data.pairs)
         return self
 
 
+def _check_device(name: str) -> None:
+    """``train.device`` is ``auto`` or a name ``torch.device`` accepts (``cpu``, ``cuda:1``...)."""
+    if name == "auto":
+        return
+    import torch  # lazily: reading a config should not wait for torch
+
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(
+            f"train.device: {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
+
+
 def _parse_scalar(text: str) -> Any:
-    """Parse an override value with YAML rules (``1e-5`` → float, ``null``, ``true``...)."""
-    value = yaml.safe_load(text) if text.strip() else ""
+    """Parse an override value with YAML rules (``1e-5`` → float, ``null``, ``true``...);
+    text that is not valid YAML (``runs/[a``) is taken as the string it is."""
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except (yaml.YAMLError, RecursionError):  # RecursionError: PyYAML on deep nesting
+        return text
     # YAML 1.1 reads "3e-5" (no dot) as a string; users mean a number.
     if isinstance(value, str):
         try:
@@ -224,11 +250,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for item in overrides:
         text = item[2:] if item.startswith("--") else item
         if "=" not in text:
-            raise ConfigError(f"override '{item}' is not of the form --section.key=value")
+            raise ConfigError(f"override {item!r} is not of the form --section.key=value")
         path, raw = text.split("=", 1)
         parts = [p for p in path.split(".") if p]
         if not parts:
-            raise ConfigError(f"override '{item}' names no key")
+            raise ConfigError(f"override {item!r} names no key")
         node = data
         for part in parts[:-1]:
             child = node.setdefault(part, {})
@@ -245,10 +271,25 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
+    raw = p.read_bytes()
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{p}:{line}: not UTF-8 text (byte {raw[err.start : err.start + 1]!r} at offset "
+            f"{err.start}); save the config as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: invalid YAML: {err}") from None
+        # PyYAML's message spans several lines (context, a caret drawing): keep line and problem.
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    except RecursionError:  # PyYAML recurses once per nesting level
+        raise ConfigError(f"{p}: invalid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections")
     return data

@@ -105,6 +105,6 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            raise ConfigError(f"unknown config key '{full}' (valid: {', '.join(sorted(names))})")
+            raise ConfigError(f"unknown config key {full!r} (valid: {', '.join(sorted(names))})")
         kwargs[key] = _coerce(value, hints[key], full)
     return cls(**kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..model.pooling import POOLERS
@@ -85,6 +86,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp_.set_defaults(func=run_compare)
 
 
+def check_output_path(path: str, option: str) -> None:
+    """Raise :class:`ConfigError` naming ``option`` if ``path`` cannot be written, so that a bad
+    ``-o`` is reported before the evaluation runs, not after."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        reason = "is a folder"
+    elif not folder.is_dir():
+        reason = f"folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        reason = "permission denied"
+    else:
+        return
+    raise ConfigError(f"{option} {path}: cannot write there ({reason})")
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     if args.mteb:
         try:
@@ -94,6 +111,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return run_cli(args)
     from . import api, report
 
+    for option, path in (("--output", args.output), ("--csv", args.csv)):
+        if path:
+            check_output_path(path, option)
     if args.update_card and not Path(args.model).is_dir():
         raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
     spec = args.tasks if args.tasks is not None or args.sts_file else "sts"

@@ -3,13 +3,15 @@
 Sources (the canonical ones that SimCSE and SentEval use):
 
 * ``senteval.tar`` from princeton-nlp's Hugging Face dataset repo, what SimCSE's
-  ``SentEval/data/downstream/download_dataset.sh`` fetches: all 14 tasks already processed by
+  ``SentEval/data/downstream/download_dataset.sh`` fetches, through ``huggingface_hub`` (the
+  shared HF cache, resumable, ``HF_ENDPOINT``, ``HF_HUB_OFFLINE``; see
+  :func:`cselab.model.hub.hub_dataset_file`): all 14 tasks already processed by
   SentEval's ``get_transfer_data.bash`` (Moses tokenisation for STS/SICK, ``cat -v`` + PTB sed
   for MR/CR/SUBJ/MPQA, quote removal for TREC). Only the files the tasks read are extracted.
 * if the archive cannot be fetched, the three tasks that need no tokeniser come file by file
   from the addresses in SentEval's ``get_transfer_data.bash``: SST-2 (PrincetonML/SIF), MRPC
   (FAIR's copy) and TREC (Li & Roth's site; backquotes and apostrophes removed as SentEval's
-  ``sed`` does).
+  ``sed`` does). These are not on the Hub: plain HTTP, via a temporary file.
 
 Every fetched file is checked against the SHA-256 of the copy this project was validated on
 (the numbers in ``docs/evaluation.md`` come from those bytes); a mismatch is a warning.
@@ -30,6 +32,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from cselab.model.hub import SIMCSE_DATA_REPO, ResolveError, hub_dataset_file
+
 from .datasets import (
     ENV_VAR,
     TASK_FILES,
@@ -40,9 +44,9 @@ from .datasets import (
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_URL = (
-    "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/senteval.tar"
-)
+ARCHIVE_FILE = "senteval.tar"
+#: where to get it by hand (the download itself goes through huggingface_hub)
+ARCHIVE_URL = f"https://huggingface.co/datasets/{SIMCSE_DATA_REPO}/resolve/main/{ARCHIVE_FILE}"
 _SST = "https://raw.githubusercontent.com/PrincetonML/SIF/master/data"
 _FAIR = "https://dl.fbaipublicfiles.com/senteval/senteval_data"
 _TREC = "http://cogcomp.cs.illinois.edu/Data/QA/QC"
@@ -194,7 +198,9 @@ def _extract_from_archive(archive: Path, root: Path, wanted: set[str]) -> set[st
                         continue
                     target = root / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(src.read())
+                    partial = target.with_name(target.name + ".partial")
+                    partial.write_bytes(src.read())
+                    os.replace(partial, target)  # never a half file under the final name
                     found.add(rel)
                     break
     return found
@@ -205,13 +211,11 @@ def download(files: Iterable[str], root: str | os.PathLike[str]) -> list[str]:
     root = Path(root)
     wanted = set(files)
     errors: list[str] = []
-    with tempfile.TemporaryDirectory(dir=_existing_parent(root)) as tmp:
-        archive = Path(tmp) / "senteval.tar"
-        try:
-            _fetch(ARCHIVE_URL, archive)
-            wanted -= _extract_from_archive(archive, root, wanted)
-        except (OSError, tarfile.TarError) as exc:
-            errors.append(f"{ARCHIVE_URL}: {exc}")
+    try:
+        archive = hub_dataset_file(SIMCSE_DATA_REPO, ARCHIVE_FILE)
+        wanted -= _extract_from_archive(archive, _existing_parent(root), wanted)
+    except (ResolveError, OSError, tarfile.TarError) as exc:
+        errors.append(f"{ARCHIVE_URL}: {exc}")
     for rel in sorted(wanted):
         if rel not in DIRECT_SOURCES:
             continue

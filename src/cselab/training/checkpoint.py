@@ -5,25 +5,61 @@ every rank (each rank draws its own dropout masks, so each resumes its own strea
 position (the step), the best dev score so far and the resolved config. Tensors go in
 the safetensors body, everything else as JSON in its metadata: no pickle anywhere, so loading a
 checkpoint never executes code. The file is written to a temporary name and ``os.replace``-d over
-the previous one, so a crash or kill mid-write leaves the last complete checkpoint intact.
+the previous one, so a crash or kill mid-write leaves the last complete checkpoint intact; a
+failed write (disk full, permission denied) removes the partial file and raises one
+:class:`CheckpointWriteError` naming the path and the cause.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..config import Config, save_config
 from ..model.encoder import SentenceEncoder
 from .rng import RNGRecord, RNGState
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint or model folder could not be written (disk full, permission denied...);
+    the previous complete copy is kept."""
+
+
+def _cause(err: BaseException) -> str:
+    """``No space left on device (ENOSPC)`` for an ``OSError``, the message otherwise
+    (safetensors reports I/O errors as ``SafetensorError`` text)."""
+    if isinstance(err, OSError) and err.errno is not None:
+        return f"{err.strerror or os.strerror(err.errno)} ({errno.errorcode.get(err.errno, err.errno)})"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+@contextlib.contextmanager
+def publishing(target: Path, what: str, partial: Path) -> Iterator[None]:
+    """Turn an I/O failure while writing ``partial`` (to be renamed to ``target``) into one
+    :class:`CheckpointWriteError` naming ``target`` and the cause; ``partial`` is removed, so
+    the disk holds the previous complete ``target`` (if any) and nothing else."""
+    try:
+        yield
+    except (OSError, SafetensorError) as err:
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
+        kept = "the previous one is kept" if target.exists() else "none was written before"
+        raise CheckpointWriteError(
+            f"could not write {what} {target}: {_cause(err)}; {kept}"
+        ) from None
+
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
 # 2: one RNG record per rank (``rng.<rank>.torch`` / ``rng.<rank>.cuda``).
@@ -101,10 +137,11 @@ def save_checkpoint(
     }
     target = folder / CHECKPOINT_FILE
     tmp = folder / (CHECKPOINT_FILE + ".tmp")
-    save_file(tensors, str(tmp), metadata={"cselab": json.dumps(meta)})
-    with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    with publishing(target, "checkpoint", tmp):
+        save_file(tensors, str(tmp), metadata={"cselab": json.dumps(meta)})
+        with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
     return target
 
 
@@ -176,9 +213,10 @@ def save_model_folder(
     tmp = folder.with_name(folder.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    encoder.save(tmp)
-    save_config(config, tmp / "cselab_config.yaml")
-    if describe is not None:
-        describe(tmp)
-    publish_folder(tmp, folder)
+    with publishing(folder, "model folder", tmp):
+        encoder.save(tmp)
+        save_config(config, tmp / "cselab_config.yaml")
+        if describe is not None:
+            describe(tmp)
+        publish_folder(tmp, folder)
     return folder

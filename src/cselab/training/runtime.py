@@ -18,7 +18,10 @@ def pick_device(name: str, dist_info: DistInfo) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", dist_info.local_rank)
         return torch.device("cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name}, but no CUDA GPU is available; use cpu or auto")
+    return device
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -28,7 +31,9 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             return torch.bfloat16
         return None
     if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("train.precision=fp16 needs a GPU; use bf16 on CPU")
+        raise ConfigError(
+            f"train.precision=fp16 needs a CUDA GPU, not {device.type}; use bf16 or fp32"
+        )
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         log.warning(
             "train.precision=bf16 on a CPU without native bf16 matrix products (no AVX512-BF16/AMX): "

@@ -1,0 +1,146 @@
+"""What cselab reads from models it did not train: Hugging Face checkpoints and
+sentence-transformers folders.
+
+* :func:`hf_pooler_head`: ``--pooler cls`` on a plain Hugging Face model means the model's own
+  pooler (``pooler_output``: ``tanh(W h_[CLS] + b)`` for BERT and RoBERTa), as SimCSE's
+  ``evaluation.py`` does for ``--pooler cls``; a model without one is refused.
+* :func:`st_pooler_name`: the cselab pooler of a sentence-transformers folder's Pooling module;
+  modes cselab cannot reproduce (max, weighted mean, last token, several at once) are refused.
+* :func:`max_sequence_length`: the longest input a model really accepts, i.e. the tokenizer's
+  ``model_max_length`` capped by the position embeddings usable by tokens (RoBERTa-style models
+  start positions after ``padding_idx``: 514 embeddings hold 512 tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from .pooling import MLPHead
+
+
+class ModelFormatError(ValueError):
+    """A model folder cannot be used the way it was asked for (pooler, pooling mode)."""
+
+
+#: sentence-transformers Pooling mode -> cselab pooler (the modes cselab reproduces exactly)
+ST_POOLING_MODES = {"cls": "cls_before_pooler", "mean": "avg"}
+# sentence-transformers < 5 stored one boolean per mode
+_ST_LEGACY_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+def _pooling_modes(cfg: dict[str, Any]) -> list[str]:
+    mode = cfg.get("pooling_mode")
+    if mode is not None:
+        return [mode] if isinstance(mode, str) else [str(m) for m in mode]
+    return [name for key, name in _ST_LEGACY_KEYS.items() if cfg.get(key)]
+
+
+def st_pooler_name(folder: Path) -> str | None:
+    """The cselab pooler that a sentence-transformers folder's Pooling module computes, or
+    ``None`` if ``folder`` is not a sentence-transformers folder (no ``modules.json``).
+
+    Raises :class:`ModelFormatError` naming the mode when cselab has no equal pooler.
+    """
+    modules_file = folder / "modules.json"
+    if not modules_file.is_file():
+        return None
+    for module in json.loads(modules_file.read_text(encoding="utf-8")):
+        kind = module.get("type", "")
+        if not kind.endswith("Pooling") or "Weighted" in kind:
+            continue
+        cfg_file = folder / module.get("path", "") / "config.json"
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
+        modes = _pooling_modes(cfg) or ["mean"]  # sentence-transformers' default
+        if len(modes) == 1 and modes[0] in ST_POOLING_MODES:
+            return ST_POOLING_MODES[modes[0]]
+        raise ModelFormatError(
+            f"{cfg_file}: pooling mode {'+'.join(modes)} is not supported by cselab (it "
+            f"reproduces {', '.join(ST_POOLING_MODES)}); pass --pooler to choose one of cselab's"
+        )
+    return None
+
+
+def checkpoint_keys(folder: Path) -> set[str]:
+    """The tensor names stored in a Hugging Face model folder (safetensors or ``.bin``, single
+    or sharded); ``.bin`` files are opened with ``weights_only`` (no code runs) and ``mmap``."""
+    import torch
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            keys |= set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"])
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as fh:
+            keys |= set(fh.keys())
+    if not keys:
+        for file in folder.glob("pytorch_model*.bin"):
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            keys |= set(state)
+    return keys
+
+
+def hf_pooler_head(backbone: nn.Module, folder: Path, source: str) -> MLPHead:
+    """An :class:`MLPHead` computing ``backbone``'s ``pooler_output`` from the [CLS] vector.
+
+    Raises :class:`ModelFormatError` when the model has no such pooler (``add_pooling_layer``
+    off, an architecture without one, a pooler that is not ``tanh(dense(h_[CLS]))``, or one
+    whose weights are not in the checkpoint: transformers would have initialised it randomly).
+    """
+    pooler = getattr(backbone, "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    activation = getattr(pooler, "activation", None)
+    hidden = int(backbone.config.hidden_size)
+    if (
+        not isinstance(dense, nn.Linear)
+        or not isinstance(activation, nn.Tanh)
+        or dense.in_features != hidden
+        or dense.out_features != hidden
+        or dense.bias is None
+    ):
+        raise ModelFormatError(
+            f"pooler 'cls' on {source}: the model has no pooler layer (pooler_output) to use; "
+            "choose --pooler cls_before_pooler (the raw [CLS] vector) or avg"
+        )
+    if not any(k.endswith("pooler.dense.weight") for k in checkpoint_keys(folder)):
+        raise ModelFormatError(
+            f"pooler 'cls' on {source}: the checkpoint has no pooler weights (pooler_output "
+            "would be random); choose --pooler cls_before_pooler (the raw [CLS] vector) or avg"
+        )
+    head = MLPHead(hidden).to(dtype=dense.weight.dtype, device=dense.weight.device)
+    head.dense.load_state_dict(dense.state_dict())
+    return head
+
+
+def position_limit(backbone: nn.Module) -> int:
+    """How many tokens the backbone's position embeddings can hold.
+
+    RoBERTa-family embeddings number positions from ``padding_idx + 1``, so
+    ``max_position_embeddings - padding_idx - 1`` tokens fit (514 → 512).
+    """
+    limit = int(getattr(backbone.config, "max_position_embeddings", 512))
+    padding_idx = getattr(getattr(backbone, "embeddings", None), "padding_idx", None)
+    if isinstance(padding_idx, int):
+        limit -= padding_idx + 1
+    return limit
+
+
+def max_sequence_length(tokenizer: Any, backbone: nn.Module) -> int:
+    """The tokenizer's ``model_max_length`` (unset: a huge sentinel) capped by
+    :func:`position_limit`."""
+    limit = position_limit(backbone)
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < limit:
+        return declared
+    return limit

@@ -1,0 +1,159 @@
+"""A checkpoint or model-folder write that fails (disk full, permission denied) ends in one
+line naming the path and the cause, leaves no partial file, and the previous copy still loads."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+
+import cselab.training.checkpoint as ckpt
+from conftest import write_corpus
+from cselab.cli import main
+
+
+def tiny_state() -> tuple[torch.nn.Module, torch.optim.Optimizer, object]:
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    return model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+
+def half_written_then(error: BaseException):  # noqa: ANN201
+    """A ``save_file`` that writes half of a real file's bytes to its target, then fails."""
+    real = ckpt.save_file
+
+    def save_file(tensors, path, metadata=None):  # noqa: ANN001, ANN202
+        real(tensors, path, metadata=metadata)
+        data = Path(path).read_bytes()
+        Path(path).write_bytes(data[: len(data) // 2])
+        raise error
+
+    return save_file
+
+
+FAILURES = {
+    "ENOSPC": (
+        "save_file",
+        lambda: half_written_then(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))),
+        "No space left on device (ENOSPC)",
+    ),
+    "EACCES": (
+        "os.replace",
+        lambda: _raiser(PermissionError(errno.EACCES, os.strerror(errno.EACCES))),
+        "Permission denied (EACCES)",
+    ),
+    # safetensors reports its own I/O errors as SafetensorError with the OS message inside
+    "safetensors": (
+        "save_file",
+        lambda: half_written_then(
+            SafetensorError(
+                "Error while serializing: I/O error: No space left on device (os error 28)"
+            )
+        ),
+        "Error while serializing: I/O error: No space left on device (os error 28)",
+    ),
+}
+
+
+def _raiser(error: BaseException):  # noqa: ANN202
+    def fail(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise error
+
+    return fail
+
+
+def _patch(monkeypatch: pytest.MonkeyPatch, where: str, fake: object) -> None:
+    if where == "save_file":
+        monkeypatch.setattr(ckpt, "save_file", fake)
+    else:
+        monkeypatch.setattr(ckpt.os, "replace", fake)
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_failed_checkpoint_write_names_path_and_cause_and_keeps_the_previous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    where, make, cause = FAILURES[case]
+    model, opt, sched = tiny_state()
+    target = ckpt.save_checkpoint(tmp_path, model, opt, sched, step=7, extra={"k": 1})
+    _patch(monkeypatch, where, make())
+    with pytest.raises(ckpt.CheckpointWriteError) as info:
+        ckpt.save_checkpoint(tmp_path, model, opt, sched, step=8, extra={"k": 2})
+    msg = str(info.value)
+    assert msg == f"could not write checkpoint {target}: {cause}; the previous one is kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ckpt.CHECKPOINT_FILE]  # no partial
+    monkeypatch.undo()
+    _, meta = ckpt.load_checkpoint(tmp_path)
+    assert meta["step"] == 7 and meta["extra"] == {"k": 1}
+
+
+def test_first_checkpoint_failing_says_none_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, opt, sched = tiny_state()
+    monkeypatch.setattr(ckpt, "save_file", FAILURES["ENOSPC"][1]())
+    with pytest.raises(ckpt.CheckpointWriteError, match="none was written before$"):
+        ckpt.save_checkpoint(tmp_path, model, opt, sched, step=1, extra={})
+    assert list(tmp_path.iterdir()) == []
+
+
+def _train_args(tiny_bert: Path, tmp_path: Path) -> list[str]:
+    return [
+        "-q", "train", f"--model.name_or_path={tiny_bert}", "--model.pooler=avg",
+        f"--data.train_file={write_corpus(tmp_path / 'data', 48)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=2", "--train.eval_steps=0",
+        "--train.device=cpu",
+    ]  # fmt: skip
+
+
+def test_disk_full_during_training_is_one_line(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(ckpt, "save_file", FAILURES["ENOSPC"][1]())
+    assert main(_train_args(tiny_bert, tmp_path)) == 2
+    # stderr also carries the tokenising progress bar; the error is one line of its own.
+    errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    target = tmp_path / "out" / "checkpoint" / ckpt.CHECKPOINT_FILE
+    assert len(errors) == 1
+    assert errors[0] == (
+        f"cselab train: error: could not write checkpoint {target}: No space left on device "
+        "(ENOSPC); none was written before"
+    )
+
+
+def test_failed_model_folder_save_keeps_the_previous_folder(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cselab.config import load_config
+    from cselab.model.encoder import SentenceEncoder, load
+    from cselab.training.run import build_trainer
+
+    trainer = build_trainer(load_config(None, _train_args(tiny_bert, tmp_path)[2:]))
+    best = trainer.save_model("best")
+    before = load(str(best)).encode(["a sentence"])
+    real_save = SentenceEncoder.save
+
+    def disk_full(self, path):  # noqa: ANN001, ANN202 - writes part of the folder, then fails
+        real_save(self, path)
+        (Path(path) / "model.safetensors").write_bytes(b"trunc")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(SentenceEncoder, "save", disk_full)
+    with torch.no_grad():
+        for p in trainer.encoder.parameters():
+            p.add_(1.0)  # the new save would differ
+    with pytest.raises(ckpt.CheckpointWriteError) as info:
+        trainer.save_model("best")
+    assert str(info.value) == (
+        f"could not write model folder {best}: No space left on device (ENOSPC); "
+        "the previous one is kept"
+    )
+    assert sorted(p.name for p in best.parent.iterdir()) == ["best"]  # no best.tmp left
+    assert (load(str(best)).encode(["a sentence"]) == before).all()

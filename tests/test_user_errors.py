@@ -1,0 +1,117 @@
+"""Every user error is one line (``cselab CMD: error: ...``, exit 2), found before work starts;
+and SST-2 runs end to end through ``cselab evaluate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import needs_senteval, write_corpus
+from cselab.cli import main
+
+
+def one_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    return err.splitlines()[-1]  # lines above it, if any, are transformers' progress bars
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--train.precision=fp16", "--train.device=cpu"],
+         "train.precision=fp16 needs a CUDA GPU, not train.device=cpu; use bf16 or fp32"),
+        (["--train.device=gpu"],
+         "train.device: 'gpu' is not a device; use auto, cpu, cuda, cuda:N or mps"),
+        (["--eval.batch_size=0"], "eval.batch_size must be >= 1"),
+        (["--eval.batch_size=-3"], "eval.batch_size must be >= 1"),
+    ],
+)  # fmt: skip
+def test_train_config_errors(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", *args]) == 2
+    assert one_line(capsys) == f"cselab train: error: {message}"
+
+
+def test_config_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes("train:\n  lr: 1.0e-5\n# réglages\n".encode("latin-1"))
+    assert main(["train", str(config)]) == 2
+    assert one_line(capsys) == (
+        f"cselab train: error: {config}:3: not UTF-8 text (byte b'\\xe9' at offset 23); "
+        "save the config as UTF-8"
+    )
+
+
+def _tiny_train(tiny_bert: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "train", f"--model.name_or_path={tiny_bert}", "--model.pooler=avg",
+        f"--data.train_file={write_corpus(tmp_path / 'data', 32)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=1", "--train.eval_steps=0", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # train.device=auto is resolved by the trainer: the CPU here
+        (["--train.precision=fp16"], "train.precision=fp16 needs a CUDA GPU, not cpu; use bf16 or fp32"),
+        (["--train.device=cuda:1"], "train.device=cuda:1, but no CUDA GPU is available; use cpu or auto"),
+    ],
+)  # fmt: skip
+def test_train_device_errors_without_a_gpu(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, extra: list[str], message: str
+) -> None:
+    assert main(_tiny_train(tiny_bert, tmp_path, *extra)) == 2
+    assert one_line(capsys) == f"cselab train: error: {message}"
+
+
+@pytest.mark.parametrize("option", ["--output", "-o", "--csv"])
+@pytest.mark.parametrize("case", ["no folder", "a folder", "read-only"])
+def test_evaluate_output_path_is_checked_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    option: str, case: str,
+) -> None:  # fmt: skip
+    from cselab.evaluation import cli as ev_cli
+    from cselab.evaluation import download
+
+    def must_not_run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the evaluation started before the output path was checked")
+
+    monkeypatch.setattr(download, "ensure_data", must_not_run)
+    monkeypatch.setattr(ev_cli, "ensure_data", must_not_run)
+    if case == "no folder":
+        path, reason = (
+            tmp_path / "missing" / "r.json",
+            f"folder {tmp_path / 'missing'} does not exist",
+        )
+    elif case == "a folder":
+        path, reason = tmp_path, "is a folder"
+    else:  # os.access answers for root too, where chmod would not stop the write
+        monkeypatch.setattr(ev_cli.os, "access", lambda *a, **k: False)
+        path, reason = tmp_path / "r.json", "permission denied"
+    shown = "--output" if option == "-o" else option
+    assert main(["evaluate", "no/such-model", option, str(path), "--tasks", "STSBenchmark"]) == 2
+    assert one_line(capsys) == (
+        f"cselab evaluate: error: {shown} {path}: cannot write there ({reason})"
+    )
+
+
+@needs_senteval
+@pytest.mark.slow  # ~3 min on 2 cores: encoding 70k phrases and SentEval's logistic regression
+def test_sst2_end_to_end(tiny_bert: Path, senteval_dir: Path, tmp_path: Path) -> None:
+    """``cselab evaluate --tasks SST2``: SentEval's protocol on the real SST-2 split (train on
+    67,349 phrases, model selection on 872 dev sentences, test on 1,821)."""
+    out = tmp_path / "r.json"
+    args = ["-q", "evaluate", str(tiny_bert), "--tasks", "SST2", "--mode", "fasttest",
+            "--pooler", "avg", "--data-dir", str(senteval_dir), "-o", str(out)]  # fmt: skip
+    assert main(args) == 0
+    res = json.loads(out.read_text())["results"]["SST2"]
+    assert (res["ndev"], res["ntest"]) == (872, 1821)
+    # A random 32-dim encoder is weak but not blind on sentiment: above the majority class
+    # (the test split is 909 positive / 912 negative, 50.1%) and far from perfect.
+    assert 50.1 < res["acc"] < 80 and 50 < res["devacc"] < 80
