@@ -251,8 +251,12 @@ def dev_evaluator(
     columns: Sequence[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = 128,
-) -> Callable[[EncoderLike], float] | None:
+) -> Callable[[EncoderLike], float | dict[str, float]] | None:
     """The model-selection score of ``eval.dev``, with a ``name`` attribute for the logs.
+
+    The evaluator returns the score, or a dict of numbers with the score under ``name``: for
+    STS-B dev also ``align`` and ``uniform`` (:func:`~cselab.evaluation.sts.stsb_dev_measures`),
+    logged at every evaluation next to the score.
 
     ``dev``: ``stsb`` (STS-B dev, as SimCSE), ``none`` (no selection: returns ``None``) or the
     path of an STS-format file / saved dataset, read and validated here, before training.
@@ -264,28 +268,16 @@ def dev_evaluator(
     if dev.lower() == "none":
         return None
     if dev.lower() == "stsb":
-        from .sts import stsb_dev_spearman
+        from .sts import stsb_dev_measures
 
-        if metric == "spearman":
+        name = "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
 
-            def evaluate(encoder: EncoderLike) -> float:
-                return stsb_dev_spearman(encoder, data_dir, batch_size=batch_size)
+        def evaluate(encoder: EncoderLike) -> dict[str, float]:
+            # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
+            out = stsb_dev_measures(encoder, data_dir, batch_size=batch_size)
+            return {name: out[metric], "align": out["align"], "uniform": out["uniform"]}
 
-        else:
-            from .datasets import load_stsb, resolve_data_dir
-            from .download import ensure_files
-
-            root = resolve_data_dir(data_dir)
-            scorer: PairsScorer | None = None
-
-            def evaluate(encoder: EncoderLike) -> float:
-                nonlocal scorer
-                if scorer is None:  # downloaded at the first evaluation, as for Spearman
-                    ensure_files(["STS/STSBenchmark/sts-dev.csv"], root)
-                    scorer = PairsScorer(load_stsb("dev", root), metric, batch_size)
-                return scorer(encoder)
-
-        evaluate.name = "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"  # type: ignore[attr-defined]
+        evaluate.name = name  # type: ignore[attr-defined]
         evaluate.source = "stsb"  # type: ignore[attr-defined]
         return evaluate
     scorer_ = PairsScorer(read_sts_file(dev, columns), metric, batch_size)

@@ -166,18 +166,24 @@ def _stsb_dev_plan(data_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray, n
     return datasets._cached("stsb-dev-plan", (path,), build)
 
 
-def stsb_dev_spearman(
+def stsb_dev_measures(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = 128,
-) -> float:
-    """Spearman x 100 of cosine vs gold on STS-B dev (SimCSE's ``eval_stsb_spearman`` x 100).
+) -> dict[str, float]:
+    """One encoding of STS-B dev, every number training looks at: ``spearman`` and ``pearson``
+    (cosine vs gold, x 100; ``spearman`` is SimCSE's ``eval_stsb_spearman`` x 100) and
+    ``align`` / ``uniform`` (Wang & Isola 2020, as SimCSE Sec. 5 computes them: alignment over
+    the pairs with gold > 4, uniformity over the distinct sentences, t = 2, normalised vectors;
+    the same definitions as :func:`cselab.evaluation.alignment.align_uniform`).
 
     ``encoder``: an object with ``encode(list[str], batch_size=...)`` or a plain callable
     ``list[str] -> (N, D) array``. The file is parsed once per process; each call encodes the
-    1,500 pairs' distinct sentences once. An ``nn.Module`` encoder is put in eval mode for the
-    call and its train/eval state restored afterwards.
+    distinct sentences once. An ``nn.Module`` encoder is put in eval mode for the call and its
+    train/eval state restored afterwards.
     """
+    from .alignment import POSITIVE_THRESHOLD, alignment, l2_normalize, uniformity
+
     root = datasets.resolve_data_dir(data_dir)
     if not (root / _STSB_DEV).is_file():
         from .download import ensure_files
@@ -185,4 +191,22 @@ def stsb_dev_spearman(
         ensure_files([_STSB_DEV], root)
     unique, i1, i2, gold = _stsb_dev_plan(root)
     vectors = call_encoder(encoder, list(unique), batch_size)
-    return 100.0 * correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)["spearman"]
+    corr = correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)
+    unit = l2_normalize(vectors)
+    positive = gold > POSITIVE_THRESHOLD
+    return {
+        "spearman": 100.0 * corr["spearman"],
+        "pearson": 100.0 * corr["pearson"],
+        "align": alignment(unit[i1[positive]], unit[i2[positive]]),
+        "uniform": uniformity(unit),
+    }
+
+
+def stsb_dev_spearman(
+    encoder: EncoderLike,
+    data_dir: str | os.PathLike[str] | None = None,
+    batch_size: int = 128,
+) -> float:
+    """Spearman x 100 of cosine vs gold on STS-B dev (SimCSE's ``eval_stsb_spearman`` x 100);
+    see :func:`stsb_dev_measures`."""
+    return stsb_dev_measures(encoder, data_dir, batch_size)["spearman"]

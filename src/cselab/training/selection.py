@@ -9,7 +9,7 @@ the checkpoint so that a resumed run keeps all three.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from ..config import Config
 from ..model.encoder import SentenceEncoder
 from .distributed import barrier
 
-Evaluator = Callable[[SentenceEncoder], float]
+Evaluator = Callable[[SentenceEncoder], float | Mapping[str, float]]
 
 
 def make_dev_evaluator(config: Config) -> Evaluator | None:
@@ -37,8 +37,9 @@ class ModelSelection:
     """Tracks the dev score; saves the best model through ``save_best``.
 
     Args:
-        evaluator: ``encoder -> score`` (higher is better), run on rank 0 only; ``None``: no
-            selection (the last model is the best one known).
+        evaluator: ``encoder -> score`` (higher is better), or ``encoder -> {name: score, ...}``
+            with more numbers of the same encoding (STS-B dev: ``align``, ``uniform``); run on
+            rank 0 only; ``None``: no selection (the last model is the best one known).
         save_best: writes the current model as ``best/`` (rank 0).
         is_main: whether this process is rank 0.
     """
@@ -52,6 +53,8 @@ class ModelSelection:
         self.initial_score: float | None = None
         self.best_score = -math.inf
         self.best_step = -1
+        #: every evaluation's numbers, ``{"step": s, name: score, ...}`` (results.json)
+        self.history: list[dict[str, float]] = []
 
     @property
     def enabled(self) -> bool:
@@ -67,24 +70,30 @@ class ModelSelection:
     def source(self) -> str | None:
         return getattr(self.evaluator, "source", None)
 
-    def evaluate(self, encoder: SentenceEncoder, step: int) -> float | None:
-        """Collective: score the model (rank 0), keep it if it is the best so far."""
-        if self.evaluator is None:
-            return None
-        score = float(self.evaluator(encoder)) if self.is_main else None
+    def evaluate(self, encoder: SentenceEncoder, step: int) -> dict[str, float]:
+        """Collective: score the model (rank 0), keep it if it is the best so far; returns the
+        evaluation's numbers (the score under :attr:`name`), empty on the other ranks."""
+        if self.evaluator is None or not self.is_main:
+            barrier()
+            return {}
+        out = self.evaluator(encoder)
+        numbers = {k: float(v) for k, v in out.items()} if isinstance(out, Mapping) else {}
+        numbers[self.name] = score = float(out[self.name] if isinstance(out, Mapping) else out)
+        self.history.append({"step": step, **numbers})
         if step == 0:
             self.initial_score = score
-        if score is not None and score > self.best_score:
+        if score > self.best_score:
             self.best_score, self.best_step = score, step
             self.save_best()
         barrier()
-        return score
+        return numbers
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "initial_score": self.initial_score,
             "best_score": self.best_score if math.isfinite(self.best_score) else None,
             "best_step": self.best_step,
+            "history": self.history,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -92,3 +101,4 @@ class ModelSelection:
         best = state.get("best_score")
         self.best_score = best if best is not None else -math.inf
         self.best_step = int(state.get("best_step", -1))
+        self.history = list(state.get("history", []))

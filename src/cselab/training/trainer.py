@@ -244,11 +244,11 @@ class Trainer:
         save_every = tc.save_steps or eval_every
         dev = self.selection.name
         if not resumed and eval_every and self.selection.enabled:
-            score = self.selection.evaluate(self.encoder, 0)
+            numbers = self.selection.evaluate(self.encoder, 0)
             if main:
-                progress.message(f"step 0: {dev}={score:.2f}")
-                metrics.write({"step": 0, dev: score})
-                self.callbacks.on_evaluate(0, {dev: score})
+                progress.message(f"step 0: {dev}={numbers[dev]:.2f}")
+                metrics.write({"step": 0, **numbers})
+                self.callbacks.on_evaluate(0, numbers)
         self.encoder.train()
         window, sentences, train_time = LossWindow(), 0, 0.0
         while self.step < self.total_steps:
@@ -273,7 +273,7 @@ class Trainer:
                 "sentences_per_s": n / max(elapsed, 1e-9),
             }
             if at_eval and self.selection.enabled:
-                row[dev] = self.selection.evaluate(self.encoder, self.step)
+                row.update(self.selection.evaluate(self.encoder, self.step))
                 self.encoder.train()
             if main:
                 metrics.write(row)
@@ -306,6 +306,7 @@ class Trainer:
             f"best_{sel.name}": state["best_score"],
             f"initial_{sel.name}": sel.initial_score,
             "dev": {"name": sel.name, "source": sel.source},
+            "dev_history": sel.history,  # every evaluation: the score, alignment, uniformity
             "steps": self.step,
             "wall_time_s": round(self._elapsed(), 2),
             "train_time_s": round(train_time, 2),
