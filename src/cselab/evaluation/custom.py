@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..schema import ConfigError
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached, _decode
 from .embed import EmbeddingCache, EncoderLike, call_encoder
 from .sts import correlations, cosine_similarity
@@ -48,7 +49,7 @@ KIND = "sts-file"
 def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
     cols = tuple(columns or DEFAULT_COLUMNS)
     if len(cols) != 3 or len(set(cols)) != 3 or not all(isinstance(c, str) and c for c in cols):
-        raise ValueError(
+        raise ConfigError(
             f"STS columns must be three distinct names (sentence 1, sentence 2, score), got {list(cols)}"
         )
     return cols  # type: ignore[return-value]
@@ -231,7 +232,9 @@ class PairsScorer:
 
     def __init__(self, pairs: ScoredPairs, metric: str = "spearman", batch_size: int = 128) -> None:
         if metric not in METRICS:
-            raise ValueError(f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}")
+            raise ConfigError(
+                f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}"
+            )
         self.pairs, self.metric, self.batch_size = pairs, metric, batch_size
         # longest first: batches of similar length pad less
         self.unique = sorted(dict.fromkeys(pairs.sent1 + pairs.sent2), key=len, reverse=True)
@@ -264,7 +267,7 @@ def dev_evaluator(
     / ``dev_pearson`` for a file; the value is the correlation x 100.
     """
     if metric not in METRICS:
-        raise ValueError(f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}")
+        raise ConfigError(f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}")
     if dev.lower() == "none":
         return None
     if dev.lower() == "stsb":
