@@ -70,7 +70,7 @@ def test_gs_sigma_has_no_effect_when_mean_is_zero_but_does_otherwise() -> None:
         ctx = ObjectiveContext(generator=torch.Generator().manual_seed(5))
         return total_loss(build_objective(gs(num=9, std=std, mean=mean))(v, ctx)).item()
 
-    # The draws are scaled by σ in float32 (composite.draw_normal), one rounding per element of
+    # The draws are scaled by σ in float32 (ObjectiveContext.normal), one rounding per element of
     # the 8-dim noise vectors before normalisation: the float32 bound, not float64's.
     assert loss(1.0, 0.0) == pytest.approx(loss(7.0, 0.0), rel=float_tolerance(torch.float32, 8))
     assert abs(loss(1.0, 0.5) - loss(7.0, 0.5)) > 1e-4

@@ -15,6 +15,7 @@ from . import __version__
 from .evaluation.cli import register as register_evaluation
 from .index import register as register_index
 from .insight.cli import register as register_insight
+from .model.pooling import POOLERS
 
 log = logging.getLogger("cselab")
 
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", required=True, help="text file, one sentence per line, or - for stdin"
     )
     p.add_argument("--output", required=True, help="output .npy path")
-    p.add_argument("--pooler", default=None, help="override the saved pooler")
+    p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")

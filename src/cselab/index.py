@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .data import file_digest  # the training corpus' SHA-256: one digest for both
+from .model.pooling import POOLERS
 from .model.similarity import normalize_rows
 
 log = logging.getLogger(__name__)
@@ -625,7 +626,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("corpus", help="UTF-8 text file, one text per line")
     b.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
     b.add_argument("-o", "--output", required=True, help="index folder to write (e.g. my.index)")
-    b.add_argument("--pooler", default=None, help="override the saved pooler")
+    b.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
     b.add_argument("--backend", choices=BUILD_BACKENDS, default="exact",
                    help="exact (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
     b.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,

@@ -142,7 +142,7 @@ def _read_saved_dataset(path: Path, cols: tuple[str, str, str]) -> list[tuple[st
     except ImportError:
         raise MissingDataError(
             f"{path}: reading a saved `datasets` folder needs the datasets package "
-            "(pip install 'cselab[datasets]')"
+            "(pip install 'cselab[data]')"
         ) from None
     try:
         ds = datasets.load_from_disk(str(path))

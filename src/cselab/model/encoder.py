@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from . import unpad
-from .hf_models import hf_pooler_head, max_sequence_length, st_pooler_name
+from .hf_models import ModelFormatError, hf_pooler_head, max_sequence_length, st_pooler_name
 from .hub import resolve_model
 from .pooling import POOLERS, Pooler, inference_pooler_name
 from .similarity import cosine_matrix
@@ -358,11 +358,11 @@ def load(
         if encoder.pooler.mlp is not None and (local / HEAD_FILE).is_file():
             encoder.pooler.mlp.load_state_dict(load_file(str(local / HEAD_FILE)))
         elif encoder.pooler.mlp is not None and not mlp_only_train:
-            raise ValueError(f"{local}: pooler 'cls' needs {HEAD_FILE}, which is missing")
+            raise ModelFormatError(f"{local}: pooler 'cls' needs {HEAD_FILE}, which is missing")
     else:
         kind = pooler or st_pooler_name(local) or "cls_before_pooler"
         if kind not in POOLERS:
-            raise ValueError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
+            raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
         if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
             encoder.pooler.mlp = hf_pooler_head(encoder.backbone, local, path)

@@ -1,6 +1,6 @@
 """What an objective may know beyond the embeddings: the run's context and the per-step cache.
 
-:class:`ObjectiveContext` is built once per run (by :class:`~cselab.training.task.Task`) and says
+:class:`ObjectiveContext` is built once per run (by the trainer, or by ``cselab.st`` per call) and says
 where this process stands in a data-parallel run: the one gather helper, the rank, the number of
 ranks, this rank's offset in the gathered batch, and the generator that generated negatives draw
 from. With one process the gather is the identity and the offset 0, so single-process and DDP

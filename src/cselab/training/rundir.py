@@ -51,6 +51,8 @@ RESUMABLE_KEYS = frozenset(
         "train.device",
         "train.compile",
         "train.cache_chunk_size",  # GradCache gives the full batch's gradients
+        "train.report_to",
+        "train.push_to_hub",
         "eval.data_dir",
         "eval.batch_size",
         "eval.enabled",
