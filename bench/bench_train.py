@@ -26,7 +26,16 @@ On a CPU without native bf16 (no AVX512-BF16/AMX: ``torch.ops.mkldnn._is_mkldnn_
 is false) bf16 matrix products run on a slow fallback; the bf16 run is then capped at
 ``--bf16-max-steps`` steps and measures throughput only.
 
-    nice python bench/bench_train.py                 # full run, writes docs/results/train_benchmark.md
+**Throughput** (``--throughput``): the four sides (peer and cselab, fp32 and bf16) each train
+``--throughput-steps`` steps in a fresh process, one after the other, for ``--rounds`` rounds; a
+side's rate is the sentences of the steps after the first ``--skip-steps`` divided by the time
+between their ends (peer: ``on_step_end``, so its per-batch tokenisation counts; cselab: its
+``on_step`` callback). The table gives the median over rounds and the ratio cselab / peer at each
+precision. cselab sets glibc's malloc to keep freed memory (``retain_freed_memory``);
+``--peer-glibc-retain`` gives the peer the same setting, ``--preload`` puts a library such as
+tcmalloc under every side.
+
+    nice python bench/bench_train.py --throughput     # both tables, docs/results/train_benchmark.md
     python bench/bench_train.py --smoke              # tiny random BERT, a few steps, < 60 s
 
 Needs ``sentence-transformers`` with its training extras (``datasets``, ``accelerate``).
@@ -54,7 +63,8 @@ SHARED = REPO.parent / "shared" / "data"
 DEFAULT_TRAIN = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
 DEFAULT_DATA = SHARED / "senteval"
 DEFAULT_OUT = REPO / "docs" / "results" / "train_benchmark.md"
-TARGETS = {"cselab fp32": 1.2, "cselab bf16": 2.0}  # x the peer's sentences/s
+TARGETS = {"cselab fp32": 1.2, "cselab bf16": 2.0}  # x the peer's sentences/s (full runs)
+THROUGHPUT_TARGETS = {"fp32": 1.8, "bf16": 2.0}  # x the peer's sentences/s, same precision
 MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
 
 
@@ -150,7 +160,7 @@ def stsb_dev(encoder: Any, data_dir: Path) -> float:
 
 # ---------------------------------------------------------------------------------------- peer
 def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
-             callbacks: list[Any] | None = None) -> Run:  # fmt: skip
+             callbacks: list[Any] | None = None, precision: str = "fp32") -> Run:  # fmt: skip
     """sentence-transformers' SimCSE recipe; evaluation before/after with the cselab evaluator."""
     try:
         from datasets import Dataset
@@ -234,7 +244,7 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
         logging_strategy="no",
         report_to="none",
         use_cpu=True,
-        bf16=False,
+        bf16=precision == "bf16",
         fp16=False,
         disable_tqdm=True,
     )
@@ -408,6 +418,108 @@ def profile_peer(
     return (marks["end"] - marks["start"]) / steps, table
 
 
+# ---------------------------------------------------------------------------------- throughput
+SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
+#: glibc settings equal to what ``cselab.training.runtime.retain_freed_memory`` sets in-process
+GLIBC_RETAIN = {
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
+
+
+def worker(args: argparse.Namespace, side: str, work: Path) -> dict[str, Any]:
+    """One side trained for ``args.max_steps`` steps in this process; the end time of each step."""
+    from cselab.data import read_corpus
+
+    who, precision = side.split()
+    ends: list[float] = []
+    if who == "peer":
+        from transformers import TrainerCallback
+
+        class Ends(TrainerCallback):
+            def on_step_end(self, *_a: Any, **_k: Any) -> None:
+                ends.append(time.perf_counter())
+
+        sentences, _ = read_corpus(args.train_file)
+        sub = argparse.Namespace(**{**vars(args), "eval": False})
+        run_peer(sub, sentences, work, callbacks=[Ends()], precision=precision)
+    else:
+        from cselab.config import load_config
+        from cselab.training.callbacks import Callback
+        from cselab.training.run import build_trainer
+
+        class Ends(Callback):
+            def on_step(self, step: int, metrics: Any) -> None:
+                ends.append(time.perf_counter())
+
+        items = cselab_overrides(args, precision, work / "cselab", args.max_steps, 0)
+        trainer = build_trainer(load_config(None, [*items, "train.log_steps=1"]), [Ends()])
+        trainer.train()
+    return {"side": side, "ends": ends}
+
+
+def window_rate(ends: list[float], batch: int, skip: int) -> float:
+    """Sentences/s over the steps after the first ``skip`` (warm-up) steps."""
+    return batch * (len(ends) - 1 - skip) / (ends[-1] - ends[skip])
+
+
+def run_throughput(args: argparse.Namespace, sides: list[str]) -> dict[str, list[float]]:
+    """Each side in a fresh process, alternating, ``args.rounds`` rounds; rates per side."""
+    import subprocess
+
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    common = [
+        "--model", str(args.model), "--train-file", str(args.train_file),
+        "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+        "--max-seq-len", str(args.max_seq_len), "--seed", str(args.seed),
+        "--max-steps", str(args.throughput_steps),
+    ]  # fmt: skip
+    if args.threads:
+        common += ["--threads", str(args.threads)]
+    for rnd in range(args.rounds):
+        for side in sides:
+            env = dict(os.environ)
+            if args.preload:
+                env["LD_PRELOAD"] = args.preload
+            if args.peer_glibc_retain and side.startswith("peer"):
+                env.update(GLIBC_RETAIN)
+            with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--worker", side, "--work-dir", tmp, *common],
+                    env=env, capture_output=True, text=True, check=False,
+                )  # fmt: skip
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                raise SystemExit(f"{side} failed:\n{proc.stderr[-3000:]}")
+            ends = json.loads(lines[-1])["ends"]
+            rate = window_rate(ends, args.batch_size, args.skip_steps)
+            rates[side].append(rate)
+            print(
+                f"round {rnd + 1} {side}: {rate:.1f} sentences/s (load {load1():.1f})", flush=True
+            )
+    return rates
+
+
+def throughput_table(rates: dict[str, list[float]]) -> str:
+    lines = [
+        "| precision | peer sent/s | cselab sent/s | ratio | per-round ratios | target | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for precision in ("fp32", "bf16"):
+        peer, ours = rates.get(f"peer {precision}"), rates.get(f"cselab {precision}")
+        if not peer or not ours:
+            continue
+        ratio = statistics.median(ours) / statistics.median(peer)
+        rounds = ", ".join(f"{b / a:.2f}" for a, b in zip(peer, ours, strict=False))
+        target = THROUGHPUT_TARGETS[precision]
+        lines.append(
+            f"| {precision} | {statistics.median(peer):.1f} | {statistics.median(ours):.1f} "
+            f"| **{ratio:.2f}×** | {rounds} | ≥ {target}× | {'yes' if ratio >= target else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------- report
 def fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
@@ -441,7 +553,7 @@ def table(runs: list[Run]) -> str:
 
 def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dict[str, Any],
                  vers: dict[str, str], profiles: dict[str, tuple[float, str]], total_s: float,
-                 argv: list[str]) -> None:  # fmt: skip
+                 argv: list[str], throughput: dict[str, list[float]] | None = None) -> None:  # fmt: skip
     cmd = "nice python bench/bench_train.py " + " ".join(argv)
     parts = [
         "# Training throughput: cselab vs sentence-transformers (unsupervised SimCSE, CPU)",
@@ -465,17 +577,49 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
         "",
         "## Results",
         "",
-        table(runs),
-        "",
-        "STS-B dev: Spearman × 100 of cosine similarities, `cselab.evaluation.sts.stsb_dev_spearman`, "
-        'raw [CLS] (`cls_before_pooler`) for every model. "after" is the model after the last step. '
-        "Sentences/s: training steps only (cselab: the trainer's own `sentences_per_s`, evaluation "
-        "and checkpointing excluded; peer: `on_train_begin` → `on_train_end`, evaluation and saving "
-        "disabled).",
-        "",
-        "| run | train time (s) | wall incl. evaluation (s) | load avg start → end | notes |",
-        "|---|---|---|---|---|",
     ]
+    if throughput:
+        env = []
+        if args.preload:
+            env.append(f"every process with `LD_PRELOAD={args.preload}`")
+        if args.peer_glibc_retain:
+            env.append(
+                "the peer with cselab's glibc malloc settings (`"
+                + " ".join(f"{k}={v}" for k, v in GLIBC_RETAIN.items())
+                + "`)"
+            )
+        parts += [
+            f"### Throughput, side by side ({args.rounds} rounds, each side in a fresh process, "
+            f"alternating; steps {args.skip_steps + 1}–{args.throughput_steps} timed; medians)",
+            "",
+            throughput_table(throughput),
+            "",
+            "Allocator: "
+            + (
+                "; ".join(env)
+                if env
+                else "each side as it runs by default (cselab "
+                "sets glibc's malloc to keep freed memory, `cselab.training.runtime.retain_freed_memory`; "
+                "the peer runs with glibc's defaults)"
+            )
+            + ".",
+            "",
+        ]
+    if runs:
+        parts += [
+            "### Full runs",
+            "",
+            table(runs),
+            "",
+            "STS-B dev: Spearman × 100 of cosine similarities, `cselab.evaluation.sts.stsb_dev_spearman`, "
+            'raw [CLS] (`cls_before_pooler`) for every model. "after" is the model after the last step. '
+            "Sentences/s: training steps only (cselab: the trainer's own `sentences_per_s`, evaluation "
+            "and checkpointing excluded; peer: `on_train_begin` → `on_train_end`, evaluation and saving "
+            "disabled).",
+            "",
+            "| run | train time (s) | wall incl. evaluation (s) | load avg start → end | notes |",
+            "|---|---|---|---|---|",
+        ]
     for r in runs:
         la = f"{r.load_avg[0]:.1f} → {r.load_avg[1]:.1f}" if r.load_avg else "n/a"
         parts.append(
@@ -567,6 +711,20 @@ def main(argv: list[str] | None = None) -> list[Run]:
     p.add_argument(
         "--work-dir", type=Path, default=None, help="outputs of the runs (default: a temp dir)"
     )
+    p.add_argument("--throughput", action="store_true",
+                   help="the side-by-side throughput table: every side in a fresh process, "
+                        "alternating, --rounds rounds of --throughput-steps steps")  # fmt: skip
+    p.add_argument(
+        "--sides", default=",".join(SIDES), help="comma-separated subset of " + ", ".join(SIDES)
+    )
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--throughput-steps", type=int, default=30)
+    p.add_argument("--skip-steps", type=int, default=3, help="warm-up steps left out of the rate")
+    p.add_argument("--preload", default=None,
+                   help="LD_PRELOAD for every side's process (e.g. a tcmalloc library)")  # fmt: skip
+    p.add_argument("--peer-glibc-retain", action="store_true",
+                   help="give the peer the glibc settings cselab sets for itself (equal allocator)")  # fmt: skip
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--render", type=Path, default=None,
                    help="only re-write the results page from a --json file of an earlier run")  # fmt: skip
     args = p.parse_args(argv)
@@ -583,7 +741,7 @@ def main(argv: list[str] | None = None) -> list[Run]:
                 setattr(args, key, Path(value) if key in ("train_file", "data_dir") else value)
         profiles = {k: (v[0], v[1]) for k, v in saved["profiles"].items()}
         write_report(args.out or DEFAULT_OUT, args, runs, saved["cpu"], saved["versions"], profiles,
-                     saved["total_s"], saved["argv"])  # fmt: skip
+                     saved["total_s"], saved["argv"], saved.get("throughput") or {})  # fmt: skip
         print(f"wrote {args.out or DEFAULT_OUT}")
         return runs
 
@@ -609,10 +767,14 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-train-"))
         )
         work.mkdir(parents=True, exist_ok=True)
+        if args.worker:  # one side of the throughput table, in its own process
+            print(json.dumps(worker(args, args.worker, work)), flush=True)
+            return []
         if args.smoke:
             model_dir, train = make_smoke_assets(work / "smoke")
             args.model, args.train_file = str(model_dir), train
             args.batch_size, args.max_steps, args.eval_steps = 16, 3, 2
+            args.throughput_steps, args.skip_steps, args.rounds = 4, 1, 1
             args.bf16_max_steps = 2
             args.profile_steps = min(args.profile_steps, 2)
             args.profile_bf16_steps = min(args.profile_bf16_steps, 1)
@@ -627,6 +789,13 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
         sentences, _ = read_corpus(args.train_file)
         cpu, vers = cpu_description(), versions()
         print(f"device: {cpu}\nversions: {vers}", flush=True)
+        throughput: dict[str, list[float]] = {}
+        if args.throughput:
+            sides = [w.strip() for w in args.sides.split(",") if w.strip()]
+            if unknown := sorted(set(sides) - set(SIDES)):
+                raise SystemExit(f"unknown side {unknown[0]!r}; choose from {', '.join(SIDES)}")
+            throughput = run_throughput(args, sides)
+            print(throughput_table(throughput), flush=True)
         wanted = [w.strip() for w in args.runs.split(",") if w.strip()]
         runs: list[Run] = []
         for what in wanted:
@@ -673,12 +842,13 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
         total_s = time.perf_counter() - t_start
         out = args.out if args.out else (None if args.smoke else DEFAULT_OUT)
         if out is not None:
-            write_report(out, args, runs, cpu, vers, profiles, total_s, argv)
+            write_report(out, args, runs, cpu, vers, profiles, total_s, argv, throughput)
             print(f"wrote {out}")
         if args.json:
             saved = {
                 "runs": [asdict(r) for r in runs],
                 "profiles": profiles,
+                "throughput": throughput,
                 "cpu": cpu,
                 "versions": vers,
                 "total_s": total_s,

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from .card import BIBTEX, objective_papers
 from .data import shard_bounds
+from .model.dropout import use_fast_dropout
 from .model.encoder import dropout_disabled
 from .objectives import (
     VIEW_ANCHOR,
@@ -114,6 +115,9 @@ class CSELoss(nn.Module):
                 "caches every cselab objective with replayed dropout masks"
             )
         self.model = model
+        # cselab's dropout modules (nn.Dropout's distribution, a cheaper mask on the CPU), as in
+        # cselab's own encoder: a seeded step then draws the masks cselab's trainer draws.
+        use_fast_dropout(model)
         self.config = objective_config or ObjectiveConfig()
         self.objective = build_objective(self.config)  # validates the config
         # cselab's step: the objective on the views, its generator re-seeded per call.

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from . import unpad
+from .dropout import use_fast_dropout
 from .hf_models import ModelFormatError, hf_pooler_head, max_sequence_length, st_pooler_name
 from .hub import resolve_model
 from .pooling import POOLERS, Pooler, inference_pooler_name
@@ -105,6 +106,7 @@ class SentenceEncoder(nn.Module):
         encoder = cls(backbone, tokenizer, head, max_seq_len)
         encoder.source = name_or_path
         encoder.unpad_training = unpad.enable(backbone)
+        use_fast_dropout(backbone)
         return encoder
 
     @classmethod

@@ -20,11 +20,12 @@ function).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .attention import PackInfo, packed_attention
 
 ATTENTION_NAME = "cselab_unpad_sdpa"
 #: ``config.model_type`` values whose embeddings take ``position_ids`` per token and whose layers
@@ -32,34 +33,6 @@ ATTENTION_NAME = "cselab_unpad_sdpa"
 SUPPORTED_MODEL_TYPES = frozenset({"bert"})
 
 _registered = False
-
-
-class PackInfo(NamedTuple):
-    """Where the packed tokens sit in the padded batch."""
-
-    index: Tensor  # (T,) flat positions in the (B * L) padded grid, row-major
-    batch: int
-    width: int
-    key_mask: Tensor  # (B, 1, 1, L) bool, True where a key may be attended to
-
-
-class _GatherRows(torch.autograd.Function):
-    """``x.index_select(0, index)`` for unique ``index``, with a fast backward on CPU.
-
-    Autograd's ``index_select`` backward is an ``index_add`` (a ``scatter_add`` over an expanded
-    index), which is slow on CPU; the indices here are distinct, so ``index_copy`` is exact.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, index: Tensor) -> Tensor:
-        ctx.save_for_backward(index)
-        ctx.rows = x.shape[0]
-        return x.index_select(0, index)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (index,) = ctx.saved_tensors
-        return grad.new_zeros((ctx.rows, *grad.shape[1:])).index_copy(0, index, grad), None
 
 
 def _packed_sdpa(
@@ -80,19 +53,7 @@ def _packed_sdpa(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    index, batch, width, key_mask = cselab_unpad
-    heads, head_dim = query.shape[1], query.shape[3]
-
-    def pad(x: Tensor) -> Tensor:  # (1, H, T, d) -> (B, H, L, d), zeros at padding
-        rows = x[0].transpose(0, 1)
-        grid = rows.new_zeros(batch * width, heads, head_dim).index_copy(0, index, rows)
-        return grid.view(batch, width, heads, head_dim).transpose(1, 2)
-
-    out = F.scaled_dot_product_attention(
-        pad(query), pad(key), pad(value), attn_mask=key_mask, dropout_p=dropout, scale=scaling
-    )
-    out = _GatherRows.apply(out.transpose(1, 2).reshape(batch * width, heads, head_dim), index)
-    return out.unsqueeze(0), None  # (1, T, H, d), as the other attention functions return
+    return packed_attention(query, key, value, cselab_unpad, dropout, scaling), None
 
 
 def register() -> None:
@@ -137,15 +98,15 @@ def unpadded_last_hidden(backbone: nn.Module, input_ids: Tensor, attention_mask:
     are the column index, as in the padded forward.
     """
     batch, width = input_ids.shape
-    keep = attention_mask.bool()
-    index = keep.reshape(-1).nonzero().squeeze(1)
+    pack = PackInfo.from_mask(attention_mask)
+    index = pack.index
     positions = torch.arange(width, device=input_ids.device).expand(batch, width).reshape(-1)[index]
     ids = input_ids.reshape(-1)[index]
     out = backbone(
         input_ids=ids.unsqueeze(0),
         position_ids=positions.unsqueeze(0),
         token_type_ids=torch.zeros_like(ids).unsqueeze(0),
-        cselab_unpad=PackInfo(index, batch, width, keep[:, None, None, :]),
+        cselab_unpad=pack,
         return_dict=True,
     )
     hidden = out.last_hidden_state[0]  # (T, D)
