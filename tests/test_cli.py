@@ -70,6 +70,21 @@ def test_encode_round_trip(tiny_bert64: Path, tmp_path: Path) -> None:
     )
 
 
+def test_encode_precision_option(tiny_bert64: Path, tmp_path: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="avg")
+    enc.save(tmp_path / "model")
+    sentences = ["a first sentence .", "and a second , longer one ."]
+    (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+    assert main(["encode", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "v.npy"), "--precision", "bf16"]) == 0  # fmt: skip
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "v.npy"), enc.encode(sentences, precision="bf16")
+    )
+    with pytest.raises(SystemExit):
+        main(["encode", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
+              "--output", str(tmp_path / "v.npy"), "--precision", "fp16"])  # fmt: skip
+
+
 def test_encode_gives_one_vector_per_line(tiny_bert64: Path, tmp_path: Path) -> None:
     """Only "\\n" ends a line: a U+2028 or a form feed inside a line, CRLF endings and a blank
     line must not change the count (str.splitlines() would give 7 vectors here, not 5)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from transformers import BertConfig
@@ -106,18 +107,53 @@ def test_unpadded_last_hidden_matches_at_real_tokens(tiny_bert64):
     assert torch.all(packed[~keep] == 0)
 
 
-def test_inference_and_unsupported_setups_use_the_padded_forward(tiny_bert, monkeypatch):
+def test_unsupported_setups_use_the_padded_forward(tiny_bert, monkeypatch):
     calls = []
-    monkeypatch.setattr(unpad, "unpadded_last_hidden", lambda *a: calls.append(a))
+    real = unpad.unpadded_last_hidden
+    monkeypatch.setattr(
+        unpad, "unpadded_last_hidden", lambda *a, **k: calls.append(a) or real(*a, **k)
+    )
     enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls")
     ids, mask = _batch()
-    enc.eval()
-    enc(ids, mask)  # inference
     enc.train()
     enc(ids, torch.ones_like(mask))  # no padding in the batch
+    enc(ids, mask, token_type_ids=mask)  # two segments: the packed forward passes zeros
+    enc.eval()
+    enc.unpad_inference = False
+    enc(ids, mask)
     assert calls == []
+    enc.unpad_inference = True
+    enc(ids, mask, token_type_ids=torch.zeros_like(mask))  # one segment: packed
+    assert len(calls) == 1
     eager = SentenceEncoder.from_pretrained(str(tiny_bert), attn_implementation="eager")
-    assert not eager.unpad_training
+    assert not eager.unpad_training and not eager.unpad_inference
+
+
+@pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg"])
+def test_unpadded_inference_matches_padded(tiny_bert64, pooler):
+    """``encode`` runs the packed forward on the CPU; its vectors are the padded forward's."""
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler=pooler).double()
+    assert enc.unpad_inference
+    sentences = ["a b c d e f g", "a", "the cat sat on the mat", "x y", "one two three four"]
+    packed = enc.encode(sentences, batch_size=3)
+    enc.unpad_inference = False
+    padded = enc.encode(sentences, batch_size=3)
+    # encode() returns float32: the two float64 forwards agree far below its rounding
+    np.testing.assert_allclose(packed, padded, rtol=0, atol=4 * np.finfo(np.float32).eps)
+
+
+def test_encode_in_bf16(tiny_bert):
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    sentences = ["a b c d e f g", "a", "the cat sat on the mat", "x y"]
+    fp32 = enc.encode(sentences, normalize=True)
+    bf16 = enc.encode(sentences, normalize=True, precision="bf16")
+    assert bf16.dtype == np.float32 and bf16.shape == fp32.shape
+    assert not np.array_equal(bf16, fp32)  # it did run in bf16
+    assert (bf16 * fp32).sum(1).min() > 0.99  # bf16 rounding only
+    with pytest.raises(
+        ValueError, match="precision must be one of \\['fp32', 'bf16'\\], got 'fp16'"
+    ):
+        enc.encode(sentences, precision="fp16")
 
 
 def test_bf16_autocast_and_saved_config(tiny_bert, tmp_path):
@@ -131,3 +167,18 @@ def test_bf16_autocast_and_saved_config(tiny_bert, tmp_path):
     enc.save(tmp_path / "model")
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert unpad.ATTENTION_NAME not in json.dumps(config)  # loadable anywhere
+
+
+@pytest.mark.parametrize(("pooler", "last_layer_rows"), [("cls", 6), ("avg", 42)])
+def test_cls_poolers_run_the_last_layer_on_first_tokens_only(tiny_bert, pooler, last_layer_rows):
+    """The 6 sentences of ``_batch`` have 42 real tokens; a [CLS] pooler needs 6 of them."""
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler=pooler)
+    rows = []
+    layers = enc.backbone.encoder.layer
+    layers[-1].intermediate.register_forward_hook(lambda m, a, out: rows.append(a[0].shape))
+    layers[0].intermediate.register_forward_hook(lambda m, a, out: rows.append(a[0].shape))
+    enc.train()
+    ids, mask = _batch()
+    assert int(mask.sum()) == 42
+    enc(ids, mask)
+    assert [r.numel() // r[-1] for r in rows] == [42, last_layer_rows]

@@ -74,6 +74,11 @@ class Pooler(nn.Module):
         return self.kind in ("avg_top2", "avg_first_last")
 
     @property
+    def reads_first_token_only(self) -> bool:
+        """Whether only the first token of the last layer is read (the ``cls`` poolers)."""
+        return self.kind in ("cls", "cls_before_pooler")
+
+    @property
     def uses_head(self) -> bool:
         """Whether the MLP head is applied in the current mode."""
         return self.mlp is not None and (self.training or not self.mlp_only_train)

