@@ -15,7 +15,7 @@ import pytest
 
 from conftest import write_corpus
 from cselab.config import ConfigError, load_config
-from cselab.training.callbacks import Callback, Logger
+from cselab.training.callbacks import Callback, Logger, split_row
 from cselab.training.run import build_trainer
 
 
@@ -87,6 +87,23 @@ def test_hooks_get_what_metrics_csv_gets(tiny_bert: Path, tmp_path: Path, one_th
         else:
             assert rest[0] == out / "checkpoint"
     assert rec.calls[-1][1] == results == json.loads((out / "results.json").read_text())
+
+
+def test_every_dev_score_is_an_evaluation_metric(tmp_path: Path) -> None:
+    """Whatever ``eval.dev`` and ``eval.dev_metric`` name the model-selection score, it reaches
+    ``on_evaluate`` (with alignment and uniformity), never ``on_step``."""
+    from cselab.evaluation.custom import dev_evaluator
+    from test_eval_custom import PAIRS, write
+
+    dev = write(tmp_path / "dev.tsv", PAIRS, ("sentence1", "sentence2", "score"))
+    names = [dev_evaluator(d, m).name for d in ("stsb", str(dev)) for m in ("spearman", "pearson")]
+    assert len(set(names)) == 4
+    for name in names:
+        row = {"step": 4, "epoch": 0.5, "lr": 1e-3, "loss": 1.25, name: 61.0, "align": 0.4,
+               "uniform": -2.1}  # fmt: skip
+        trained, evaluated = split_row(row)
+        assert evaluated == {name: 61.0, "align": 0.4, "uniform": -2.1}
+        assert trained == {"epoch": 0.5, "lr": 1e-3, "loss": 1.25}
 
 
 def test_user_callback_errors_propagate(tiny_bert: Path, tmp_path: Path, one_thread) -> None:

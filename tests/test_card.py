@@ -177,3 +177,67 @@ def test_license_comes_from_the_base_models_card_on_disk(minilm_path: Path, tmp_
     (tmp_path / CARD_FILE).write_text("---\nlicense: mit\n---\n# a model\n")
     assert base_model_license(str(tmp_path)) == "mit"
     assert base_model_license(str(tmp_path / "nowhere")) is None
+
+
+def test_card_names_an_own_dev_set_and_the_final_cards_keep_its_score(
+    tiny_bert: Path, tmp_path: Path, one_thread
+) -> None:
+    """Model selection on your own dev file by Pearson: every card names that score (text,
+    curve, model-index), and the cards written at the end of training still carry it."""
+    from test_eval_custom import PAIRS, write
+
+    dev = write(tmp_path / "mydev.tsv", PAIRS, ("sentence1", "sentence2", "score"))
+    config = tiny_config(tiny_bert, tmp_path, f"--eval.dev={dev}", "--eval.dev_metric=pearson")
+    results = build_trainer(config).train()
+    out = tmp_path / "out"
+    with (out / "metrics.csv").open() as fh:
+        scores = {int(r["step"]): float(r["dev_pearson"]) for r in csv.DictReader(fh) if r["dev_pearson"]}  # fmt: skip
+    assert sorted(scores) == [0, 4, 8, 12]
+    for name, step in (("best", results["best_step"]), ("last", results["steps"])):
+        card = ModelCard.load(out / name / CARD_FILE)
+        (result,) = card.data.eval_results
+        assert (result.dataset_type, result.dataset_split, result.metric_type) == (
+            "sts-file",
+            "validation",
+            "pearson_cosine",
+        )
+        assert result.metric_value == round(scores[step], 2)
+        text = card.text
+        assert f"Its dev set `mydev.tsv` Pearson (cosine, ×100) is **{scores[step]:.2f}**" in text
+        curve = text.split("## Dev set `mydev.tsv` during training")[1].split("##")[0]
+        assert "| step | training loss | dev set `mydev.tsv` Pearson ×100 |" in curve
+        assert f"| {step} |" in curve
+        assert "STS-B" not in text and "Spearman" not in text
+
+
+def test_card_of_an_stsb_pearson_run_on_pairs(tiny_bert: Path, tmp_path: Path) -> None:
+    """STS-B dev by Pearson is named so (card and push commit message); a run on pairs is
+    supervised SimCSE, not unsupervised, and counts pairs."""
+    from cselab.config import load_config
+    from cselab.publish import commit_message
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("anchor,positive\na man sings,someone sings\ntwo dogs run,dogs running\n")
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}",
+         f"--train.output_dir={tmp_path / 'out'}", "--eval.dev_metric=pearson"],
+    )  # fmt: skip
+    folder = tmp_path / "out" / "best"
+    folder.mkdir(parents=True)
+    write_model_card(folder, config, stsb_dev=61.234, step=8, sentences=2)
+    card = ModelCard.load(folder / CARD_FILE)
+    (result,) = card.data.eval_results
+    assert (result.dataset_type, result.metric_type, result.metric_value) == (
+        "stsb",
+        "pearson_cosine",
+        61.23,
+    )
+    text = card.text
+    assert "Its STS-B dev Pearson (cosine, ×100) is **61.23**." in text
+    assert "STS-B dev Spearman" not in text and "STS-B dev" not in commit_message(folder)
+    prose = text.split("## Citation")[0].lower()
+    assert "unsupervised" not in prose
+    assert "by supervised contrastive learning on given sentence pairs" in text
+    assert "(supervised SimCSE, Gao et al. 2021, Eq. 5)" in text
+    assert "| pairs | 2 |" in text

@@ -4,6 +4,7 @@ AST, every level (lazy imports inside functions included), relative imports reso
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -172,3 +173,71 @@ def test_the_checks_can_fail() -> None:
             raise AssertionError("a lazy import of the trainer in the model layer went unseen")
     finally:
         probe.unlink()
+
+
+def _called(node: ast.AST) -> Iterator[tuple[str, ast.Call]]:
+    """``(name, call)`` of every call under ``node``: ``hashlib.sha256``, ``os.replace``, or
+    ``.read`` for a method of any object."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            owner = n.func.value.id if isinstance(n.func.value, ast.Name) else ""
+            yield f"{owner}.{n.func.attr}", n
+            if owner:
+                yield f".{n.func.attr}", n
+
+
+def _receiver(call: ast.Call) -> str | None:
+    """``tmp`` of ``tmp.write_text(...)``."""
+    func = call.func
+    return (
+        func.value.id
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+        else None
+    )
+
+
+def helper_homes() -> dict[str, set[str]]:
+    """The functions of ``src`` that hash a file's bytes with SHA-256, write JSON to a file
+    and rename that file over its target, or write the separator row of a markdown table."""
+    homes: dict[str, set[str]] = {
+        "file sha256": set(),
+        "atomic json": set(),
+        "markdown table": set(),
+    }
+    for path in sorted(SRC.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            name = f"{module_name(path)}.{fn.name}"
+            calls = list(_called(fn))
+            names = {n for n, _ in calls}
+            if "hashlib.sha256" in names and ".read" in names:
+                homes["file sha256"].add(name)
+            json_written = {
+                _receiver(c)
+                for n, c in calls
+                if n == ".write_text"
+                and c.args
+                and isinstance(c.args[0], ast.Call)
+                and ast.unparse(c.args[0].func) == "json.dumps"
+            }
+            renamed = {
+                c.args[0].id
+                for n, c in calls
+                if n == "os.replace" and isinstance(c.args[0], ast.Name)
+            }
+            if json_written & renamed:
+                homes["atomic json"].add(name)
+            if any(isinstance(c, ast.Constant) and "---|" in str(c.value) for c in ast.walk(fn)):
+                homes["markdown table"].add(name)
+    return homes
+
+
+def test_one_home_per_helper() -> None:
+    """The SHA-256 of a file, an atomic JSON write and a markdown table are each written once,
+    in the lowest layer that needs them, and imported wherever else they are used."""
+    assert helper_homes() == {
+        "file sha256": {"cselab.data.file_digest"},
+        "atomic json": {"cselab.data.write_json_atomic"},
+        "markdown table": {"cselab.evaluation.report.markdown_table"},
+    }

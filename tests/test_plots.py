@@ -61,6 +61,21 @@ def test_real_run_curves(tiny_run: Path, tmp_path: Path, capsys) -> None:
     assert not ax_traj.lines and "no align/uniform" in ax_traj.texts[0].get_text()
 
 
+def test_an_own_dev_score_is_the_dev_curve_not_a_loss_term(tiny_run: Path, tmp_path: Path) -> None:
+    """A run that selected on its own dev file by Pearson logs ``dev_pearson``: it is drawn as
+    the dev score, and is not a loss term."""
+    own = tmp_path / "own"
+    own.mkdir()
+    text = (tiny_run / "metrics.csv").read_text()
+    (own / "metrics.csv").write_text(text.replace("stsb_dev", "dev_pearson", 1))
+    run = read_run(own)
+    assert run.terms == ["infonce", "dcl"] and run.dev_score == "dev_pearson"
+    ax_loss, _, ax_dev, _ = plot_runs([run]).axes
+    assert len(ax_loss.lines) == 3  # total + 2 terms
+    assert list(ax_dev.lines[0].get_xdata()) == [0, 4, 8]
+    assert ax_dev.get_ylabel() == "dev score x 100"
+
+
 def test_trajectory_has_one_marker_per_eval_and_arrows_in_time_order(
     tiny_run: Path, tmp_path: Path
 ) -> None:

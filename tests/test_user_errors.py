@@ -4,10 +4,13 @@ and SST-2 runs end to end through ``cselab evaluate``."""
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from conftest import needs_senteval, write_corpus
 from cselab.cli import main
@@ -98,6 +101,94 @@ def test_evaluate_output_path_is_checked_before_the_run(
     assert main(["evaluate", "no/such-model", option, str(path), "--tasks", "STSBenchmark"]) == 2
     assert one_line(capsys) == (
         f"cselab evaluate: error: {shown} {path}: cannot write there ({reason})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "where", "problem"),
+    [
+        ("p.csv", b"anchor,positive\na,b\nc,d\ncaf\xe9,e\n", 4,
+         "invalid UTF-8 (byte 0xe9); save the file as UTF-8"),
+        ("p.jsonl", b'{"anchor": "a", "positive": "b"}\n{"anchor": "caf\xe9", "positive": "e"}\n', 2,
+         "invalid UTF-8 (byte 0xe9); save the file as UTF-8"),
+        ("p.csv", b"anchor,positive\na,b\n" + b"x" * 200_000 + b",y\n", 3,
+         "malformed CSV (field larger than field limit (131072))"),
+    ],
+)  # fmt: skip
+def test_malformed_pairs_file_is_one_line_naming_file_and_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+    name: str, content: bytes, where: int, problem: str,
+) -> None:  # fmt: skip
+    pairs = tmp_path / name
+    pairs.write_bytes(content)
+    assert main(_tiny_train(tiny_bert, tmp_path, f"--data.train_file={pairs}")) == 2
+    assert one_line(capsys) == f"cselab train: error: {pairs}:{where}: {problem}"
+
+
+@pytest.mark.parametrize("case", ["not safetensors", "not cselab's", "another format"])
+def test_resume_from_a_bad_checkpoint_is_one_line_naming_it(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, case: str
+) -> None:
+    ckpt = tmp_path / "out" / "checkpoint" / "checkpoint.safetensors"
+    ckpt.parent.mkdir(parents=True)
+    if case == "not safetensors":
+        ckpt.write_bytes(b"not a checkpoint at all")
+        reason = "unreadable ("
+    elif case == "not cselab's":  # e.g. a model's weights copied there
+        save_file({"w": torch.zeros(2)}, str(ckpt))
+        reason = "not a cselab checkpoint (its metadata has no 'cselab' entry)"
+    else:
+        save_file({"w": torch.zeros(2)}, str(ckpt), {"cselab": json.dumps({"format": 1})})
+        reason = "checkpoint format 1, this cselab reads format 2"
+    assert main(_tiny_train(tiny_bert, tmp_path, "--train.resume=true")) == 2
+    err = one_line(capsys)
+    assert err.startswith(f"cselab train: error: cannot resume from {ckpt}: {reason}")
+    assert err.endswith(
+        "start the run again with --train.overwrite=true instead of --train.resume=true"
+    )
+
+
+@pytest.fixture
+def mteb_must_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in for ``cselab.evaluation.mteb`` whose run fails the test: the options and the
+    output path are checked before MTEB starts (and without it installed)."""
+
+    def run_cli(args: object) -> int:
+        raise AssertionError("the MTEB run started before its options were checked")
+
+    monkeypatch.setitem(
+        sys.modules, "cselab.evaluation.mteb", types.SimpleNamespace(run_cli=run_cli)
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--tasks", "sts"], "--tasks"),
+        (["--sts-file", "pairs.tsv"], "--sts-file"),
+        (["--csv", "r.csv"], "--csv"),
+        (["--update-card"], "--update-card"),
+        (["--update-card", "--csv", "r.csv"], "--csv, --update-card"),
+    ],
+)
+def test_evaluate_mteb_refuses_the_options_it_would_ignore(
+    capsys: pytest.CaptureFixture, mteb_must_not_run: None, extra: list[str], named: str
+) -> None:
+    assert main(["evaluate", "no/such-model", "--mteb", "STS12", *extra]) == 2
+    assert one_line(capsys) == (
+        f"cselab evaluate: error: --mteb does not take {named} (SentEval options); drop them, "
+        "or run the SentEval tasks without --mteb"
+    )
+
+
+def test_evaluate_mteb_checks_the_output_path_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture, mteb_must_not_run: None
+) -> None:
+    path = tmp_path / "missing" / "r.json"
+    assert main(["evaluate", "no/such-model", "--mteb", "STS12", "-o", str(path)]) == 2
+    assert one_line(capsys) == (
+        f"cselab evaluate: error: --output {path}: cannot write there "
+        f"(folder {tmp_path / 'missing'} does not exist)"
     )
 
 

@@ -1,11 +1,13 @@
 """Model cards: the ``README.md`` in the Hugging Face format written into every saved model folder.
 
 The card has YAML front matter (``library_name``, ``pipeline_tag``, tags, ``base_model``, the base
-model's ``license`` when its own card is on disk, and a ``model-index`` with the STS-B dev score and
-any evaluation results), then prose: what the model is, the objective in words with its
-parameters, the training data (file, sentence count, SHA-256), the hyperparameters, the dev-score
-curve, hardware and time, usage snippets for sentence-transformers, ``transformers`` and cselab,
-and BibTeX for SimCSE and every paper whose objective was used.
+model's ``license`` when its own card is on disk, and a ``model-index`` with the model-selection
+score and any evaluation results), then prose: what the model is, the objective in words with its
+parameters (unsupervised or supervised SimCSE and the parts added), the training data (file,
+sentence or pair count, SHA-256), the hyperparameters, the dev-score curve, hardware and time,
+usage snippets for sentence-transformers, ``transformers`` and cselab, and BibTeX for SimCSE and
+every paper whose objective was used. The dev score is named as model selection computed it
+(``eval.dev`` and ``eval.dev_metric``: STS-B dev Spearman by default, or your own dev file).
 
 The front matter is built and read with ``huggingface_hub``'s :class:`~huggingface_hub.ModelCard`,
 so it is the Hub's own format. :func:`update_model_card` adds ``cselab evaluate`` results to an
@@ -15,7 +17,6 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import os
@@ -23,11 +24,14 @@ import platform
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from .config import Config
+from .data import file_digest
+from .evaluation.custom import KIND, dev_score_name
+from .evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline, markdown, markdown_table
 from .model.pooling import inference_pooler_name
 from .objectives.config import ObjectiveConfig
 from .schema import from_dict
@@ -119,14 +123,25 @@ def objective_tags(cfg: ObjectiveConfig) -> list[str]:
     return tags
 
 
-def describe_objective(cfg: ObjectiveConfig) -> list[str]:
-    """The objective in words, one markdown bullet per part, with its parameters."""
+def describe_objective(cfg: ObjectiveConfig, pairs: bool = False) -> list[str]:
+    """The objective in words, one markdown bullet per part, with its parameters; ``pairs``:
+    trained on given pairs (supervised SimCSE), else on raw sentences (unsupervised)."""
     sym = "averaged over both directions" if cfg.symmetric_loss else "with the first view as anchor"
-    lines = [
-        f"- **InfoNCE** over in-batch negatives (unsupervised SimCSE, Gao et al. 2021, Eq. 1): each "
-        f"sentence is encoded twice with different dropout masks and the two views form the "
-        f"positive pair; temperature τ = {cfg.temperature:g}, {sym}."
-    ]
+    if pairs:
+        first = (
+            f"- **InfoNCE** over given (anchor, positive) pairs (supervised SimCSE, Gao et al. "
+            f"2021, Eq. 5): anchors and positives are encoded with dropout; the other positives "
+            f"of the batch and every given hard negative are negatives, with log-weight "
+            f"{cfg.hard_negative_weight:g} on an anchor's own hard negatives; temperature "
+            f"τ = {cfg.temperature:g}, {sym}."
+        )
+    else:
+        first = (
+            f"- **InfoNCE** over in-batch negatives (unsupervised SimCSE, Gao et al. 2021, Eq. 1): "
+            f"each sentence is encoded twice with different dropout masks and the two views form "
+            f"the positive pair; temperature τ = {cfg.temperature:g}, {sym}."
+        )
+    lines = [first]
     f, g, o, d = cfg.focal, cfg.gaussian, cfg.off_dropout, cfg.dcl
     b, x, n = cfg.barlow_twins, cfg.mixcse, cfg.noise
     if f.enabled:
@@ -195,13 +210,16 @@ def read_metrics(path: str | Path | None) -> list[dict[str, float]]:
     return rows
 
 
-def dev_curve(rows: Sequence[Mapping[str, float]]) -> list[tuple[int, float | None, float]]:
-    """``(step, training loss, STS-B dev)`` of every row with a dev score (loss is ``None`` at
-    step 0), thinned to :data:`CURVE_ROWS` rows keeping the first, best and last."""
+def dev_curve(
+    rows: Sequence[Mapping[str, float]], name: str = "stsb_dev"
+) -> list[tuple[int, float | None, float]]:
+    """``(step, training loss, dev score)`` of every row with a dev score in column ``name``
+    (loss is ``None`` at step 0), thinned to :data:`CURVE_ROWS` rows keeping the first, best and
+    last."""
     points = [
-        (int(r["step"]), r.get("loss"), r["stsb_dev"])
+        (int(r["step"]), r.get("loss"), r[name])
         for r in rows
-        if "stsb_dev" in r and math.isfinite(r["stsb_dev"])
+        if name in r and math.isfinite(r[name])
     ]
     if len(points) <= CURVE_ROWS:
         return points
@@ -218,16 +236,38 @@ _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, cached per (path, size, mtime): ``best/`` is saved many times a run."""
+    """:func:`cselab.data.file_digest`, cached per (path, size, mtime): ``best/`` is saved many
+    times a run."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        _DIGESTS[key] = h.hexdigest()
+        _DIGESTS[key] = file_digest(path)
     return _DIGESTS[key]
+
+
+class DevScore(NamedTuple):
+    """How a card names the run's model-selection score (``eval.dev``, ``eval.dev_metric``)."""
+
+    #: its ``metrics.csv`` column: the name model selection logs it under
+    #: (:func:`~cselab.evaluation.custom.dev_score_name`)
+    name: str
+    #: the dev set in words: ``STS-B dev``, or ``dev set `<file>``` for your own pairs
+    dataset: str
+    #: the correlation: ``Spearman`` or ``Pearson``
+    metric: str
+    #: the dataset's type and name in the Hub's ``model-index``
+    hub_type: str
+    hub_name: str
+
+
+def dev_score(config: Config) -> DevScore:
+    """The run's model-selection score, named from its config as model selection names it."""
+    dev, metric = config.eval.dev, config.eval.dev_metric
+    name = dev_score_name(dev, metric)
+    if dev.lower() == "stsb":
+        return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")
+    file = Path(dev).name
+    return DevScore(name, f"dev set `{file}`", metric.capitalize(), KIND, f"{file} (own pairs)")
 
 
 def base_model_license(name_or_path: str) -> str | None:
@@ -282,21 +322,24 @@ def hardware_description(device: str) -> str:
 
 
 # ------------------------------------------------------------------------------- front matter
-def _eval_results(stsb_dev: float | None, evaluation: Mapping[str, Any] | None) -> list[Any]:
+def _eval_results(
+    score: float | None, dev: DevScore, evaluation: Mapping[str, Any] | None
+) -> list[Any]:
+    """The dev score ``score`` of ``dev``, then the ``cselab evaluate`` results."""
     from huggingface_hub import EvalResult
 
     results = []
-    if stsb_dev is not None and math.isfinite(stsb_dev):
+    if score is not None and math.isfinite(score):
         results.append(
             EvalResult(
                 task_type="sentence-similarity",
                 task_name="Semantic Textual Similarity",
-                dataset_type="stsb",
-                dataset_name="STS Benchmark (SentEval)",
+                dataset_type=dev.hub_type,
+                dataset_name=dev.hub_name,
                 dataset_split="validation",
-                metric_type="spearman_cosine",
-                metric_name="Spearman (cosine) x 100",
-                metric_value=round(float(stsb_dev), 2),
+                metric_type=f"{dev.metric.lower()}_cosine",
+                metric_name=f"{dev.metric} (cosine) x 100",
+                metric_value=round(float(score), 2),
             )
         )
     results += evaluation_results(evaluation)
@@ -306,8 +349,6 @@ def _eval_results(stsb_dev: float | None, evaluation: Mapping[str, Any] | None) 
 def evaluation_results(evaluation: Mapping[str, Any] | None) -> list[Any]:
     """``cselab evaluate`` output as Hub ``EvalResult``s (STS Spearman and transfer accuracy ×100)."""
     from huggingface_hub import EvalResult
-
-    from .evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
 
     if not evaluation:
         return []
@@ -418,12 +459,6 @@ print(vectors.shape)
     )
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _fmt(x: float | None, digits: int = 2) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
@@ -436,8 +471,6 @@ def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
             "--update-card` fills this section."
         )
     else:
-        from .evaluation.report import markdown
-
         body = (
             f"`cselab evaluate` (SentEval protocol, mode `{evaluation.get('mode', 'test')}`):\n\n"
             + markdown(evaluation)
@@ -446,6 +479,7 @@ def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
 
 
 def _data_section(config: Config, sentences: int | None) -> str:
+    """The training file, its size (sentences, or pairs for pairs data) and SHA-256."""
     from huggingface_hub import try_to_load_from_cache
 
     from .model.hub import DOWNLOADS, SIMCSE_DATA_REPO, cache_root
@@ -462,9 +496,10 @@ def _data_section(config: Config, sentences: int | None) -> str:
     else:
         path = Path(name).expanduser()
     rows = [("file", f"`{path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]
-    rows.append(("sentences", f"{sentences:,}" if sentences is not None else "–"))
+    count = "pairs" if config.data.pairs else "sentences"
+    rows.append((count, f"{sentences:,}" if sentences is not None else "–"))
     rows.append(("SHA-256", f"`{file_sha256(path)}`" if path.is_file() else "– (file not on disk)"))
-    return _table(["", ""], rows)
+    return markdown_table(["", ""], rows)
 
 
 def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
@@ -486,7 +521,7 @@ def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
     ]  # fmt: skip
     objective = yaml.safe_dump({"objective": config.to_dict()["objective"]}, sort_keys=False)
     return (
-        _table(["", ""], rows)
+        markdown_table(["", ""], rows)
         + "\n\n<details><summary>the objective section of the config</summary>\n\n"
         + f"```yaml\n{objective}```\n\n</details>"
     )
@@ -504,7 +539,7 @@ def _hardware_section(config: Config, results: Mapping[str, Any] | None) -> str:
         ("training time", f"{results['train_time_s']:,.1f} s" if results.get("train_time_s") else "–"),
         ("throughput", f"{results['sentences_per_s']:.0f} sentences/s" if results.get("sentences_per_s") else "–"),
     ]  # fmt: skip
-    return _table(["", ""], rows)
+    return markdown_table(["", ""], rows)
 
 
 # ------------------------------------------------------------------------------------- the API
@@ -527,10 +562,12 @@ def write_model_card(
         config: the run's resolved config.
         results: the run's ``results.json`` (adds steps, hardware and times).
         metrics_csv: the run's ``metrics.csv`` (the dev-score curve).
-        stsb_dev: this model's STS-B dev Spearman ×100; ``None``: read at ``step`` from
-            ``metrics_csv``.
+        stsb_dev: this model's model-selection score ×100, the one :func:`dev_score` names
+            (STS-B dev Spearman unless ``eval.dev``/``eval.dev_metric`` say otherwise; the
+            keyword keeps its first name); ``None``: read at ``step`` from ``metrics_csv``.
         step: the training step of this model (for the text and the look-up above).
-        sentences: the number of training sentences (the corpus as read, blank lines skipped).
+        sentences: the number of training sentences (the corpus as read, blank lines skipped),
+            or of pairs for pairs data.
         evaluation: ``cselab evaluate`` output to include (tables and ``model-index``).
         model_id: the name the usage snippets load; default ``config.train.push_to_hub`` when set,
             else the folder's absolute path (:func:`set_model_id` rewrites it on push).
@@ -542,9 +579,10 @@ def write_model_card(
 
     out = Path(folder)
     rows = read_metrics(metrics_csv)
+    dev = dev_score(config)
     if stsb_dev is None and step is not None:
         stsb_dev = next(
-            (r["stsb_dev"] for r in rows if int(r["step"]) == step and "stsb_dev" in r), None
+            (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
         )
     model_id = model_id or config.train.push_to_hub or str(out.resolve())
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
@@ -566,12 +604,12 @@ def write_model_card(
         else None,
         license=base_model_license(config.model.name_or_path),
         model_name=name,
-        eval_results=_eval_results(stsb_dev, evaluation) or None,
+        eval_results=_eval_results(stsb_dev, dev, evaluation) or None,
     )
-    curve = dev_curve(rows)
+    curve = dev_curve(rows, dev.name)
     curve_md = (
-        _table(
-            ["step", "training loss", "STS-B dev Spearman ×100"],
+        markdown_table(
+            ["step", "training loss", f"{dev.dataset} {dev.metric} ×100"],
             [(s, _fmt(loss, 4), _fmt(d)) for s, loss, d in curve],
         )  # fmt: skip
         if curve
@@ -579,21 +617,28 @@ def write_model_card(
     )
     at = f" at step {step}" if step is not None else ""
     score = (
-        f" Its STS-B dev Spearman (cosine, ×100) is **{stsb_dev:.2f}**."
+        f" Its {dev.dataset} {dev.metric} (cosine, ×100) is **{stsb_dev:.2f}**."
         if stsb_dev is not None and math.isfinite(stsb_dev)
         else ""
+    )
+    dev_title = dev.dataset[0].upper() + dev.dataset[1:]
+    pairs = config.data.pairs
+    how = (
+        "by supervised contrastive learning on given sentence pairs"
+        if pairs
+        else "by unsupervised contrastive learning on raw sentences"
     )
     bib = "\n\n".join(BIBTEX[k] for k in objective_papers(cfg))
     text = f"""
 # {name}
 
 A sentence encoder trained with cselab from
-`{config.model.name_or_path}`{at}, by unsupervised contrastive learning on raw sentences. It maps a
+`{config.model.name_or_path}`{at}, {how}. It maps a
 sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity.{score}
 
 ## Objective
 
-{chr(10).join(describe_objective(cfg))}
+{chr(10).join(describe_objective(cfg, pairs))}
 
 ## Usage
 
@@ -607,7 +652,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 {_hyperparameters(config, results)}
 
-## STS-B dev during training
+## {dev_title} during training
 
 {curve_md}
 

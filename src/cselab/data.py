@@ -147,7 +147,8 @@ def read_corpus(path: str | Path, errors: str = "strict") -> tuple[list[str], Co
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes (names a corpus in caches and checkpoints)."""
+    """SHA-256 of a file's bytes: names a corpus in caches, checkpoints, search indexes and model
+    cards, and checks downloaded evaluation data (the one definition)."""
     if not path.is_file():
         raise CorpusError(f"{path}: training file not found")
     h = hashlib.sha256()
@@ -310,21 +311,6 @@ class TokenizedCorpus:
         offsets = np.load(folder / f"{column}.offsets.npy", mmap_mode="r")
         return cls(ids, offsets)
 
-    def save(self, path: Path) -> None:
-        """Write ``path`` (an ``.npz``, loaded whole) atomically."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, ids=self.ids, offsets=self.offsets)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path) -> TokenizedCorpus:
-        """A token store folder (memory-mapped) or an ``.npz`` written by :meth:`save`."""
-        if Path(path).is_dir():
-            return cls.open(path)
-        with np.load(path, allow_pickle=False) as data:
-            return cls(data["ids"], data["offsets"])
-
 
 # --------------------------------------------------------------------------------------------
 # The cache: entries keyed by content digest + tokenizer; a stat record per (file, tokenizer)
@@ -367,9 +353,11 @@ def _complete(entry: Path) -> bool:
     return (entry / _META).is_file()
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Any, indent: int | None = None) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename, so a reader
+    never sees half a file (the temporary name is unique: concurrent writers do not collide)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=indent), encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -431,7 +419,7 @@ def tokenize_corpus(
         return cache / f"tokens-{tok_part}-{digest[:32]}"
 
     def remember(entry: Path, checked_at: int) -> None:
-        _write_json_atomic(
+        write_json_atomic(
             record_file, {**stat_now, "checked_at_ns": checked_at, "entry": entry.name}
         )
 

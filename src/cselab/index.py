@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .data import file_digest  # the training corpus' SHA-256: one digest for both
+from .data import file_digest, write_json_atomic  # the corpus digest is training's
 from .model.pooling import POOLERS
 from .model.similarity import normalize_rows
 
@@ -93,12 +93,6 @@ def read_lines(path: str | Path, what: str = "corpus file") -> tuple[list[str], 
     if not texts:
         raise SearchIndexError(f"{p}: {what} has no non-blank line")
     return texts, numbers
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------- results
@@ -361,7 +355,7 @@ class Index:
             rows[start : start + block_rows] = normalize_rows(vectors[start : start + block_rows])
         rows.flush()
         del rows
-        _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1})
+        write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1})
         return cls(out)
 
     def build_ann(self, backend: str, params: dict[str, int]) -> None:
@@ -380,7 +374,7 @@ class Index:
         _faiss().write_index(index, str(tmp))
         os.replace(tmp, self.path / _ann_file(backend))
         self.meta.setdefault("ann", {})[backend] = params
-        _write_json_atomic(self.path / META_FILE, self.meta)
+        write_json_atomic(self.path / META_FILE, self.meta, indent=2)
         self._ann[backend] = index
 
     @classmethod
@@ -559,8 +553,9 @@ def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want:
     np.save(out / LINES_FILE, np.asarray(numbers, dtype=np.int64))
     open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float32, shape=(len(texts), want["dim"]))
     meta = {**want, "count": len(texts), "lines": int(numbers[-1]), "normalized": True}
-    _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0})
-    _write_json_atomic(out / META_FILE, meta)  # last: its presence means the layout is complete
+    write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0})
+    # last: its presence means the layout is complete
+    write_json_atomic(out / META_FILE, meta, indent=2)
     return meta
 
 
@@ -603,7 +598,7 @@ def _encode_chunks(
                 texts, batch_size=batch_size, normalize=True
             )
             vectors.flush()  # the rows reach the file before the progress record says so
-            _write_json_atomic(out / PROGRESS_FILE, {"chunks_done": chunk + 1})
+            write_json_atomic(out / PROGRESS_FILE, {"chunks_done": chunk + 1})
             if bar is not None:
                 bar.update(len(texts))
     finally:

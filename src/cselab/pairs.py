@@ -10,7 +10,8 @@ contradiction hypothesis). This module reads such data from
 * SICK's release format (``data.format: sick``, :func:`sick_triplets`), the offline demo.
 
 The column names are configurable (:class:`PairColumns`); a missing column, or an empty value,
-is a :class:`~cselab.data.CorpusError` naming the file, the line (or row) and the column.
+is a :class:`~cselab.data.CorpusError` naming the file, the line (or row) and the column; so is
+invalid UTF-8 or malformed CSV, naming the file and line.
 
 Every column is tokenised once and held **in memory** (:class:`TokenizedPairs`, one
 :class:`~cselab.data.TokenizedCorpus` per column); unlike sentence corpora there is no on-disk
@@ -25,6 +26,7 @@ rank's slice) are slices of every key alike.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -90,23 +92,50 @@ class PairRecords:
 # ------------------------------------------------------------------------------------ reading
 
 
+@contextlib.contextmanager
+def _malformed_text(path: Path, reader: Any = None) -> Iterator[None]:
+    """Turn what reading the text file ``path`` raises on bad content into one
+    :class:`~cselab.data.CorpusError` naming the file and line: invalid UTF-8, and a
+    ``csv.Error`` of ``reader`` (a ``csv`` reader or ``DictReader``)."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        # The decoder reads ahead in blocks, so the reader's position is not the bad line: find
+        # the first bad byte in the file's bytes (only on this error path).
+        data = path.read_bytes()
+        try:
+            data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            raise CorpusError(
+                f"{path}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x}); save the file as "
+                "UTF-8"
+            ) from None
+        raise
+    except csv.Error as err:
+        # A DictReader updates its own line_num only after a good row: ask the csv reader.
+        line = f":{getattr(reader, 'reader', reader).line_num}" if reader is not None else ""
+        raise CorpusError(f"{path}{line}: malformed CSV ({err})") from None
+
+
 def _delimited_rows(path: Path, delimiter: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, row)`` of a CSV/TSV file with a header; ``where`` is ``path:line``."""
     with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh, delimiter=delimiter)
-        header = reader.fieldnames or []
-        yield f"{path}:1", {"__header__": header}
-        for row in reader:
-            if None in row:  # more fields than the header names
-                raise CorpusError(
-                    f"{path}:{reader.line_num}: {len(header) + len(row[None])} fields, the "
-                    f"header names {len(header)}"
-                )
-            yield f"{path}:{reader.line_num}", row
+        with _malformed_text(path, reader):
+            header = reader.fieldnames or []
+            yield f"{path}:1", {"__header__": header}
+            for row in reader:
+                if None in row:  # more fields than the header names
+                    raise CorpusError(
+                        f"{path}:{reader.line_num}: {len(header) + len(row[None])} fields, the "
+                        f"header names {len(header)}"
+                    )
+                yield f"{path}:{reader.line_num}", row
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with path.open(encoding="utf-8-sig") as fh:
+    with path.open(encoding="utf-8-sig") as fh, _malformed_text(path):
         for line_no, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -163,7 +192,8 @@ def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairReco
 
     Raises:
         CorpusError: the file is missing, a named column is absent (naming the file and the
-            columns it has) or a value is empty (naming the file, line or row, and column).
+            columns it has), a value is empty (naming the file, line or row, and column), or the
+            text is not UTF-8 or not well-formed CSV (naming the file and line).
     """
     columns = columns or PairColumns()
     p = Path(path).expanduser()
@@ -222,10 +252,11 @@ def sick_triplets(path: str | Path) -> PairRecords:
     need = ("sentence_A", "sentence_B", "entailment_judgment")
     with p.open(encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        missing = [c for c in need if c not in (reader.fieldnames or [])]
-        if missing:
-            raise CorpusError(f"{p}: not a SICK file (no column {missing[0]!r} in the header)")
-        rows = [(reader.line_num, r) for r in reader]
+        with _malformed_text(p, reader):
+            missing = [c for c in need if c not in (reader.fieldnames or [])]
+            if missing:
+                raise CorpusError(f"{p}: not a SICK file (no column {missing[0]!r} in the header)")
+            rows = [(reader.line_num, r) for r in reader]
     contradicts: dict[str, str] = {}
     for _, r in rows:
         if r["entailment_judgment"] == "CONTRADICTION":

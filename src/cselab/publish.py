@@ -43,7 +43,10 @@ def commit_message(folder: str | Path) -> str:
         from huggingface_hub import ModelCard
 
         for result in ModelCard.load(card).data.eval_results or []:
-            if result.dataset_type == "stsb" and result.dataset_split == "validation":
+            # the model-selection score, when it is STS-B dev Spearman (a Pearson one or a
+            # score on your own dev file is left to the card, which names it)
+            stsb_dev = (result.dataset_type, result.metric_type) == ("stsb", "spearman_cosine")
+            if stsb_dev and result.dataset_split == "validation":
                 parts.append(f"STS-B dev {result.metric_value:.2f}")
     name = root.resolve().name
     return f"Upload {root.resolve().parent.name}/{name} ({'; '.join(parts)})"

@@ -102,7 +102,26 @@ def check_output_path(path: str, option: str) -> None:
     raise ConfigError(f"{option} {path}: cannot write there ({reason})")
 
 
+#: ``(option, argparse attribute)`` of the SentEval route that ``--mteb`` has no use for.
+SENTEVAL_ONLY = (
+    ("--tasks", "tasks"),
+    ("--sts-file", "sts_file"),
+    ("--csv", "csv"),
+    ("--update-card", "update_card"),
+)
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
+    if args.mteb:  # refused rather than silently ignored: the user expects them to act
+        ignored = [option for option, attr in SENTEVAL_ONLY if getattr(args, attr)]
+        if ignored:
+            raise ConfigError(
+                f"--mteb does not take {', '.join(ignored)} (SentEval options); drop them, or "
+                "run the SentEval tasks without --mteb"
+            )
+    for option, path in (("--output", args.output), ("--csv", args.csv)):
+        if path:
+            check_output_path(path, option)
     if args.mteb:
         try:
             from .mteb import run_cli
@@ -111,9 +130,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return run_cli(args)
     from . import api, report
 
-    for option, path in (("--output", args.output), ("--csv", args.csv)):
-        if path:
-            check_output_path(path, option)
     if args.update_card and not Path(args.model).is_dir():
         raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
     spec = args.tasks if args.tasks is not None or args.sts_file else "sts"

@@ -46,6 +46,22 @@ METRICS = ("spearman", "pearson")
 KIND = "sts-file"
 
 
+def dev_score_name(dev: str, metric: str = "spearman") -> str:
+    """The name of the ``eval.dev`` score in ``metrics.csv``, ``results.json`` and the callbacks:
+    ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, and ``dev_spearman`` /
+    ``dev_pearson`` for a file."""
+    if dev.lower() == "stsb":
+        return "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
+    return f"dev_{metric}"
+
+
+#: Every name :func:`dev_score_name` gives.
+DEV_SCORE_NAMES = tuple(dev_score_name(dev, m) for dev in ("stsb", "file") for m in METRICS)
+#: The ``metrics.csv`` columns an evaluation writes: the dev score, and alignment and uniformity
+#: (Wang & Isola 2020) of STS-B dev; every other column of a row is a training metric.
+EVAL_COLUMNS = (*DEV_SCORE_NAMES, "align", "uniform")
+
+
 def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
     cols = tuple(columns or DEFAULT_COLUMNS)
     if len(cols) != 3 or len(set(cols)) != 3 or not all(isinstance(c, str) and c for c in cols):
@@ -263,8 +279,7 @@ def dev_evaluator(
 
     ``dev``: ``stsb`` (STS-B dev, as SimCSE), ``none`` (no selection: returns ``None``) or the
     path of an STS-format file / saved dataset, read and validated here, before training.
-    Names: ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, and ``dev_spearman``
-    / ``dev_pearson`` for a file; the value is the correlation x 100.
+    The name is :func:`dev_score_name`'s; the value is the correlation x 100.
     """
     if metric not in METRICS:
         raise ConfigError(f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}")
@@ -273,7 +288,7 @@ def dev_evaluator(
     if dev.lower() == "stsb":
         from .sts import stsb_dev_measures
 
-        name = "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
+        name = dev_score_name(dev, metric)
 
         def evaluate(encoder: EncoderLike) -> dict[str, float]:
             # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
@@ -288,6 +303,6 @@ def dev_evaluator(
     def evaluate_file(encoder: EncoderLike) -> float:
         return scorer_(encoder)
 
-    evaluate_file.name = f"dev_{metric}"  # type: ignore[attr-defined]
+    evaluate_file.name = dev_score_name(dev, metric)  # type: ignore[attr-defined]
     evaluate_file.source = str(dev)  # type: ignore[attr-defined]
     return evaluate_file

@@ -21,7 +21,6 @@ never written to.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -145,21 +144,15 @@ SHA256: dict[str, str] = {
 }
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify(data_dir: str | os.PathLike[str], files: Iterable[str] | None = None) -> list[str]:
     """Relative paths whose bytes differ from the validated copy (absent files are skipped)."""
+    from ..data import file_digest  # lazy: cselab.data imports torch
+
     root = Path(data_dir)
     bad = []
     for rel in files if files is not None else SHA256:
         path = root / rel
-        if rel in SHA256 and path.is_file() and sha256_of(path) != SHA256[rel]:
+        if rel in SHA256 and path.is_file() and file_digest(path) != SHA256[rel]:
             bad.append(rel)
     return bad
 

@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .datasets import STS_YEARS, DataFormatError
 
@@ -82,10 +83,14 @@ def _cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def _md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table (every markdown table cselab writes: reports, model cards); cells are
+    ``str()``-ed, an empty one is written ``| |``."""
+
+    def line(cells: Sequence[Any]) -> str:
+        return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
+
+    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
 
 
 def model_name(out: dict, fallback: str = "model") -> str:
@@ -126,7 +131,7 @@ def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:
             [name, *[_cell((row or {}).get(c)) for c in columns]]
             for name, row in zip(names, present, strict=True)
         ]
-        parts.append(f"**{title}**\n\n" + _md_table(["Model", *columns], rows))
+        parts.append(f"**{title}**\n\n" + markdown_table(["Model", *columns], rows))
     extra = [
         (name, o["results"]["AlignUniform"])
         for name, o in zip(names, outs, strict=True)
@@ -136,7 +141,7 @@ def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:
         rows = [[n, f"{r['alignment']:.4f}", f"{r['uniformity']:.4f}"] for n, r in extra]
         parts.append(
             "**Alignment / uniformity (STS-B dev, lower is better)**\n\n"
-            + _md_table(["Model", "alignment", "uniformity"], rows)
+            + markdown_table(["Model", "alignment", "uniformity"], rows)
         )
     mrpc_f1 = [
         (name, o["results"]["MRPC"].get("f1"))

@@ -1,6 +1,6 @@
 """Figures of training runs and evaluation results (matplotlib, Agg backend; PNG or PDF).
 
-- :func:`plot_runs`: the loss terms, learning rate and STS-B dev score of one or more runs
+- :func:`plot_runs`: the loss terms, learning rate and dev score of one or more runs
   against steps, and each run's alignment–uniformity trajectory in the style of SimCSE's Figure 2
   (Gao et al. 2021, §5: uniformity on x, alignment on y, one marker per evaluation step, arrows
   in time order; Wang & Isola 2020 define both, lower is better).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..training.callbacks import EVAL_COLUMNS
+from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,6 +47,11 @@ class RunLog:
     def terms(self) -> list[str]:
         """The objective's loss-term columns (e.g. ``infonce``, ``dcl``), in file order."""
         return [c for c in self.series if c not in NON_TERM_COLUMNS]
+
+    @property
+    def dev_score(self) -> str | None:
+        """The model-selection score's column (``stsb_dev``, ``dev_pearson``, ...), if logged."""
+        return next((name for name in DEV_SCORE_NAMES if name in self.series), None)
 
     @property
     def has_trajectory(self) -> bool:
@@ -125,9 +130,9 @@ def plot_runs(
     """Training curves and alignment–uniformity trajectories of ``runs`` (one colour per run).
 
     Panels: loss (the total solid; each term dashed when the objective has more than one), the
-    learning rate, the STS-B dev score, and the trajectory. Runs whose ``metrics.csv`` has no
-    ``align``/``uniform`` columns are named in a note instead of drawn in the last panel; when
-    no run has them the panel holds only that note.
+    learning rate, the dev score (STS-B dev, or the run's own ``eval.dev``), and the trajectory.
+    Runs whose ``metrics.csv`` has no ``align``/``uniform`` columns are named in a note instead of
+    drawn in the last panel; when no run has them the panel holds only that note.
     """
     logs = [r if isinstance(r, RunLog) else read_run(r) for r in runs]
     if not logs:
@@ -149,8 +154,9 @@ def plot_runs(
                 )  # fmt: skip
         if "lr" in run.series:
             ax_lr.plot(*run.series["lr"], color=c, label=run.name)
-        if "stsb_dev" in run.series:
-            ax_dev.plot(*run.series["stsb_dev"], color=c, marker="o", label=run.name)
+        if run.dev_score is not None:
+            label = run.name if run.dev_score == "stsb_dev" else f"{run.name} ({run.dev_score})"
+            ax_dev.plot(*run.series[run.dev_score], color=c, marker="o", label=label)
         uniform, align, _ = run.trajectory()
         if uniform:
             ax_traj.plot(uniform, align, color=c, marker="o", linestyle="none", label=run.name)
@@ -165,10 +171,12 @@ def plot_runs(
                 "start", (uniform[0], align[0]), textcoords="offset points", xytext=(4, 4),
                 fontsize=7, color=c,
             )  # fmt: skip
+    scores = {r.dev_score for r in logs} - {None}
+    dev_label = "STS-B dev Spearman x 100" if scores <= {"stsb_dev"} else "dev score x 100"
     for ax, ylabel, what in (
         (ax_loss, "loss", "Training loss"),
         (ax_lr, "learning rate", "Learning rate"),
-        (ax_dev, "STS-B dev Spearman x 100", "Dev score"),
+        (ax_dev, dev_label, "Dev score"),
     ):
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..evaluation.report import markdown_table
 from .stats import MIN_SEEDS, PairedDifference, mean_std, paired_difference
 from .sweep import CELL_FILE, EVAL_FILE, RESULTS_FILE, SWEEP_FILE, cell_dirs, read_json
 
@@ -156,9 +157,7 @@ def _p(x: float) -> str:
 
 def markdown(report: Report) -> str:
     """The two tables (summary, paired differences) as markdown."""
-    lines = ["**Mean ± std over seeds** (sample std; n = seeds)", ""]
-    lines.append("| config | n | " + " | ".join(report.tasks) + " |")
-    lines.append("|---|---|" + "---|" * len(report.tasks))
+    rows = []
     for config in report.configs:
         n = max((len(report.values.get((config, t), {})) for t in report.tasks), default=0)
         cells = []
@@ -169,7 +168,12 @@ def markdown(report: Report) -> str:
                 continue
             mean, std = mean_std(vals)
             cells.append(_num(mean) if math.isnan(std) else f"{mean:.2f} ± {std:.2f}")
-        lines.append(f"| {config} | {n} | " + " | ".join(cells) + " |")
+        rows.append([config, n, *cells])
+    lines = [
+        "**Mean ± std over seeds** (sample std; n = seeds)",
+        "",
+        markdown_table(["config", "n", *report.tasks], rows),
+    ]
     if report.baseline is None:
         lines += ["", "No baseline given: no paired comparison (use --baseline NAME)."]
         return "\n".join(lines) + "\n"
@@ -181,16 +185,17 @@ def markdown(report: Report) -> str:
         f"and by percentile bootstrap, two-sided p-values of the paired t-test and the Wilcoxon "
         f"signed-rank test. ⚠: fewer than {MIN_SEEDS} seeds, both tests are weak.",
         "",
-        f"| config | task | n | Δ mean | {pct} CI (t) | {pct} CI (bootstrap) | p (t-test) | p (Wilcoxon) | |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (config, task), d in report.paired.items():
-        lines.append(
-            f"| {config} | {task} | {d.n} | {_num(d.mean, True)} | "
-            f"[{_num(d.t_ci[0], True)}, {_num(d.t_ci[1], True)}] | "
-            f"[{_num(d.bootstrap_ci[0], True)}, {_num(d.bootstrap_ci[1], True)}] | "
-            f"{_p(d.t_p)} | {_p(d.wilcoxon_p)} | {'⚠' if d.weak else ''} |"
-        )
+    header = ["config", "task", "n", "Δ mean", f"{pct} CI (t)", f"{pct} CI (bootstrap)",
+              "p (t-test)", "p (Wilcoxon)", ""]  # fmt: skip
+    paired = [
+        [config, task, d.n, _num(d.mean, True),
+         f"[{_num(d.t_ci[0], True)}, {_num(d.t_ci[1], True)}]",
+         f"[{_num(d.bootstrap_ci[0], True)}, {_num(d.bootstrap_ci[1], True)}]",
+         _p(d.t_p), _p(d.wilcoxon_p), "⚠" if d.weak else ""]
+        for (config, task), d in report.paired.items()
+    ]  # fmt: skip
+    lines.append(markdown_table(header, paired))
     return "\n".join(lines) + "\n"
 
 

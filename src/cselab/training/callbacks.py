@@ -4,8 +4,10 @@ A :class:`Callback` is told what the trainer did, with the numbers it logged:
 
 - ``on_step(step, metrics)``: every logged row (each ``train.log_steps`` steps, and at evaluation
   and save steps): ``lr``, ``loss``, each loss term, ``sentences_per_s``, ``epoch``;
-- ``on_evaluate(step, metrics)``: each evaluation (``stsb_dev``, and ``align``/``uniform`` when
-  the evaluator reports them), including step 0 before training;
+- ``on_evaluate(step, metrics)``: each evaluation, including step 0 before training: the dev
+  score under its name (``stsb_dev``, ``stsb_dev_pearson``, ``dev_spearman``, ``dev_pearson``:
+  :func:`cselab.evaluation.custom.dev_score_name`), and ``align``/``uniform`` when the evaluator
+  reports them;
 - ``on_save(step, path)``: a resumable checkpoint was written to ``path``;
 - ``on_end(results)``: training finished; ``results`` is what ``results.json`` holds.
 
@@ -31,12 +33,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("cselab")
+from ..evaluation.custom import EVAL_COLUMNS
 
-#: the values ``train.report_to`` accepts
-#: metrics.csv columns written by an evaluation (``align``/``uniform``: Wang & Isola 2020 on
-#: STS-B dev, when the evaluator computes them); the other columns are training metrics
-EVAL_COLUMNS = ("stsb_dev", "align", "uniform")
+log = logging.getLogger("cselab")
 
 
 def split_row(row: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 
 from ..config import Config, save_config
 from ..model.encoder import SentenceEncoder
+from ..schema import ConfigError
 from .rng import RNGRecord, RNGState
 
 
@@ -145,21 +146,51 @@ def save_checkpoint(
     return target
 
 
+@contextlib.contextmanager
+def _reading(file: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """``(safe_open(file), its cselab metadata)``. A file that cannot be read, is not safetensors
+    or is not a checkpoint of this version (no cselab metadata, another format) is one
+    :class:`ConfigError` naming it: it is met when resuming, and the way out is the user's."""
+
+    def refuse(reason: str) -> ConfigError:
+        return ConfigError(
+            f"cannot resume from {file}: {reason}; remove it, or start the run again with "
+            "--train.overwrite=true instead of --train.resume=true"
+        )
+
+    try:
+        with safe_open(str(file), framework="pt") as fh:
+            raw = (fh.metadata() or {}).get("cselab")
+            if raw is None:
+                raise refuse("not a cselab checkpoint (its metadata has no 'cselab' entry)")
+            try:
+                meta = json.loads(raw)
+            except json.JSONDecodeError as err:
+                raise refuse(f"its cselab metadata is not JSON ({err.msg})") from None
+            version = meta.get("format") if isinstance(meta, dict) else None
+            if version != FORMAT_VERSION:
+                raise refuse(
+                    f"checkpoint format {version}, this cselab reads format {FORMAT_VERSION}"
+                )
+            yield fh, meta
+    except (OSError, SafetensorError) as err:
+        raise refuse(f"unreadable ({_cause(err)})") from None
+
+
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    """The metadata of a checkpoint (step, config, ...) without reading its tensors."""
-    with safe_open(str(path), framework="pt") as fh:
-        return json.loads(fh.metadata()["cselab"])
+    """The metadata of a checkpoint (step, config, ...) without reading its tensors; raises
+    :class:`ConfigError` if ``path`` is not a checkpoint this version can resume."""
+    with _reading(Path(path)) as (_, meta):
+        return meta
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Read tensors and metadata of ``path`` (a folder or the file itself)."""
+    """Read tensors and metadata of ``path`` (a folder or the file itself); raises
+    :class:`ConfigError` as :func:`read_metadata` does."""
     p = Path(path)
     file = p / CHECKPOINT_FILE if p.is_dir() else p
-    with safe_open(str(file), framework="pt") as fh:
-        meta = json.loads(fh.metadata()["cselab"])
+    with _reading(file) as (fh, meta):
         tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open API
-    if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{file}: unsupported checkpoint format {meta.get('format')}")
     return tensors, meta
 
 

@@ -9,7 +9,9 @@ Before anything is written, :func:`prepare_output_dir` looks at ``train.output_d
   A difference in a key that changes the run (the model, the data file and its content, the
   objective, the batch, the learning rate and schedule, the seed, the precision, ...) is refused,
   naming each key with both values; keys that only change bookkeeping (:data:`RESUMABLE_KEYS`:
-  evaluation and save cadence, logging, paths, device) are allowed and reported.
+  evaluation and save cadence, logging, paths, device) are allowed and reported. A checkpoint
+  that cannot be read, or is not a cselab checkpoint of this format, is refused, naming it
+  (:func:`~cselab.training.checkpoint.read_metadata`).
 """
 
 from __future__ import annotations
