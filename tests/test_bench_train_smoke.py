@@ -38,8 +38,10 @@ def test_bench_train_smoke(tmp_path, senteval_dir):
     peer, fp32, bf16 = runs
     assert peer.steps == fp32.steps == 3
     assert peer.max_width <= 32 and fp32.max_width <= 32  # max_seq_len really applied
-    # The same evaluator on the same starting weights: the same "before" score.
-    assert peer.before == pytest.approx(fp32.before, abs=1e-6)
+    # The same evaluator on the same starting weights: the same "before" score, up to rounding.
+    # The same weights; cselab's encoder runs the packed forward, the peer's probe the padded
+    # one: float32 rounding apart (the project's evaluation tolerance is 0.01 on the x100 scale)
+    assert peer.before == pytest.approx(fp32.before, abs=0.01)
     assert fp32.after is not None and peer.after is not None
     page = out.read_text(encoding="utf-8")
     assert "| peer |" in page and "| cselab fp32 |" in page and "ratio vs peer" in page
