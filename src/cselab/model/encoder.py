@@ -207,9 +207,13 @@ class SentenceEncoder(nn.Module):
             if precision == "bf16"
             else contextlib.nullcontext()
         )
+        stack = contextlib.ExitStack()
         was_training = self.training
         self.eval()
         try:
+            # One autocast region for all batches: autocast keeps its bf16 copies of the weights
+            # until the region ends, so they are cast once, not once per batch.
+            stack.enter_context(autocast)
             starts = range(0, n, batch_size)
             if show_progress:
                 from tqdm.auto import tqdm
@@ -219,12 +223,12 @@ class SentenceEncoder(nn.Module):
                 idx = order[start : start + batch_size]
                 batch = self.tokenize([sentences[i] for i in idx], max_seq_len=limit)
                 batch = {k: v.to(self.device) for k, v in batch.items()}
-                with autocast:
-                    vec = self(**batch).float()
+                vec = self(**batch).float()
                 if normalize:
                     vec = torch.nn.functional.normalize(vec, dim=-1)
                 out[idx] = vec.cpu().numpy()
         finally:
+            stack.close()
             self.train(was_training)
         return out
 
