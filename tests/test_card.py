@@ -225,7 +225,7 @@ def test_card_of_an_stsb_pearson_run_on_pairs(tiny_bert: Path, tmp_path: Path) -
     )  # fmt: skip
     folder = tmp_path / "out" / "best"
     folder.mkdir(parents=True)
-    write_model_card(folder, config, stsb_dev=61.234, step=8, sentences=2)
+    write_model_card(folder, config, selection_score=61.234, step=8, sentences=2)
     card = ModelCard.load(folder / CARD_FILE)
     (result,) = card.data.eval_results
     assert (result.dataset_type, result.metric_type, result.metric_value) == (

@@ -549,7 +549,7 @@ def write_model_card(
     *,
     results: Mapping[str, Any] | None = None,
     metrics_csv: str | Path | None = None,
-    stsb_dev: float | None = None,
+    selection_score: float | None = None,
     step: int | None = None,
     sentences: int | None = None,
     evaluation: Mapping[str, Any] | None = None,
@@ -562,7 +562,7 @@ def write_model_card(
         config: the run's resolved config.
         results: the run's ``results.json`` (adds steps, hardware and times).
         metrics_csv: the run's ``metrics.csv`` (the dev-score curve).
-        stsb_dev: this model's model-selection score ×100, the one :func:`dev_score` names
+        selection_score: this model's model-selection score ×100, the one :func:`dev_score` names
             (STS-B dev Spearman unless ``eval.dev``/``eval.dev_metric`` say otherwise; the
             keyword keeps its first name); ``None``: read at ``step`` from ``metrics_csv``.
         step: the training step of this model (for the text and the look-up above).
@@ -580,8 +580,8 @@ def write_model_card(
     out = Path(folder)
     rows = read_metrics(metrics_csv)
     dev = dev_score(config)
-    if stsb_dev is None and step is not None:
-        stsb_dev = next(
+    if selection_score is None and step is not None:
+        selection_score = next(
             (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
         )
     model_id = model_id or config.train.push_to_hub or str(out.resolve())
@@ -604,7 +604,7 @@ def write_model_card(
         else None,
         license=base_model_license(config.model.name_or_path),
         model_name=name,
-        eval_results=_eval_results(stsb_dev, dev, evaluation) or None,
+        eval_results=_eval_results(selection_score, dev, evaluation) or None,
     )
     curve = dev_curve(rows, dev.name)
     curve_md = (
@@ -617,8 +617,8 @@ def write_model_card(
     )
     at = f" at step {step}" if step is not None else ""
     score = (
-        f" Its {dev.dataset} {dev.metric} (cosine, ×100) is **{stsb_dev:.2f}**."
-        if stsb_dev is not None and math.isfinite(stsb_dev)
+        f" Its {dev.dataset} {dev.metric} (cosine, ×100) is **{selection_score:.2f}**."
+        if selection_score is not None and math.isfinite(selection_score)
         else ""
     )
     dev_title = dev.dataset[0].upper() + dev.dataset[1:]

@@ -8,6 +8,7 @@ sentence-transformers folder (``modules.json``), in safetensors only.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -187,9 +188,9 @@ class SentenceEncoder(nn.Module):
         ``max_seq_len`` defaults to the backbone's maximum (inference should not truncate at the
         training length); pass a value to truncate.
 
-        ``precision="bf16"`` runs the backbone under bf16 autocast (the weights stay float32): on
-        CPUs with AMX or AVX512-BF16 and on recent GPUs it is several times faster, and the vectors
-        move by bf16 rounding (cosine to the fp32 vector above 0.999 for MiniLM in
+        ``precision="bf16"`` encodes with a bf16 copy of the model (:meth:`inference_copy`; this
+        encoder keeps its float32 weights): on CPUs with AMX or AVX512-BF16 and on recent GPUs it
+        is several times faster, and the vectors move by bf16 rounding (cosine to the fp32 vector above 0.999 for MiniLM in
         ``docs/results/encode_benchmark.md``). Evaluation never uses it: its numbers are fp32.
         """
         if isinstance(sentences, str):
@@ -202,18 +203,10 @@ class SentenceEncoder(nn.Module):
         limit = min(max_seq_len or 1 << 30, max_sequence_length(self.tokenizer, self.backbone))
         order = np.argsort([-len(s) for s in sentences], kind="stable")
         out = np.empty((n, self.dim), dtype=np.float32)
-        autocast = (
-            torch.autocast(self.device.type, dtype=torch.bfloat16)
-            if precision == "bf16"
-            else contextlib.nullcontext()
-        )
-        stack = contextlib.ExitStack()
+        model = self.inference_copy(torch.bfloat16) if precision == "bf16" else self
         was_training = self.training
         self.eval()
         try:
-            # One autocast region for all batches: autocast keeps its bf16 copies of the weights
-            # until the region ends, so they are cast once, not once per batch.
-            stack.enter_context(autocast)
             starts = range(0, n, batch_size)
             if show_progress:
                 from tqdm.auto import tqdm
@@ -223,14 +216,29 @@ class SentenceEncoder(nn.Module):
                 idx = order[start : start + batch_size]
                 batch = self.tokenize([sentences[i] for i in idx], max_seq_len=limit)
                 batch = {k: v.to(self.device) for k, v in batch.items()}
-                vec = self(**batch).float()
+                vec = model(**batch).float()
                 if normalize:
                     vec = torch.nn.functional.normalize(vec, dim=-1)
                 out[idx] = vec.cpu().numpy()
         finally:
-            stack.close()
             self.train(was_training)
         return out
+
+    def inference_copy(self, dtype: torch.dtype) -> SentenceEncoder:
+        """A copy of this encoder with its weights in ``dtype``, in eval mode (for inference).
+
+        Inference needs no float32 master weights: with bf16 weights every operation runs in
+        bf16 with no per-operation casts, which is what makes bf16 inference fast on CPUs with
+        AMX/AVX512-BF16. The copy shares the tokenizer; this encoder is left as it was.
+        """
+        copy_ = SentenceEncoder(
+            copy.deepcopy(self.backbone).to(dtype),
+            self.tokenizer,
+            copy.deepcopy(self.pooler).to(dtype),
+            self.max_seq_len,
+        )
+        copy_.unpad_training, copy_.unpad_inference = self.unpad_training, self.unpad_inference
+        return copy_.eval()
 
     def similarity(
         self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray, batch_size: int = 128

@@ -167,7 +167,7 @@ class Trainer:
         its model card)."""
         final, sel = self.out / name, self.selection
         score = sel.best_score if name == "best" and sel.best_step == self.step else None
-        card = {"stsb_dev": score, "step": self.step, "model_id": str(final.resolve())}
+        card = {"selection_score": score, "step": self.step, "model_id": str(final.resolve())}
         return save_model_folder(self.encoder, self.config, final, lambda d: self._card(d, **card))
 
     def _card(self, folder: Path, **facts: Any) -> None:
