@@ -159,7 +159,32 @@ def packed_attention(
 
     Returns:
         ``(1, T, H, d)`` in the dtype of ``q``.
+
+    Without gradients and dropout (inference) the padded grid goes to PyTorch's fused
+    ``scaled_dot_product_attention`` instead, in the inputs' own dtype: with nothing to save for
+    a backward, the fused kernel is the faster one, and it is what the padded model runs.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if dropout_p == 0.0 and not needs_grad:
+        return _inference_attention(q, k, v, pack, scale)
     with torch.autocast(q.device.type, enabled=False):
         return PackedAttention.apply(q, k, v, pack, float(dropout_p), scale)
+
+
+def _inference_attention(q: Tensor, k: Tensor, v: Tensor, pack: PackInfo, scale: float) -> Tensor:
+    """The forward of :class:`PackedAttention` without dropout, through the fused SDPA kernel.
+
+    The grid here is token-major, ``(B·L, 3, H, d)``: filling it moves whole contiguous rows,
+    and SDPA reads ``(B, H, L, d)`` strided views of it (its last dimension is contiguous).
+    """
+    heads, head_dim = q.shape[1], q.shape[3]
+    batch, width = pack.batch, pack.width
+    rows = torch.stack([t[0].transpose(0, 1) for t in (q, k, v)], dim=1)  # (T, 3, H, d)
+    grid = rows.new_empty((batch * width, 3, heads, head_dim))
+    grid.index_fill_(0, pack.pad_index, 0.0).index_copy_(0, pack.index, rows)
+    grid = grid.view(batch, width, 3, heads, head_dim)
+    qg, kg, vg = (grid[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, d) views
+    mask = pack.key_bias.view(batch, 1, 1, width).to(q.dtype)
+    out = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)[pack.key_bias.view(batch, width) == 0].unsqueeze(0)  # (1, T, H, d)
