@@ -140,10 +140,10 @@ def test_bf16_inputs_are_computed_in_float32():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_inference_path_matches_the_training_kernel(dtype):
-    """No gradient, no dropout: the fused-SDPA inference path computes the same attention."""
+    """Inference mode, no dropout: the fused-SDPA inference path computes the same attention."""
     q, k, v = (x.detach().to(dtype) for x in _qkv())
     pack = PackInfo.from_mask(_mask())
-    with torch.no_grad():
+    with torch.inference_mode():
         fast = packed_attention(q, k, v, pack)
     trained = packed_attention(*(x.requires_grad_() for x in (q, k, v)), pack)
     assert trained.requires_grad  # the kernel with a backward ran
@@ -153,3 +153,19 @@ def test_inference_path_matches_the_training_kernel(dtype):
     torch.testing.assert_close(fast, trained.detach(), rtol=0, atol=atol)
     ref = _sdpa_reference(q.double(), k.double(), v.double(), pack, D**-0.5)
     torch.testing.assert_close(fast.double(), ref, rtol=0, atol=atol)
+
+
+def test_encode_takes_the_inference_path_and_training_does_not(tiny_bert, monkeypatch):
+    from cselab.model import attention
+    from cselab.model.encoder import SentenceEncoder
+
+    calls = []
+    real = attention._inference_attention
+    monkeypatch.setattr(attention, "_inference_attention", lambda *a: calls.append(1) or real(*a))
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    enc.encode(["a b c", "a"])
+    assert len(calls) == enc.backbone.config.num_hidden_layers
+    enc.train()
+    with torch.no_grad():  # GradCache's first pass: the training kernel, as its replay
+        enc(**enc.tokenize(["a b c", "a"]))
+    assert len(calls) == enc.backbone.config.num_hidden_layers

@@ -160,13 +160,14 @@ def packed_attention(
     Returns:
         ``(1, T, H, d)`` in the dtype of ``q``.
 
-    Without gradients and dropout (inference) the padded grid goes to PyTorch's fused
-    ``scaled_dot_product_attention`` instead, in the inputs' own dtype: with nothing to save for
-    a backward, the fused kernel is the faster one, and it is what the padded model runs.
+    Under ``torch.inference_mode`` without dropout (``encode``, evaluation) the padded grid goes
+    to PyTorch's fused ``scaled_dot_product_attention`` instead, in the inputs' own dtype: with
+    nothing to save for a backward the fused kernel is the faster one, and it is what the padded
+    model runs. Inference mode, not merely ``no_grad``: GradCache's first pass runs without
+    gradients and must compute exactly what its replay with gradients computes.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if dropout_p == 0.0 and not needs_grad:
+    if dropout_p == 0.0 and torch.is_inference_mode_enabled():
         return _inference_attention(q, k, v, pack, scale)
     with torch.autocast(q.device.type, enabled=False):
         return PackedAttention.apply(q, k, v, pack, float(dropout_p), scale)
