@@ -63,7 +63,7 @@ SHARED = REPO.parent / "shared" / "data"
 DEFAULT_TRAIN = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
 DEFAULT_DATA = SHARED / "senteval"
 DEFAULT_OUT = REPO / "docs" / "results" / "train_benchmark.md"
-TARGETS = {"cselab fp32": 1.2, "cselab bf16": 2.0}  # x the peer's sentences/s (full runs)
+TARGETS = {"cselab fp32": 1.8}  # x the peer's (fp32) sentences/s over a whole epoch
 THROUGHPUT_TARGETS = {"fp32": 1.8, "bf16": 2.0}  # x the peer's sentences/s, same precision
 MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
 
@@ -526,27 +526,40 @@ def fmt(x: float | None, digits: int = 2) -> str:
 
 
 def table(runs: list[Run]) -> str:
+    """The full runs. Speed targets are against the peer's fp32 run; the bf16 run's speed target
+    is against the peer's bf16 (the throughput table), so here it is judged on quality only:
+    STS-B dev within ``MAX_STS_DROP`` of cselab's fp32 run."""
     peer = next((r for r in runs if r.name == "peer"), None)
+    fp32 = next((r for r in runs if r.name == "cselab fp32"), None)
     head = ("| run | steps | STS-B dev before | STS-B dev after | best (step) | train sentences/s "
-            "| median 10-step window sent/s | ratio vs peer | target | met |")  # fmt: skip
+            "| median 10-step window sent/s | ratio vs peer fp32 | target | met |")  # fmt: skip
     lines = [head, "|" + "---|" * 10]
     for r in runs:
         ratio = r.sentences_per_s / peer.sentences_per_s if peer and r is not peer else None
-        target = TARGETS.get(r.name)
-        met = "—"
-        if target is not None and ratio is not None:
-            speed_ok = ratio >= target
+        target, met = "—", "—"
+        if r.name in TARGETS and ratio is not None:
+            speed_ok = ratio >= TARGETS[r.name]
+            quality_ok = None
             if r.after is not None and peer is not None and peer.after is not None:
                 quality_ok = r.after >= peer.after - MAX_STS_DROP
-                met = "yes" if speed_ok and quality_ok else (
-                    "no (speed)" if quality_ok else ("no (STS)" if speed_ok else "no (speed, STS)"))  # fmt: skip
-            else:
-                met = ("yes" if speed_ok else "no") + " (speed only)"
+            target = f"≥ {TARGETS[r.name]}×, STS ≥ peer − {MAX_STS_DROP}"
+            met = "yes" if speed_ok and quality_ok is not False else (
+                "no (speed)" if quality_ok is not False else ("no (STS)" if speed_ok else "no (speed, STS)"))  # fmt: skip
+            if quality_ok is None:
+                met += " (speed only)"
+        elif (
+            r.precision == "bf16"
+            and fp32 is not None
+            and r.after is not None
+            and fp32.after is not None
+        ):
+            target = f"STS ≥ cselab fp32 − {MAX_STS_DROP} (speed: throughput table)"
+            met = "yes" if r.after >= fp32.after - MAX_STS_DROP else "no (STS)"
         best = f"{fmt(r.best)} ({r.best_step})" if r.best is not None else "n/a"
+        shown = f"{fmt(ratio)}×" if ratio else ("1.00× (reference)" if r is peer else "n/a")
         lines.append(
             f"| {r.name} | {r.steps} | {fmt(r.before)} | {fmt(r.after)} | {best} | {fmt(r.sentences_per_s, 1)} "
-            f"| {fmt(r.median_window_sentences_per_s, 1)} | {fmt(ratio) + '×' if ratio else '1.00× (reference)' if r is peer else 'n/a'} "
-            f"| {f'≥ {target}×, STS ≥ peer − {MAX_STS_DROP}' if target else '—'} | {met} |"
+            f"| {fmt(r.median_window_sentences_per_s, 1)} | {shown} | {target} | {met} |"
         )
     return "\n".join(lines)
 
@@ -571,9 +584,9 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
         f"batch {args.batch_size}, lr {args.lr}, max_seq_len {args.max_seq_len}, one epoch, seed {args.seed}"
         + (f", max_steps {args.max_steps}" if args.max_steps else ""),
         f"- command: `{cmd}` (whole run {total_s / 60:.1f} min)",
-        "- the machine is shared with other jobs: the 1-minute load average at the start and end "
-        "of each training is listed below; the median 10-step window rate is less sensitive to "
-        "bursts of other load than the mean over the whole run.",
+        "- the 1-minute load average at the start and end of each training is listed below (the "
+        "benchmark alone keeps it near the number of threads); the median 10-step window rate is "
+        "less sensitive to bursts of other load than the mean over the whole run.",
         "",
         "## Results",
         "",
