@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared/data
 
-.PHONY: setup test test-all lint format demo bench-train bench-eval bench-objectives bench-gpu clean
+.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu clean
 
 # The stamp is written only after every install step succeeded: `python -m venv` creates
 # bin/activate first, so a target on it would count a failed install as done.
@@ -39,7 +39,11 @@ demo: setup
 	$(BIN)/cselab train configs/demo-minilm.yaml
 
 bench-train: setup
-	$(BIN)/python bench/bench_train.py
+	$(BIN)/python bench/bench_train.py --throughput
+	$(BIN)/python bench/bench_train.py --throughput --peer-glibc-retain --runs "" --no-eval --out docs/results/train_benchmark_equal_alloc.md
+
+bench-encode: setup
+	$(BIN)/python bench/bench_encode.py
 
 bench-eval: setup
 	$(BIN)/python bench/bench_eval.py
