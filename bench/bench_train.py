@@ -603,7 +603,7 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
             )
         parts += [
             f"### Throughput, side by side ({args.rounds} rounds, each side in a fresh process, "
-            f"alternating; steps {args.skip_steps + 1}–{args.throughput_steps} timed; medians)",
+            f"alternating; steps {args.skip_steps + 2}–{args.throughput_steps} timed; medians)",
             "",
             throughput_table(throughput),
             "",

@@ -182,3 +182,44 @@ def test_cls_poolers_run_the_last_layer_on_first_tokens_only(tiny_bert, pooler, 
     assert int(mask.sum()) == 42
     enc(ids, mask)
     assert [r.numel() // r[-1] for r in rows] == [42, last_layer_rows]
+
+
+def test_cls_last_layer_applies_dropout_where_the_full_layer_does(tiny_bert64, monkeypatch):
+    """With every dropout made deterministic (a constant multiplier), the [CLS]-only last layer
+    gives the full forward's [CLS] state and gradients: dropout sits in the same three places."""
+    from cselab.model import attention, dropout
+
+    def constant(shape, p, dtype, device="cpu", generator=None):
+        return torch.full(tuple(shape), 0.5, dtype=dtype, device=device)
+
+    monkeypatch.setattr(dropout, "dropout_multiplier", constant)
+    monkeypatch.setattr(attention, "dropout_multiplier", constant)
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="cls", dropout=0.3).double()
+    enc.train()
+    ids, mask = _batch()
+    results = []
+    for first_only in (False, True):
+        enc.zero_grad()
+        last = unpad.unpadded_last_hidden(enc.backbone, ids, mask, first_token_only=first_only)
+        z = enc.pooler(last, mask)
+        (z * torch.linspace(-1, 1, z.shape[-1], dtype=z.dtype)).sum().backward()
+        grads = {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
+        results.append((z.detach(), grads))
+    (z_full, g_full), (z_first, g_first) = results
+    _close(z_first, z_full, FORWARD_TERMS)
+    assert g_full.keys() == g_first.keys()
+    for name in g_full:
+        _close(g_first[name], g_full[name], GRAD_TERMS, msg=name)
+
+
+def test_left_padding_falls_back_to_the_full_last_layer(tiny_bert64):
+    """A batch whose column 0 is padding somewhere has no [CLS] at column 0 to keep."""
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="cls", dropout=0.0).double()
+    enc.eval()
+    ids, mask = _batch()
+    mask = mask.flip(1)  # left padding
+    ids = ids.flip(1)
+    with torch.no_grad():
+        full = unpad.unpadded_last_hidden(enc.backbone, ids, mask)
+        first = unpad.unpadded_last_hidden(enc.backbone, ids, mask, first_token_only=True)
+    assert torch.equal(first, full)

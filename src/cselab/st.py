@@ -115,8 +115,9 @@ class CSELoss(nn.Module):
                 "caches every cselab objective with replayed dropout masks"
             )
         self.model = model
-        # cselab's dropout modules (nn.Dropout's distribution, a cheaper mask on the CPU), as in
-        # cselab's own encoder: a seeded step then draws the masks cselab's trainer draws.
+        # The model's nn.Dropout modules become cselab's (the same distribution, a cheaper mask on
+        # the CPU), as in cselab's own encoder: a seeded step draws the masks cselab's padded
+        # forward draws. This changes the model object (it then pickles with cselab classes).
         use_fast_dropout(model)
         self.config = objective_config or ObjectiveConfig()
         self.objective = build_objective(self.config)  # validates the config

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from .dropout import dropout_multiplier
 
@@ -114,6 +115,7 @@ class PackedAttention(torch.autograd.Function):
         return out.transpose(0, 1).index_select(0, pack.index).to(q.dtype).unsqueeze(0)
 
     @staticmethod
+    @once_differentiable  # the saved grid and probabilities carry no graph of their own
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         grid, probs, dropped, multiplier = ctx.saved_tensors
         pack: PackInfo = ctx.pack

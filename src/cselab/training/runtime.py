@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import sys
 
 import torch
@@ -67,15 +68,17 @@ def retain_freed_memory() -> bool:
     step ends, so the next step touches new pages again: 20,000-40,000 page faults per MiniLM step,
     each a kernel zero-fill, charged to whichever operation first writes the memory. With mmap
     off and no trimming (``mallopt(M_MMAP_MAX, 0)``, ``M_TRIM_THRESHOLD`` at its maximum) the
-    freed memory is reused: a bf16 MiniLM step at batch 64 went from 0.57 to 0.51 s on a 2-core
-    Xeon (``docs/results/train_benchmark.md``). The cost is that the process keeps its peak heap
-    until it exits. Allocators such as tcmalloc (``LD_PRELOAD``) do the same and more; this is the
-    part that needs no library. A no-op off Linux/glibc; process-wide, so done once.
+    freed memory is reused: in development timings (the same batches, alternating processes) a
+    bf16 MiniLM step at batch 64 went from 0.57 to 0.51 s on a 2-core Xeon with AMX; the peer
+    gains as much from it (``docs/results/train_benchmark_equal_alloc.md``). The cost is that the
+    process keeps its peak heap until it exits. Allocators such as tcmalloc (``LD_PRELOAD``) do
+    the same and more; this is the part that needs no library. A no-op off Linux/glibc and when
+    ``CSELAB_KEEP_FREED_MEMORY=0``; process-wide and irreversible, so done once.
     """
     global _malloc_tuned
     if _malloc_tuned:
         return True
-    if sys.platform != "linux":
+    if sys.platform != "linux" or os.environ.get("CSELAB_KEEP_FREED_MEMORY", "1") == "0":
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -91,5 +94,8 @@ def retain_freed_memory() -> bool:
         return False
     _malloc_tuned = ok
     if ok:
-        log.debug("glibc malloc: freed memory is kept for reuse (M_MMAP_MAX=0, no trimming)")
+        log.info(
+            "glibc malloc keeps freed memory for reuse (M_MMAP_MAX=0, no trimming; "
+            "CSELAB_KEEP_FREED_MEMORY=0 turns this off)"
+        )
     return ok
