@@ -134,8 +134,13 @@ def test_bf16_inputs_are_computed_in_float32():
     # inputs rounded to bf16 (rel. 2**-9) move the output by a few units of that, plus one
     # rounding of the output itself
     torch.testing.assert_close(out.double(), ref, rtol=0, atol=8 * 2**-9 * ref.abs().max().item())
-    out.float().sum().backward()
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    out.backward(g.bfloat16())
     assert qb.grad.dtype == kb.grad.dtype == vb.grad.dtype == torch.bfloat16
+    want = torch.autograd.grad(ref, (q, k, v), g)
+    for got, ref_grad in zip((qb.grad, kb.grad, vb.grad), want, strict=True):
+        bound = 16 * 2**-9 * ref_grad.abs().max().item()  # bf16 inputs, upstream grad, output
+        torch.testing.assert_close(got.double(), ref_grad, rtol=0, atol=bound)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
