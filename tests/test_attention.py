@@ -50,12 +50,21 @@ def _sdpa_reference(q, k, v, pack, scale):
     return out.transpose(1, 2).reshape(B * L, H, D)[pack.index].unsqueeze(0)
 
 
+def _assert_same_gradients(out, ref, inputs) -> None:
+    """The gradients of ``out`` and ``ref`` w.r.t. ``inputs`` for one random upstream gradient."""
+    g = torch.randn_like(out)
+    got, want = torch.autograd.grad(out, inputs, g), torch.autograd.grad(ref, inputs, g)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=ATOL)
+
+
 def test_pack_info():
     pack = PackInfo.from_mask(_mask())
     assert pack.index.tolist() == [b * L + i for b, n in enumerate(LENGTHS) for i in range(n)]
     assert sorted(pack.index.tolist() + pack.pad_index.tolist()) == list(range(B * L))
     assert pack.key_bias.shape == (1, B, 1, L)
     assert torch.isinf(pack.key_bias).sum().item() == B * L - sum(LENGTHS)
+    assert pack.keep.reshape(-1).nonzero().squeeze(1).tolist() == pack.index.tolist()
 
 
 @pytest.mark.parametrize("scale", [None, 0.37])
@@ -66,11 +75,7 @@ def test_matches_sdpa_on_the_padded_batch(scale):
     ref = _sdpa_reference(q, k, v, pack, D**-0.5 if scale is None else scale)
     assert out.shape == (1, sum(LENGTHS), H, D) and out.is_contiguous()
     torch.testing.assert_close(out, ref, rtol=0, atol=ATOL)
-    g = torch.randn_like(out)
-    for got, want in zip(
-        torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g), strict=True
-    ):
-        torch.testing.assert_close(got, want, rtol=0, atol=ATOL)
+    _assert_same_gradients(out, ref, (q, k, v))
 
 
 def test_gradcheck():
@@ -104,11 +109,7 @@ def test_dropout_matches_the_definition():
     assert 0 < (multiplier == 0).sum() < multiplier.numel()
     ref = _slow_dropout_reference(q, k, v, multiplier, 0.5)
     torch.testing.assert_close(out, ref, rtol=0, atol=ATOL)
-    g = torch.randn_like(out)
-    for got, want in zip(
-        torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g), strict=True
-    ):
-        torch.testing.assert_close(got, want, rtol=0, atol=ATOL)
+    _assert_same_gradients(out, ref, (q, k, v))
 
 
 def test_dropout_is_drawn_per_call():

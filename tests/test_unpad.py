@@ -42,13 +42,16 @@ def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return ids * mask, mask
 
 
+@pytest.mark.parametrize("full_batch", [False, True])
 @pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg"])
-def test_unpadded_forward_and_gradients_match_padded(tiny_bert64, pooler):
+def test_unpadded_forward_and_gradients_match_padded(tiny_bert64, pooler, full_batch):
     enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler=pooler, dropout=0.0).double()
     assert enc.unpad_training
     assert enc.backbone.config._attn_implementation == unpad.ATTENTION_NAME
     enc.train()
     ids, mask = _batch()
+    if full_batch:  # no padding at all: the packed path still runs, and agrees
+        mask = torch.ones_like(mask)
     results = []
     for flag in (False, True):
         enc.unpad_training = flag
@@ -116,15 +119,19 @@ def test_unsupported_setups_use_the_padded_forward(tiny_bert, monkeypatch):
     enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls")
     ids, mask = _batch()
     enc.train()
-    enc(ids, torch.ones_like(mask))  # no padding in the batch
     enc(ids, mask, token_type_ids=mask)  # two segments: the packed forward passes zeros
+    every_layer = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg_first_last")
+    every_layer.train()
+    every_layer(ids, mask)  # the pooler reads every layer's states
     enc.eval()
     enc.unpad_inference = False
     enc(ids, mask)
     assert calls == []
     enc.unpad_inference = True
     enc(ids, mask, token_type_ids=torch.zeros_like(mask))  # one segment: packed
-    assert len(calls) == 1
+    enc.train()
+    enc(ids, torch.ones_like(mask))  # no padding: packed all the same (one path, one kernel)
+    assert len(calls) == 2
     eager = SentenceEncoder.from_pretrained(str(tiny_bert), attn_implementation="eager")
     assert not eager.unpad_training and not eager.unpad_inference
 

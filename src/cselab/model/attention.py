@@ -13,18 +13,20 @@ step at batch 64 on a 2-core Xeon that bookkeeping took more time than the atten
 dropout on the probabilities, times V) in a handful of large operations:
 
 * forward: the packed ``(T, H, d)`` queries (times the scale), keys and values are copied into
-  one zeroed ``(3, H, B·L, d)`` grid (the padded layout, heads first, so each head's sentences
-  are one batched matrix product); the scores are one ``bmm`` plus, in place, the additive key
-  mask (built once per batch, shared by all layers); then the softmax, the dropout
-  mask (:func:`cselab.model.dropout.keep_mask`), one ``bmm`` with V and one gather of the real
-  rows back to ``(T, H, d)``.
+  one ``(3, H, B·L, d)`` grid with zeros at padding (the padded layout, heads first, so each
+  head's sentences are one batched matrix product); the scores are one ``bmm`` plus, in place,
+  the additive key mask (built once per batch, shared by all layers); then the softmax, the
+  dropout multiplier (:func:`cselab.model.dropout.dropout_multiplier`), one ``bmm`` with V and
+  one gather of the real rows back to ``(T, H, d)``.
 * backward: the textbook gradients of those steps (``dV = P̃ᵀ dO``, ``dP̃ = dO Vᵀ``,
-  ``dS = P ⊙ (dP − rowsum(dP ⊙ P))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``), written into
-  one grid and gathered back to the packed rows in one ``index_select``.
+  ``dS = P ⊙ (dP − rowsum(dP ⊙ P))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``), each
+  gathered back to the packed rows.
 
 Half-precision inputs are computed in float32, as PyTorch's math path does on the CPU, and the
-result is cast back; float32 and float64 inputs are computed in their own dtype. ``tests/test_attention.py`` checks outputs and all three gradients against
-``scaled_dot_product_attention`` on the padded batch (float64), the dropout against its
+result is cast back; float32 and float64 inputs are computed in their own dtype. Under
+``torch.inference_mode`` without dropout the grid goes to the fused SDPA kernel instead (see
+:func:`packed_attention`). ``tests/test_attention.py`` checks outputs and all three gradients
+against ``scaled_dot_product_attention`` on the padded batch (float64), the dropout against its
 definition, and the whole unpadded model against the padded one (``tests/test_unpad.py``).
 """
 
@@ -47,6 +49,7 @@ class PackInfo(NamedTuple):
         batch: ``B``.
         width: ``L``.
         pad_index: ``(B * L - T,)`` flat positions of the padding.
+        keep: ``(B, L)`` bool, ``True`` at real tokens.
         key_bias: ``(1, B, 1, L)`` float32, ``0`` at real keys and ``-inf`` at padding (the
             additive key mask), built once per batch for all layers.
     """
@@ -55,6 +58,7 @@ class PackInfo(NamedTuple):
     batch: int
     width: int
     pad_index: Tensor
+    keep: Tensor
     key_bias: Tensor
 
     @classmethod
@@ -67,10 +71,10 @@ class PackInfo(NamedTuple):
         flat = keep.reshape(-1)
         index = flat.nonzero().squeeze(1)
         pad_index = (~flat).nonzero().squeeze(1)
-        return cls(index, batch, width, pad_index, bias)
+        return cls(index, batch, width, pad_index, keep, bias)
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half precisions (as the CPU math path), else the input's own dtype."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
@@ -96,7 +100,7 @@ class PackedAttention(torch.autograd.Function):
         heads, head_dim = q.shape[1], q.shape[3]
         batch, width = pack.batch, pack.width
         hb = heads * batch
-        qkv = torch.cat((q, k, v)).to(_compute_dtype(q.dtype))  # a new tensor in every dtype
+        qkv = torch.cat((q, k, v)).to(compute_dtype(q.dtype))  # a new tensor in every dtype
         qkv[0].mul_(scale)  # the grid holds scale·Q: the scores need no extra pass
         grid = _to_grid(qkv, pack)  # (3, H, B·L, d)
         qg, kg, vg = (g.view(hb, width, head_dim) for g in grid)
@@ -190,4 +194,4 @@ def _inference_attention(q: Tensor, k: Tensor, v: Tensor, pack: PackInfo, scale:
     qg, kg, vg = (grid[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, d) views
     mask = pack.key_bias.view(batch, 1, 1, width).to(q.dtype)
     out = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, scale=scale)
-    return out.transpose(1, 2)[pack.key_bias.view(batch, width) == 0].unsqueeze(0)  # (1, T, H, d)
+    return out.transpose(1, 2)[pack.keep].unsqueeze(0)  # (1, T, H, d), row-major as pack.index

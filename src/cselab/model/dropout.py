@@ -26,7 +26,6 @@ On other devices ``F.dropout`` is used (GPUs have a fused dropout kernel), and s
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
@@ -74,27 +73,12 @@ def dropout_multiplier(
     )
 
 
-class _Multiply(torch.autograd.Function):
-    """``x * m`` for a constant ``m`` (no gradient for ``m``, which is saved as is)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, m: Tensor) -> Tensor:
-        ctx.save_for_backward(m)
-        return x * m
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (m,) = ctx.saved_tensors
-        return grad * m, None
-
-
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """``F.dropout(x, p, training)`` with the cheaper mask on the CPU (see the module docstring)."""
-    if not training or p == 0.0 or x.device.type != "cpu" or torch.compiler.is_compiling():
+    if p in (0.0, 1.0) or not training or x.device.type != "cpu" or torch.compiler.is_compiling():
         return F.dropout(x, p, training)  # Inductor generates its own dropout
-    if p == 1.0:
-        return x * 0.0
-    return _Multiply.apply(x, dropout_multiplier(x.shape, p, x.dtype, x.device))
+    # autograd keeps the multiplier (not x) for the backward, grad * M: nothing else to save
+    return x * dropout_multiplier(x.shape, p, x.dtype, x.device)
 
 
 class Dropout(nn.Dropout):

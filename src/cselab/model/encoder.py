@@ -153,7 +153,6 @@ class SentenceEncoder(nn.Module):
             and (token_type_ids is None or not bool(token_type_ids.any()))  # one segment
             and not self.pooler.needs_hidden_states
             and input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
-            and not bool(attention_mask.all())
         ):
             last = unpad.unpadded_last_hidden(
                 self.backbone,

@@ -1,16 +1,17 @@
-"""Training on the real tokens only: a BERT backbone run on an unpadded (packed) batch.
+"""The forward on the real tokens only: a BERT backbone run on an unpadded (packed) batch.
 
 A training batch is padded to its longest sentence; on the wiki corpus at ``max_seq_len`` 32
 about a third of the padded positions are padding. Every linear layer, layer norm, dropout and
 GELU of a BERT encoder works token by token, so they can run on the ``T`` real tokens of the
 batch instead of on all ``B x L`` positions. Only attention mixes the tokens of a sentence: there
-the packed queries, keys and values are scattered back to ``(B, H, L, d)`` and PyTorch's
-``scaled_dot_product_attention`` runs with the usual key-padding mask, so each token attends to
-exactly the tokens it attends to in the padded batch.
+:mod:`cselab.model.attention` puts the packed queries, keys and values back on the padded grid
+with the usual key-padding mask, so each token attends to exactly the tokens it attends to in
+the padded batch.
 
 The padded and the packed forward compute the same function (the outputs at real tokens agree
-to float rounding); only the dropout masks are drawn differently. The padded path is kept for
-inference, for other architectures, and when a batch has no padding.
+to float rounding); only the dropout masks are drawn differently. The encoder uses the packed
+forward on the CPU, in training and inference, for single-segment batches; the padded path is
+kept for GPUs, other architectures, two-segment inputs and poolers that read every layer.
 
 This uses the ``transformers`` extension points for attention: a function registered under
 :data:`ATTENTION_NAME` that behaves exactly like ``sdpa`` unless the forward call carries the
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .attention import PackInfo, packed_attention
+from .attention import PackInfo, compute_dtype, packed_attention
 from .dropout import dropout
 
 ATTENTION_NAME = "cselab_unpad_sdpa"
@@ -156,7 +157,7 @@ def _first_token_layer(layer: nn.Module, hidden: Tensor, pack: PackInfo) -> Tens
     x = hidden.index_select(0, first_rows)  # (B, D)
     q = att.query(x)
     out_dtype = q.dtype
-    work = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    work = compute_dtype(out_dtype)
 
     def grid(rows: Tensor) -> Tensor:  # (T, H·d) -> (B, H, L, d), zeros at padding
         full = rows.new_zeros(batch * width, rows.shape[-1]).index_copy(0, pack.index, rows)
