@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     for backend in ("hnsw", "ivf"):
         if backend in backends:
             t0 = time.perf_counter()
-            from cselab.index import ann_params
+            from cselab.search.index import ann_params
 
             given = {"m": args.hnsw_m, "ef_construction": args.ef_construction}
             index.build_ann(backend, ann_params(backend, len(index), **given))

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from cselab.core.schema import from_dict
 from cselab.objectives import ObjectiveConfig, ObjectiveContext, build_objective, total_loss
-from cselab.schema import from_dict
 from objectives_reference import centred_views
 
 # ---------------------------------------------------------------------------------------------
@@ -123,8 +123,8 @@ def tiny_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
 
 def tiny_pair_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
     """``n`` triplets from :data:`SENTENCES`: row ``i`` pairs sentence ``i`` with ``i+1`` and
-    takes the next ``HARD_NEGATIVES`` as its hard negatives (inputs of :mod:`cselab.pairs`)."""
-    from cselab.pairs import PairRecords, TokenizedPairs
+    takes the next ``HARD_NEGATIVES`` as its hard negatives (inputs of :mod:`cselab.data.pairs`)."""
+    from cselab.data.pairs import PairRecords, TokenizedPairs
 
     def col(shift: int) -> list[str]:
         return [SENTENCES[(i + shift) % len(SENTENCES)] for i in range(n)]

@@ -13,7 +13,9 @@ import torch
 from huggingface_hub import ModelCard
 
 from conftest import needs_senteval
-from cselab.card import (
+from cselab.cli import main
+from cselab.model.encoder import SentenceEncoder
+from cselab.publish.card import (
     BIBTEX,
     CARD_FILE,
     code_blocks,
@@ -21,8 +23,6 @@ from cselab.card import (
     update_model_card,
     write_model_card,
 )
-from cselab.cli import main
-from cselab.model.encoder import SentenceEncoder
 from cselab.training.run import build_trainer
 from test_trainer import tiny_config as trainer_config
 
@@ -169,7 +169,7 @@ def test_update_card_refuses_a_hub_name(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_license_comes_from_the_base_models_card_on_disk(minilm_path: Path, tmp_path: Path) -> None:
-    from cselab.card import base_model_license
+    from cselab.publish.card import base_model_license
 
     # The packaged all-MiniLM-L6-v2 is found by its Hub name, offline.
     expected = ModelCard.load(minilm_path / CARD_FILE).data.license
@@ -214,7 +214,7 @@ def test_card_of_an_stsb_pearson_run_on_pairs(tiny_bert: Path, tmp_path: Path) -
     """STS-B dev by Pearson is named so (card and push commit message); a run on pairs is
     supervised SimCSE, not unsupervised, and counts pairs."""
     from cselab.config import load_config
-    from cselab.publish import commit_message
+    from cselab.publish.push import commit_message
 
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("anchor,positive\na man sings,someone sings\ntwo dogs run,dogs running\n")

@@ -203,7 +203,7 @@ def test_cache_found_by_content_reading_the_text_at_most_once(
 ) -> None:
     import os
 
-    from cselab import data
+    from cselab.data import cache as data
 
     tok = _tokenizer(tiny_bert)
     f = tmp_path / "c.txt"

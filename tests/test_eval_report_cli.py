@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cselab.evaluation import cli as ecli
+from cselab.cli import evaluate as ecli
 from cselab.evaluation import datasets as ds
 from cselab.evaluation import parse_tasks, report
 from fakes import HashingEncoder

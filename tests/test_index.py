@@ -12,15 +12,15 @@ import pytest
 import cselab
 from conftest import write_corpus
 from cselab.cli import main
-from cselab.index import (
+from cselab.model.encoder import SentenceEncoder
+from cselab.model.similarity import cosine_matrix
+from cselab.search.index import (
     PROGRESS_FILE,
     Index,
     SearchIndexError,
     build_faiss,
     exact_topk,
 )
-from cselab.model.encoder import SentenceEncoder
-from cselab.model.similarity import cosine_matrix
 
 
 def brute_force_topk(queries: np.ndarray, vectors: np.ndarray, k: int):

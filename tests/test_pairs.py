@@ -13,7 +13,7 @@ import torch
 from conftest import SENTEVAL
 from cselab.config import ConfigError, load_config
 from cselab.data import CorpusError
-from cselab.pairs import (
+from cselab.data.pairs import (
     PairColumns,
     TokenizedPairs,
     is_pairs_source,
@@ -173,7 +173,7 @@ def test_pair_inputs_keep_each_rows_negatives_on_its_row(tiny_bert: Path) -> Non
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_bert))
-    from cselab.pairs import PairRecords
+    from cselab.data.pairs import PairRecords
 
     records = PairRecords("x", ["a b", "c", "d e f"], ["p", "q r", "s"], [["n1", "n2 m", "n3"], ["o1", "o2", "o3 o3 o3"]])  # fmt: skip
     tp = TokenizedPairs.build(records, tok, 16)
@@ -187,8 +187,8 @@ def test_pair_inputs_keep_each_rows_negatives_on_its_row(tiny_bert: Path) -> Non
 def test_pair_views_are_one_pass_over_the_stacked_columns(tiny_bert: Path) -> None:
     """z1/z2/neg equal the anchors, positives and negatives encoded on their own (dropout off),
     and the pass really is one (the encoder is called once)."""
+    from cselab.data.pairs import PairRecords
     from cselab.model.encoder import SentenceEncoder
-    from cselab.pairs import PairRecords
     from cselab.training.views import compute_views
 
     enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", dropout=0.0).double()
@@ -304,7 +304,7 @@ def test_short_supervised_run_on_sick_triplets(
 
 def test_only_sick_training_data_gets_the_note() -> None:
     from cselab.config import DataConfig
-    from cselab.pairs import evaluation_notes
+    from cselab.data.pairs import evaluation_notes
 
     assert evaluation_notes(DataConfig(train_file="x.txt", format="sick"))
     assert evaluation_notes({"train_file": "../SICK/SICK_train.txt"})

@@ -10,8 +10,8 @@ import pytest
 from huggingface_hub import HfApi, ModelCard, RepoUrl
 from huggingface_hub.utils import filter_repo_objects
 
-from cselab.card import CARD_FILE, code_blocks
 from cselab.cli import main
+from cselab.publish.card import CARD_FILE, code_blocks
 from cselab.training.run import build_trainer
 from test_card import tiny_config
 

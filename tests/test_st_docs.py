@@ -9,7 +9,7 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from conftest import REPO, write_corpus
-from cselab.card import code_blocks
+from cselab.publish.card import code_blocks
 
 DOC = REPO / "docs" / "sentence_transformers.md"
 SCRIPTS = code_blocks(DOC.read_text(encoding="utf-8").split("## Training scripts", 1)[1])

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from conftest import write_corpus
 from cselab.config import load_config
-from cselab.schema import ConfigError
+from cselab.core.schema import ConfigError
 from cselab.training import checkpoint as ckpt
 from cselab.training.metrics import TrainingDiverged
 from cselab.training.optim import linear_schedule

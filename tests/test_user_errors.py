@@ -79,7 +79,7 @@ def test_evaluate_output_path_is_checked_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
     option: str, case: str,
 ) -> None:  # fmt: skip
-    from cselab.evaluation import cli as ev_cli
+    from cselab.cli import evaluate as ev_cli
     from cselab.evaluation import download
 
     def must_not_run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .core.version import __version__
 
 
 def load(path: str, pooler: str | None = None, **kwargs):
@@ -24,7 +24,7 @@ def train(config, callbacks=None):
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy: `cselab.Index` without importing numpy early
     if name == "Index":
-        from .index import Index
+        from .search.index import Index
 
         return Index
     raise AttributeError(f"module 'cselab' has no attribute {name!r}")

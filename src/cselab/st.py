@@ -44,7 +44,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .card import BIBTEX, objective_papers
 from .data import shard_bounds
 from .model.dropout import use_fast_dropout
 from .model.encoder import dropout_disabled
@@ -62,6 +61,7 @@ from .objectives import (
     build_objective,
     total_loss,
 )
+from .publish.card import BIBTEX, objective_papers
 from .training.distributed import gather_with_grad, is_distributed
 from .training.task import Task
 

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 
-from ..schema import ConfigError
+from ..core.schema import ConfigError
 from . import alignment, custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
 from .download import ensure_data

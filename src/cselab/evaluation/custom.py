@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..schema import ConfigError
+from ..core.schema import ConfigError
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached, _decode
 from .embed import EmbeddingCache, EncoderLike, call_encoder
 from .sts import correlations, cosine_similarity

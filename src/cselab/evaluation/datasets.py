@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..core.errors import DataFormatError, MissingDataError  # noqa: F401 - re-exported
+
 ENV_VAR = "CSELAB_DATA"
 
 #: STS12-16 subsets, in SentEval's order (``senteval/sts.py``). STS13 has no ``SMT`` (LDC licence).
@@ -70,20 +72,6 @@ TASK_FILES: dict[str, tuple[str, ...]] = {
     "MRPC": tuple(f"MRPC/{f}" for f in MRPC_FILES.values()),
     "AlignUniform": ("STS/STSBenchmark/sts-dev.csv",),
 }
-
-
-class DataFormatError(ValueError):
-    """A data file does not have the layout SentEval reads; the message names file and line."""
-
-    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
-        self.path = Path(path)
-        self.line = line
-        where = f"{self.path}:{line}" if line is not None else str(self.path)
-        super().__init__(f"{where}: {message}")
-
-
-class MissingDataError(FileNotFoundError):
-    """Evaluation files are absent from the data folder (the message lists them)."""
 
 
 # --------------------------------------------------------------------------------------------

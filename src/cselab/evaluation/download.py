@@ -146,7 +146,7 @@ SHA256: dict[str, str] = {
 
 def verify(data_dir: str | os.PathLike[str], files: Iterable[str] | None = None) -> list[str]:
     """Relative paths whose bytes differ from the validated copy (absent files are skipped)."""
-    from ..data import file_digest  # lazy: cselab.data imports torch
+    from ..io.files import file_digest  # lazy: cselab.data imports torch
 
     root = Path(data_dir)
     bad = []

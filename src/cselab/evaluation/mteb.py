@@ -41,7 +41,7 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("MTEB evaluation needs mteb 2.x: pip install 'cselab[mteb]'") from err
 
-from ..schema import ConfigError
+from ..core.schema import ConfigError
 from . import datasets
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ def run_mteb(
     """
     task_objects = resolve_tasks(tasks, data_dir)
     if isinstance(model, str | os.PathLike):
-        from cselab import load
+        from ..model.encoder import load
 
         encoder = load(str(model), pooler=pooler, device=device)
     else:

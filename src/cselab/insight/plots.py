@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.errors import PlotError  # noqa: F401 - re-exported
 from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
 
 if TYPE_CHECKING:
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 #: metrics.csv columns that are not loss terms
 NON_TERM_COLUMNS = ("step", "epoch", "lr", "loss", "sentences_per_s", *EVAL_COLUMNS)
 FORMATS = (".png", ".pdf")
-
-
-class PlotError(ValueError):
-    """A run folder or output path cannot be plotted (one line naming it)."""
 
 
 @dataclass

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import ReportError  # noqa: F401 - re-exported
 from ..evaluation.report import markdown_table
 from .stats import MIN_SEEDS, PairedDifference, mean_std, paired_difference
 from .sweep import CELL_FILE, EVAL_FILE, RESULTS_FILE, SWEEP_FILE, cell_dirs, read_json
@@ -32,10 +33,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DEV_COLUMN = "STS-B dev (best)"
-
-
-class ReportError(ValueError):
-    """Nothing to report, or an unknown baseline (one line naming it)."""
 
 
 @dataclass

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
+from ..core.errors import SweepError  # noqa: F401 - re-exported
 
 log = logging.getLogger("cselab")
 
@@ -51,10 +52,6 @@ CELL_FILE = "cell.json"
 EVAL_FILE = "eval.json"
 RESULTS_FILE = "results.json"
 SWEEP_FILE = "sweep.json"
-
-
-class SweepError(RuntimeError):
-    """One or more cells failed (their logs are named)."""
 
 
 @dataclass
@@ -306,13 +303,13 @@ def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[s
 
 
 def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
-    import cselab
-    from cselab.evaluation import evaluate
-    from cselab.evaluation.report import save_json
+    from ..evaluation import evaluate
+    from ..evaluation.report import save_json
+    from ..model.encoder import load
 
     ev = spec.evaluate
     assert ev is not None
-    encoder = cselab.load(str(cell.dir / ev.model), device="cpu")
+    encoder = load(str(cell.dir / ev.model), device="cpu")
     out = evaluate(
         encoder,
         tasks=ev.tasks,

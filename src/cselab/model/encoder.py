@@ -21,8 +21,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ..config import ModelConfig
 from . import unpad
+from .config import ModelConfig
 from .dropout import use_fast_dropout
 from .hf_models import ModelFormatError, hf_pooler_head, max_sequence_length, st_pooler_name
 from .hub import resolve_model

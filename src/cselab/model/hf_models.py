@@ -19,12 +19,8 @@ from typing import Any
 
 from torch import nn
 
+from ..core.errors import ModelFormatError  # noqa: F401 - re-exported
 from .pooling import MLPHead
-
-
-class ModelFormatError(ValueError):
-    """A model folder cannot be used the way it was asked for (pooler, pooling mode)."""
-
 
 #: sentence-transformers Pooling mode -> cselab pooler (the modes cselab reproduces exactly)
 ST_POOLING_MODES = {"cls": "cls_before_pooler", "mean": "avg"}

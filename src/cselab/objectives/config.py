@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..schema import ConfigError, check, check_kinds, finite
+from ..core.schema import ConfigError, check, check_kinds, finite
 
 
 @dataclass

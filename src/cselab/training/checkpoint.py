@@ -26,14 +26,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..config import Config, save_config
+from ..core.errors import CheckpointWriteError  # noqa: F401 - re-exported
+from ..core.schema import ConfigError
 from ..model.encoder import SentenceEncoder
-from ..schema import ConfigError
 from .rng import RNGRecord, RNGState
-
-
-class CheckpointWriteError(RuntimeError):
-    """A checkpoint or model folder could not be written (disk full, permission denied...);
-    the previous complete copy is kept."""
 
 
 def _cause(err: BaseException) -> str:

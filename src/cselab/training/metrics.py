@@ -14,13 +14,10 @@ from typing import Any
 
 import torch
 
+from ..core.errors import TrainingDiverged  # noqa: F401 - re-exported
 from .distributed import average_over_ranks
 
 log = logging.getLogger("cselab")
-
-
-class TrainingDiverged(RuntimeError):
-    """A loss term became NaN or infinite."""
 
 
 class LossWindow:

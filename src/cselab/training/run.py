@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
-from ..data import file_digest, tokenize_corpus
+from ..data import tokenize_corpus
+from ..data.pairs import TokenizedPairs, load_pairs, source_digest
+from ..io.files import file_digest
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective
-from ..pairs import TokenizedPairs, load_pairs, source_digest
 from . import rundir
 from .callbacks import Callback
 from .distributed import init_distributed, main_process_first, shutdown_distributed

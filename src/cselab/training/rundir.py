@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..schema import ConfigError
+from ..core.schema import ConfigError
 from .checkpoint import CHECKPOINT_FILE, read_metadata
 
 log = logging.getLogger("cselab")

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from ..schema import ConfigError
+from ..core.schema import ConfigError
 from .distributed import DistInfo
 
 log = logging.getLogger("cselab")

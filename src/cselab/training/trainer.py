@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from ..card import write_model_card
 from ..config import Config, save_config
 from ..data import (
     BatchOrder,
@@ -28,10 +27,11 @@ from ..data import (
     shard,
     shard_bounds,
 )
+from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
-from ..pairs import TokenizedPairs, evaluation_notes
-from ..publish import push_folder
+from ..publish.card import write_model_card
+from ..publish.push import push_folder
 from .callbacks import Callback, CallbackList, report_callbacks, split_row
 from .checkpoint import (
     CHECKPOINT_FILE,

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
+from ..data.pairs import is_pair_batch, split_inputs, stack_rows
 from ..model.encoder import SentenceEncoder, dropout_disabled
 from ..objectives import VIEW_ANCHOR, VIEW_HARD_NEGATIVE, VIEW_OFF_DROPOUT, VIEW_POSITIVE
-from ..pairs import is_pair_batch, split_inputs, stack_rows
 
 KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE})
 

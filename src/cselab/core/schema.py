@@ -15,9 +15,7 @@ import types
 import typing
 from typing import Any, Literal
 
-
-class ConfigError(ValueError):
-    """A configuration value is unknown, of the wrong type or out of range."""
+from .errors import ConfigError  # noqa: F401 - re-exported
 
 
 def check(ok: bool, message: str, value: object = dataclasses.MISSING) -> None:

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .plots import PlotError, plot_runs, read_run
+    from ..insight.plots import PlotError, plot_runs, read_run
 
     names = [n.strip() for n in args.names.split(",")] if args.names else [None] * len(args.runs)
     if len(names) != len(args.runs):
@@ -59,7 +59,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import check_spec, load_sweep, run_sweep, sweep_progress
+    from ..insight.sweep import check_spec, load_sweep, run_sweep, sweep_progress
 
     spec = load_sweep(args.spec)
     if args.parallel is not None:
@@ -80,7 +80,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report, collect, default_baseline, markdown, write_report
+    from ..insight.report import build_report, collect, default_baseline, markdown, write_report
 
     baseline = args.baseline or default_baseline(args.root)
     report = build_report(collect(args.root), baseline)

@@ -16,69 +16,13 @@ from typing import Any, Literal
 
 import yaml
 
-from .model.pooling import PoolerName
-from .objectives.config import ObjectiveConfig
-from .pairs import DataFormat, PairColumns, is_pairs_source
-from .schema import ConfigError, from_dict
+from ..core.schema import ConfigError, from_dict
+from ..data.config import DataConfig
+from ..model.config import ModelConfig
+from ..objectives.config import ObjectiveConfig
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
-
-
-@dataclass
-class ModelConfig:
-    """The encoder.
-
-    Attributes:
-        name_or_path: Hugging Face Hub name or local folder of any ``AutoModel`` encoder.
-        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`).
-        mlp_only_train: with ``pooler: cls``, use the MLP head in training only (SimCSE unsup).
-        max_seq_len: truncation length in tokens (SimCSE: 32).
-        dropout: if set, overrides hidden and attention dropout probabilities of the encoder.
-        attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
-        trust_remote_code: only when the user asks for it.
-        revision: Hub revision to load.
-    """
-
-    name_or_path: str = "bert-base-uncased"
-    pooler: PoolerName = "cls"
-    mlp_only_train: bool = True
-    max_seq_len: int = 32
-    dropout: float | None = None
-    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
-    trust_remote_code: bool = False
-    revision: str | None = None
-
-
-@dataclass
-class DataConfig:
-    """The training corpus.
-
-    Attributes:
-        train_file: a text file with one sentence per line, or ``wiki1m`` (SimCSE's corpus,
-            downloaded once into the cache); or pairs (:mod:`cselab.pairs`): a ``.csv``,
-            ``.tsv``, ``.jsonl`` or ``.parquet`` file, a saved ``datasets`` folder, or
-            ``nli_for_simcse.csv`` (SimCSE's SNLI+MNLI triplets, downloaded once).
-        format: ``auto`` (pairs for the file endings above and folders, else sentences),
-            ``sentences``, ``pairs``, or ``sick`` (SICK's release file as triplets: the
-            offline demo, :func:`cselab.pairs.sick_triplets`).
-        columns: the anchor, positive and hard-negative columns of a pairs file.
-        encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
-            ``replace`` (bad bytes become U+FFFD).
-        cache_dir: where tokenised corpora are cached (default: user cache); a
-            ``data/wiki1m_for_simcse.txt`` there (from earlier versions) is used for ``wiki1m``.
-    """
-
-    train_file: str = "wiki1m"
-    format: DataFormat = "auto"
-    columns: PairColumns = field(default_factory=PairColumns)
-    encoding_errors: Literal["strict", "replace"] = "strict"
-    cache_dir: str | None = None
-
-    @property
-    def pairs(self) -> bool:
-        """Whether the training data are pairs (see ``format``)."""
-        return is_pairs_source(self.train_file, self.format)
 
 
 @dataclass

@@ -33,47 +33,21 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .data import CorpusError, TokenizedCorpus, collate, file_digest
+from ..core.errors import CorpusError
+from ..io.files import file_digest
+from .config import PAIR_SUFFIXES, DataFormat, PairColumns, is_pairs_source  # noqa: F401
+from .order import collate
+from .store import TokenizedCorpus
 
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
 NEGATIVE_PREFIX = "negative."
-
-#: File endings read as pairs by ``data.format: auto`` (anything else is one sentence a line).
-PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
-
-DataFormat = Literal["auto", "sentences", "pairs", "sick"]
-
-
-@dataclass
-class PairColumns:
-    """Which columns of a pairs file hold the anchor, the positive and the hard negatives.
-
-    Attributes:
-        anchor: the anchor sentence (SimCSE's premise, ``sent0`` in ``nli_for_simcse.csv``).
-        positive: its positive (``sent1``).
-        negative: the hard-negative columns (``[hard_neg]``); ``null`` uses a column named
-            ``negative`` if the file has one and none otherwise; ``[]`` uses none.
-    """
-
-    anchor: str = "anchor"
-    positive: str = "positive"
-    negative: list[str] | None = None
-
-
-def is_pairs_source(train_file: str, data_format: DataFormat = "auto") -> bool:
-    """Whether ``train_file`` is read as pairs (by ``data.format``, else by its ending, or a
-    folder: a saved ``datasets`` dataset)."""
-    if data_format != "auto":
-        return data_format != "sentences"
-    p = Path(train_file).expanduser()
-    return p.suffix.lower() in PAIR_SUFFIXES or p.is_dir()
 
 
 @dataclass

@@ -12,17 +12,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ..core.errors import PublishError  # noqa: F401 - re-exported
+from ..core.version import __version__
 from .card import CARD_FILE, set_model_id
 
 #: Never uploaded: editor/OS leftovers and the half-written folders of an interrupted save.
 IGNORE_PATTERNS = [".*", "*/.*", "*.tmp", "*.tmp/*", "__pycache__/*"]
 #: A folder must hold these to be a loadable model (``SentenceEncoder.save`` writes them).
 REQUIRED_FILES = ("config.json", "modules.json")
-
-
-class PublishError(RuntimeError):
-    """A push could not be done (not a model folder, Hub unreachable, refused)."""
 
 
 def files_to_upload(folder: str | Path) -> list[str]:

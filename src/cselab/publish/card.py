@@ -28,13 +28,13 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from .config import Config
-from .data import file_digest
-from .evaluation.custom import KIND, dev_score_name
-from .evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline, markdown, markdown_table
-from .model.pooling import inference_pooler_name
-from .objectives.config import ObjectiveConfig
-from .schema import from_dict
+from ..config import Config
+from ..core.schema import from_dict
+from ..evaluation.custom import KIND, dev_score_name
+from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline, markdown, markdown_table
+from ..io.files import file_digest
+from ..model.pooling import inference_pooler_name
+from ..objectives.config import ObjectiveConfig
 
 CARD_FILE = "README.md"
 CONFIG_FILE = "cselab_config.yaml"  # written next to the weights by Trainer.save_model
@@ -275,7 +275,7 @@ def base_model_license(name_or_path: str) -> str | None:
 
     Looks in a local folder, the packaged offline copy, then the Hugging Face cache.
     """
-    from .model.hub import packaged_model_path
+    from ..model.hub import packaged_model_path
 
     candidates: list[Path] = []
     local = Path(name_or_path).expanduser()
@@ -482,7 +482,7 @@ def _data_section(config: Config, sentences: int | None) -> str:
     """The training file, its size (sentences, or pairs for pairs data) and SHA-256."""
     from huggingface_hub import try_to_load_from_cache
 
-    from .model.hub import DOWNLOADS, SIMCSE_DATA_REPO, cache_root
+    from ..model.hub import DOWNLOADS, SIMCSE_DATA_REPO, cache_root
 
     name = config.data.train_file
     if name in DOWNLOADS and not Path(name).expanduser().exists():

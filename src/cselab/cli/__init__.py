@@ -11,53 +11,27 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .evaluation.cli import register as register_evaluation
-from .index import register as register_index
-from .insight.cli import register as register_insight
-from .model.encoder import PRECISIONS
-from .model.pooling import POOLERS
+from ..core.errors import UserError
+from ..core.version import __version__
+from ..model.encoder import PRECISIONS
+from ..model.pooling import POOLERS
+from .evaluate import register as register_evaluation
+from .insight import register as register_insight
+from .search import register as register_index
 
 log = logging.getLogger("cselab")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """The project's error types for what a user got wrong (each message names the file, key or
-    value); any other exception is a bug and keeps its traceback."""
-    from .data import CorpusError
-    from .evaluation.datasets import DataFormatError, MissingDataError
-    from .index import SearchIndexError
-    from .insight.plots import PlotError
-    from .insight.report import ReportError
-    from .insight.sweep import SweepError
-    from .model.hf_models import ModelFormatError
-    from .model.hub import ResolveError
-    from .publish import PublishError
-    from .schema import ConfigError
-    from .training.checkpoint import CheckpointWriteError
-    from .training.metrics import TrainingDiverged
-
-    return (
-        ConfigError,
-        CorpusError,
-        ResolveError,
-        TrainingDiverged,
-        DataFormatError,
-        MissingDataError,
-        ModelFormatError,
-        CheckpointWriteError,
-        PublishError,
-        SearchIndexError,
-        PlotError,
-        SweepError,
-        ReportError,
-        FileNotFoundError,
-    )
+    """What a user got wrong (each message names the file, key or value): the project's
+    :class:`~cselab.core.errors.UserError` types and a missing file. Any other exception is a bug
+    and keeps its traceback."""
+    return (UserError, FileNotFoundError)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .config import load_config
-    from .training.run import train
+    from ..config import load_config
+    from ..training.run import train
 
     config = load_config(args.config, args.overrides)
     results = train(config)
@@ -79,7 +53,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_encode(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from . import load
+    from ..model.encoder import load
 
     # One vector per "\n"-separated line (a trailing "\r" stripped), as the training corpus is
     # read: str.splitlines() would also split on U+2028, form feeds and other separators inside
@@ -102,7 +76,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from .publish import push_folder
+    from ..publish.push import push_folder
 
     info = push_folder(args.folder, args.repo_id, private=args.private, message=args.message)
     print(f"pushed {args.folder} to {getattr(info, 'commit_url', None) or args.repo_id}")

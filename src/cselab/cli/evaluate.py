@@ -6,11 +6,11 @@ import argparse
 import os
 from pathlib import Path
 
+from ..core.schema import ConfigError
+from ..evaluation.api import MODES
+from ..evaluation.custom import read_sts_file
+from ..evaluation.download import ensure_data
 from ..model.pooling import POOLERS
-from ..schema import ConfigError
-from .api import MODES
-from .custom import read_sts_file
-from .download import ensure_data
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -124,11 +124,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
             check_output_path(path, option)
     if args.mteb:
         try:
-            from .mteb import run_cli
+            from ..evaluation.mteb import run_cli
         except ImportError as exc:
             raise ConfigError(f"--mteb needs MTEB: pip install 'cselab[mteb]' ({exc})") from None
         return run_cli(args)
-    from . import api, report
+    from ..evaluation import api, report
 
     if args.update_card and not Path(args.model).is_dir():
         raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
@@ -139,7 +139,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     files = [read_sts_file(f, columns) for f in args.sts_file]
     if tasks:
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
-    from .. import load  # lazy: model loading pulls in transformers
+    from ..model.encoder import load  # lazy: model loading pulls in transformers
 
     encoder = load(args.model, pooler=args.pooler)
     out = api.evaluate(
@@ -154,7 +154,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )
     if args.pooler:
         out["pooler"] = args.pooler
-    from ..pairs import model_folder_notes  # e.g. SICK-R is not unseen for a model trained on SICK
+    from ..data.pairs import (
+        model_folder_notes,  # e.g. SICK-R is not unseen for a model trained on SICK
+    )
 
     if notes := model_folder_notes(args.model):
         out["notes"] = notes
@@ -165,14 +167,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.csv:
         report.to_csv(out, args.csv)
     if args.update_card:
-        from ..card import update_model_card
+        from ..publish.card import update_model_card
 
         print(f"model card: {update_model_card(args.model, out)}")
     return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from . import report
+    from ..evaluation import report
 
     outs = [report.load_json(p) for p in args.results]
     names = [n.strip() for n in args.names.split(",")] if args.names else None

@@ -26,21 +26,19 @@ Small World graphs") or ``ivf`` (an inverted file over k-means cells, Jégou et 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
-import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .data import file_digest, write_json_atomic  # the corpus digest is training's
-from .model.pooling import POOLERS
-from .model.similarity import normalize_rows
+from ..core.errors import SearchIndexError  # noqa: F401 - re-exported
+from ..io.files import file_digest, write_json_atomic  # the corpus digest is training's
+from ..model.similarity import normalize_rows
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +55,6 @@ DEFAULT_CHUNK = 8192
 # Rows of the vector matrix scored per block in exact search: 64 queries x 65,536 rows of
 # float32 scores is 16 MiB, small next to the 96 MiB block of width-384 vectors it reads.
 EXACT_BLOCK_ROWS = 1 << 16
-
-
-class SearchIndexError(ValueError):
-    """An index folder, its corpus or a search request is missing, malformed or inconsistent."""
 
 
 # ------------------------------------------------------------------------------------ corpus
@@ -299,7 +293,7 @@ class Index:
         if model_name and Path(model_name).exists():
             model_name = str(Path(model_name).resolve())  # searching from another folder works
         if encoder is None:
-            from .model.encoder import load
+            from ..model.encoder import load
 
             encoder = load(model_name, pooler=pooler, device=device)
         want = {
@@ -381,7 +375,7 @@ class Index:
     def open(cls, path: str | Path, model: Any = None, device: str | None = None) -> Index:
         """Open a finished index; ``model`` overrides the encoder used for text queries."""
         if isinstance(model, str | os.PathLike):
-            from .model.encoder import load
+            from ..model.encoder import load
 
             index = cls(path, device=device)
             index._encoder = load(str(model), pooler=index.meta["pooler"], device=device)
@@ -399,7 +393,7 @@ class Index:
     def encoder(self) -> Any:
         """The encoder for text queries: the one the index was built with, loaded on first use."""
         if self._encoder is None:
-            from .model.encoder import load
+            from ..model.encoder import load
 
             if not self.meta.get("model"):
                 raise SearchIndexError(
@@ -605,96 +599,3 @@ def _encode_chunks(
         if bar is not None:
             bar.close()
         del vectors
-
-
-# ---------------------------------------------------------------------------------------- CLI
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``index build`` and ``search`` to the main CLI."""
-    idx = subparsers.add_parser("index", help="build a similarity-search index over a corpus")
-    idx_sub = idx.add_subparsers(dest="index_command", required=True)
-    b = idx_sub.add_parser(
-        "build",
-        help="encode a corpus (one text per line) into an index folder",
-        description="Encode every non-blank line of CORPUS into a memory-mapped index folder. "
-        "Interrupted builds resume when the same command is run again.",
-    )
-    b.add_argument("corpus", help="UTF-8 text file, one text per line")
-    b.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
-    b.add_argument("-o", "--output", required=True, help="index folder to write (e.g. my.index)")
-    b.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
-    b.add_argument("--backend", choices=BUILD_BACKENDS, default="exact",
-                   help="exact (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
-    b.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,
-                   help=f"lines encoded between progress records ({DEFAULT_CHUNK})")  # fmt: skip
-    b.add_argument("--batch-size", type=int, default=128)
-    b.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (32)")
-    b.add_argument("--ef-construction", type=int, default=None, help="HNSW build depth (80)")
-    b.add_argument("--nlist", type=int, default=None, help="IVF cells (default sqrt(N))")
-    b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
-    b.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
-    b.set_defaults(func=cmd_index_build)
-
-    s = subparsers.add_parser(
-        "search",
-        help="search an index with text queries",
-        description="Print the k most similar corpus lines (cosine) for each query.",
-    )
-    s.add_argument("index", help="index folder written by `cselab index build`")
-    s.add_argument("query", nargs="?", help="query text")
-    s.add_argument("--queries", help="file of queries, one per line (instead of QUERY)")
-    s.add_argument("-k", type=int, default=10, help="results per query (10)")
-    s.add_argument("--backend", choices=SEARCH_BACKENDS, default=None,
-                   help="exact | flat | hnsw | ivf (default: the built FAISS index, else exact)")  # fmt: skip
-    s.add_argument("--nprobe", type=int, default=None, help="IVF cells visited per query")
-    s.add_argument("--ef-search", type=int, default=None, help="HNSW search depth (64)")
-    s.add_argument("--model", default=None, help="encode queries with this model instead")
-    s.add_argument("--json", action="store_true", help="one JSON object per query")
-    s.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
-    s.set_defaults(func=cmd_search)
-
-
-def cmd_index_build(args: argparse.Namespace) -> int:
-    try:
-        index = Index.build(
-            args.corpus, args.model, args.output, pooler=args.pooler, backend=args.backend,
-            chunk_size=args.chunk_size, batch_size=args.batch_size, hnsw_m=args.hnsw_m,
-            ef_construction=args.ef_construction, nlist=args.nlist, overwrite=args.overwrite,
-            device=args.device, show_progress=True,
-        )  # fmt: skip
-    except KeyboardInterrupt:
-        print(
-            f"interrupted; the chunks already encoded are kept in {args.output}: run the same "
-            "command again to resume",
-            file=sys.stderr,
-        )
-        return 130
-    print(
-        f"index {args.output}: {len(index)} lines x {index.meta['dim']} ({index.default_backend()})"
-    )
-    return 0
-
-
-def cmd_search(args: argparse.Namespace) -> int:
-    if (args.query is None) == (args.queries is None):
-        raise SearchIndexError("give either a QUERY or --queries FILE")
-    if args.k < 1:  # before the model loads
-        raise SearchIndexError(f"k must be at least 1, not {args.k}")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # search output is the hits, not weight-loading bars
-    if args.queries is not None:
-        queries, _ = read_lines(args.queries, "queries file")
-    else:
-        queries = [args.query]
-    index = Index.open(args.index, model=args.model, device=args.device)
-    results = index.search(
-        queries, k=args.k, backend=args.backend, nprobe=args.nprobe, ef_search=args.ef_search
-    )
-    for query, hits in zip(queries, results, strict=True):
-        if args.json:
-            print(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}))
-            continue
-        print(f"# {query}")
-        for h in hits:
-            print(f"{h.rank}\t{h.score:.4f}\t{h.line}\t{h.text}")
-    return 0

@@ -1,0 +1,38 @@
+"""The training data: the readers' output turned into token stores, a seeded batch order and a
+rank's slice of each batch.
+
+* :mod:`.corpus` streams one sentence per line; :mod:`.pairs` reads pairs and triplets;
+* :mod:`.store` holds token ids as memory-mapped columns; :mod:`.cache` finds a tokenised file
+  again by its content;
+* :mod:`.order` is the batch order, the rank's slice and the padding of a batch;
+* :mod:`.config` is the ``data`` section of a run config.
+
+This layer knows nothing of models' insides: only a tokenizer.
+"""
+
+from ..core.errors import CorpusError
+from ..io.files import file_digest, write_json_atomic
+from .cache import tokenize_corpus
+from .corpus import CorpusStats, SentenceStream, iter_sentences, read_corpus
+from .order import BatchOrder, collate, shard, shard_bounds
+from .store import STORE_FORMAT, TEXT_COLUMN, ColumnWriter, TokenizedCorpus, encode_chunks
+
+__all__ = [
+    "STORE_FORMAT",
+    "TEXT_COLUMN",
+    "BatchOrder",
+    "ColumnWriter",
+    "CorpusError",
+    "CorpusStats",
+    "SentenceStream",
+    "TokenizedCorpus",
+    "collate",
+    "encode_chunks",
+    "file_digest",
+    "iter_sentences",
+    "read_corpus",
+    "shard",
+    "shard_bounds",
+    "tokenize_corpus",
+    "write_json_atomic",
+]

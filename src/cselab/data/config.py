@@ -1,0 +1,68 @@
+"""The ``data`` section of a run config: which file to train on, read how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+#: File endings read as pairs by ``data.format: auto`` (anything else is one sentence a line).
+PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+
+DataFormat = Literal["auto", "sentences", "pairs", "sick"]
+
+
+@dataclass
+class PairColumns:
+    """Which columns of a pairs file hold the anchor, the positive and the hard negatives.
+
+    Attributes:
+        anchor: the anchor sentence (SimCSE's premise, ``sent0`` in ``nli_for_simcse.csv``).
+        positive: its positive (``sent1``).
+        negative: the hard-negative columns (``[hard_neg]``); ``null`` uses a column named
+            ``negative`` if the file has one and none otherwise; ``[]`` uses none.
+    """
+
+    anchor: str = "anchor"
+    positive: str = "positive"
+    negative: list[str] | None = None
+
+
+@dataclass
+class DataConfig:
+    """The training corpus.
+
+    Attributes:
+        train_file: a text file with one sentence per line, or ``wiki1m`` (SimCSE's corpus,
+            downloaded once into the cache); or pairs (:mod:`cselab.pairs`): a ``.csv``,
+            ``.tsv``, ``.jsonl`` or ``.parquet`` file, a saved ``datasets`` folder, or
+            ``nli_for_simcse.csv`` (SimCSE's SNLI+MNLI triplets, downloaded once).
+        format: ``auto`` (pairs for the file endings above and folders, else sentences),
+            ``sentences``, ``pairs``, or ``sick`` (SICK's release file as triplets: the
+            offline demo, :func:`cselab.pairs.sick_triplets`).
+        columns: the anchor, positive and hard-negative columns of a pairs file.
+        encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
+            ``replace`` (bad bytes become U+FFFD).
+        cache_dir: where tokenised corpora are cached (default: user cache); a
+            ``data/wiki1m_for_simcse.txt`` there (from earlier versions) is used for ``wiki1m``.
+    """
+
+    train_file: str = "wiki1m"
+    format: DataFormat = "auto"
+    columns: PairColumns = field(default_factory=PairColumns)
+    encoding_errors: Literal["strict", "replace"] = "strict"
+    cache_dir: str | None = None
+
+    @property
+    def pairs(self) -> bool:
+        """Whether the training data are pairs (see ``format``)."""
+        return is_pairs_source(self.train_file, self.format)
+
+
+def is_pairs_source(train_file: str, data_format: DataFormat = "auto") -> bool:
+    """Whether ``train_file`` is read as pairs (by ``data.format``, else by its ending, or a
+    folder: a saved ``datasets`` dataset)."""
+    if data_format != "auto":
+        return data_format != "sentences"
+    p = Path(train_file).expanduser()
+    return p.suffix.lower() in PAIR_SUFFIXES or p.is_dir()

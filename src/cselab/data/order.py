@@ -1,0 +1,74 @@
+"""The batch order: a seeded permutation per epoch, resumable, and a rank's slice of each batch.
+
+:class:`BatchOrder` draws a fresh random permutation per epoch (no length bucketing: grouping
+similar lengths would let length leak into which sentences are in-batch negatives),
+``drop_last``, and can resume from ``(epoch, batch index)``. :func:`collate` pads a batch
+dynamically to its longest row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..core.errors import ConfigError, CorpusError
+
+
+class BatchOrder:
+    """Random batches over ``n`` items, one permutation per epoch, ``drop_last``, resumable.
+
+    The permutation of epoch ``e`` depends only on ``(seed, e)``, so a resumed run sees exactly
+    the batches an uninterrupted one would. Under data parallelism every rank draws the same
+    global batch and takes its own contiguous slice (no overlap between ranks).
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+        if n < batch_size:
+            raise CorpusError(f"the corpus has {n} sentences, fewer than one batch of {batch_size}")
+        self.n = n
+        self.batch_size = batch_size
+        self.seed = seed
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.n // self.batch_size
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.n, generator=g).numpy()
+
+    def batch(self, epoch: int, index: int, order: np.ndarray | None = None) -> np.ndarray:
+        order = self.epoch_order(epoch) if order is None else order
+        return order[index * self.batch_size : (index + 1) * self.batch_size]
+
+
+def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``(start, end)`` of rank ``rank``'s contiguous, equal slice of a global batch of ``n``.
+
+    The one definition of a rank's rows: the data slice (:func:`shard`) and the objective's
+    ``ctx.offset`` both come from it.
+    """
+    if n % world_size:
+        raise ConfigError(f"train.batch_size={n} must be divisible by the {world_size} ranks")
+    per = n // world_size
+    return rank * per, (rank + 1) * per
+
+
+def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """This rank's contiguous slice of a global batch."""
+    start, end = shard_bounds(len(indices), rank, world_size)
+    return indices[start:end]
+
+
+def collate(rows: Sequence[np.ndarray], pad_id: int) -> dict[str, Tensor]:
+    """Pad rows to the longest one: ``input_ids`` and ``attention_mask`` of shape ``(B, L)``."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+        mask[i, : len(r)] = 1
+    return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}

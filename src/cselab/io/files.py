@@ -1,0 +1,96 @@
+"""Writing files so that a reader never sees half of one, and naming a file by its content.
+
+Every file cselab writes for a user goes through :func:`write_json_atomic` or the other helpers
+here: a temporary file in the same folder, then ``os.replace``; a failed write leaves the
+previous file as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import CorpusError, WriteError
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes: names a corpus in caches, checkpoints, search indexes and model
+    cards, and checks downloaded evaluation data (the one definition)."""
+    if not path.is_file():
+        raise CorpusError(f"{path}: training file not found")
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_json_atomic(path: Path, data: Any, indent: int | None = None) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename, so a reader
+    never sees half a file (the temporary name is unique: concurrent writers do not collide)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(data, indent=indent), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], what: str = "file") -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; when the block ends without an error it replaces
+    ``path`` in one rename, so a reader sees the old file or the new one, never half of one.
+
+    A failure while writing (disk full, permission denied, a folder missing) removes the
+    temporary file, keeps the previous ``path`` as it was, and raises
+    :class:`~cselab.core.errors.WriteError` naming ``path`` and the cause (``what`` says what the
+    file is: "vectors", "plot", ...). The temporary name keeps the suffix of ``path``, so writers
+    that choose a format by suffix (``np.save``, ``savefig``) write the right one.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.stem}.{uuid.uuid4().hex[:12]}.tmp{target.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(f"could not write the {what} {target}: {_cause(err)}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _cause(err: OSError) -> str:
+    """``No space left on device`` rather than ``[Errno 28] No space left on device: '/x/.tmp'``."""
+    return err.strerror or str(err) or type(err).__name__
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file") -> None:
+    """Write UTF-8 text to ``path`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path, what) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "file") -> None:
+    """Write bytes to ``path`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path, what) as tmp:
+        tmp.write_bytes(data)
+
+
+def reserve(fd: int, size: int, path: str | os.PathLike[str], what: str = "file") -> None:
+    """Reserve ``size`` bytes for an open file before writing it through a memory map, so that
+    a full disk is a :class:`~cselab.core.errors.WriteError` here, not a SIGBUS while the map is
+    written. Filesystems without ``fallocate`` fall back to extending the file."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            os.ftruncate(fd, size)
+            return
+        raise WriteError(f"could not write the {what} {path}: {_cause(err)}") from None

@@ -1,0 +1,122 @@
+"""The run folder: the one place that names the files a training run (or a sweep cell) keeps,
+and the lock that gives the folder one owner for the life of a run.
+
+Everything that reads or writes a run folder asks :class:`RunFolder` for the path
+(``RunFolder(out).metrics``), never spells a file name itself: the trainer, the checkpoint, the
+model card, ``cselab plot``, ``cselab sweep`` and ``cselab report``.
+
+The lock (:meth:`RunFolder.lock`) is an exclusive ``flock`` on ``.cselab.lock`` inside the
+folder. The operating system releases it when the process ends, however it ends (an exception,
+SIGKILL, a crash), so a stale lock file never blocks a later run; a second process that tries
+while the first runs gets :class:`~cselab.core.errors.RunFolderBusy` at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import RunFolderBusy
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The files of one run's output folder (``train.output_dir``, or a sweep cell)."""
+
+    path: Path
+
+    CONFIG = "config.yaml"
+    METRICS = "metrics.csv"
+    RESULTS = "results.json"
+    CHECKPOINT = "checkpoint"
+    #: The checkpoint's weights and state inside :attr:`CHECKPOINT`.
+    CHECKPOINT_FILE = "checkpoint.safetensors"
+    BEST = "best"
+    LAST = "last"
+    TENSORBOARD = "tensorboard"
+    #: A sweep cell's settings (config name, seed, overrides) and its final evaluation.
+    CELL = "cell.json"
+    EVALUATION = "eval.json"
+    LOCK = ".cselab.lock"
+
+    #: What a previous run leaves in its folder (the lock file is not part of a run).
+    RUN_FILES = (CHECKPOINT, BEST, LAST, CONFIG, METRICS, RESULTS, TENSORBOARD)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "path", Path(path))
+
+    @property
+    def config(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def results(self) -> Path:
+        return self.path / self.RESULTS
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / self.CHECKPOINT
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.path / self.CHECKPOINT / self.CHECKPOINT_FILE
+
+    @property
+    def best(self) -> Path:
+        return self.path / self.BEST
+
+    @property
+    def last(self) -> Path:
+        return self.path / self.LAST
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / self.TENSORBOARD
+
+    @property
+    def cell(self) -> Path:
+        return self.path / self.CELL
+
+    @property
+    def evaluation(self) -> Path:
+        return self.path / self.EVALUATION
+
+    def model(self, name: str) -> Path:
+        """The saved model folder ``best`` or ``last``."""
+        if name not in (self.BEST, self.LAST):
+            raise ValueError(f"a run folder keeps the models 'best' and 'last', not {name!r}")
+        return self.path / name
+
+    def previous_run(self) -> list[str]:
+        """The run files present in the folder."""
+        return [name for name in self.RUN_FILES if (self.path / name).exists()]
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder exclusively while the block runs (creates the folder).
+
+        Raises :class:`RunFolderBusy` naming the folder when another process holds it.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunFolderBusy(
+                    f"{self.path} is in use by another cselab process (it holds "
+                    f"{self.path / self.LOCK}); wait for it to finish or choose another folder"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
