@@ -103,7 +103,7 @@ def test_evaluate_and_compare_commands(tmp_path, monkeypatch, capsys):
         loaded.append((path, pooler))
         return HashingEncoder(dim=32, seed=len(loaded))
 
-    monkeypatch.setattr(cselab, "load", fake_load)
+    monkeypatch.setattr(cselab.model.encoder, "load", fake_load)
     outs = []
     for i in range(2):
         out_json, out_csv = tmp_path / f"r{i}.json", tmp_path / f"r{i}.csv"
@@ -131,7 +131,7 @@ def test_evaluate_command_reports_missing_data(tmp_path, monkeypatch, capsys):
     import cselab
     from cselab.cli import main
 
-    monkeypatch.setattr(cselab, "load", lambda path, pooler=None: HashingEncoder())
+    monkeypatch.setattr(cselab.model.encoder, "load", lambda path, pooler=None: HashingEncoder())
     assert main(["evaluate", "m", "--tasks", "STS12", "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("cselab evaluate: error: SentEval data missing") and err.count("\n") == 1
