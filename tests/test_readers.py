@@ -247,7 +247,9 @@ def test_a_lone_surrogate_is_not_text(tmp_path: Path) -> None:
         ("e.jsonl", "\n \n", "{p}: the file is empty (expected one JSON object a line)"),
         ("l.jsonl", '{"anchor": "a", "positive": "b"}\n[1]\n',
          "{p}:2: expected a JSON object, got a list"),
-        ("n.jsonl", "[" * 100_000 + "\n", "{p}:1: invalid JSON (RecursionError: "),
+        ("n.jsonl", "[" * 100_000 + "\n", "{p}:1: invalid JSON (nested too deeply)"),
+        ("d.jsonl", '{"anchor": "a", "positive": ' + "9" * 5000 + "}\n",
+         "{p}:1: invalid JSON (Exceeds the limit (4300 digits) for integer string conversion)"),
         ("k.jsonl", '{"anchor": "a", "positive": "b"}\n{"anchor": "c"}\n',
          "{p}:2: column 'positive' is missing"),
         ("x.txt", "anchor,positive\n",
@@ -455,6 +457,11 @@ def _one_line_from(path: Path, err: UserError) -> None:
 @example((b'anchor\tpositive\n"Hello," he said.\tx\n', ".tsv"))
 @example((b'{"anchor": 1e999, "positive": "b"}\n', ".jsonl"))
 @example((b'{"anchor": "a", "positive": ' + b"9" * 5000 + b"}\n", ".jsonl"))
+@example((b"[" * 100_000, ".jsonl"))  # json.loads raises RecursionError
+@example((b'{"anchor": "a\\ud800", "positive": "b"}\n', ".jsonl"))  # no tokenizer can encode it
+@example((b"anchor,positive\na\rb,c\n", ".csv"))  # csv.Error: a lone CR
+@example((b"anchor,positive\na,\x00\n", ".csv"))  # csv.Error: a NUL byte
+@example((b"1\n", ".jsonl"))  # JSON, but not an object
 def test_pairs_reader_on_any_bytes(tmp_path: Path, file: tuple[bytes, str]) -> None:
     data, suffix = file
     path = tmp_path / f"pairs{suffix}"
@@ -476,6 +483,7 @@ def test_pairs_reader_on_any_bytes(tmp_path: Path, file: tuple[bytes, str]) -> N
 @given(st.one_of(st.tuples(BYTES, SUFFIXES), st.tuples(JSONL, st.just(".jsonl")), tables()))
 @example((b"sentence1\tsentence2\tscore\n" + b"a\tb\t1\n" * 3 + b"c\td\t2\n" * 3, ".tsv"))
 @example((b'{"sentence1": "a", "sentence2": "b", "score": 1e999}\n', ".jsonl"))
+@example((b"sentence1,sentence2,score\n" + b"a,b,1\n" * 4 + b'"c,d,2\n', ".csv"))  # unclosed
 @example((b'{"sentence1": "a", "sentence2": "b", "score": ' + b"9" * 400 + b"}\n", ".jsonl"))
 def test_dev_set_reader_on_any_bytes(tmp_path: Path, file: tuple[bytes, str]) -> None:
     data, suffix = file

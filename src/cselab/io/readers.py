@@ -422,6 +422,10 @@ def _delimited_rows(
         yield Row(path, line, None, dict(zip(header, fields, strict=False)))
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one JSON object (raised from inside ``json.loads``)."""
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -429,10 +433,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _DuplicateKey(key)
         out[key] = value
     return out
-
-
-class _DuplicateKey(Exception):
-    pass
 
 
 def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -447,10 +447,11 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 lineno,
                 f"key '{err.args[0]}' appears twice in the object; names must be unique",
             ) from None
-        except (ValueError, RecursionError) as err:  # too many digits, nested too deeply
-            raise DataFormatError(
-                path, lineno, f"invalid JSON ({type(err).__name__}: {err})"
-            ) from None
+        except RecursionError:
+            raise DataFormatError(path, lineno, "invalid JSON (nested too deeply)") from None
+        except ValueError as err:  # an integer of more digits than Python converts
+            reason = str(err).split(":")[0]
+            raise DataFormatError(path, lineno, f"invalid JSON ({reason})") from None
         if not isinstance(value, dict):
             raise DataFormatError(path, lineno, f"expected a JSON object, got {describe(value)}")
         yield lineno, value
