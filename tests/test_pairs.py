@@ -93,7 +93,8 @@ def test_negative_column_is_used_when_present_and_several_can_be_named(tmp_path:
 
 def test_missing_column_names_the_file_and_the_columns_it_has(tmp_path: Path) -> None:
     path = write_delimited(tmp_path / "d.csv", ROWS)
-    with pytest.raises(CorpusError, match=r"d\.csv: no column 'anchor' \(the file has columns"):
+    needle = r"d\.csv:1: no column 'anchor' in the header \(the file has columns: sent0"
+    with pytest.raises(CorpusError, match=needle):
         read_pairs(path)
     with pytest.raises(CorpusError, match=r"no column 'hard_negative'"):
         read_pairs(path, PairColumns("sent0", "sent1", ["hard_negative"]))
@@ -108,10 +109,10 @@ def test_empty_value_names_file_line_and_column(tmp_path: Path) -> None:
     rows = [dict(r) for r in ROWS]
     del rows[1]["sent1"]
     path = write_jsonl(tmp_path / "d.jsonl", rows)
-    with pytest.raises(CorpusError, match=r"d\.jsonl:2: no column 'sent1' in this row"):
+    with pytest.raises(CorpusError, match=r"d\.jsonl:2: column 'sent1' is missing"):
         read_pairs(path, NLI)
     rows[1]["sent1"] = None
-    with pytest.raises(CorpusError, match=r"d\.jsonl:2: column 'sent1' is empty"):
+    with pytest.raises(CorpusError, match=r"d\.jsonl:2: column 'sent1' holds null, not text"):
         read_pairs(write_jsonl(tmp_path / "d.jsonl", rows), NLI)
 
 
@@ -120,7 +121,7 @@ def test_empty_value_in_a_saved_dataset_names_the_row(tmp_path: Path) -> None:
     rows = [dict(r) for r in ROWS]
     rows[1]["sent0"] = ""
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ds"))
-    with pytest.raises(CorpusError, match=r"ds: row 2: column 'sent0' is empty"):
+    with pytest.raises(CorpusError, match=r"ds: row 1: column 'sent0' is empty"):
         read_pairs(tmp_path / "ds", NLI)
 
 

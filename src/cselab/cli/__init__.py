@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..core.errors import UserError
 from ..core.version import __version__
+from ..io.readers import Lines
 from ..model.encoder import PRECISIONS
 from ..model.pooling import POOLERS
 from .evaluate import register as register_evaluation
@@ -55,17 +56,12 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
     from ..model.encoder import load
 
-    # One vector per "\n"-separated line (a trailing "\r" stripped), as the training corpus is
-    # read: str.splitlines() would also split on U+2028, form feeds and other separators inside
-    # a line, and the vectors would no longer line up with the file's lines.
-    if args.input == "-":
-        text = sys.stdin.read()
-    else:
-        with open(args.input, encoding="utf-8") as fh:
-            text = fh.read()
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if lines and lines[-1] == "" and text.endswith("\n"):
-        lines.pop()  # the final newline ends the last line; it does not start another
+    # One vector per line, blank lines included, by the plain-line rule the training corpus is
+    # read with (only "\n" ends a line: str.splitlines() would also split on U+2028 and form
+    # feeds, and the vectors would no longer line up with the file's lines). Read before the
+    # model loads, so a bad input is reported at once.
+    source = sys.stdin.buffer if args.input == "-" else args.input
+    lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
     encoder = load(args.model, pooler=args.pooler, device=args.device)
     vectors = encoder.encode(
         lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core.errors import SearchIndexError  # noqa: F401 - re-exported
 from ..io.files import file_digest, write_json_atomic  # the corpus digest is training's
+from ..io.readers import Lines, reraise_as
 from ..model.similarity import normalize_rows
 
 log = logging.getLogger(__name__)
@@ -59,31 +60,20 @@ EXACT_BLOCK_ROWS = 1 << 16
 
 # ------------------------------------------------------------------------------------ corpus
 def read_lines(path: str | Path, what: str = "corpus file") -> tuple[list[str], list[int]]:
-    """The non-blank lines of a UTF-8 file and their 1-based line numbers.
+    """The non-blank lines of a UTF-8 file and their 1-based line numbers, by the plain-line
+    rule of :class:`cselab.io.readers.Lines` (as training and ``cselab encode`` read).
 
-    Only ``\\n`` ends a line (a ``\\r`` before it is dropped), as ``cselab encode`` reads: a
-    U+2028 inside a line does not split it, so line numbers match what editors and ``sed -n``
-    show. Blank lines are skipped (nothing to find), but numbering counts them.
+    Only ``\\n`` ends a line (a ``\\r`` before it is dropped): a U+2028 inside a line does not
+    split it, so line numbers match what editors and ``sed -n`` show. Blank lines are skipped
+    (nothing to find), but numbering counts them.
     """
     p = Path(path)
-    if not p.is_file():
-        raise SearchIndexError(f"{p}: {what} not found")
     texts: list[str] = []
     numbers: list[int] = []
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise SearchIndexError(
-                    f"{p}:{lineno}: invalid UTF-8 at byte {err.start} of the line"
-                ) from None
-            text = text.removesuffix("\n").removesuffix("\r")
-            if lineno == 1:
-                text = text.removeprefix("\ufeff")
-            if text.strip():
-                texts.append(text)
-                numbers.append(lineno)
+    with reraise_as(SearchIndexError):
+        for lineno, text in Lines(p, what=what):
+            texts.append(text)
+            numbers.append(lineno)
     if not texts:
         raise SearchIndexError(f"{p}: {what} has no non-blank line")
     return texts, numbers
