@@ -13,9 +13,9 @@ The column names are configurable (:class:`PairColumns`); a missing column, or a
 is a :class:`~cselab.data.CorpusError` naming the file, the line (or row) and the column; so is
 invalid UTF-8 or malformed CSV, naming the file and line.
 
-Every column is tokenised once and held **in memory** (:class:`TokenizedPairs`, one
-:class:`~cselab.data.TokenizedCorpus` per column); unlike sentence corpora there is no on-disk
-token cache yet (NLI's 275k triplets tokenise in seconds).
+Every column is tokenised once into the token store, like a sentence corpus, and found again
+by the file's content (:func:`cselab.data.cache.tokenize_pairs`); :class:`TokenizedPairs`
+memory-maps one :class:`~cselab.data.TokenizedCorpus` per column.
 
 A step's inputs (:meth:`TokenizedPairs.inputs`) are the anchors under the plain token keys
 (``input_ids``, ``attention_mask``: a pair batch is a sentence batch plus columns) and the other
@@ -29,8 +29,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
+import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,11 @@ from ..core.errors import CorpusError
 from ..io.files import file_digest
 from .config import PAIR_SUFFIXES, DataFormat, PairColumns, is_pairs_source  # noqa: F401
 from .order import collate
-from .store import TokenizedCorpus
+from .store import TokenizedCorpus, pair_columns, write_columns
 
+#: Version of the rows the readers give for given bytes; part of the token cache's key, so a
+#: changed reading rule (quoting, a column rule) never reuses token ids of the old rows.
+ROWS_VERSION = 1
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
 NEGATIVE_PREFIX = "negative."
@@ -169,15 +173,29 @@ def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairReco
             columns it has), a value is empty (naming the file, line or row, and column), or the
             text is not UTF-8 or not well-formed CSV (naming the file and line).
     """
+    records = PairRecords(str(Path(path).expanduser()))
+    for anchor, positive, *negatives in iter_pairs(path, columns):
+        if not records.anchors:
+            records.negatives = [[] for _ in negatives]
+        records.anchors.append(anchor)
+        records.positives.append(positive)
+        for texts, text in zip(records.negatives, negatives, strict=True):
+            texts.append(text)
+    return records
+
+
+def iter_pairs(path: str | Path, columns: PairColumns | None = None) -> Iterator[tuple[str, ...]]:
+    """The rows of :func:`read_pairs` one at a time, ``(anchor, positive, *negatives)``, with
+    the same checks and errors, holding one row in memory (the token store's input)."""
     columns = columns or PairColumns()
     p = Path(path).expanduser()
     if not p.exists():
         raise CorpusError(f"{p}: training file not found")
     rows = _rows(p)
-    records = PairRecords(str(p))
     header: list[str] | None = None
     negatives: list[str] = []
     first = True
+    count = 0
     for where, row in rows:
         if "__header__" in row and first:
             header = list(row["__header__"])
@@ -186,7 +204,7 @@ def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairReco
         if first:  # JSONL: the first object's keys stand for the header
             header = list(row)
             first = False
-        if not records.anchors:  # resolve the columns once, against the header
+        if not count:  # resolve the columns once, against the header
             negatives = _negative_columns(columns, header or [])
             for name in (columns.anchor, columns.positive, *negatives):
                 if name not in (header or []):
@@ -194,14 +212,14 @@ def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairReco
                         f"{p}: no column '{name}' (the file has columns {header}); set "
                         f"data.columns to name the file's columns"
                     )
-            records.negatives = [[] for _ in negatives]
-        records.anchors.append(_text(row, columns.anchor, where))
-        records.positives.append(_text(row, columns.positive, where))
-        for k, name in enumerate(negatives):
-            records.negatives[k].append(_text(row, name, where))
-    if not records.anchors:
+        count += 1
+        yield (
+            _text(row, columns.anchor, where),
+            _text(row, columns.positive, where),
+            *(_text(row, name, where) for name in negatives),
+        )
+    if not count:
         raise CorpusError(f"{p}: no rows")
-    return records
 
 
 def _negative_columns(columns: PairColumns, header: Sequence[str]) -> list[str]:
@@ -259,6 +277,17 @@ def load_pairs(
     return sick_triplets(path) if data_format == "sick" else read_pairs(path, columns)
 
 
+def stream_pairs(
+    path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
+) -> Iterator[tuple[str, ...]]:
+    """The rows of :func:`load_pairs` one at a time, ``(anchor, positive, *negatives)``
+    (SICK's file is small and read whole)."""
+    if data_format == "sick":
+        records = sick_triplets(path)
+        return zip(records.anchors, records.positives, *records.negatives, strict=True)
+    return iter_pairs(path, columns)
+
+
 def source_digest(path: str | Path) -> str:
     """SHA-256 naming the training data in checkpoints: the file's bytes, or for a saved
     ``datasets`` folder, every file's relative path and bytes."""
@@ -308,7 +337,8 @@ def model_folder_notes(folder: str | Path) -> list[str]:
 
 
 class TokenizedPairs:
-    """Token ids of every column (one :class:`~cselab.data.TokenizedCorpus` each), in memory.
+    """Token ids of every column (one :class:`~cselab.data.TokenizedCorpus` each): memory-mapped
+    from a token store (:meth:`open`, what training uses) or in memory (:meth:`build`).
 
     Attributes:
         anchors, positives: the two columns of every pair.
@@ -327,7 +357,7 @@ class TokenizedPairs:
 
     @classmethod
     def build(cls, records: PairRecords, tokenizer: Any, max_seq_len: int) -> TokenizedPairs:
-        """Tokenise every column, truncating to ``max_seq_len``."""
+        """Tokenise every column in memory, truncating to ``max_seq_len``."""
 
         def tok(texts: list[str]) -> TokenizedCorpus:
             return TokenizedCorpus.build(texts, tokenizer, max_seq_len)
@@ -335,6 +365,42 @@ class TokenizedPairs:
         return cls(
             tok(records.anchors), tok(records.positives), [tok(c) for c in records.negatives]
         )
+
+    @staticmethod
+    def write(
+        folder: Path,
+        rows: Iterable[Sequence[str]],
+        tokenizer: Any,
+        max_seq_len: int,
+        chunk: int = 8192,
+        progress: Any = None,
+    ) -> tuple[int, int]:
+        """Tokenise a stream of ``(anchor, positive, *negatives)`` rows into the columns of the
+        token store ``folder`` (:func:`~cselab.data.store.pair_columns`), ``chunk`` rows at a
+        time; returns the number of rows and of hard negatives per row."""
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            raise ValueError("no rows to tokenise")
+        negatives = len(first) - 2
+        n = write_columns(
+            folder,
+            pair_columns(negatives),
+            itertools.chain([first], it),
+            tokenizer,
+            max_seq_len,
+            chunk,
+            progress,
+        )
+        return n, negatives
+
+    @classmethod
+    def open(cls, folder: str | Path, negatives: int) -> TokenizedPairs:
+        """Memory-map the columns of the token store ``folder`` (:meth:`write`)."""
+        anchor, positive, *rest = (
+            TokenizedCorpus.open(folder, name) for name in pair_columns(negatives)
+        )
+        return cls(anchor, positive, rest)
 
     def __len__(self) -> int:
         return len(self.anchors)
