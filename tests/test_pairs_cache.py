@@ -78,11 +78,9 @@ def test_cached_triplets_are_the_in_memory_tokenisation_memory_mapped(
         assert np.array_equal(got.ids, want.ids)  # ...and every id, per column
     assert cached.negatives[1].rows([8191])[0].tolist() == in_memory.negatives[1].rows([8191])[0].tolist()  # fmt: skip
     (entry,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert sorted(f.name for f in entry.iterdir()) == sorted(
-        ["meta.json"]
-        + [f"{c}.{a}.npy" for c in ("anchor", "positive", "negative.0", "negative.1")
-           for a in ("ids", "offsets")]  # fmt: skip
-    )
+    names = ("anchor", "positive", "negative.0", "negative.1")
+    files = [f"{c}.{a}.npy" for c in names for a in ("ids", "offsets")]
+    assert sorted(f.name for f in entry.iterdir()) == sorted(["meta.json", *files])
     # a step's inputs are the same tensors, whichever path tokenised the rows
     indices = [8191, 0, 8192, 17, ROWS - 1, 4000]
     got, want = cached.inputs(indices, pad_id=0), in_memory.inputs(indices, pad_id=0)
