@@ -410,6 +410,11 @@ class TokenizedPairs:
         """``K``, the hard negatives of every pair."""
         return len(self.negatives)
 
+    @property
+    def nbytes(self) -> int:
+        """Size of every column's ids and offsets (on disk when memory-mapped)."""
+        return sum(c.nbytes for c in (self.anchors, self.positives, *self.negatives))
+
     def inputs(self, indices: Sequence[int], pad_id: int) -> dict[str, Tensor]:
         """The step inputs of rows ``indices`` (see the module docstring for the keys)."""
         out = collate(self.anchors.rows(indices), pad_id)
