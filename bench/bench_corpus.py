@@ -272,7 +272,8 @@ def put_section(doc: str, section: str) -> str:
         lines[own[0] : end] = section.rstrip("\n").splitlines() + [""]
     else:
         at = next((i for i in starts if lines[i] == "## Notes"), len(lines))
-        lines[at:at] = section.rstrip("\n").splitlines() + [""]
+        gap = [""] if at and lines[at - 1] else []
+        lines[at:at] = gap + section.rstrip("\n").splitlines() + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
