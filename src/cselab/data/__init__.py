@@ -2,8 +2,8 @@
 rank's slice of each batch.
 
 * :mod:`.corpus` streams one sentence per line; :mod:`.pairs` reads pairs and triplets;
-* :mod:`.store` holds token ids as memory-mapped columns; :mod:`.cache` finds a tokenised file
-  again by its content;
+* :mod:`.store` holds token ids as memory-mapped columns (sentences, or pairs' anchors, positives
+  and negatives); :mod:`.cache` finds a tokenised file again by its content;
 * :mod:`.order` is the batch order, the rank's slice and the padding of a batch;
 * :mod:`.config` is the ``data`` section of a run config.
 
@@ -12,10 +12,17 @@ This layer knows nothing of models' insides: only a tokenizer.
 
 from ..core.errors import CorpusError
 from ..io.files import file_digest, write_json_atomic
-from .cache import tokenize_corpus
+from .cache import tokenize_corpus, tokenize_pairs
 from .corpus import CorpusStats, SentenceStream, iter_sentences, read_corpus
 from .order import BatchOrder, collate, shard, shard_bounds
-from .store import STORE_FORMAT, TEXT_COLUMN, ColumnWriter, TokenizedCorpus, encode_chunks
+from .store import (
+    STORE_FORMAT,
+    TEXT_COLUMN,
+    ColumnWriter,
+    TokenizedCorpus,
+    encode_chunks,
+    pair_columns,
+)
 
 __all__ = [
     "STORE_FORMAT",
@@ -30,9 +37,11 @@ __all__ = [
     "encode_chunks",
     "file_digest",
     "iter_sentences",
+    "pair_columns",
     "read_corpus",
     "shard",
     "shard_bounds",
     "tokenize_corpus",
+    "tokenize_pairs",
     "write_json_atomic",
 ]

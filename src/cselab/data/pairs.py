@@ -15,9 +15,9 @@ configurable (:class:`PairColumns`); a missing column, or an empty or non-text v
 :class:`~cselab.data.CorpusError` naming the file, the line (or row) and the column; so is
 invalid UTF-8 or malformed CSV, naming the file and line.
 
-Every column is tokenised once and held **in memory** (:class:`TokenizedPairs`, one
-:class:`~cselab.data.TokenizedCorpus` per column); unlike sentence corpora there is no on-disk
-token cache yet (NLI's 275k triplets tokenise in seconds).
+Every column is tokenised once into the token store, like a sentence corpus, and found again
+by the file's content (:func:`cselab.data.cache.tokenize_pairs`); :class:`TokenizedPairs`
+memory-maps one :class:`~cselab.data.TokenizedCorpus` per column.
 
 A step's inputs (:meth:`TokenizedPairs.inputs`) are the anchors under the plain token keys
 (``input_ids``, ``attention_mask``: a pair batch is a sentence batch plus columns) and the other
@@ -29,7 +29,8 @@ rank's slice) are slices of every key alike.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,11 @@ from ..io.files import file_digest
 from ..io.readers import open_table, read_sick, reraise_as
 from .config import PAIR_SUFFIXES, DataFormat, PairColumns, is_pairs_source  # noqa: F401
 from .order import collate
-from .store import TokenizedCorpus
+from .store import TokenizedCorpus, pair_columns, write_columns
 
+#: Version of the rows the readers give for given bytes; part of the token cache's key, so a
+#: changed reading rule (quoting, a column rule) never reuses token ids of the old rows.
+ROWS_VERSION = 1
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
 NEGATIVE_PREFIX = "negative."
@@ -80,24 +84,38 @@ def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairReco
             columns it has), a value is empty or not text (naming the file, line or row, and
             column), or the file breaks its format's rule (naming the file and line).
     """
+    records = PairRecords(str(Path(path).expanduser()))
+    for anchor, positive, *negatives in iter_pairs(path, columns):
+        if not records.anchors:
+            records.negatives = [[] for _ in negatives]
+        records.anchors.append(anchor)
+        records.positives.append(positive)
+        for texts, text in zip(records.negatives, negatives, strict=True):
+            texts.append(text)
+    return records
+
+
+def iter_pairs(path: str | Path, columns: PairColumns | None = None) -> Iterator[tuple[str, ...]]:
+    """The rows of :func:`read_pairs` one at a time, ``(anchor, positive, *negatives)``, with
+    the same checks and errors, holding one row in memory (the token store's input)."""
     columns = columns or PairColumns()
     p = Path(path).expanduser()
     if not p.exists():
         raise CorpusError(f"{p}: training file not found")
-    records = PairRecords(str(p))
+    count = 0
     with reraise_as(CorpusError):
         table = open_table(p, prefer_split="train")
         negatives = _negative_columns(columns, table.columns)
         table.require((columns.anchor, columns.positive, *negatives), COLUMNS_HINT)
-        records.negatives = [[] for _ in negatives]
         for row in table:
-            records.anchors.append(row.text(columns.anchor))
-            records.positives.append(row.text(columns.positive))
-            for k, name in enumerate(negatives):
-                records.negatives[k].append(row.text(name))
-    if not records.anchors:
+            count += 1
+            yield (
+                row.text(columns.anchor),
+                row.text(columns.positive),
+                *(row.text(name) for name in negatives),
+            )
+    if not count:
         raise CorpusError(f"{p}: no rows")
-    return records
 
 
 def _negative_columns(columns: PairColumns, header: Sequence[str]) -> list[str]:
@@ -149,6 +167,17 @@ def load_pairs(
     return sick_triplets(path) if data_format == "sick" else read_pairs(path, columns)
 
 
+def stream_pairs(
+    path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
+) -> Iterator[tuple[str, ...]]:
+    """The rows of :func:`load_pairs` one at a time, ``(anchor, positive, *negatives)``
+    (SICK's file is small and read whole)."""
+    if data_format == "sick":
+        records = sick_triplets(path)
+        return zip(records.anchors, records.positives, *records.negatives, strict=True)
+    return iter_pairs(path, columns)
+
+
 def source_digest(path: str | Path) -> str:
     """SHA-256 naming the training data in checkpoints: the file's bytes, or for a saved
     ``datasets`` folder, every file's relative path and bytes."""
@@ -198,7 +227,8 @@ def model_folder_notes(folder: str | Path) -> list[str]:
 
 
 class TokenizedPairs:
-    """Token ids of every column (one :class:`~cselab.data.TokenizedCorpus` each), in memory.
+    """Token ids of every column (one :class:`~cselab.data.TokenizedCorpus` each): memory-mapped
+    from a token store (:meth:`open`, what training uses) or in memory (:meth:`build`).
 
     Attributes:
         anchors, positives: the two columns of every pair.
@@ -217,7 +247,7 @@ class TokenizedPairs:
 
     @classmethod
     def build(cls, records: PairRecords, tokenizer: Any, max_seq_len: int) -> TokenizedPairs:
-        """Tokenise every column, truncating to ``max_seq_len``."""
+        """Tokenise every column in memory, truncating to ``max_seq_len``."""
 
         def tok(texts: list[str]) -> TokenizedCorpus:
             return TokenizedCorpus.build(texts, tokenizer, max_seq_len)
@@ -226,6 +256,42 @@ class TokenizedPairs:
             tok(records.anchors), tok(records.positives), [tok(c) for c in records.negatives]
         )
 
+    @staticmethod
+    def write(
+        folder: Path,
+        rows: Iterable[Sequence[str]],
+        tokenizer: Any,
+        max_seq_len: int,
+        chunk: int = 8192,
+        progress: Any = None,
+    ) -> tuple[int, int]:
+        """Tokenise a stream of ``(anchor, positive, *negatives)`` rows into the columns of the
+        token store ``folder`` (:func:`~cselab.data.store.pair_columns`), ``chunk`` rows at a
+        time; returns the number of rows and of hard negatives per row."""
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            raise ValueError("no rows to tokenise")
+        negatives = len(first) - 2
+        n = write_columns(
+            folder,
+            pair_columns(negatives),
+            itertools.chain([first], it),
+            tokenizer,
+            max_seq_len,
+            chunk,
+            progress,
+        )
+        return n, negatives
+
+    @classmethod
+    def open(cls, folder: str | Path, negatives: int) -> TokenizedPairs:
+        """Memory-map the columns of the token store ``folder`` (:meth:`write`)."""
+        anchor, positive, *rest = (
+            TokenizedCorpus.open(folder, name) for name in pair_columns(negatives)
+        )
+        return cls(anchor, positive, rest)
+
     def __len__(self) -> int:
         return len(self.anchors)
 
@@ -233,6 +299,11 @@ class TokenizedPairs:
     def num_negatives(self) -> int:
         """``K``, the hard negatives of every pair."""
         return len(self.negatives)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of every column's ids and offsets (on disk when memory-mapped)."""
+        return sum(c.nbytes for c in (self.anchors, self.positives, *self.negatives))
 
     def inputs(self, indices: Sequence[int], pad_id: int) -> dict[str, Tensor]:
         """The step inputs of rows ``indices`` (see the module docstring for the keys)."""

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
-from ..data import tokenize_corpus
-from ..data.pairs import TokenizedPairs, load_pairs, source_digest
+from ..data import tokenize_corpus, tokenize_pairs
+from ..data.pairs import source_digest
 from ..io.files import file_digest
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
@@ -51,15 +51,19 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
                 tc.resume, tc.overwrite,
             )  # fmt: skip
         evaluator = make_dev_evaluator(config)  # a bad dev file fails before tokenising
-        if config.data.pairs:  # read before the model loads: a bad row fails fast
-            records = load_pairs(train_file, config.data.format, config.data.columns)
         encoder = SentenceEncoder.from_config(config.model)
-        if config.data.pairs:  # tokenised in memory (cselab.pairs)
-            corpus = TokenizedPairs.build(records, encoder.tokenizer, config.model.max_seq_len)
+        if config.data.pairs:  # every row is checked before any is tokenised
+            corpus, data_digest = tokenize_pairs(
+                train_file,
+                encoder.tokenizer,
+                config.model.max_seq_len,
+                config.data.format,
+                config.data.columns,
+                cache_dir=cache / "tokens",
+            )
             objective = build_objective(
                 config.objective, pairs=True, hard_negatives=corpus.num_negatives > 0
             )
-            data_digest = source_digest(train_file)
         else:
             corpus, stats = tokenize_corpus(
                 train_file,
