@@ -128,13 +128,24 @@ def file_sha256(path: Path) -> str:
 def data_of_config(config: Config, rows: int | None = None) -> TrainingData:
     """What a card says about the training data when no run handed it over (a card written
     from a saved ``cselab_config.yaml``): the file where the run found it (never downloaded),
-    its kind by the data layer's rule, its SHA-256 if it is on disk, and ``rows`` if known."""
+    its kind by the data layer's rule, its SHA-256 if it is on disk, and ``rows`` if known.
+
+    The hard negatives are not counted (the file is not read): the config names them
+    (``data.columns.negative``, SICK's one), or a nonzero ``objective.hard_negative_weight``,
+    which the run that saved the config was only allowed with hard negatives, implies one.
+    """
     data = config.data
     cache = Path(data.cache_dir) if data.cache_dir else cache_root()
     path = resolve_train_file(data.train_file, str(cache / "data"), download=False)
-    pairs = is_pairs_source(path, data.format)
+    if is_pairs_source(path, data.format):
+        named = data.columns.negative
+        implied = data.format == "sick" or config.objective.hard_negative_weight != 0
+        negatives = len(named) if named is not None else int(implied)
+        kind = DataKind(pairs=True, negatives=negatives)
+    else:
+        kind = DataKind()
     sha = file_sha256(path) if path.is_file() else None
-    return TrainingData(path, DataKind(pairs=pairs), rows, sha)
+    return TrainingData(path, kind, rows, sha)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
