@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..config import Config, save_config
-from ..core.datakind import DataKind
+from ..core.datakind import SENTENCES, DataKind
 from ..data import (
     BatchOrder,
     TokenizedCorpus,
@@ -76,7 +76,8 @@ class Trainer:
         callbacks: :class:`~cselab.training.callbacks.Callback` objects (main process only),
             called after the loggers of ``train.report_to``.
         kind: what ``corpus`` holds (sentences, or pairs with ``K`` hard negatives), as the data
-            layer decided it when it opened the file; handed to the task's views.
+            layer decided it when it opened the file (default: sentences); handed to the task's
+            views.
     """
 
     def __init__(
@@ -90,7 +91,7 @@ class Trainer:
         data_digest: str | None = None,
         callbacks: Sequence[Callback] = (),
         *,
-        kind: DataKind,
+        kind: DataKind = SENTENCES,
     ) -> None:
         tc = config.train
         self.config, self.corpus, self.data_digest = config, corpus, data_digest
