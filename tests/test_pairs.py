@@ -12,6 +12,7 @@ import torch
 
 from conftest import SENTEVAL
 from cselab.config import ConfigError, load_config
+from cselab.core.datakind import DataKind
 from cselab.data import CorpusError
 from cselab.data.pairs import (
     PairColumns,
@@ -198,14 +199,15 @@ def test_pair_views_are_one_pass_over_the_stacked_columns(tiny_bert: Path) -> No
     inputs = TokenizedPairs.build(records, enc.tokenizer, 16).inputs([0, 1], 0)
     calls = []
     enc.register_forward_hook(lambda *a: calls.append(1))
-    views = compute_views(enc, inputs, {"z1", "z2", "neg"})
+    kind = DataKind(pairs=True, negatives=2)
+    views = compute_views(enc, inputs, {"z1", "z2", "neg"}, kind)
     assert len(calls) == 1 and views["neg"].shape == (2, 2, enc.dim)
     alone = {c: enc(**enc.tokenize(t)) for c, t in (("z1", ["a b", "c"]), ("z2", ["p", "q r s t"]))}
     alone["neg"] = enc(**enc.tokenize(["n1", "o1", "n2 m", "o2"])).reshape(2, 2, -1)
     for name, want in alone.items():
         torch.testing.assert_close(views[name], want, rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="off-dropout view"):
-        compute_views(enc, inputs, {"z1", "z2", "off"})
+        compute_views(enc, inputs, {"z1", "z2", "off"}, kind)
 
 
 def test_config_rejects_off_dropout_for_pairs_before_training(tmp_path: Path) -> None:
@@ -215,15 +217,18 @@ def test_config_rejects_off_dropout_for_pairs_before_training(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="hard_negative_weight=1.0"):
         load_config(None, ["--data.train_file=corpus.txt", "--objective.hard_negative_weight=1"])
     cfg = load_config(None, [f"--data.train_file={path}", "--data.columns.negative=[hard_neg]"])
-    assert cfg.data.pairs and cfg.data.columns.negative == ["hard_neg"]
-    assert load_config(None, ["--data.train_file=x.txt", "--data.format=sick"]).data.pairs
+    assert is_pairs_source(cfg.data.train_file, cfg.data.format)
+    assert cfg.data.columns.negative == ["hard_neg"]
+    sick = load_config(None, ["--data.train_file=x.txt", "--data.format=sick"]).data
+    assert is_pairs_source(sick.train_file, sick.format)
 
 
 def test_presets_load() -> None:
     sup = load_config(REPO / "configs/sup-simcse-bert-base.yaml")
     assert (sup.train.batch_size, sup.train.lr, sup.train.epochs) == (512, 5e-5, 3)
     assert (sup.model.max_seq_len, sup.objective.temperature) == (32, 0.05)
-    assert sup.data.train_file == "nli_for_simcse.csv" and sup.data.pairs
+    assert sup.data.train_file == "nli_for_simcse.csv"
+    assert is_pairs_source(sup.data.train_file, sup.data.format)
     assert (sup.data.columns.anchor, sup.data.columns.positive) == ("sent0", "sent1")
     assert sup.data.columns.negative == ["hard_neg"] and sup.objective.hard_negative_weight == 0
     demo = load_config(REPO / "configs/sup-sick-minilm.yaml")

@@ -160,6 +160,24 @@ def sick_triplets(path: str | Path) -> PairRecords:
     return records
 
 
+def pair_negatives(
+    path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
+) -> int:
+    """The number of hard-negative columns of a pairs source, from its header alone (the
+    anchor and positive columns checked too): SICK's triplets have one."""
+    if data_format == "sick":
+        return 1
+    columns = columns or PairColumns()
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CorpusError(f"{p}: training file not found")
+    with reraise_as(CorpusError):
+        table = open_table(p, prefer_split="train")
+        negatives = _negative_columns(columns, table.columns)
+        table.require((columns.anchor, columns.positive, *negatives), COLUMNS_HINT)
+    return len(negatives)
+
+
 def load_pairs(
     path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
 ) -> PairRecords:
