@@ -27,23 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import numpy as np
-from harness import (
-    RESULTS,
-    WIKI,
-    command,
-    cpu_description,
-    median,
-    minilm_path,
-    pick_sides,
-    reply,
-    run_sides,
-    versions,
-    wiki_lines,
-    write_page,
-)
 
-DEFAULT_OUT = RESULTS / "encode_benchmark.md"
+DEFAULT_OUT = harness.RESULTS / "encode_benchmark.md"
 SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
 TARGET_FP32 = 1.5  # cselab / peer sentences/s in fp32
 
@@ -53,7 +40,7 @@ def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:
     import torch
 
     who, precision = side.split()
-    sentences = wiki_lines(args.sentences, args.text)
+    sentences = harness.wiki_lines(args.sentences, args.text)
     if who == "peer":
         from harness import peer_api
 
@@ -112,7 +99,7 @@ def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
-    p.add_argument("--text", type=Path, default=WIKI)
+    p.add_argument("--text", type=Path, default=harness.WIKI)
     p.add_argument("--sentences", type=int, default=11914)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--max-seq-len", type=int, default=256)
@@ -123,11 +110,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vectors", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.model is None:
-        args.model = minilm_path()
+        args.model = harness.minilm_path()
     if args.worker:
-        reply(worker(args, args.worker, args.vectors))
+        harness.reply(worker(args, args.worker, args.vectors))
         return
-    sides = pick_sides(args.sides, SIDES)
+    sides = harness.pick_sides(args.sides, SIDES)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-encode-") as tmp:
         vec = {s: Path(tmp) / f"{s.replace(' ', '-')}.npy" for s in sides}
@@ -139,13 +126,14 @@ def main(argv: list[str] | None = None) -> None:
             rate = args.sentences / res["seconds"]
             print(f"round {rnd + 1} {side}: {rate:.1f} sentences/s", flush=True)
 
-        results = run_sides(__file__, sides, args.rounds,
-                            lambda side, _: ["--worker", side, "--vectors", str(vec[side]), *common],
-                            done=done)  # fmt: skip
+        results = harness.run_sides(
+            __file__, sides, args.rounds,
+            lambda side, _: ["--worker", side, "--vectors", str(vec[side]), *common], done=done,
+        )  # fmt: skip
         vectors = {s: np.load(vec[s]) for s in sides}
     report = render(args, sides, results, vectors, time.perf_counter() - t_start, argv)
     print(report)
-    write_page(args.out, report)
+    harness.write_page(args.out, report)
     print(f"wrote {args.out}")
 
 
@@ -155,8 +143,8 @@ def render(args: argparse.Namespace, sides: list[str], results: dict[str, list[d
 
     from cselab.evaluation.report import markdown_table
 
-    cpu = cpu_description()
-    rate = {s: median(args.sentences / r["seconds"] for r in results[s]) for s in sides}
+    cpu = harness.cpu_description()
+    rate = {s: harness.median(args.sentences / r["seconds"] for r in results[s]) for s in sides}
     ref = vectors.get("peer fp32")
     rows = []
     for side in sides:
@@ -178,10 +166,10 @@ def render(args: argparse.Namespace, sides: list[str], results: dict[str, list[d
         f"- device: {cpu['model']}, {cpu['logical_cpus']} logical CPUs, torch threads "
         f"{torch.get_num_threads()}, SIMD {', '.join(cpu['simd'])}, native bf16 matmul: "
         f"{'yes' if cpu['native_bf16'] else 'no'}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in harness.versions().items()),
         f"- model: packaged all-MiniLM-L6-v2 (mean pooling, normalised); {args.sentences} wiki1m "
         f"sentences; batch {args.batch_size}; at most {args.max_seq_len} tokens",
-        f"- command: `{command('bench_encode.py', argv)}` "
+        f"- command: `{harness.command('bench_encode.py', argv)}` "
         f"({args.rounds} rounds, each side in a fresh process, alternating; the second of two "
         f"passes timed (the first: {4 * args.batch_size} sentences); whole run {total_s / 60:.1f} min)",
         "",

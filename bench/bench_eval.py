@@ -23,8 +23,8 @@ import platform
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
-from harness import RESULTS, SENTEVAL, alternation, command, load1, minilm_path, write_page
 from scipy import stats
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -118,14 +118,14 @@ def padded_tokens(tokenizer, calls: list[list[str]], batch_size: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=str(SENTEVAL))
+    parser.add_argument("--data-dir", default=str(harness.SENTEVAL))
     parser.add_argument("--pooler", default="avg")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument(
         "--repeats", type=int, default=1, help="rounds; round i runs cselab first if i is even"
     )
-    parser.add_argument("--out", default=str(RESULTS / "eval_benchmark.md"))
+    parser.add_argument("--out", default=str(harness.RESULTS / "eval_benchmark.md"))
     args = parser.parse_args()
 
     import torch
@@ -137,15 +137,15 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     data_dir = Path(args.data_dir)
-    encoder = cselab.load(minilm_path(), pooler=args.pooler)
+    encoder = cselab.load(harness.minilm_path(), pooler=args.pooler)
     encoder.encode(["warm up the model ."] * 8)
-    load_before = load1()
+    load_before = harness.load1()
 
     wall: dict[str, list[float]] = {"cselab": [], "senteval": []}
     cpu: dict[str, list[float]] = {"cselab": [], "senteval": []}
     calls: list[list[str]] = []
     # ABBA order over rounds, so a drift in the machine's load hits both paths alike
-    for _, path in alternation(("cselab", "senteval"), args.repeats, abba=True):
+    for _, path in harness.alternation(("cselab", "senteval"), args.repeats, abba=True):
         ds.clear_cache()  # parse the files again each time, as a fresh process would
         t0, c0 = time.perf_counter(), time.process_time()
         if path == "cselab":
@@ -155,7 +155,7 @@ def main() -> int:
             ref, ref_encoded = senteval_style(encoder, data_dir, args.batch_size, calls)
         wall[path].append(time.perf_counter() - t0)
         cpu[path].append(time.process_time() - c0)
-    load_after = load1()
+    load_after = harness.load1()
 
     # the distinct sentences as evaluate() sends them: one call, longest first
     from cselab.evaluation.sts import sentences_of
@@ -195,7 +195,7 @@ def main() -> int:
     lines = [
         "# Evaluation benchmark: full STS suite, cselab vs SentEval-style",
         "",
-        f"Command (repository root): `{command('bench_eval.py')}`",
+        f"Command (repository root): `{harness.command('bench_eval.py')}`",
         "",
         f"Model: packaged all-MiniLM-L6-v2 via `cselab.load(..., pooler={args.pooler!r})`, batch "
         f"size {args.batch_size} for both paths; torch {torch.__version__}, "
@@ -221,7 +221,7 @@ def main() -> int:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_page(args.out, text)
+    harness.write_page(args.out, text)
     return 0 if max(diffs.values()) < 0.01 else 1
 
 

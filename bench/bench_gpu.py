@@ -48,18 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness
 import numpy as np
 import torch
-from harness import (
-    command,
-    peer_api,
-    peer_cls_model,
-    random_bert,
-    trainer_step,
-    versions,
-    write_json,
-    write_page,
-)
 
 #: Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device-name fragment, most specific first.
 BF16_PEAK = [
@@ -111,9 +102,10 @@ TINY = ModelShape(hidden=32, layers=2, heads=2, intermediate=64)
 
 
 def make_model_folder(folder: Path, shape: ModelShape, seq: int, seed: int = 0) -> Path:
-    return random_bert(folder, hidden=shape.hidden, layers=shape.layers, heads=shape.heads,
-                       intermediate=shape.intermediate, vocab=shape.vocab,
-                       max_positions=max(512, seq), generated_vocab=True, seed=seed)  # fmt: skip
+    return harness.random_bert(folder, hidden=shape.hidden, layers=shape.layers,
+                               heads=shape.heads, intermediate=shape.intermediate,
+                               vocab=shape.vocab, max_positions=max(512, seq),
+                               generated_vocab=True, seed=seed)  # fmt: skip
 
 
 def random_corpus(rows: int, seq: int, vocab: int, seed: int = 0):
@@ -236,7 +228,7 @@ def bench_cselab(
         trainer = cselab_trainer(folder, args, batch, chunk, Path(tmp))
         trainer.encoder.train()
         rec = timed_steps(
-            trainer_step(trainer), trainer.device, args.warmup, args.steps, args.sync_debug
+            harness.trainer_step(trainer), trainer.device, args.warmup, args.steps, args.sync_debug
         )
         rec["device"] = str(trainer.device)
     return rec
@@ -250,12 +242,12 @@ def bench_cselab(
 def bench_peer(folder: Path, args: argparse.Namespace, batch: int) -> dict:
     device = torch.device(args.device if args.device != "auto" else default_device())
     torch.manual_seed(0)
-    model, word = peer_cls_model(folder, args.seq, str(device))
+    model, word = harness.peer_cls_model(folder, args.seq, str(device))
     model.train()
     if args.peer_compile:
         attr = "model" if hasattr(word, "model") else "auto_model"  # ST >= 6 / older
         setattr(word, attr, torch.compile(getattr(word, attr)))
-    loss_fn = peer_api().MNRL(model, scale=20.0)  # τ = 0.05
+    loss_fn = harness.peer_api().MNRL(model, scale=20.0)  # τ = 0.05
     params = [p for p in model.parameters() if p.requires_grad]
     fused = device.type in ("cuda", "cpu")
     optimizer = torch.optim.AdamW(params, lr=3e-5, weight_decay=0.0, fused=fused or None)
@@ -306,8 +298,9 @@ def bench_gradcache(
         with tempfile.TemporaryDirectory() as tmp:
             trainer = cselab_trainer(folder, args, batch, chunk, Path(tmp))
             trainer.encoder.train()
-            rec = timed_steps(trainer_step(trainer), trainer.device, min(args.warmup, 2),
-                              max(2, args.steps // 4), args.sync_debug)  # fmt: skip
+            step = harness.trainer_step(trainer)
+            rec = timed_steps(step, trainer.device, min(args.warmup, 2), max(2, args.steps // 4),
+                              args.sync_debug)  # fmt: skip
             with SavedTensorMeter(trainer.encoder) as meter:
                 trainer.forward_backward(trainer.batch_for(0))
             trainer.optim.optimizer.zero_grad(set_to_none=True)
@@ -352,7 +345,9 @@ def bf16_peak(device: torch.device, override_tflops: float | None) -> tuple[floa
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    env = versions(("torch", "transformers", "sentence_transformers", "cselab"), missing=None)
+    env = harness.versions(
+        ("torch", "transformers", "sentence_transformers", "cselab"), missing=None
+    )
     env |= {
         "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name(device)
@@ -454,7 +449,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {
         "env": environment(device),
         "args": {k: v for k, v in vars(args).items() if k != "shape"} | {"shape": vars(args.shape)},
-        "command": command("bench_gpu.py", argv),
+        "command": harness.command("bench_gpu.py", argv),
         "peak_flops": peak,
         "peak_source": peak_source,
         "results": [],
@@ -489,9 +484,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = markdown(report)
     print(text)
     if args.out:
-        write_json(args.out, report)
+        harness.write_json(args.out, report)
     if args.markdown:
-        write_page(args.markdown, text)
+        harness.write_page(args.markdown, text)
     return report
 
 

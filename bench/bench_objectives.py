@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import SENTEVAL, SHARED, WIKI, logged_rows, median, write_json, write_page
+import harness
 
 #: name -> (description, objective overrides)
 OBJECTIVES: dict[str, tuple[str, list[str]]] = {
@@ -71,7 +71,7 @@ def base_config(max_steps: int | None, eval_steps: int) -> dict[str, Any]:
             "mlp_only_train": True,
             "max_seq_len": 32,
         },
-        "data": {"train_file": str(WIKI)},
+        "data": {"train_file": str(harness.WIKI)},
         "objective": {"temperature": 0.05},
         "train": {
             "batch_size": 64,
@@ -83,7 +83,7 @@ def base_config(max_steps: int | None, eval_steps: int) -> dict[str, Any]:
             "device": "cpu",
             "precision": "fp32",
         },
-        "eval": {"data_dir": str(SENTEVAL)},
+        "eval": {"data_dir": str(harness.SENTEVAL)},
     }
 
 
@@ -101,7 +101,7 @@ def make_spec(
         output_root=workdir,
         baseline="simcse" if "simcse" in names else None,
         launcher="inprocess",
-        evaluate=EvalSpec(tasks="sts", mode="test", data_dir=str(SENTEVAL)),
+        evaluate=EvalSpec(tasks="sts", mode="test", data_dir=str(harness.SENTEVAL)),
         cell_dir="{config}-seed{seed}",
     )
 
@@ -168,7 +168,7 @@ def run_one(
     # keep results and metrics, drop the large model folders
     for folder in (run.checkpoint, run.last, run.best):
         shutil.rmtree(folder, ignore_errors=True)
-    write_json(done, row)
+    harness.write_json(done, row)
     keep(out, results_dir)
     print(
         f"[{name} seed {seed}] dev {row['best_stsb_dev']:.2f} (step {row['best_step']}) "
@@ -181,8 +181,10 @@ def run_one(
 def median_step_seconds(run_folder: Path, batch_size: int = 64) -> float:
     """Median training seconds per step over the logged windows (robust to resumes and to
     load spikes on a shared machine; evaluation is not part of any window)."""
-    rows = logged_rows(run_folder)
-    return median(batch_size / r["sentences_per_s"] for r in rows if r.get("sentences_per_s"))
+    rows = harness.logged_rows(run_folder)
+    return harness.median(
+        batch_size / r["sentences_per_s"] for r in rows if r.get("sentences_per_s")
+    )
 
 
 def interleaved_timing(
@@ -212,7 +214,7 @@ def interleaved_timing(
         )
     )
     encoder.train()
-    corpus, _ = tokenize_corpus(WIKI, encoder.tokenizer, 32)
+    corpus, _ = tokenize_corpus(harness.WIKI, encoder.tokenizer, 32)
     batch = collate(corpus.rows(list(range(64))), int(encoder.tokenizer.pad_token_id or 0))
     objectives = {
         n: build_objective(make_config(n, 0, Path("/tmp/unused"), None, 0).objective) for n in names
@@ -246,8 +248,8 @@ def interleaved_timing(
     return {
         "rounds": rounds,
         "loss_rounds": loss_rounds,
-        "step_s": {n: median(t) for n, t in step.items()},
-        "loss_ms": {n: median(t) for n, t in loss.items()},
+        "step_s": {n: harness.median(t) for n, t in step.items()},
+        "loss_ms": {n: harness.median(t) for n, t in loss.items()},
     }
 
 
@@ -394,14 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         # processes can split one seed's objectives (`--objectives`) without both running SimCSE
         args.objectives.insert(0, "simcse")
     # tabulating kept runs needs no data; training and timing do
-    if not args.report_only and (not WIKI.is_file() or not SENTEVAL.is_dir()):
-        print(f"shared data not found under {SHARED}", file=sys.stderr)
+    if not args.report_only and (not harness.WIKI.is_file() or not harness.SENTEVAL.is_dir()):
+        print(f"shared data not found under {harness.SHARED}", file=sys.stderr)
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
     timing_file = args.workdir / "timing.json"
     if args.timing_only:
         timing = interleaved_timing(args.objectives, args.timing_rounds)
-        write_json(timing_file, timing)
+        harness.write_json(timing_file, timing)
         print(json.dumps(timing, indent=2))
         return 0
     rows = []
@@ -420,13 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         timing = json.loads(timing_file.read_text(encoding="utf-8"))
     elif args.timing_rounds and not args.report_only:
         timing = interleaved_timing(args.objectives, args.timing_rounds)
-        write_json(timing_file, timing)
+        harness.write_json(timing_file, timing)
     else:
         timing = None
     report = write_report(rows, timing, args)
     print(report)
     if args.out:
-        write_page(args.out, report)
+        harness.write_page(args.out, report)
     if args.stats_out and rows:
         print(write_stats(rows, args.stats_out))
     return 0

@@ -25,17 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
-from harness import (
-    SENTEVAL,
-    WIKI,
-    command,
-    cpu_model,
-    rss_mib,
-    versions,
-    wiki_lines,
-    write_page,
-)
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -88,19 +79,19 @@ def main(argv: list[str] | None = None) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     rows: dict[str, object] = {"threads": torch.get_num_threads()}
-    mem: list[tuple[str, float, float]] = [("start", *rss_mib())]
+    mem: list[tuple[str, float, float]] = [("start", *harness.rss_mib())]
 
     # 1. the real build path on the wiki lines
-    corpus = WIKI
+    corpus = harness.WIKI
     if args.wiki_lines:
         corpus = work / "wiki-head.txt"
-        corpus.write_text("\n".join(wiki_lines(args.wiki_lines)) + "\n", encoding="utf-8")
+        corpus.write_text("\n".join(harness.wiki_lines(args.wiki_lines)) + "\n", encoding="utf-8")
     encoder = load(args.model, pooler="avg")
     t0 = time.perf_counter()
     wiki = Index.build(corpus, encoder, work / "wiki.index", chunk_size=4096, batch_size=128)
     rows["encode_s"] = time.perf_counter() - t0
     rows["encode_lines"] = len(wiki)
-    mem.append(("after encoding the wiki lines", *rss_mib()))
+    mem.append(("after encoding the wiki lines", *harness.rss_mib()))
 
     # 2. replicate to N rows (a --work-dir kept from an earlier run resumes step 1 for free) with noise (a stand-in for a large corpus of related sentences)
     rng = np.random.default_rng(0)
@@ -119,9 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
     index = Index.from_vectors(work / "big.index", big, texts, args.model, "avg")
     rows["write_s"] = time.perf_counter() - t0
     del texts, big
-    mem.append(("after writing the 1M index", *rss_mib()))
+    mem.append(("after writing the 1M index", *harness.rss_mib()))
 
-    pairs = load_stsb("dev", SENTEVAL)
+    pairs = load_stsb("dev", harness.SENTEVAL)
     qtexts = list(dict.fromkeys(pairs.sent1 + pairs.sent2))[: args.queries]
     queries = encoder.encode(qtexts, batch_size=128, normalize=True)
 
@@ -135,12 +126,12 @@ def main(argv: list[str] | None = None) -> dict:
             given = {"m": args.hnsw_m, "ef_construction": args.ef_construction}
             index.build_ann(backend, ann_params(backend, len(index), **given))
             build_s[backend] = time.perf_counter() - t0
-            mem.append((f"after building {backend}", *rss_mib()))
+            mem.append((f"after building {backend}", *harness.rss_mib()))
     if "flat" in backends:
         t0 = time.perf_counter()
         index._faiss_index("flat")  # the flat copy is built on first use
         build_s["flat"] = time.perf_counter() - t0
-        mem.append(("after loading FAISS flat", *rss_mib()))
+        mem.append(("after loading FAISS flat", *harness.rss_mib()))
 
     # 4. exact results for recall, then latency per backend
     _, exact_rows = index.search_vectors(queries, 10, backend="exact")
@@ -168,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "flat" in backends:
         _, got = index.search_vectors(queries, 10, backend="flat")
         recalls.append(("flat", "-", recall_at_k(got, exact_rows)))
-    mem.append(("end", *rss_mib()))
+    mem.append(("end", *harness.rss_mib()))
 
     # 5. report
     from cselab.evaluation.report import markdown_table
@@ -192,12 +183,12 @@ def main(argv: list[str] | None = None) -> dict:
             latency_rows.append([backend, batch, f"{1e3 * np.percentile(secs, 50):.2f}",
                                  f"{1e3 * np.percentile(secs, 99):.2f}",
                                  f"{qps[backend, batch]:.1f}", len(secs)])  # fmt: skip
-    vers = versions(("torch", "numpy", "faiss"), missing=None)
+    vers = harness.versions(("torch", "numpy", "faiss"), missing=None)
     lines = [
         "# Search benchmark: `cselab.Index`, exact vs FAISS",
         "",
-        f"Command: `{command('bench_search.py', argv)}`  ",
-        f"CPU: {cpu_model()}, {os.cpu_count()} logical cores visible; torch threads "
+        f"Command: `{harness.command('bench_search.py', argv)}`  ",
+        f"CPU: {harness.cpu_model()}, {os.cpu_count()} logical cores visible; torch threads "
         f"{rows['threads']}; faiss-cpu and numpy with their default threads.  ",
         "**The machine is shared with 4-5 other agents working at the same time**: timings are "
         "noisy and likely pessimistic; compare the ratios within this run rather than the "
@@ -207,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
         "",
         "## Vectors",
         "",
-        f"{rows['encode_lines']:,} wiki lines (`{WIKI.name}`) encoded with {args.model} "
+        f"{rows['encode_lines']:,} wiki lines (`{harness.WIKI.name}`) encoded with {args.model} "
         f"(avg pooler) by `Index.build`, then **replicated with noise** to {args.n:,} rows "
         f"of width {dim}: copy i is line i mod {rows['encode_lines']:,} plus a Gaussian vector "
         f"of norm {args.noise}, renormalised (so about {args.n // rows['encode_lines']} noisy "
@@ -259,7 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = "\n".join(lines)
     print(report)
     if args.out:
-        write_page(args.out, report)
+        harness.write_page(args.out, report)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return {"qps": qps, "recalls": recalls, "build_s": build_s}

@@ -55,36 +55,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import (
-    RESULTS,
-    SENTEVAL,
-    WIKI,
-    command,
-    cpu_description,
-    cpu_profiler,
-    load1,
-    logged_rows,
-    make_smoke_assets,
-    median,
-    median_window_rate,
-    minilm_path,
-    peer_api,
-    peer_cls_model,
-    pick_sides,
-    profile_steps,
-    ratio,
-    reply,
-    round_ratios,
-    run_sides,
-    top_ops,
-    trainer_step,
-    versions,
-    window_rate,
-    write_json,
-    write_page,
-)
+import harness
+from harness import make_smoke_assets  # also imported from here by bench_corpus.py
 
-DEFAULT_OUT = RESULTS / "train_benchmark.md"
+DEFAULT_OUT = harness.RESULTS / "train_benchmark.md"
 TARGETS = {"cselab fp32": 1.8}  # x the peer's (fp32) sentences/s over a whole epoch
 THROUGHPUT_TARGETS = {"fp32": 1.8, "bf16": 2.0}  # x the peer's sentences/s, same precision
 MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
@@ -125,7 +99,7 @@ def stsb_dev(encoder: Any, data_dir: Path) -> float:
 def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
              callbacks: list[Any] | None = None, precision: str = "fp32") -> Run:  # fmt: skip
     """sentence-transformers' SimCSE recipe; evaluation before/after with the cselab evaluator."""
-    st = peer_api()
+    st = harness.peer_api()
     import transformers
     from transformers import AutoTokenizer, TrainerCallback
 
@@ -133,15 +107,16 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     from cselab.model.pooling import Pooler
 
     transformers.set_seed(args.seed)
-    model, module = peer_cls_model(args.model, args.max_seq_len,
-                                   model_kwargs={"attn_implementation": "sdpa"})  # fmt: skip
+    model, module = harness.peer_cls_model(
+        args.model, args.max_seq_len, model_kwargs={"attn_implementation": "sdpa"}
+    )
     dim = module.get_embedding_dimension()
     # The same evaluator on the same backbone object: raw [CLS] of the last layer. The tokenizer
     # is loaded as cselab loads it: the module's own one has model_max_length 32, which would
     # truncate the evaluation sentences (cselab's encode() does not truncate at the training length).
     tokenizer = AutoTokenizer.from_pretrained(str(args.model))
-    probe = SentenceEncoder(module.auto_model, tokenizer,
-                            Pooler("cls_before_pooler", dim, mlp_only_train=False), args.max_seq_len)  # fmt: skip
+    pooler = Pooler("cls_before_pooler", dim, mlp_only_train=False)
+    probe = SentenceEncoder(module.auto_model, tokenizer, pooler, args.max_seq_len)
     t_wall = time.perf_counter()
     before = stsb_dev(probe, args.data_dir) if args.eval else None
 
@@ -154,14 +129,14 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     class Timer(TrainerCallback):
         def on_train_begin(self, *_a: Any, **_k: Any) -> None:
             self.start, self.steps = time.perf_counter(), []
-            self.load0 = load1()
+            self.load0 = harness.load1()
 
         def on_step_end(self, *_a: Any, **_k: Any) -> None:
             self.steps.append(time.perf_counter())
 
         def on_train_end(self, *_a: Any, **_k: Any) -> None:
             self.end = time.perf_counter()
-            self.load1 = load1()
+            self.load1 = harness.load1()
 
     timer = Timer()
     targs = st.TrainingArguments(
@@ -192,7 +167,9 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
         precision="fp32",
         steps=steps,
         sentences_per_s=steps * args.batch_size / elapsed,
-        median_window_sentences_per_s=median_window_rate(timer.steps, timer.start, args.batch_size),
+        median_window_sentences_per_s=harness.median_window_rate(
+            timer.steps, timer.start, args.batch_size
+        ),
         train_time_s=elapsed,
         before=before,
         after=after,
@@ -259,11 +236,11 @@ def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: 
         if m.training else None,
         with_kwargs=True,
     )  # fmt: skip
-    load0 = load1()
+    load0 = harness.load1()
     results = trainer.train()
-    load_end = load1()
+    load_end = harness.load1()
     hook.remove()
-    rows = logged_rows(out)
+    rows = harness.logged_rows(out)
     window_rates = [r["sentences_per_s"] for r in rows if "sentences_per_s" in r]
     dev = {int(r["step"]): r["stsb_dev"] for r in rows if "stsb_dev" in r}
     return Run(
@@ -271,7 +248,7 @@ def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: 
         precision=precision,
         steps=int(results["steps"]),
         sentences_per_s=float(results["sentences_per_s"]),
-        median_window_sentences_per_s=median(window_rates) if window_rates else None,
+        median_window_sentences_per_s=harness.median(window_rates) if window_rates else None,
         train_time_s=float(results["train_time_s"]),
         before=results.get("initial_stsb_dev"),
         after=dev.get(int(results["steps"])),
@@ -302,7 +279,7 @@ def profile_cselab(
     trainer = cselab_trainer(args, precision, out, steps + 1, 0)
     trainer.encoder.unpad_training = trainer.encoder.unpad_training and unpad
     trainer.encoder.train()
-    return profile_steps(trainer_step(trainer), steps, args.profile_rows)
+    return harness.profile_steps(harness.trainer_step(trainer), steps, args.profile_rows)
 
 
 def profile_peer(
@@ -311,7 +288,7 @@ def profile_peer(
     """The same for the peer: ``steps`` steps of ``trainer.train()`` after its first step."""
     from transformers import TrainerCallback
 
-    prof = cpu_profiler()
+    prof = harness.cpu_profiler()
     marks: dict[str, float] = {}
 
     class Profiler(TrainerCallback):
@@ -326,7 +303,7 @@ def profile_peer(
 
     sub = argparse.Namespace(**{**vars(args), "max_steps": steps + 1, "eval": False})
     run_peer(sub, sentences, work, callbacks=[Profiler()])
-    return (marks["end"] - marks["start"]) / steps, top_ops(prof, args.profile_rows)
+    return (marks["end"] - marks["start"]) / steps, harness.top_ops(prof, args.profile_rows)
 
 
 # ---------------------------------------------------------------------------------- throughput
@@ -376,15 +353,18 @@ def run_throughput(args: argparse.Namespace, sides: list[str]) -> dict[str, list
         return env
 
     def rate(result: dict[str, Any]) -> float:
-        return window_rate(result["ends"], args.batch_size, args.skip_steps)
+        return harness.window_rate(result["ends"], args.batch_size, args.skip_steps)
 
     def done(rnd: int, side: str, result: dict[str, Any]) -> None:
-        print(f"round {rnd + 1} {side}: {rate(result):.1f} sentences/s (load {load1():.1f})",
-              flush=True)  # fmt: skip
+        load = harness.load1()
+        print(
+            f"round {rnd + 1} {side}: {rate(result):.1f} sentences/s (load {load:.1f})", flush=True
+        )
 
-    results = run_sides(__file__, sides, args.rounds,
-                        lambda side, tmp: ["--worker", side, "--work-dir", str(tmp), *common],
-                        env, done)  # fmt: skip
+    def argv(side: str, tmp: Path) -> list[str]:
+        return ["--worker", side, "--work-dir", str(tmp), *common]
+
+    results = harness.run_sides(__file__, sides, args.rounds, argv, env, done)
     return {side: [rate(r) for r in runs] for side, runs in results.items()}
 
 
@@ -401,9 +381,10 @@ def throughput_table(rates: dict[str, list[float]]) -> str:
         peer, ours = rates.get(f"peer {precision}"), rates.get(f"cselab {precision}")
         if not peer or not ours:
             continue
-        r, target = ratio(ours, peer), THROUGHPUT_TARGETS[precision]
-        rows.append([precision, f"{median(peer):.1f}", f"{median(ours):.1f}", f"**{r:.2f}×**",
-                     ", ".join(f"{x:.2f}" for x in round_ratios(ours, peer)), f"≥ {target}×",
+        r, target = harness.ratio(ours, peer), THROUGHPUT_TARGETS[precision]
+        rounds = ", ".join(f"{x:.2f}" for x in harness.round_ratios(ours, peer))
+        rows.append([precision, f"{harness.median(peer):.1f}", f"{harness.median(ours):.1f}",
+                     f"**{r:.2f}×**", rounds, f"≥ {target}×",
                      "yes" if r >= target else "no"])  # fmt: skip
     header = ["precision", "peer sent/s", "cselab sent/s", "ratio", "per-round ratios",
               "target", "met"]  # fmt: skip
@@ -420,10 +401,10 @@ def table(runs: list[Run]) -> str:
     fp32 = next((r for r in runs if r.name == "cselab fp32"), None)
     rows = []
     for r in runs:
-        ratio = r.sentences_per_s / peer.sentences_per_s if peer and r is not peer else None
+        vs_peer = r.sentences_per_s / peer.sentences_per_s if peer and r is not peer else None
         target, met = "—", "—"
-        if r.name in TARGETS and ratio is not None:
-            speed_ok = ratio >= TARGETS[r.name]
+        if r.name in TARGETS and vs_peer is not None:
+            speed_ok = vs_peer >= TARGETS[r.name]
             quality_ok = None
             if r.after is not None and peer is not None and peer.after is not None:
                 quality_ok = r.after >= peer.after - MAX_STS_DROP
@@ -441,7 +422,7 @@ def table(runs: list[Run]) -> str:
             target = f"STS ≥ cselab fp32 − {MAX_STS_DROP} (speed: throughput table)"
             met = "yes" if r.after >= fp32.after - MAX_STS_DROP else "no (STS)"
         best = f"{fmt(r.best)} ({r.best_step})" if r.best is not None else "n/a"
-        shown = f"{fmt(ratio)}×" if ratio else ("1.00× (reference)" if r is peer else "n/a")
+        shown = f"{fmt(vs_peer)}×" if vs_peer else ("1.00× (reference)" if r is peer else "n/a")
         rows.append([r.name, r.steps, fmt(r.before), fmt(r.after), best, fmt(r.sentences_per_s, 1),
                      fmt(r.median_window_sentences_per_s, 1), shown, target, met])  # fmt: skip
     header = ["run", "steps", "STS-B dev before", "STS-B dev after", "best (step)",
@@ -470,7 +451,7 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
         f"- model: `{args.model}` (all-MiniLM-L6-v2); data: `{args.train_file}`; "
         f"batch {args.batch_size}, lr {args.lr}, max_seq_len {args.max_seq_len}, one epoch, seed {args.seed}"
         + (f", max_steps {args.max_steps}" if args.max_steps else ""),
-        f"- command: `{command('bench_train.py', argv, prefix='nice python')}` "
+        f"- command: `{harness.command('bench_train.py', argv, prefix='nice python')}` "
         f"(whole run {total_s / 60:.1f} min)",
         "- the 1-minute load average at the start and end of each training is listed below (the "
         "benchmark alone keeps it near the number of threads); the median 10-step window rate is "
@@ -535,7 +516,7 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
                       "```", ""]  # fmt: skip
     if args.notes_file and Path(args.notes_file).is_file():
         parts += ["", Path(args.notes_file).read_text(encoding="utf-8").strip(), ""]
-    write_page(path, "\n".join(parts) + "\n")
+    harness.write_page(path, "\n".join(parts) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -545,8 +526,10 @@ def main(argv: list[str] | None = None) -> list[Run]:
         "--smoke", action="store_true", help="tiny random BERT, 200 sentences, 3 steps; < 60 s"
     )
     p.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
-    p.add_argument("--train-file", type=Path, default=WIKI)
-    p.add_argument("--data-dir", type=Path, default=SENTEVAL, help="SentEval data/downstream")
+    p.add_argument("--train-file", type=Path, default=harness.WIKI)
+    p.add_argument(
+        "--data-dir", type=Path, default=harness.SENTEVAL, help="SentEval data/downstream"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--max-seq-len", type=int, default=32)
@@ -643,7 +626,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
         )
         work.mkdir(parents=True, exist_ok=True)
         if args.worker:  # one side of the throughput table, in its own process
-            reply(worker(args, args.worker, work))
+            harness.reply(worker(args, args.worker, work))
             return []
         if args.smoke:
             model_dir, train = make_smoke_assets(work / "smoke")
@@ -654,22 +637,22 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             args.profile_steps = min(args.profile_steps, 2)
             args.profile_bf16_steps = min(args.profile_bf16_steps, 1)
         elif args.model is None:
-            args.model = minilm_path()
+            args.model = harness.minilm_path()
         if args.eval and not (args.data_dir / "STS" / "STSBenchmark").is_dir():
             raise SystemExit(f"STS-B not found under {args.data_dir}; pass --data-dir or --no-eval")
         from cselab.data import read_corpus
 
         sentences, _ = read_corpus(args.train_file)
-        cpu, vers = cpu_description(), versions()
+        cpu, vers = harness.cpu_description(), harness.versions()
         print(f"device: {cpu}\nversions: {vers}", flush=True)
         throughput: dict[str, list[float]] = {}
         if args.throughput:
-            throughput = run_throughput(args, pick_sides(args.sides, SIDES))
+            throughput = run_throughput(args, harness.pick_sides(args.sides, SIDES))
             print(throughput_table(throughput), flush=True)
         wanted = [w.strip() for w in args.runs.split(",") if w.strip()]
         runs: list[Run] = []
         for what in wanted:
-            print(f"--- {what} (load {load1():.1f})", flush=True)
+            print(f"--- {what} (load {harness.load1():.1f})", flush=True)
             if what == "peer":
                 run = run_peer(args, sentences, work)
             elif what in ("fp32", "bf16"):
@@ -714,7 +697,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             write_report(out, args, runs, cpu, vers, profiles, total_s, argv, throughput)
             print(f"wrote {out}")
         if args.json:
-            write_json(args.json, {
+            harness.write_json(args.json, {
                 "runs": [asdict(r) for r in runs],
                 "profiles": {k: list(v) for k, v in profiles.items()},
                 "throughput": throughput,

@@ -215,8 +215,8 @@ def run_worker(script: str | Path, argv: Sequence[str], env: Mapping[str, str] |
                what: str = "worker") -> dict[str, Any]:  # fmt: skip
     """Run ``python script argv`` in a fresh process; its last JSON line (:func:`reply`). Exits
     naming ``what`` with the end of its stderr if it fails."""
-    proc = subprocess.run([sys.executable, str(script), *argv], env=None if env is None else dict(env),
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
+                          env=None if env is None else dict(env), check=False)  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"{what} failed:\n{proc.stderr[-3000:]}")

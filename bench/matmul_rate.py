@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import time
 
+import harness
 import numpy as np
 import torch
 import torch.nn.functional as F
-from harness import minilm_path, wiki_lines
 
 HIDDEN, INTERMEDIATE, LAYERS, ROWS = 384, 1536, 6, 128  # MiniLM-L6; 64 sentences x 2 views
 
@@ -24,8 +24,8 @@ HIDDEN, INTERMEDIATE, LAYERS, ROWS = 384, 1536, 6, 128  # MiniLM-L6; 64 sentence
 def main() -> None:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(minilm_path())
-    lines = wiki_lines()
+    tok = AutoTokenizer.from_pretrained(harness.minilm_path())
+    lines = harness.wiki_lines()
     mean = float(np.mean([len(x) for x in tok(lines, truncation=True, max_length=32)["input_ids"]]))
     tokens = ROWS * mean
     per_token = 4 * HIDDEN**2 + 2 * HIDDEN * INTERMEDIATE  # multiply-adds per token and layer
