@@ -171,6 +171,11 @@ def test_unknown_preset_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert capsys.readouterr().err.splitlines() == [
         f"cselab config: error: unknown preset or config file 'nosuch' (presets in {tmp_path}: a)"
     ]
+    (tmp_path / "a.yaml").unlink()
+    assert main(["config", "nosuch", "--presets", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"cselab config: error: unknown preset or config file 'nosuch' (no presets in {tmp_path})"
+    ]
     assert main(["config", "--presets", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"cselab config: error: --presets {tmp_path / 'none'}: folder not found"

@@ -79,11 +79,11 @@ def find_preset(name: str, folder: Path | None) -> Path:
     stem = name.removesuffix(".yaml").removesuffix(".yml")
     if folder is not None and (folder / f"{stem}.yaml").is_file():
         return folder / f"{stem}.yaml"
-    where = (
-        f"presets in {folder}: {', '.join(preset_names(folder))}"
-        if folder is not None
-        else f"no presets folder found; pass --presets DIR or set ${PRESETS_ENV}"
-    )
+    names = preset_names(folder)
+    if folder is None:
+        where = f"no presets folder found; pass --presets DIR or set ${PRESETS_ENV}"
+    else:
+        where = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
     raise ConfigError(f"unknown preset or config file {name!r} ({where})")
 
 
