@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare | push | index build | search | plot | sweep | report``.
+"""Command line: ``cselab train | config | encode | evaluate | compare | push | index build | search | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -16,6 +16,7 @@ from ..core.version import __version__
 from ..io.readers import Lines
 from ..model.encoder import PRECISIONS
 from ..model.pooling import POOLERS
+from .config import register as register_config
 from .evaluate import register as register_evaluation
 from .insight import register as register_insight
 from .search import register as register_index
@@ -89,10 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a sentence encoder",
         description="Train with a YAML config; override any key with --section.key=value "
-        "(e.g. --train.lr=1e-5 --objective.temperature=0.05).",
+        "(e.g. --train.lr=1e-5 --objective.temperature=0.05). Every key, its default, type and "
+        "meaning: `cselab config`; a preset's values: `cselab config PRESET` (e.g. "
+        "simcse-bert-base).",
     )
-    p.add_argument("config", nargs="?", help="YAML config (defaults: SimCSE BERT-base unsup)")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="YAML config, e.g. a preset in configs/ (default: SimCSE BERT-base unsup; every "
+        "key: `cselab config`)",
+    )
     p.set_defaults(func=cmd_train)
+
+    register_config(sub)
 
     p = sub.add_parser("encode", help="encode sentences (one per line) to a .npy file")
     p.add_argument("model", help="cselab output folder, sentence-transformers folder or HF model")

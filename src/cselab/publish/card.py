@@ -370,13 +370,18 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
     return path
 
 
+def with_model_id(card_text: str, model_id: str) -> str:
+    """``card_text`` with its usage snippets loading ``model_id`` (e.g. the Hub repo)."""
+    return MODEL_ID_LINE.sub(f'model_id = "{model_id}"', card_text)
+
+
 def set_model_id(folder: str | Path, model_id: str) -> bool:
     """Point the card's usage snippets at ``model_id`` (e.g. the Hub repo); ``False``: no card."""
     path = Path(folder) / CARD_FILE
     if not path.is_file():
         return False
     text = path.read_text(encoding="utf-8")
-    path.write_text(MODEL_ID_LINE.sub(f'model_id = "{model_id}"', text), encoding="utf-8")
+    path.write_text(with_model_id(text, model_id), encoding="utf-8")
     return True
 
 
