@@ -44,22 +44,44 @@ def test_folder_with_only_pytorch_model_bin_loads(tiny_bert: Path, tmp_path: Pat
         assert torch.equal(got[k], v), k
 
 
-def test_pickled_weights_never_run_code(tiny_bert: Path, tmp_path: Path) -> None:
-    """A .bin whose pickle would create a file when unpickled: loading refuses it
-    (``weights_only``) and the file is never created."""
+class Payload:
+    """Unpickles to a call of ``exec``: prints and creates ``marker`` if it ever runs."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204
+        code = f"print('payload ran'); open({str(self.marker)!r}, 'w').write('pwned')"
+        return (exec, (code,))
+
+
+def test_pickled_weights_never_run_code(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A .bin whose pickle would print and create a file when unpickled: loading refuses it
+    with one line saying the file holds code or objects and was not loaded, from Python and
+    from the command line, and the file is never created."""
     folder = bin_only_copy(tiny_bert, tmp_path / "evil")
     marker = tmp_path / "pwned"
-
-    class Payload:
-        def __reduce__(self):  # noqa: ANN204
-            return (open, (str(marker), "w"))
-
     state = torch.load(folder / "pytorch_model.bin", weights_only=True)
-    state["payload"] = Payload()
+    state["embeddings.word_embeddings.weight"] = Payload(marker)
     torch.save(state, folder / "pytorch_model.bin")
-    with pytest.raises(Exception, match="(?i)weights_only|unpickl|unsupported"):
-        load(str(folder), pooler="avg")
-    assert not marker.exists()
+    message = (
+        f"{folder / 'pytorch_model.bin'}: the file holds code or objects, not only tensors, "
+        "and was not loaded"
+    )
+    for pooler in ("avg", None):
+        with pytest.raises(ModelFormatError) as err:
+            load(str(folder), pooler=pooler)
+        assert str(err.value) == message
+    (tmp_path / "in.txt").write_text("a sentence\n", encoding="utf-8")
+    args = ["encode", str(folder), "--input", str(tmp_path / "in.txt")]
+    assert main([*args, "--output", str(tmp_path / "v.npy")]) == 2
+    assert capsys.readouterr().err.strip() == f"cselab encode: error: {message}"
+    assert not marker.exists() and not (tmp_path / "v.npy").exists()
+    # The payload is real: unpickled without weights_only it runs (this test's own doing).
+    torch.load(folder / "pytorch_model.bin", weights_only=False)
+    assert marker.read_text() == "pwned" and "payload ran" in capsys.readouterr().out
 
 
 class FakeSnapshots:
