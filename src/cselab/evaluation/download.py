@@ -34,7 +34,6 @@ from pathlib import Path
 from cselab.model.hub import SIMCSE_DATA_REPO, ResolveError, hub_dataset_file
 
 from ..io.files import file_digest  # hashing needs no torch: cselab.io imports only cselab.core
-
 from .datasets import (
     ENV_VAR,
     TASK_FILES,

@@ -97,9 +97,11 @@ def read_folder_settings(folder: Path) -> FolderSettings:
     if not isinstance(cfg, dict):
         raise ModelFormatError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
     length = cfg.get("max_seq_length")
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int)
-                               or length < 1):  # fmt: skip
-        raise ModelFormatError(f"{path}: max_seq_length must be a whole number >= 1, got {length!r}")
+    whole = isinstance(length, int) and not isinstance(length, bool)
+    if length is not None and not (whole and length >= 1):
+        raise ModelFormatError(
+            f"{path}: max_seq_length must be a whole number >= 1, got {length!r}"
+        )
     lower = cfg.get("do_lower_case", False)
     if not isinstance(lower, bool):
         raise ModelFormatError(f"{path}: do_lower_case must be true or false, got {lower!r}")
