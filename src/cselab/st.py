@@ -32,7 +32,7 @@ a CPU fast path, ``model.fast_path``; a ``SentenceTransformer`` runs its own for
 ``nn.Dropout``'s masks).
 
 Off-dropout (:class:`ImSimCSELoss`, ``off_dropout.enabled``) needs the batch encoded once more with
-the backbone's dropout switched off (:func:`cselab.model.encoder.dropout_disabled` on the first module,
+the backbone's dropout switched off (:func:`cselab.model.dropout.dropout_disabled` on the first module,
 the transformer): one more forward of ``B`` rows (half the dropout pass's ``2B``) and its backward,
 about +50% compute and activation memory per step. It is defined for ``(sentence, sentence)``
 data only (the negatives compare off-dropout vectors of the batch's sentences).
