@@ -128,6 +128,25 @@ def test_real_copy_matches_validated_checksums():
     assert dl.verify(DATA) == []
 
 
+def test_checking_the_data_imports_no_torch(tmp_path: Path):
+    """Hashing the data files (``verify``) imports neither torch nor the model layer's
+    encoder: a checksum must not cost a deep-learning import."""
+    import subprocess
+    import sys
+
+    rel = next(iter(dl.SHA256))
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_text("not the real file\n")
+    code = (
+        "import sys\n"
+        "from cselab.evaluation import download\n"
+        f"print(download.verify({str(tmp_path)!r}, [{rel!r}]))\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-2:] == [str([rel]), "[]"]
+
+
 # --------------------------------------------------------------------------------------------
 # malformed files
 

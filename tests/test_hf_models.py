@@ -44,22 +44,44 @@ def test_folder_with_only_pytorch_model_bin_loads(tiny_bert: Path, tmp_path: Pat
         assert torch.equal(got[k], v), k
 
 
-def test_pickled_weights_never_run_code(tiny_bert: Path, tmp_path: Path) -> None:
-    """A .bin whose pickle would create a file when unpickled: loading refuses it
-    (``weights_only``) and the file is never created."""
+class Payload:
+    """Unpickles to a call of ``exec``: prints and creates ``marker`` if it ever runs."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204
+        code = f"print('payload ran'); open({str(self.marker)!r}, 'w').write('pwned')"
+        return (exec, (code,))
+
+
+def test_pickled_weights_never_run_code(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A .bin whose pickle would print and create a file when unpickled: loading refuses it
+    with one line saying the file holds code or objects and was not loaded, from Python and
+    from the command line, and the file is never created."""
     folder = bin_only_copy(tiny_bert, tmp_path / "evil")
     marker = tmp_path / "pwned"
-
-    class Payload:
-        def __reduce__(self):  # noqa: ANN204
-            return (open, (str(marker), "w"))
-
     state = torch.load(folder / "pytorch_model.bin", weights_only=True)
-    state["payload"] = Payload()
+    state["embeddings.word_embeddings.weight"] = Payload(marker)
     torch.save(state, folder / "pytorch_model.bin")
-    with pytest.raises(Exception, match="(?i)weights_only|unpickl|unsupported"):
-        load(str(folder), pooler="avg")
-    assert not marker.exists()
+    message = (
+        f"{folder / 'pytorch_model.bin'}: the file holds code or objects, not only tensors, "
+        "and was not loaded"
+    )
+    for pooler in ("avg", None):
+        with pytest.raises(ModelFormatError) as err:
+            load(str(folder), pooler=pooler)
+        assert str(err.value) == message
+    (tmp_path / "in.txt").write_text("a sentence\n", encoding="utf-8")
+    args = ["encode", str(folder), "--input", str(tmp_path / "in.txt")]
+    assert main([*args, "--output", str(tmp_path / "v.npy")]) == 2
+    assert capsys.readouterr().err.strip() == f"cselab encode: error: {message}"
+    assert not marker.exists() and not (tmp_path / "v.npy").exists()
+    # The payload is real: unpickled without weights_only it runs (this test's own doing).
+    torch.load(folder / "pytorch_model.bin", weights_only=False)
+    assert marker.read_text() == "pwned" and "payload ran" in capsys.readouterr().out
 
 
 class FakeSnapshots:
@@ -231,3 +253,115 @@ def test_saved_max_seq_length_is_what_the_model_accepts(tiny_bert: Path, tmp_pat
     assert max_sequence_length(bert.tokenizer, bert.backbone) == 16
     bert.tokenizer.model_max_length = int(1e30)  # "unset" in transformers
     assert max_sequence_length(bert.tokenizer, bert.backbone) == 128
+
+
+# ------------------------------------------------------------------ sentence-transformers folders
+
+
+def long_text(tokenizer, tokens: int = 734) -> str:  # noqa: ANN001
+    """A text of exactly ``tokens`` tokens with [CLS] and [SEP] (varied words, so that where
+    it is cut changes the vector)."""
+    words = ["river", "market", "guitar", "winter", "engine", "garden", "silver", "doctor"]
+    text = " ".join(f"{words[i % 8]} {i}" for i in range(tokens))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][: tokens - 2]
+    text = tokenizer.decode(ids)
+    assert len(tokenizer(text)["input_ids"]) == tokens
+    return text
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    return (a * (b / np.linalg.norm(b, axis=1, keepdims=True))).sum(1)
+
+
+def test_sentence_transformers_folder_truncates_where_its_authors_chose(minilm_path: Path) -> None:
+    """all-MiniLM-L6-v2 says max_seq_length 256 (its tokenizer and positions allow 512): on a
+    734-token text cselab's vectors are sentence-transformers' vectors of the same folder."""
+    st = pytest.importorskip("sentence_transformers")
+    enc = load(str(minilm_path))
+    assert enc.folder_settings.max_seq_length == 256 and enc.folder_settings.normalize
+    assert enc.accepted_max_len == 512 and enc.inference_max_len == 256
+    text = long_text(enc.tokenizer)
+    texts = [text, "a man is playing a guitar ."]
+    theirs = st.SentenceTransformer(str(minilm_path), device="cpu").encode(texts)
+    ours = enc.encode(texts)
+    assert cosines(ours, theirs).min() > 0.9999
+    cut_later = enc.encode(texts, max_seq_len=512)  # an explicit length still wins
+    assert cosines(cut_later, theirs)[0] < 0.99
+
+
+def cased_st_folder(tiny_bert: Path, dst: Path, st_config: dict) -> Path:
+    """The tiny BERT with a cased tokenizer, as a sentence-transformers folder (mean pooling)."""
+    from transformers import AutoTokenizer
+
+    folder = st_folder(tiny_bert, dst, {"word_embedding_dimension": 32, "pooling_mode": "mean"})
+    AutoTokenizer.from_pretrained(tiny_bert, do_lower_case=False).save_pretrained(folder)
+    (folder / "sentence_bert_config.json").write_text(json.dumps(st_config))
+    return folder
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_sentence_transformers_do_lower_case(tiny_bert: Path, tmp_path: Path, lower: bool) -> None:
+    st = pytest.importorskip("sentence_transformers")
+    folder = cased_st_folder(
+        tiny_bert, tmp_path / "cased", {"max_seq_length": 64, "do_lower_case": lower}
+    )
+    texts = ["A Man Is Playing A GUITAR .", "The Stock Market"]
+    enc = load(str(folder))
+    assert enc.folder_settings.do_lower_case is lower and enc.inference_max_len == 64
+    got = enc.tokenize(texts)["input_ids"]
+    want = enc.tokenizer([t.lower() if lower else t for t in texts], padding=True)["input_ids"]
+    assert got.tolist() == want
+    theirs = st.SentenceTransformer(str(folder), device="cpu").encode(texts)
+    np.testing.assert_allclose(enc.encode(texts), theirs, rtol=0, atol=1e-5)
+
+
+def test_a_cselab_save_keeps_the_base_models_module_list(minilm_path: Path, tmp_path: Path) -> None:
+    """Trained from all-MiniLM-L6-v2 (whose folder ends in Normalize, max_seq_length 256), the
+    saved folder ends in Normalize and truncates at 256 too, in sentence-transformers and in
+    cselab; a base without Normalize gets none (see test_encoder's saved-folder test)."""
+    st = pytest.importorskip("sentence_transformers")
+    enc = SentenceEncoder.from_pretrained(str(minilm_path), pooler="cls", mlp_only_train=True)
+    enc.save(tmp_path / "trained")
+    modules = json.loads((tmp_path / "trained" / "modules.json").read_text())
+    assert [m["type"].rpartition(".")[2] for m in modules] == [
+        "Transformer",
+        "Pooling",
+        "Normalize",
+    ]
+    saved = json.loads((tmp_path / "trained" / "sentence_bert_config.json").read_text())
+    assert saved == {"max_seq_length": 256, "do_lower_case": False}
+    model = st.SentenceTransformer(str(tmp_path / "trained"), device="cpu")
+    text = long_text(enc.tokenizer, 300)
+    theirs = model.encode([text, "kids"])
+    np.testing.assert_allclose(np.linalg.norm(theirs, axis=1), 1.0, rtol=1e-5)
+    reloaded = load(str(tmp_path / "trained"))
+    assert reloaded.folder_settings.normalize and reloaded.inference_max_len == 256
+    ours = reloaded.encode([text, "kids"], normalize=True)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_modules_cselab_does_not_reproduce_are_refused(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = st_folder(tiny_bert, tmp_path / "st", {"pooling_mode": "mean"})
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 2, "name": "2", "path": "2_Dense",
+                    "type": "sentence_transformers.models.Dense"})  # fmt: skip
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ModelFormatError, match=r"module 2 is 'sentence_transformers.models.Dense'"):
+        load(str(folder))
+    assert load(str(folder), pooler="avg").pooler.kind == "avg"  # the backbone, as asked
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{", "not valid JSON"), ('{"max_seq_length": 0}', "max_seq_length must be a whole number"),
+     ('{"do_lower_case": "yes"}', "do_lower_case must be true or false")],
+)  # fmt: skip
+def test_a_broken_sentence_bert_config_is_one_line(
+    tiny_bert: Path, tmp_path: Path, content: str, message: str
+) -> None:
+    folder = st_folder(tiny_bert, tmp_path / "st", {"pooling_mode": "mean"})
+    (folder / "sentence_bert_config.json").write_text(content)
+    with pytest.raises(ModelFormatError, match=re.escape(message)) as err:
+        load(str(folder))
+    assert "sentence_bert_config.json" in str(err.value) and "\n" not in str(err.value)

@@ -9,6 +9,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from conftest import GREEK
+from cselab.core.datakind import DataKind
+from cselab.core.errors import ConfigError
+from cselab.data.pairs import NEGATIVE_PREFIX, POSITIVE_PREFIX
 from cselab.model.encoder import SentenceEncoder
 from cselab.objectives import (
     DCLConfig,
@@ -57,8 +60,9 @@ def st_folder(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 def cselab_reference(folder: Path, config: ObjectiveConfig, seed: int):
     """cselab's trainer path, in float64: the trainer's task on the step-0 batch."""
-    encoder = SentenceEncoder.from_pretrained(str(folder), pooler="avg").double().train()
-    encoder.unpad_training = False  # sentence-transformers runs the padded forward
+    # The plain path: sentence-transformers runs the padded forward with nn.Dropout's masks.
+    encoder = SentenceEncoder.from_pretrained(str(folder), pooler="avg", fast_path=False)
+    encoder = encoder.double().train()
     batch = encoder.tokenize(SENTENCES)
     objective = build_objective(config).double()
     task = Task(encoder, objective, ObjectiveContext(generator=torch.Generator()), seed=42)
@@ -91,6 +95,92 @@ def test_loss_and_gradients_equal_cselab_path(st_folder: Path, name: str, one_th
     assert not torch.equal(loss_fn(features, None).detach(), loss.detach())
 
 
+HARD_NEGATIVE_OBJECTIVES = {
+    "simcse": ObjectiveConfig(),
+    "weighted": ObjectiveConfig(hard_negative_weight=0.7),
+    "focal": ObjectiveConfig(focal=FocalConfig(enabled=True), hard_negative_weight=-0.3),
+    "gaussian": ObjectiveConfig(gaussian=GaussianConfig(enabled=True)),
+    "mixcse": ObjectiveConfig(mixcse=MixCSEConfig(enabled=True)),
+    "dcl": ObjectiveConfig(dcl=DCLConfig(enabled=True), hard_negative_weight=0.5),
+}
+POSITIVES = SENTENCES[1:] + SENTENCES[:1]
+NEGATIVES = [f"{s} {GREEK[i]}" for i, s in enumerate(SENTENCES[::-1])]  # other widths
+
+
+def pairs_task_reference(folder: Path, config: ObjectiveConfig, seed: int):
+    """cselab's pairs task with hard negatives (a pairs file with a negative column), float64:
+    the batch the trainer builds (anchors, then ``positive.*`` and ``negative.*`` ``(B, 1, L)``)."""
+    encoder = SentenceEncoder.from_pretrained(str(folder), pooler="avg", fast_path=False)
+    encoder = encoder.double().train()
+    batch = dict(encoder.tokenize(SENTENCES))
+    batch |= {POSITIVE_PREFIX + k: v for k, v in encoder.tokenize(POSITIVES).items()}
+    batch |= {NEGATIVE_PREFIX + k: v[:, None] for k, v in encoder.tokenize(NEGATIVES).items()}
+    kind = DataKind(pairs=True, negatives=1)
+    objective = build_objective(config, kind).double()
+    task = Task(
+        encoder, objective, ObjectiveContext(generator=torch.Generator()), seed=42, kind=kind
+    )
+    torch.manual_seed(seed)
+    losses = task(Batch(0, batch))
+    loss = total_loss(losses)
+    loss.backward()
+    grads = {n: p.grad for n, p in encoder.backbone.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, {k: v.detach() for k, v in losses.items()}
+
+
+@pytest.mark.parametrize("name", list(HARD_NEGATIVE_OBJECTIVES))
+def test_three_columns_equal_the_pairs_task_with_hard_negatives(
+    st_folder: Path, name: str, one_thread
+) -> None:
+    """A third column is the trainer's negative column: the same loss terms and gradients as
+    ``Task.losses`` of cselab's pairs task with hard negatives, with the same dropout masks."""
+    config = HARD_NEGATIVE_OBJECTIVES[name]
+    ref_loss, ref_grads, ref_terms = pairs_task_reference(st_folder, config, seed=7)
+    model = SentenceTransformer(str(st_folder), device="cpu").double().train()
+    loss_fn = CSELoss(model, config, seed=42)
+    features = [model.tokenize(SENTENCES), model.tokenize(POSITIVES), model.tokenize(NEGATIVES)]
+    torch.manual_seed(7)
+    loss = loss_fn(features, None)
+    loss.backward()
+    eps = torch.finfo(torch.float64).eps
+    assert loss_fn.last_terms.keys() == ref_terms.keys()
+    for key, ref in ref_terms.items():
+        torch.testing.assert_close(loss_fn.last_terms[key], ref, rtol=1e4 * eps, atol=0, msg=key)
+    torch.testing.assert_close(loss.detach(), ref_loss, rtol=1e4 * eps, atol=0)
+    grads = {n: p.grad for n, p in model[0].auto_model.named_parameters() if p.grad is not None}
+    assert grads.keys() == ref_grads.keys()
+    for key, ref in ref_grads.items():
+        tol = 1e4 * eps * float(ref.abs().max().clamp_min(1e-30))
+        torch.testing.assert_close(grads[key], ref, rtol=0, atol=tol, msg=key)
+    # The hard negatives count: without them (two columns) the loss is another one.
+    if config.hard_negative_weight == 0:
+        torch.manual_seed(7)
+        assert not torch.allclose(loss_fn(features[:2], None).detach(), loss.detach())
+
+
+def test_the_model_is_left_as_it_was_given(st_folder: Path, one_thread) -> None:
+    """After a loss forward and backward the user's model has the same module objects of the
+    same types, and in training mode it draws the same dropout masks as before (nn.Dropout's)."""
+    model = SentenceTransformer(str(st_folder), device="cpu").train()
+    features = model.tokenize(SENTENCES)
+    modules = [(name, m, type(m)) for name, m in model.named_modules()]
+
+    def output() -> torch.Tensor:
+        torch.manual_seed(3)
+        with torch.no_grad():
+            return model(dict(features))["sentence_embedding"]
+
+    before = output()
+    for make in (CSELoss, ImSimCSELoss):
+        loss_fn = make(model)
+        loss_fn([model.tokenize(SENTENCES), model.tokenize(SENTENCES)], None).backward()
+    CSELoss(model)([model.tokenize(SENTENCES), model.tokenize(POSITIVES),
+                    model.tokenize(NEGATIVES)], None).backward()  # fmt: skip
+    assert [(name, m, type(m)) for name, m in model.named_modules()] == modules
+    assert model.training and all(m.training for _, m, _ in modules)
+    assert torch.equal(output(), before)
+
+
 def test_named_losses_build_the_configs(st_folder: Path) -> None:
     model = SentenceTransformer(str(st_folder), device="cpu")
     assert FocalInfoNCELoss(model, hardness=0.2).config == ObjectiveConfig(
@@ -105,11 +195,18 @@ def test_named_losses_build_the_configs(st_folder: Path) -> None:
         FocalInfoNCELoss(model, hardness=2.0)
 
 
-def test_third_column_and_caching_are_refused_with_a_reason(st_folder: Path) -> None:
+def test_caching_and_undefined_combinations_are_refused_with_a_reason(st_folder: Path) -> None:
     model = SentenceTransformer(str(st_folder), device="cpu")
-    features = [model.tokenize(SENTENCES)] * 3
-    with pytest.raises(ValueError, match="third \\(hard-negative\\) column is not supported yet"):
-        CSELoss(model)(features, None)
+    triplets = [model.tokenize(SENTENCES), model.tokenize(SENTENCES[1:] + SENTENCES[:1]),
+                model.tokenize(SENTENCES[::-1])]  # fmt: skip
+    with pytest.raises(ConfigError, match="off_dropout is defined for the dropout views"):
+        ImSimCSELoss(model)(triplets, None)
+    weighted = CSELoss(model, ObjectiveConfig(hard_negative_weight=1.0))
+    with pytest.raises(ConfigError, match="hard_negative_weight=1.0 .* the batch has two columns"):
+        weighted(triplets[:2], None)
+    assert torch.isfinite(weighted(triplets, None))
+    with pytest.raises(ValueError, match="takes two or three text columns"):
+        CSELoss(model)(triplets + triplets[:1], None)
     with pytest.raises(NotImplementedError, match="cache_chunk_size"):
         CSELoss(model, mini_batch_size=4)
     pairs = [model.tokenize(SENTENCES), model.tokenize(SENTENCES[::-1])]

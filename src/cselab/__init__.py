@@ -6,7 +6,12 @@ from .core.version import __version__
 
 
 def load(path: str, pooler: str | None = None, **kwargs):
-    """Open a cselab output folder, a sentence-transformers folder or an HF model as an encoder."""
+    """Open a cselab output folder, a sentence-transformers folder or an HF model as an encoder.
+
+    Keyword arguments go to :func:`cselab.model.loader.load`, e.g. ``device="cuda"`` or
+    ``fast_path=False`` (the backbone exactly as ``transformers`` loads it, without cselab's
+    CPU fast path).
+    """
     from .model.encoder import load as _load
 
     return _load(path, pooler=pooler, **kwargs)

@@ -17,15 +17,22 @@ loss                     objective                                              
 :class:`ImSimCSELoss`    off-dropout negatives + λ · DCL                             Xu et al. 2023, Eq. 6
 =======================  ==========================================================  ===========
 
-Data: two text columns. ``(sentence, sentence)`` — the same text twice — is the unsupervised
-recipe: the two columns are embedded in **one** forward pass (sentence-transformers'
+Data: two or three text columns. ``(sentence, sentence)`` — the same text twice — is the
+unsupervised recipe: the two columns are embedded in **one** forward pass (sentence-transformers'
 ``embed_columns`` merges them), so each copy gets its own dropout mask, exactly as cselab's
 trainer stacks the batch twice (:func:`cselab.training.views.compute_views`). ``(anchor, positive)``
-pairs work the same way with different texts. A third (hard-negative) column is refused until
-cselab's objectives support hard negatives.
+pairs work the same way with different texts. ``(anchor, positive, negative)`` is supervised
+SimCSE's data (Gao et al. 2021, Sec. 4): the third column is each pair's hard negative, passed to
+the objective as cselab's trainer passes the negative column of a pairs file (the ``neg`` view,
+:class:`~cselab.objectives.hard_negatives.HardNegatives` with ``hard_negative_weight``), so every
+objective composes with it as in ``cselab train``.
+
+The model is used as it is given: the losses never change its modules (cselab's own encoder has
+a CPU fast path, ``model.fast_path``; a ``SentenceTransformer`` runs its own forward, with
+``nn.Dropout``'s masks).
 
 Off-dropout (:class:`ImSimCSELoss`, ``off_dropout.enabled``) needs the batch encoded once more with
-the backbone's dropout switched off (:func:`cselab.model.encoder.dropout_disabled` on the first module,
+the backbone's dropout switched off (:func:`cselab.model.dropout.dropout_disabled` on the first module,
 the transformer): one more forward of ``B`` rows (half the dropout pass's ``2B``) and its backward,
 about +50% compute and activation memory per step. It is defined for ``(sentence, sentence)``
 data only (the negatives compare off-dropout vectors of the batch's sentences).
@@ -44,11 +51,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .core.datakind import DataKind
+from .core.errors import ConfigError
 from .data import shard_bounds
-from .model.dropout import use_fast_dropout
-from .model.encoder import dropout_disabled
+from .model.dropout import dropout_disabled
 from .objectives import (
     VIEW_ANCHOR,
+    VIEW_HARD_NEGATIVE,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
     DCLConfig,
@@ -89,7 +98,9 @@ class CSELoss(nn.Module):
         mini_batch_size: not supported (GradCache-style caching); anything but ``None`` is an
             error saying what to use instead.
 
-    Inputs (from ``SentenceTransformerTrainer``): two columns of texts; labels are ignored.
+    Inputs (from ``SentenceTransformerTrainer``): two columns of texts, ``(sentence, sentence)``
+    or ``(anchor, positive)``, or three, ``(anchor, positive, negative)`` with a hard negative
+    per pair; labels are ignored.
 
     Example::
 
@@ -114,15 +125,14 @@ class CSELoss(nn.Module):
                 "a batch that fits, or use `cselab train --train.cache_chunk_size=N`, which "
                 "caches every cselab objective with replayed dropout masks"
             )
-        self.model = model
-        # The model's nn.Dropout modules become cselab's (the same distribution, a cheaper mask on
-        # the CPU), as in cselab's own encoder: a seeded step draws the masks cselab's padded
-        # forward draws. This changes the model object (it then pickles with cselab classes).
-        use_fast_dropout(model)
+        self.model = model  # used as given: nothing here changes its modules
         self.config = objective_config or ObjectiveConfig()
         self.objective = build_objective(self.config)  # validates the config
         # cselab's step: the objective on the views, its generator re-seeded per call.
         self.task = Task(model, self.objective, seed=seed)
+        # Three columns: the objective of cselab's pairs task with hard negatives, built at the
+        # first such batch (a config that cannot take hard negatives is refused there).
+        self.hard_negative_task: Task | None = None
         self.seed = seed
         self.calls = 0
         self.last_terms: dict[str, Tensor] = {}  # the named terms of the last call (detached)
@@ -146,22 +156,42 @@ class CSELoss(nn.Module):
             generator=self._generator,
         )
 
+    def _check_columns(self, columns: int) -> None:
+        if columns not in (2, 3):
+            raise ValueError(
+                f"{type(self).__name__} takes two or three text columns, (sentence, sentence), "
+                f"(anchor, positive) or (anchor, positive, negative); got {columns}"
+            )
+
+    def task_for(self, columns: int) -> Task:
+        """The task of a batch of ``columns`` text columns (three: with hard negatives)."""
+        self._check_columns(columns)
+        if columns == 2:
+            w = self.config.hard_negative_weight
+            if w != 0:
+                raise ConfigError(
+                    f"objective.hard_negative_weight={w} weights given hard negatives, but the "
+                    "batch has two columns; pass (anchor, positive, negative) columns"
+                )
+            return self.task
+        if self.hard_negative_task is None:
+            kind = DataKind(pairs=True, negatives=1)
+            objective = build_objective(self.config, kind)
+            self.hard_negative_task = Task(self.model, objective, seed=self.seed, kind=kind)
+        return self.hard_negative_task
+
     def views(self, sentence_features: Iterable[dict[str, Tensor]]) -> dict[str, Tensor]:
-        """The views cselab's objectives read (``z1``, ``z2``, and ``off`` when needed)."""
+        """The views cselab's objectives read: ``z1``, ``z2``, ``neg`` ``(B, 1, D)`` with a third
+        column, and ``off`` when the objective needs it."""
         features = list(sentence_features)
+        self._check_columns(len(features))
+        # One merged forward over all columns, as cselab's pairs task stacks anchors, positives
+        # and negatives into one forward.
+        embedded = _embed(self.model, features)
+        views = {VIEW_ANCHOR: embedded[0], VIEW_POSITIVE: embedded[1]}
         if len(features) == 3:
-            raise ValueError(
-                f"{type(self).__name__}: a third (hard-negative) column is not supported yet: "
-                "cselab's objectives have no hard negatives; pass (anchor, positive) or "
-                "(sentence, sentence) columns"
-            )
-        if len(features) != 2:
-            raise ValueError(
-                f"{type(self).__name__} takes two text columns, (sentence, sentence) or "
-                f"(anchor, positive); got {len(features)}"
-            )
-        z1, z2 = _embed(self.model, features)
-        views = {VIEW_ANCHOR: z1, VIEW_POSITIVE: z2}
+            views[VIEW_HARD_NEGATIVE] = embedded[2].unsqueeze(1)  # one hard negative per pair
+            return views
         if self.needs_off_view:
             a, b = features[0]["input_ids"], features[1]["input_ids"]
             if a.shape != b.shape or not torch.equal(a, b):
@@ -179,10 +209,12 @@ class CSELoss(nn.Module):
     def forward(
         self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
     ) -> Tensor:
-        views = self.views(sentence_features)
+        features = list(sentence_features)
+        task = self.task_for(len(features))  # checks the columns before any forward
+        views = self.views(features)
         z1 = views[VIEW_ANCHOR]
-        self.task.ctx = self._context(z1.shape[0], z1.device)
-        terms = self.task.losses(views, self.calls)
+        task.ctx = self._context(z1.shape[0], z1.device)
+        terms = task.losses(views, self.calls)
         self.calls += 1
         self.last_terms = {k: v.detach() for k, v in terms.items()}
         return total_loss(terms)

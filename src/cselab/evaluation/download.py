@@ -33,6 +33,7 @@ from pathlib import Path
 
 from cselab.model.hub import SIMCSE_DATA_REPO, ResolveError, hub_dataset_file
 
+from ..io.files import file_digest  # hashing needs no torch: cselab.io imports only cselab.core
 from .datasets import (
     ENV_VAR,
     TASK_FILES,
@@ -146,8 +147,6 @@ SHA256: dict[str, str] = {
 
 def verify(data_dir: str | os.PathLike[str], files: Iterable[str] | None = None) -> list[str]:
     """Relative paths whose bytes differ from the validated copy (absent files are skipped)."""
-    from ..io.files import file_digest  # lazy: cselab.data imports torch
-
     root = Path(data_dir)
     bad = []
     for rel in files if files is not None else SHA256:

@@ -25,6 +25,11 @@ class ModelConfig:
         attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
+        fast_path: cselab's CPU fast path for the backbone: the forward on the real tokens only
+            (for the architectures of :data:`cselab.model.unpad.FAST_PATH_MODEL_TYPES`; others
+            run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
+            It changes this model's backbone only (its dropout modules and its attention name);
+            ``false`` runs the backbone exactly as ``transformers`` loads it.
     """
 
     name_or_path: str = "bert-base-uncased"
@@ -35,3 +40,4 @@ class ModelConfig:
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     trust_remote_code: bool = False
     revision: str | None = None
+    fast_path: bool = True

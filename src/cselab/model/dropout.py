@@ -25,7 +25,9 @@ On other devices ``F.dropout`` is used (GPUs have a fused dropout kernel), and s
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -94,7 +96,9 @@ def use_fast_dropout(module: nn.Module) -> int:
     """Replace every plain ``nn.Dropout`` inside ``module`` by :class:`Dropout`; returns the count.
 
     Only modules whose type is exactly ``nn.Dropout`` are swapped (subclasses may do more than
-    drop); ``p``, ``inplace`` and the train/eval mode carry over.
+    drop); ``p``, ``inplace`` and the train/eval mode carry over. This changes ``module`` for
+    good: cselab does it only to backbones it loads itself with the fast path on
+    (``SentenceEncoder.from_pretrained(..., fast_path=True)``), never to a model a user hands it.
     """
     swapped = 0
     for parent in module.modules():
@@ -105,3 +109,22 @@ def use_fast_dropout(module: nn.Module) -> int:
                 setattr(parent, name, fast)
                 swapped += 1
     return swapped
+
+
+@contextlib.contextmanager
+def dropout_disabled(module: nn.Module) -> Iterator[None]:
+    """Switch every dropout in ``module`` off, then restore each submodule's exact mode.
+
+    Sets ``training=False`` on *every* submodule rather than only on ``nn.Dropout`` instances:
+    in transformers 5 attention dropout is chosen from the attention module's own ``training``
+    flag (``dropout=0.0 if not self.training else p``), so switching only ``nn.Dropout`` modules
+    would leave attention dropout on. Used for ImSimCSE's off-dropout view.
+    """
+    states = [(m, m.training) for m in module.modules()]
+    try:
+        for m, _ in states:
+            m.training = False
+        yield
+    finally:
+        for m, mode in states:
+            m.training = mode

@@ -16,7 +16,17 @@ kept for GPUs, other architectures, two-segment inputs and poolers that read eve
 This uses the ``transformers`` extension points for attention: a function registered under
 :data:`ATTENTION_NAME` that behaves exactly like ``sdpa`` unless the forward call carries the
 packing information (the ``cselab_unpad`` keyword, passed through the model to the attention
-function).
+function). The name is cselab's own and only backbones cselab loads with the fast path on are
+switched to it (:func:`enable`): registering it changes nothing for any other model, of this
+architecture or another, which keeps ``sdpa`` or whatever it was loaded with
+(``tests/test_fast_path.py``).
+
+**Which architectures get the fast path** is said here and only here:
+:data:`FAST_PATH_MODEL_TYPES`. The packed forward reads BERT's attribute names
+(``embeddings(position_ids=..., token_type_ids=...)``, ``encoder.layer``,
+``attention.self.query``, ...) and numbers positions from 0 as BERT does; RoBERTa/XLM-R (positions
+from ``padding_idx + 1``), DistilBERT (no token types) and every other family run the plain
+padded forward of ``transformers``, unchanged.
 """
 
 from __future__ import annotations
@@ -29,10 +39,13 @@ from torch import Tensor, nn
 from .attention import PackInfo, compute_dtype, packed_attention
 from .dropout import dropout
 
+#: cselab's private attention name; only backbones switched by :func:`enable` use it.
 ATTENTION_NAME = "cselab_unpad_sdpa"
-#: ``config.model_type`` values whose embeddings take ``position_ids`` per token and whose layers
-#: are token-wise apart from self-attention (BERT and BERT-architecture checkpoints like MiniLM).
-SUPPORTED_MODEL_TYPES = frozenset({"bert"})
+#: The architectures (``config.model_type``) that get the packed forward: embeddings that take
+#: ``position_ids`` per token counted from 0, layers that are token-wise apart from
+#: self-attention, and BERT's attribute names (BERT and BERT-architecture checkpoints like
+#: MiniLM). Every other architecture runs the plain padded forward.
+FAST_PATH_MODEL_TYPES = frozenset({"bert"})
 
 _registered = False
 
@@ -59,7 +72,11 @@ def _packed_sdpa(
 
 
 def register() -> None:
-    """Register :data:`ATTENTION_NAME` with ``transformers`` (idempotent)."""
+    """Register :data:`ATTENTION_NAME` with ``transformers`` (idempotent).
+
+    A new name in ``transformers``' registries; the existing names (``sdpa``, ``eager``, ...)
+    are left as they are.
+    """
     global _registered
     if _registered:
         return
@@ -72,12 +89,14 @@ def register() -> None:
 
 
 def enable(backbone: nn.Module) -> bool:
-    """Switch an ``sdpa`` BERT backbone to :data:`ATTENTION_NAME`; ``True`` if it now can unpad.
+    """Switch an ``sdpa`` backbone of :data:`FAST_PATH_MODEL_TYPES` to :data:`ATTENTION_NAME`;
+    ``True`` if it now can unpad.
 
-    Other architectures and other attention implementations are left as they are.
+    Only ``backbone`` changes (its own config's attention name). Other architectures and other
+    attention implementations are left as they are.
     """
     config = getattr(backbone, "config", None)
-    if config is None or getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+    if config is None or getattr(config, "model_type", None) not in FAST_PATH_MODEL_TYPES:
         return False
     if getattr(config, "_attn_implementation", None) == ATTENTION_NAME:
         return True

@@ -1,0 +1,78 @@
+"""Opening a model folder of any kind as a :class:`~cselab.model.sentence_encoder.SentenceEncoder`.
+
+``cselab.load``, ``cselab encode``/``evaluate``/``index`` and the search index all open models
+here: a folder cselab saved, a sentence-transformers folder, or a plain Hugging Face model (a
+folder or a Hub name), each as its authors meant it to be used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from ..core.errors import ModelFormatError
+from .config import ModelConfig
+from .hf_models import hf_pooler_head, st_pooler_name
+from .hub import resolve_model
+from .pooling import POOLERS
+from .sentence_encoder import SentenceEncoder
+from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible
+
+
+def load(
+    path: str,
+    pooler: str | None = None,
+    device: str | torch.device | None = None,
+    *,
+    fast_path: bool = ModelConfig.fast_path,
+    **kwargs: Any,
+) -> SentenceEncoder:
+    """Open a cselab output folder, a sentence-transformers folder or an HF model, in eval mode.
+
+    * cselab folder (has ``cselab.json``): its pooler (and ``cls`` head) unless ``pooler`` says
+      otherwise;
+    * sentence-transformers folder: the Pooling module's mode (``cls`` → ``cls_before_pooler``,
+      ``mean`` → ``avg``; other modes are refused) unless ``pooler`` says otherwise; its
+      ``max_seq_length`` and ``do_lower_case`` apply to :meth:`~SentenceEncoder.encode`. Without
+      ``pooler``, a folder whose modules cselab cannot reproduce (a ``Dense`` layer, ...) is
+      refused;
+    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``; ``cls`` is
+      the model's own ``pooler_output``, as in SimCSE's evaluation).
+
+    ``fast_path``: see :meth:`SentenceEncoder.from_pretrained` (``False``: the backbone exactly
+    as ``transformers`` loads it). Other ``kwargs`` go to ``from_pretrained``.
+    """
+    local = Path(resolve_model(path, kwargs.pop("revision", None)))
+    kwargs["fast_path"] = fast_path
+    meta_file = local / CSELAB_FILE
+    if meta_file.is_file():
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        kind = pooler or meta["pooler"]
+        mlp_only_train = bool(meta.get("mlp_only_train", False))
+        encoder = SentenceEncoder.from_pretrained(
+            str(local), pooler=kind, mlp_only_train=mlp_only_train,
+            max_seq_len=int(meta.get("max_seq_len", 32)), **kwargs,
+        )  # fmt: skip
+        if encoder.pooler.mlp is not None and (local / HEAD_FILE).is_file():
+            encoder.pooler.mlp.load_state_dict(load_file(str(local / HEAD_FILE)))
+        elif encoder.pooler.mlp is not None and not mlp_only_train:
+            raise ModelFormatError(f"{local}: pooler 'cls' needs {HEAD_FILE}, which is missing")
+    else:
+        if pooler is None:
+            check_reproducible(local)
+        kind = pooler or st_pooler_name(local) or "cls_before_pooler"
+        if kind not in POOLERS:
+            raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
+        encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
+        if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
+            encoder.pooler.mlp = hf_pooler_head(encoder.backbone, local, path)
+            encoder.pooler.mlp_only_train = False
+    encoder.source = path
+    encoder.eval()
+    if device is not None:
+        encoder.to(device)
+    return encoder

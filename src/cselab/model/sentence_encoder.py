@@ -1,0 +1,312 @@
+"""The sentence encoder: any Hugging Face ``AutoModel`` backbone plus a :class:`~cselab.model.pooling.Pooler`.
+
+The architecture is whatever the checkpoint's ``config.json`` says (``AutoModel``); it is never
+guessed from the model's name. Batched inference is :mod:`.inference`, the folder it saves
+:mod:`.st_folder`, opening any folder :mod:`.loader`; :mod:`.encoder` gathers the public names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..core.errors import ModelFormatError
+from . import unpad
+from .config import ModelConfig
+from .dropout import use_fast_dropout
+from .hf_models import max_sequence_length
+from .hub import resolve_model
+from .inference import encode_sentences, inference_copy
+from .pooling import Pooler
+from .similarity import cosine_matrix
+from .st_folder import FolderSettings, read_folder_settings, write_model_folder
+
+
+class SentenceEncoder(nn.Module):
+    """Backbone + pooler, with tokenisation and batched inference.
+
+    Args:
+        backbone: a ``transformers`` encoder (``BertModel``, ``RobertaModel``, ...).
+        tokenizer: its tokenizer.
+        pooler: a :class:`Pooler`.
+        max_seq_len: truncation length used by :meth:`tokenize` (training).
+
+    Attributes:
+        fast_path: whether :meth:`from_pretrained` switched the backbone to cselab's fast path
+            (see ``fast_path`` there); ``unpad_training``/``unpad_inference``: whether the
+            forward then runs on the real tokens only.
+        folder_settings: what the model's sentence-transformers folder says about inference
+            (:class:`~cselab.model.st_folder.FolderSettings`); kept when the model is saved.
+
+    Example::
+
+        >>> enc = SentenceEncoder.from_pretrained("sentence-transformers/all-MiniLM-L6-v2",
+        ...                                       pooler="avg")  # doctest: +SKIP
+        >>> enc.encode(["a man is playing a guitar ."]).shape  # doctest: +SKIP
+        (1, 384)
+    """
+
+    def __init__(self, backbone: nn.Module, tokenizer: Any, pooler: Pooler, max_seq_len: int = 32):
+        super().__init__()
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.pooler = pooler
+        self.max_seq_len = max_seq_len
+        self.source: str | None = None
+        self.folder_settings = FolderSettings()
+        # Forward on the real tokens only (see cselab.model.unpad); from_pretrained turns it on,
+        # with fast_path, for the backbones that support it, in training and, on the CPU, for
+        # inference.
+        self.fast_path = False
+        self.unpad_training = False
+        self.unpad_inference = False
+
+    # ---------------------------------------------------------------------------------- building
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str,
+        pooler: str = ModelConfig.pooler,
+        mlp_only_train: bool = ModelConfig.mlp_only_train,
+        max_seq_len: int = ModelConfig.max_seq_len,
+        dropout: float | None = ModelConfig.dropout,
+        attn_implementation: str | None = ModelConfig.attn_implementation,
+        trust_remote_code: bool = ModelConfig.trust_remote_code,
+        revision: str | None = ModelConfig.revision,
+        fast_path: bool = ModelConfig.fast_path,
+    ) -> SentenceEncoder:
+        """Load a backbone by Hub name or folder and attach a fresh pooler.
+
+        The defaults are :class:`~cselab.model.config.ModelConfig`'s (SimCSE's unsupervised
+        recipe).
+
+        ``dropout`` overrides the hidden and attention dropout probabilities (GS-InfoNCE's scripts
+        use 0.2 for BERT).
+
+        ``fast_path`` (default on): cselab's CPU fast path for this backbone: its plain
+        ``nn.Dropout`` modules become :class:`cselab.model.dropout.Dropout` (the same
+        distribution, a cheaper mask) and, for the architectures of
+        :data:`cselab.model.unpad.FAST_PATH_MODEL_TYPES` with ``sdpa`` attention, its attention
+        is switched to cselab's own registered name (``sdpa`` for every padded call) so the
+        forward can run on the real tokens only. Only this backbone changes: other models, of
+        any architecture, behave as before. ``False``: the backbone exactly as ``transformers``
+        loads it.
+
+        A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
+        are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
+        loaded as tensors only; one that holds code or objects is refused with
+        :class:`~cselab.core.errors.ModelFormatError` and nothing in it runs.
+        """
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        path = resolve_model(name_or_path, revision)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        if dropout is not None:
+            for attr in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
+                         "attention_dropout", "hidden_dropout"):  # fmt: skip
+                if hasattr(config, attr):
+                    setattr(config, attr, dropout)
+        kwargs: dict[str, Any] = {"config": config, "trust_remote_code": trust_remote_code}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        try:
+            try:
+                backbone = AutoModel.from_pretrained(path, **kwargs)
+            except (ValueError, ImportError) as err:
+                if not attn_implementation or _unpickling_failed(err):
+                    raise
+                # Some architectures have no SDPA path; eager attention is always available.
+                kwargs["attn_implementation"] = "eager"
+                backbone = AutoModel.from_pretrained(path, **kwargs)
+        except Exception as err:
+            if _unpickling_failed(err):
+                raise ModelFormatError(_pickled_weights_refused(Path(path))) from None
+            raise
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
+        encoder = cls(backbone, tokenizer, head, max_seq_len)
+        encoder.source = name_or_path
+        encoder.folder_settings = read_folder_settings(Path(path))
+        if fast_path:
+            encoder.fast_path = True
+            encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
+            use_fast_dropout(backbone)
+        return encoder
+
+    @classmethod
+    def from_config(cls, model_cfg: ModelConfig) -> SentenceEncoder:
+        """Build from the ``model`` section of a run config."""
+        return cls.from_pretrained(**dataclasses.asdict(model_cfg))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dim(self) -> int:
+        return int(self.backbone.config.hidden_size)
+
+    @property
+    def accepted_max_len(self) -> int:
+        """The longest input the model accepts: the tokenizer's limit capped by the position
+        embeddings (:func:`~cselab.model.hf_models.max_sequence_length`)."""
+        return max_sequence_length(self.tokenizer, self.backbone)
+
+    @property
+    def inference_max_len(self) -> int:
+        """Where :meth:`encode` truncates by default: the folder's ``max_seq_length`` (what its
+        authors chose, as sentence-transformers truncates) capped by :attr:`accepted_max_len`;
+        never the training length :attr:`max_seq_len`."""
+        chosen = self.folder_settings.max_seq_length
+        return min(chosen, self.accepted_max_len) if chosen else self.accepted_max_len
+
+    # ----------------------------------------------------------------------------------- forward
+    def tokenize(
+        self, sentences: Sequence[str], max_seq_len: int | None = None
+    ) -> dict[str, Tensor]:
+        """Tokenise with truncation to ``max_seq_len`` and padding to the longest sentence
+        (lowercased first if the folder says ``do_lower_case``, as sentence-transformers does)."""
+        texts = list(sentences)
+        if self.folder_settings.do_lower_case:
+            texts = [t.lower() for t in texts]
+        return dict(
+            self.tokenizer(
+                texts,
+                padding=True,
+                truncation=True,
+                max_length=max_seq_len or self.max_seq_len,
+                return_tensors="pt",
+            )
+        )
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Token ids ``(N, L)`` → sentence vectors ``(N, D)``."""
+        if (
+            (self.unpad_training if self.training else self.unpad_inference)
+            and (token_type_ids is None or not bool(token_type_ids.any()))  # one segment
+            and not self.pooler.needs_hidden_states
+            and input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
+        ):
+            last = unpad.unpadded_last_hidden(
+                self.backbone,
+                input_ids,
+                attention_mask,
+                first_token_only=self.pooler.reads_first_token_only,
+            )
+            return self.pooler(last, attention_mask)
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.backbone(
+            **kwargs, output_hidden_states=self.pooler.needs_hidden_states, return_dict=True
+        )
+        return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states)
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 128,
+        normalize: bool = False,
+        show_progress: bool = False,
+        max_seq_len: int | None = None,
+        precision: str = "fp32",
+    ) -> np.ndarray:
+        """Encode sentences for inference; returns float32 ``(N, D)`` in input order.
+
+        Sentences are sorted by length so each batch pads little; the result is put back in the
+        input order. The module's train/eval state is restored afterwards.
+
+        ``max_seq_len`` defaults to :attr:`inference_max_len` (the folder's ``max_seq_length``,
+        else the most the model accepts: inference should not truncate at the training length);
+        pass a value to truncate elsewhere (capped by what the model accepts).
+
+        ``precision="bf16"`` encodes with a bf16 copy of the model (:meth:`inference_copy`; this
+        encoder keeps its float32 weights): on CPUs with AMX or AVX512-BF16 and on recent GPUs it
+        is faster (2.4x for MiniLM on a Xeon with AMX), and the vectors move by bf16 rounding
+        (cosine to the fp32 vector above 0.999 in ``docs/results/encode_benchmark.md``).
+        Evaluation never uses it: its numbers are fp32.
+        """
+        return encode_sentences(
+            self, sentences, batch_size, normalize, show_progress, max_seq_len, precision
+        )
+
+    def inference_copy(self, dtype: torch.dtype) -> SentenceEncoder:
+        """A copy with its weights in ``dtype``, in eval mode (:func:`.inference.inference_copy`)."""
+        return inference_copy(self, dtype)
+
+    def similarity(
+        self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray, batch_size: int = 128
+    ) -> np.ndarray:
+        """Cosine similarity matrix ``(len(a), len(b))``, float32.
+
+        Each side is a list of sentences (encoded here, in batches of ``batch_size``) or an
+        ``(N, D)`` array of vectors already encoded. A zero vector has cosine 0 with everything.
+        """
+
+        def vectors(x: Sequence[str] | np.ndarray) -> np.ndarray:
+            if isinstance(x, str):
+                raise TypeError("similarity() takes lists of sentences, not a single string")
+            if isinstance(x, np.ndarray | Tensor):
+                return np.asarray(x.detach().cpu() if isinstance(x, Tensor) else x)
+            return self.encode(list(x), batch_size=batch_size)
+
+        return cosine_matrix(vectors(a), vectors(b))
+
+    # ------------------------------------------------------------------------------------ saving
+    def save(self, path: str | Path) -> None:
+        """Write an HF model folder that is also a sentence-transformers folder
+        (:func:`~cselab.model.st_folder.write_model_folder`).
+
+        Files: ``config.json`` + ``model.safetensors`` + tokenizer (the backbone), ``cselab.json``
+        (pooler settings), ``pooler_head.safetensors`` (the ``cls`` head, if any), and the
+        sentence-transformers modules reproducing the *inference* pooler, then ``Normalize`` if
+        the base model's folder had it, and ``sentence_bert_config.json`` with
+        :attr:`inference_max_len` and the folder's ``do_lower_case``.
+        """
+        meta = {
+            "pooler": self.pooler.kind,
+            "mlp_only_train": self.pooler.mlp_only_train,
+            "max_seq_len": self.max_seq_len,
+            "source": self.source,
+        }
+        settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
+        write_model_folder(
+            Path(path),
+            backbone=self.backbone,
+            tokenizer=self.tokenizer,
+            pooler=self.pooler,
+            meta=meta,
+            settings=settings,
+        )
+
+
+def _unpickling_failed(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised from, a refused unpickling (``torch.load`` with
+    ``weights_only``: the file holds something other than tensors)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, pickle.UnpicklingError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _pickled_weights_refused(folder: Path) -> str:
+    files = sorted(folder.glob("pytorch_model*.bin"))
+    where = str(files[0]) if len(files) == 1 else f"{folder}/pytorch_model*.bin"
+    return f"{where}: the file holds code or objects, not only tensors, and was not loaded"

@@ -1,0 +1,241 @@
+"""The model folder on disk: a Hugging Face folder that is also a sentence-transformers folder.
+
+Writing (:func:`write_model_folder`, behind ``SentenceEncoder.save``): ``config.json`` +
+``model.safetensors`` + tokenizer (the backbone, safetensors only), ``cselab.json`` (cselab's
+pooler settings), ``pooler_head.safetensors`` (the ``cls`` head, if any), and
+sentence-transformers' own modules reproducing the *inference* pooler, followed by ``Normalize``
+when the base model's folder ended in one, and ``sentence_bert_config.json``.
+
+Reading (:func:`read_folder_settings`): what a sentence-transformers folder says about inference
+besides its pooling (which :func:`cselab.model.hf_models.st_pooler_name` reads):
+``max_seq_length`` and ``do_lower_case`` of ``sentence_bert_config.json`` and whether the module
+list ends in ``Normalize``. cselab honours them as sentence-transformers does, and
+:func:`check_reproducible` refuses a third-party folder whose modules cselab would skip (a
+``Dense`` layer, a ``WeightedLayerPooling``, ...), rather than give other vectors than its authors
+meant.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from ..core.errors import ModelFormatError
+from ..io.files import write_json_atomic
+from .pooling import LAST_LAYER, POOLER_MEANINGS, Pooler, inference_pooler_name
+
+#: cselab's pooler settings of a saved folder (its presence makes a folder a cselab folder)
+CSELAB_FILE = "cselab.json"
+#: the ``cls`` pooler's MLP head
+HEAD_FILE = "pooler_head.safetensors"
+MODULES_FILE = "modules.json"
+ST_CONFIG_FILE = "sentence_bert_config.json"
+_ST = "sentence_transformers.models."
+#: sentence-transformers modules whose effect cselab reproduces in a third-party folder (the
+#: backbone, the pooling of :data:`cselab.model.hf_models.ST_POOLING_MODES`, L2 normalisation)
+REPRODUCED_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+@dataclass(frozen=True)
+class FolderSettings:
+    """What a sentence-transformers folder says about inference, besides its pooling.
+
+    Attributes:
+        max_seq_length: the truncation length its authors chose (``None``: the tokenizer's and
+            the position embeddings' limit, :func:`cselab.model.hf_models.max_sequence_length`).
+        do_lower_case: lowercase the text before tokenising.
+        normalize: the vectors are L2-normalised (the module list ends in ``Normalize``).
+    """
+
+    max_seq_length: int | None = None
+    do_lower_case: bool = False
+    normalize: bool = False
+
+
+def _module_kind(module: dict[str, Any]) -> str:
+    """``Pooling`` of ``sentence_transformers.models.Pooling`` (any module path)."""
+    return str(module.get("type", "")).rpartition(".")[2]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelFormatError(f"{path}: not valid JSON ({err})") from None
+
+
+def read_modules(folder: Path) -> list[dict[str, Any]] | None:
+    """The entries of ``modules.json``, or ``None`` if ``folder`` is not a sentence-transformers
+    folder."""
+    path = folder / MODULES_FILE
+    if not path.is_file():
+        return None
+    modules = _read_json(path)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ModelFormatError(f"{path}: expected a list of modules, got {type(modules).__name__}")
+    return modules
+
+
+def read_folder_settings(folder: Path) -> FolderSettings:
+    """The :class:`FolderSettings` of a model folder (the defaults for a plain HF folder).
+
+    ``sentence_bert_config.json`` is read where sentence-transformers reads it: in the
+    ``Transformer`` module's folder (the root for every folder written since 2021).
+    """
+    modules = read_modules(folder)
+    if modules is None:
+        return FolderSettings()
+    transformer = next((m for m in modules if _module_kind(m) == "Transformer"), {})
+    path = folder / str(transformer.get("path", "")) / ST_CONFIG_FILE
+    cfg = _read_json(path) if path.is_file() else {}
+    if not isinstance(cfg, dict):
+        raise ModelFormatError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    length = cfg.get("max_seq_length")
+    whole = isinstance(length, int) and not isinstance(length, bool)
+    if length is not None and not (whole and length >= 1):
+        raise ModelFormatError(
+            f"{path}: max_seq_length must be a whole number >= 1, got {length!r}"
+        )
+    lower = cfg.get("do_lower_case", False)
+    if not isinstance(lower, bool):
+        raise ModelFormatError(f"{path}: do_lower_case must be true or false, got {lower!r}")
+    normalize = bool(modules) and _module_kind(modules[-1]) == "Normalize"
+    return FolderSettings(length, lower, normalize)
+
+
+def check_reproducible(folder: Path) -> None:
+    """Refuse a third-party sentence-transformers folder with modules cselab would skip.
+
+    cselab computes backbone → pooler (→ L2 normalisation): a ``Dense`` layer, a
+    ``WeightedLayerPooling``, a ``LayerNorm`` or any other module in the list would be left out,
+    and the vectors would not be the ones its authors meant. Raises :class:`ModelFormatError`
+    naming the module.
+    """
+    for module in read_modules(folder) or []:
+        kind = _module_kind(module)
+        if kind not in REPRODUCED_MODULES:
+            raise ModelFormatError(
+                f"{folder / MODULES_FILE}: module {module.get('name', '?')} is "
+                f"{module.get('type')!r}, which cselab does not reproduce (it computes "
+                f"{' + '.join(REPRODUCED_MODULES)}); load it with sentence-transformers, or pass "
+                "--pooler to use the backbone with one of cselab's poolers"
+            )
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, data, indent=2)
+
+
+def write_model_folder(
+    out: Path,
+    *,
+    backbone: nn.Module,
+    tokenizer: Any,
+    pooler: Pooler,
+    meta: dict[str, Any],
+    settings: FolderSettings,
+) -> None:
+    """Write the folder described in the module docstring.
+
+    ``meta`` is the content of ``cselab.json``; ``settings.max_seq_length`` is the inference
+    truncation length written to ``sentence_bert_config.json`` (so sentence-transformers
+    truncates where cselab does).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    backbone.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    _write_json(out / CSELAB_FILE, meta)
+    if pooler.mlp is not None:
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in pooler.mlp.state_dict().items()},
+            str(out / HEAD_FILE),
+        )
+    modules = _write_pooling_modules(out, backbone, pooler)
+    if settings.normalize:  # the base model's folder ended in Normalize: keep it (no files)
+        n = len(modules)
+        modules.append(
+            {"idx": n, "name": str(n), "path": f"{n}_Normalize", "type": _ST + "Normalize"}
+        )
+    _write_json(out / MODULES_FILE, modules)
+    _write_json(
+        out / ST_CONFIG_FILE,
+        {"max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case},
+    )
+
+
+def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> list[dict[str, Any]]:
+    """Describe the inference pooler with sentence-transformers' own modules; returns the module
+    list (Transformer first).
+
+    ``cls_before_pooler`` / ``cls`` with ``mlp_only_train`` → Pooling(cls); ``cls`` → Pooling(cls)
+    + Dense(tanh) with the head's weights; ``avg`` → Pooling(mean); ``avg_top2`` and
+    ``avg_first_last`` → WeightedLayerPooling (weights 1 on the two layers, 0 elsewhere) +
+    Pooling(mean).
+    """
+    kind = inference_pooler_name(pooler.kind, pooler.mlp_only_train)
+    meaning = POOLER_MEANINGS[kind]
+    dim = int(backbone.config.hidden_size)
+    n_layers = int(backbone.config.num_hidden_layers)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": _ST + "Transformer"}]
+
+    def add(path: str, kind_: str) -> None:
+        modules.append(
+            {"idx": len(modules), "name": str(len(modules)), "path": path, "type": kind_}
+        )
+
+    if meaning.layers != LAST_LAYER:
+        # hidden_states has n_layers + 1 entries; start at layer 1 and weight the ones we need.
+        weights = torch.zeros(n_layers)
+        for i in meaning.layers:
+            weights[i - 1 if i > 0 else i] = 1.0
+        folder = out / "1_WeightedLayerPooling"
+        _write_json(
+            folder / "config.json",
+            {"embedding_dimension": dim, "layer_start": 1, "num_hidden_layers": n_layers},
+        )
+        save_file({"layer_weights": weights}, str(folder / "model.safetensors"))
+        add(folder.name, _ST + "WeightedLayerPooling")
+        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
+        _write_json(out / "config.json", cfg)
+    pooling_mode = meaning.token
+    pool_folder = f"{len(modules)}_Pooling"
+    _write_json(
+        out / pool_folder / "config.json",
+        {
+            "word_embedding_dimension": dim,
+            "pooling_mode_cls_token": pooling_mode == "cls",
+            "pooling_mode_mean_tokens": pooling_mode == "mean",
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        },
+    )
+    add(pool_folder, _ST + "Pooling")
+    if meaning.head:
+        dense_folder = out / f"{len(modules)}_Dense"
+        _write_json(
+            dense_folder / "config.json",
+            {
+                "in_features": dim,
+                "out_features": dim,
+                "bias": True,
+                "activation_function": "torch.nn.modules.activation.Tanh",
+            },
+        )
+        head = pooler.mlp.dense
+        save_file(
+            {
+                "linear.weight": head.weight.detach().cpu().contiguous(),
+                "linear.bias": head.bias.detach().cpu().contiguous(),
+            },
+            str(dense_folder / "model.safetensors"),
+        )
+        add(dense_folder.name, _ST + "Dense")
+    return modules
