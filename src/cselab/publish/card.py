@@ -16,7 +16,6 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline, markdow
 from ..io.files import file_digest
 from ..model.pooling import inference_pooler_name
 from ..objectives.config import ObjectiveConfig
+from ..training.metrics import read_metrics as read_metrics_table
 
 CARD_FILE = "README.md"
 CONFIG_FILE = "cselab_config.yaml"  # written next to the weights by Trainer.save_model
@@ -194,20 +194,11 @@ def describe_objective(cfg: ObjectiveConfig, pairs: bool = False) -> list[str]:
 
 # ---------------------------------------------------------------------------------- the inputs
 def read_metrics(path: str | Path | None) -> list[dict[str, float]]:
-    """Rows of ``metrics.csv`` as floats (empty cells dropped); ``[]`` if there is no file."""
+    """The rows of a run's ``metrics.csv`` (:func:`cselab.training.metrics.read_metrics`, the
+    file's one reader); ``[]`` if there is no file yet."""
     if path is None or not Path(path).is_file():
         return []
-    rows = []
-    with Path(path).open(newline="", encoding="utf-8") as fh:
-        for raw in csv.DictReader(fh):
-            row = {}
-            for key, value in raw.items():
-                try:
-                    row[key] = float(value)
-                except (TypeError, ValueError):
-                    continue
-            rows.append(row)
-    return rows
+    return read_metrics_table(path).rows
 
 
 def dev_curve(
