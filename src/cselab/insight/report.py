@@ -151,8 +151,8 @@ def _evaluation_scores(path: Path) -> dict[str, float]:
     if head is None:
         try:
             head = headline(evaluation)
-        except (KeyError, TypeError, AttributeError):
-            head = None
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError):
+            head = None  # not the layout `cselab evaluate` writes: refused just below
     if not isinstance(head, dict) or not all(isinstance(r, dict) for r in head.values()):
         raise DataFormatError(path, None, "not a cselab evaluation results file")
     return headline_scores(head, path)
@@ -202,9 +202,9 @@ def check_cells(cells: Sequence[CellScores]) -> None:
     seen: dict[tuple[str, int], CellScores] = {}
     for cell in cells:
         other = first.setdefault(cell.config, cell)
-        if other.settings is not None and cell.settings is not None:
+        if other is not cell and other.settings is not None and cell.settings is not None:
             keys = sorted(other.settings.keys() | cell.settings.keys())
-            differ = [k for k in keys if other.settings.get(k) != cell.settings.get(k)]
+            differ = [k for k in keys if _differs(other.settings.get(k), cell.settings.get(k))]
             if differ:
                 k = differ[0]
                 raise ReportError(
@@ -223,8 +223,12 @@ def check_cells(cells: Sequence[CellScores]) -> None:
 
 def default_baseline(root: str | os.PathLike[str]) -> str | None:
     """The ``baseline`` of the sweep that wrote ``root`` (its ``sweep.json``), if any."""
-    sweep = read_json(Path(root) / SWEEP_FILE)
-    return sweep.get("baseline") if sweep else None
+    path = Path(root) / SWEEP_FILE
+    sweep = read_json(path)
+    baseline = sweep.get("baseline") if sweep else None
+    if baseline is not None and not isinstance(baseline, str):
+        raise DataFormatError(path, None, f"'baseline' is {baseline!r}, not a configuration name")
+    return baseline
 
 
 @dataclass
@@ -241,6 +245,12 @@ class Report:
     #: config -> the seeds whose best step is 0: the untrained model won model selection, so
     #: those cells' scores are the base model's
     untrained: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _differs(a: object, b: object) -> bool:
+    """``a != b``, except that NaN equals NaN (a config may hold ``.nan``)."""
+    both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    return a != b and not both_nan
 
 
 def build_report(
