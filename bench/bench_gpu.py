@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import json
 import platform
-import sys
 import tempfile
 import time
 import warnings
@@ -49,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness
 import numpy as np
 import torch
 
@@ -102,26 +102,10 @@ TINY = ModelShape(hidden=32, layers=2, heads=2, intermediate=64)
 
 
 def make_model_folder(folder: Path, shape: ModelShape, seq: int, seed: int = 0) -> Path:
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    folder.mkdir(parents=True, exist_ok=True)
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    words = [f"w{i}" for i in range(shape.vocab - len(specials))]
-    (folder / "vocab.txt").write_text("\n".join(specials + words) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(
-        folder
-    )
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=shape.vocab,
-        hidden_size=shape.hidden,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        intermediate_size=shape.intermediate,
-        max_position_embeddings=max(512, seq),
-    )
-    BertModel(config).save_pretrained(folder)
-    return folder
+    return harness.random_bert(folder, hidden=shape.hidden, layers=shape.layers,
+                               heads=shape.heads, intermediate=shape.intermediate,
+                               vocab=shape.vocab, max_positions=max(512, seq),
+                               generated_vocab=True, seed=seed)  # fmt: skip
 
 
 def random_corpus(rows: int, seq: int, vocab: int, seed: int = 0):
@@ -243,12 +227,9 @@ def bench_cselab(
     with tempfile.TemporaryDirectory() as tmp:
         trainer = cselab_trainer(folder, args, batch, chunk, Path(tmp))
         trainer.encoder.train()
-
-        def step(i: int) -> None:
-            trainer.forward_backward(trainer.batch_for(i))
-            trainer.optimizer_step()
-
-        rec = timed_steps(step, trainer.device, args.warmup, args.steps, args.sync_debug)
+        rec = timed_steps(
+            harness.trainer_step(trainer), trainer.device, args.warmup, args.steps, args.sync_debug
+        )
         rec["device"] = str(trainer.device)
     return rec
 
@@ -259,20 +240,14 @@ def bench_cselab(
 
 
 def bench_peer(folder: Path, args: argparse.Namespace, batch: int) -> dict:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from sentence_transformers import SentenceTransformer, losses, models
-
     device = torch.device(args.device if args.device != "auto" else default_device())
     torch.manual_seed(0)
-    word = models.Transformer(str(folder), max_seq_length=args.seq)
-    pool = models.Pooling(args.shape.hidden, pooling_mode="cls")
-    model = SentenceTransformer(modules=[word, pool], device=str(device))
+    model, word = harness.peer_cls_model(folder, args.seq, str(device))
     model.train()
     if args.peer_compile:
         attr = "model" if hasattr(word, "model") else "auto_model"  # ST >= 6 / older
         setattr(word, attr, torch.compile(getattr(word, attr)))
-    loss_fn = losses.MultipleNegativesRankingLoss(model, scale=20.0)  # τ = 0.05
+    loss_fn = harness.peer_api().MNRL(model, scale=20.0)  # τ = 0.05
     params = [p for p in model.parameters() if p.requires_grad]
     fused = device.type in ("cuda", "cpu")
     optimizer = torch.optim.AdamW(params, lr=3e-5, weight_decay=0.0, fused=fused or None)
@@ -323,14 +298,9 @@ def bench_gradcache(
         with tempfile.TemporaryDirectory() as tmp:
             trainer = cselab_trainer(folder, args, batch, chunk, Path(tmp))
             trainer.encoder.train()
-
-            def step(i: int, trainer=trainer) -> None:
-                trainer.forward_backward(trainer.batch_for(i))
-                trainer.optimizer_step()
-
-            rec = timed_steps(
-                step, trainer.device, min(args.warmup, 2), max(2, args.steps // 4), args.sync_debug
-            )
+            step = harness.trainer_step(trainer)
+            rec = timed_steps(step, trainer.device, min(args.warmup, 2), max(2, args.steps // 4),
+                              args.sync_debug)  # fmt: skip
             with SavedTensorMeter(trainer.encoder) as meter:
                 trainer.forward_backward(trainer.batch_for(0))
             trainer.optim.optimizer.zero_grad(set_to_none=True)
@@ -375,70 +345,60 @@ def bf16_peak(device: torch.device, override_tflops: float | None) -> tuple[floa
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    import transformers
-
-    env = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+    env = harness.versions(
+        ("torch", "transformers", "sentence_transformers", "cselab"), missing=None
+    )
+    env |= {
         "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name(device)
         if device.type == "cuda"
         else platform.processor() or "cpu",
         "platform": platform.platform(),
     }
-    try:
-        import sentence_transformers
-
-        env["sentence_transformers"] = sentence_transformers.__version__
-    except ImportError:  # pragma: no cover
-        env["sentence_transformers"] = None
-    import cselab
-
-    env["cselab"] = cselab.__version__
     if device.type == "cuda":
         env["cudnn"] = torch.backends.cudnn.version()
     return env
 
 
 def markdown(report: dict[str, Any]) -> str:
+    from cselab.evaluation.report import markdown_table
+
     def f(x: Any, fmt: str) -> str:
         return "–" if x is None else format(x, fmt)
 
+    rows = []
+    for row in report["results"]:
+        for system in ("cselab", "peer"):
+            r = row.get(system)
+            if r is None:
+                continue
+            mfu = f"{r['mfu'] * 100:.1f}%" if r["mfu"] is not None else "–"
+            rows.append([row["batch"], system, f"{r['step_s'] * 1e3:.1f}",
+                         f"{r['sentences_per_s']:.0f}", f"{r['tokens_per_s']:.0f}", mfu,
+                         f(r["peak_mib"], ".0f"), f(r["host_syncs_per_step"], ".1f"),
+                         f(row.get("speedup") if system == "cselab" else None, ".2f")])  # fmt: skip
     lines = [
         f"Device: {report['env']['device']}; torch {report['env']['torch']}, transformers "
         f"{report['env']['transformers']}, sentence-transformers "
         f"{report['env']['sentence_transformers']}; precision {report['args']['precision']}, "
         f"compile {report['args']['compile']}; peak {report['peak_source']}.",
         "",
-        "| batch | system | step ms | sentences/s | tokens/s | MFU | peak MiB | syncs/step | × peer |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in report["results"]:
-        for system in ("cselab", "peer"):
-            r = row.get(system)
-            if r is None:
-                continue
-            ratio = row.get("speedup") if system == "cselab" else None
-            lines.append(
-                f"| {row['batch']} | {system} | {r['step_s'] * 1e3:.1f} | "
-                f"{r['sentences_per_s']:.0f} | {r['tokens_per_s']:.0f} | "
-                f"{f(r['mfu'] * 100 if r['mfu'] is not None else None, '.1f')}{'%' if r['mfu'] is not None else ''} | "
-                f"{f(r['peak_mib'], '.0f')} | {f(r['host_syncs_per_step'], '.1f')} | {f(ratio, '.2f')} |"
-            )
+        markdown_table(["batch", "system", "step ms", "sentences/s", "tokens/s", "MFU", "peak MiB",
+                        "syncs/step", "× peer"], rows, align="rlrrrrrrr"),
+    ]  # fmt: skip
     if report.get("gradcache"):
         lines += [
             "",
             f"GradCache (batch {report['gradcache'][0]['batch']}):",
             "",
-            "| chunk | step ms | peak MiB | saved activations MiB | syncs/step |",
-            "|---:|---:|---:|---:|---:|",
-        ]
-        for r in report["gradcache"]:
-            lines.append(
-                f"| {r['chunk'] or 'none'} | {r['step_s'] * 1e3:.1f} | {f(r['peak_mib'], '.0f')} | "
-                f"{r['saved_activations_mib']:.1f} | {f(r['host_syncs_per_step'], '.1f')} |"
-            )
+            markdown_table(
+                ["chunk", "step ms", "peak MiB", "saved activations MiB", "syncs/step"],
+                [[r["chunk"] or "none", f"{r['step_s'] * 1e3:.1f}", f(r["peak_mib"], ".0f"),
+                  f"{r['saved_activations_mib']:.1f}", f(r["host_syncs_per_step"], ".1f")]
+                 for r in report["gradcache"]],
+                align="rrrrr",
+            ),
+        ]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -489,9 +449,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {
         "env": environment(device),
         "args": {k: v for k, v in vars(args).items() if k != "shape"} | {"shape": vars(args.shape)},
-        "command": " ".join(
-            ["python", "bench/bench_gpu.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": harness.command("bench_gpu.py", argv),
         "peak_flops": peak,
         "peak_source": peak_source,
         "results": [],
@@ -526,11 +484,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = markdown(report)
     print(text)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+        harness.write_json(args.out, report)
     if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(text, encoding="utf-8")
+        harness.write_page(args.markdown, text)
     return report
 
 

@@ -37,10 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-WIKI = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
-SENTEVAL = SHARED / "senteval"
+import harness
 
 #: name -> (description, objective overrides)
 OBJECTIVES: dict[str, tuple[str, list[str]]] = {
@@ -74,7 +71,7 @@ def base_config(max_steps: int | None, eval_steps: int) -> dict[str, Any]:
             "mlp_only_train": True,
             "max_seq_len": 32,
         },
-        "data": {"train_file": str(WIKI)},
+        "data": {"train_file": str(harness.WIKI)},
         "objective": {"temperature": 0.05},
         "train": {
             "batch_size": 64,
@@ -86,7 +83,7 @@ def base_config(max_steps: int | None, eval_steps: int) -> dict[str, Any]:
             "device": "cpu",
             "precision": "fp32",
         },
-        "eval": {"data_dir": str(SENTEVAL)},
+        "eval": {"data_dir": str(harness.SENTEVAL)},
     }
 
 
@@ -104,7 +101,7 @@ def make_spec(
         output_root=workdir,
         baseline="simcse" if "simcse" in names else None,
         launcher="inprocess",
-        evaluate=EvalSpec(tasks="sts", mode="test", data_dir=str(SENTEVAL)),
+        evaluate=EvalSpec(tasks="sts", mode="test", data_dir=str(harness.SENTEVAL)),
         cell_dir="{config}-seed{seed}",
     )
 
@@ -119,11 +116,13 @@ def keep(out: Path, results_dir: Path | None) -> None:
     """Copy a finished run's ``bench.json`` and ``metrics.csv`` (a few KB) to ``results_dir``,
     which is committed: the full table takes longer than one session on the CPU proxy, and a
     later session continues from what is kept there."""
+    from cselab.io.runfolder import RunFolder
+
     if results_dir is None:
         return
     dest = results_dir / out.name
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("bench.json", "metrics.csv"):
+    for name in ("bench.json", RunFolder.METRICS):
         if (out / name).is_file():
             shutil.copyfile(out / name, dest / name)
 
@@ -145,13 +144,15 @@ def run_one(
     if done.is_file():
         keep(out, results_dir)
         return json.loads(done.read_text(encoding="utf-8"))
-    from cselab.insight.sweep import EVAL_FILE, RESULTS_FILE, run_cell
+    from cselab.insight.sweep import run_cell
+    from cselab.io.runfolder import RunFolder
 
     spec = make_spec([name], [seed], workdir, max_steps, eval_steps)
     t0 = time.perf_counter()
     run_cell(spec, spec.cells()[0])  # resumes an interrupted run from its last checkpoint
-    results = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
-    sts = json.loads((out / EVAL_FILE).read_text(encoding="utf-8"))
+    run = RunFolder(out)
+    results = json.loads(run.results.read_text(encoding="utf-8"))
+    sts = json.loads(run.evaluation.read_text(encoding="utf-8"))
     row = {
         "objective": name,
         "seed": seed,
@@ -160,14 +161,14 @@ def run_one(
         "best_step": results["best_step"],
         "steps": results["steps"],
         "train_time_s": results["train_time_s"],
-        "s_per_step": median_step_seconds(out / "metrics.csv"),
+        "s_per_step": median_step_seconds(out),
         "sts_test": sts["headline"]["sts"],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     # keep results and metrics, drop the large model folders
-    for folder in ("checkpoint", "last", "best"):
-        shutil.rmtree(out / folder, ignore_errors=True)
-    done.write_text(json.dumps(row, indent=2), encoding="utf-8")
+    for folder in (run.checkpoint, run.last, run.best):
+        shutil.rmtree(folder, ignore_errors=True)
+    harness.write_json(done, row)
     keep(out, results_dir)
     print(
         f"[{name} seed {seed}] dev {row['best_stsb_dev']:.2f} (step {row['best_step']}) "
@@ -177,16 +178,13 @@ def run_one(
     return row
 
 
-def median_step_seconds(metrics_csv: Path, batch_size: int = 64) -> float:
+def median_step_seconds(run_folder: Path, batch_size: int = 64) -> float:
     """Median training seconds per step over the logged windows (robust to resumes and to
     load spikes on a shared machine; evaluation is not part of any window)."""
-    import csv
-
-    with metrics_csv.open(encoding="utf-8") as fh:
-        rates = [
-            float(r["sentences_per_s"]) for r in csv.DictReader(fh) if r.get("sentences_per_s")
-        ]
-    return statistics.median(batch_size / r for r in rates)
+    rows = harness.logged_rows(run_folder)
+    return harness.median(
+        batch_size / r["sentences_per_s"] for r in rows if r.get("sentences_per_s")
+    )
 
 
 def interleaved_timing(
@@ -216,7 +214,7 @@ def interleaved_timing(
         )
     )
     encoder.train()
-    corpus, _ = tokenize_corpus(WIKI, encoder.tokenizer, 32)
+    corpus, _ = tokenize_corpus(harness.WIKI, encoder.tokenizer, 32)
     batch = collate(corpus.rows(list(range(64))), int(encoder.tokenizer.pad_token_id or 0))
     objectives = {
         n: build_objective(make_config(n, 0, Path("/tmp/unused"), None, 0).objective) for n in names
@@ -250,8 +248,8 @@ def interleaved_timing(
     return {
         "rounds": rounds,
         "loss_rounds": loss_rounds,
-        "step_s": {n: statistics.median(t) for n, t in step.items()},
-        "loss_ms": {n: statistics.median(t) for n, t in loss.items()},
+        "step_s": {n: harness.median(t) for n, t in step.items()},
+        "loss_ms": {n: harness.median(t) for n, t in loss.items()},
     }
 
 
@@ -287,15 +285,15 @@ def write_report(
 ) -> str:
     if not rows:
         return "No finished runs.\n"
+    from cselab.evaluation.report import markdown_table
+
     seeds = sorted({r["seed"] for r in rows})
     by = {(r["objective"], r["seed"]): r for r in rows}
-    header = (
-        "| objective | seeds | STS-B dev (best) | STS test avg (7 tasks) | best step | "
-        "median s/step | step time vs SimCSE, same seed |"
-    )
+    header = ["objective", "seeds", "STS-B dev (best)", "STS test avg (7 tasks)", "best step",
+              "median s/step", "step time vs SimCSE, same seed"]  # fmt: skip
     if timing:  # the interleaved columns only when timing.json was measured
-        header += " step time vs SimCSE, interleaved | objective's own fwd+bwd (vs SimCSE step) |"
-    lines = [header, "|" + "---|" * header.count(" |")]
+        header += ["step time vs SimCSE, interleaved", "objective's own fwd+bwd (vs SimCSE step)"]
+    table = []
     for name, (label, _) in OBJECTIVES.items():
         mine = [by[(name, s)] for s in seeds if (name, s) in by]
         if not mine:
@@ -310,29 +308,32 @@ def write_report(
             if ("simcse", r["seed"]) in by
         ]
         ratio = mean_std(ratios) if ratios else "–"
+        row = [label, len(mine), mean_std(dev), mean_std(test), steps,
+               f"{statistics.mean(sps):.3f}", ratio]  # fmt: skip
         if timing and name in timing["step_s"]:
-            inter = f"{timing['step_s'][name] / timing['step_s']['simcse']:.2f}"
             extra = (timing["loss_ms"][name] - timing["loss_ms"]["simcse"]) / (
                 1e3 * timing["step_s"]["simcse"]
             )
-            loss_cell = f"{timing['loss_ms'][name]:.1f} ms ({100 * extra:+.2f}%)"
-        else:
-            inter = loss_cell = "–"
-        row = (
-            f"| {label} | {len(mine)} | {mean_std(dev)} | {mean_std(test)} | {steps} | "
-            f"{statistics.mean(sps):.3f} | {ratio} |"
-        )
-        lines.append(row + (f" {inter} | {loss_cell} |" if timing else ""))
+            row += [f"{timing['step_s'][name] / timing['step_s']['simcse']:.2f}",
+                    f"{timing['loss_ms'][name]:.1f} ms ({100 * extra:+.2f}%)"]  # fmt: skip
+        elif timing:
+            row += ["–", "–"]
+        table.append(row)
     initial = [r["initial_stsb_dev"] for r in rows if r["initial_stsb_dev"] is not None]
-    per_task = ["", "Per-task STS test (mean over seeds):", ""]
     cols = list(rows[0]["sts_test"])
-    per_task.append("| objective | " + " | ".join(cols) + " |")
-    per_task.append("|---|" + "---|" * len(cols))
+    per_task = []
     for name, (label, _) in OBJECTIVES.items():
         mine = [by[(name, s)] for s in seeds if (name, s) in by]
         if mine:
             vals = [statistics.mean(r["sts_test"][c] for r in mine) for c in cols]
-            per_task.append(f"| {label} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+            per_task.append([label, *(f"{v:.2f}" for v in vals)])
+    lines = [
+        markdown_table(header, table),
+        "",
+        "Per-task STS test (mean over seeds):",
+        "",
+        markdown_table(["objective", *cols], per_task),
+    ]
     header = [
         f"Seeds: {', '.join(map(str, seeds))}; mean ± sample std over seeds. "
         f"Untrained model (step 0) STS-B dev: {statistics.mean(initial):.2f}."
@@ -348,7 +349,7 @@ def write_report(
         if timing
         else ""
     )
-    return "\n".join([*header, "", *lines, *per_task, "", timing_note]) + "\n"
+    return "\n".join([*header, "", *lines, "", timing_note]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,14 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         # processes can split one seed's objectives (`--objectives`) without both running SimCSE
         args.objectives.insert(0, "simcse")
     # tabulating kept runs needs no data; training and timing do
-    if not args.report_only and (not WIKI.is_file() or not SENTEVAL.is_dir()):
-        print(f"shared data not found under {SHARED}", file=sys.stderr)
+    if not args.report_only and (not harness.WIKI.is_file() or not harness.SENTEVAL.is_dir()):
+        print(f"shared data not found under {harness.SHARED}", file=sys.stderr)
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
     timing_file = args.workdir / "timing.json"
     if args.timing_only:
         timing = interleaved_timing(args.objectives, args.timing_rounds)
-        timing_file.write_text(json.dumps(timing, indent=2), encoding="utf-8")
+        harness.write_json(timing_file, timing)
         print(json.dumps(timing, indent=2))
         return 0
     rows = []
@@ -421,14 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         timing = json.loads(timing_file.read_text(encoding="utf-8"))
     elif args.timing_rounds and not args.report_only:
         timing = interleaved_timing(args.objectives, args.timing_rounds)
-        timing_file.write_text(json.dumps(timing, indent=2), encoding="utf-8")
+        harness.write_json(timing_file, timing)
     else:
         timing = None
     report = write_report(rows, timing, args)
     print(report)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report, encoding="utf-8")
+        harness.write_page(args.out, report)
     if args.stats_out and rows:
         print(write_stats(rows, args.stats_out))
     return 0

@@ -20,44 +20,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-WIKI = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
-SENTEVAL = SHARED / "senteval"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-TEXT_FILES = ("texts.bin", "offsets.npy", "lines.npy")
-
-
-def rss_mib() -> tuple[float, float]:
-    """(current, peak) resident set of this process in MiB, from /proc/self/status."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields.get("VmRSS", float("nan")), fields.get("VmHWM", float("nan"))
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown"
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def latencies(search, queries: np.ndarray, batch: int, rounds: int) -> np.ndarray:
@@ -108,19 +79,19 @@ def main(argv: list[str] | None = None) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     rows: dict[str, object] = {"threads": torch.get_num_threads()}
-    mem: list[tuple[str, float, float]] = [("start", *rss_mib())]
+    mem: list[tuple[str, float, float]] = [("start", *harness.rss_mib())]
 
     # 1. the real build path on the wiki lines
-    corpus = WIKI
+    corpus = harness.WIKI
     if args.wiki_lines:
         corpus = work / "wiki-head.txt"
-        corpus.write_text("".join(WIKI.open(encoding="utf-8").readlines()[: args.wiki_lines]))
+        corpus.write_text("\n".join(harness.wiki_lines(args.wiki_lines)) + "\n", encoding="utf-8")
     encoder = load(args.model, pooler="avg")
     t0 = time.perf_counter()
     wiki = Index.build(corpus, encoder, work / "wiki.index", chunk_size=4096, batch_size=128)
     rows["encode_s"] = time.perf_counter() - t0
     rows["encode_lines"] = len(wiki)
-    mem.append(("after encoding the wiki lines", *rss_mib()))
+    mem.append(("after encoding the wiki lines", *harness.rss_mib()))
 
     # 2. replicate to N rows (a --work-dir kept from an earlier run resumes step 1 for free) with noise (a stand-in for a large corpus of related sentences)
     rng = np.random.default_rng(0)
@@ -139,9 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
     index = Index.from_vectors(work / "big.index", big, texts, args.model, "avg")
     rows["write_s"] = time.perf_counter() - t0
     del texts, big
-    mem.append(("after writing the 1M index", *rss_mib()))
+    mem.append(("after writing the 1M index", *harness.rss_mib()))
 
-    pairs = load_stsb("dev", SENTEVAL)
+    pairs = load_stsb("dev", harness.SENTEVAL)
     qtexts = list(dict.fromkeys(pairs.sent1 + pairs.sent2))[: args.queries]
     queries = encoder.encode(qtexts, batch_size=128, normalize=True)
 
@@ -155,12 +126,12 @@ def main(argv: list[str] | None = None) -> dict:
             given = {"m": args.hnsw_m, "ef_construction": args.ef_construction}
             index.build_ann(backend, ann_params(backend, len(index), **given))
             build_s[backend] = time.perf_counter() - t0
-            mem.append((f"after building {backend}", *rss_mib()))
+            mem.append((f"after building {backend}", *harness.rss_mib()))
     if "flat" in backends:
         t0 = time.perf_counter()
         index._faiss_index("flat")  # the flat copy is built on first use
         build_s["flat"] = time.perf_counter() - t0
-        mem.append(("after loading FAISS flat", *rss_mib()))
+        mem.append(("after loading FAISS flat", *harness.rss_mib()))
 
     # 4. exact results for recall, then latency per backend
     _, exact_rows = index.search_vectors(queries, 10, backend="exact")
@@ -188,25 +159,46 @@ def main(argv: list[str] | None = None) -> dict:
     if "flat" in backends:
         _, got = index.search_vectors(queries, 10, backend="flat")
         recalls.append(("flat", "-", recall_at_k(got, exact_rows)))
-    mem.append(("end", *rss_mib()))
+    mem.append(("end", *harness.rss_mib()))
 
     # 5. report
-    cmd = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])])
+    from cselab.evaluation.report import markdown_table
+    from cselab.search.index import LINES_FILE, OFFSETS_FILE, TEXTS_FILE, VECTORS_FILE
+
+    build_rows = [
+        [f"encode {rows['encode_lines']:,} wiki lines (`Index.build`, MiniLM, batch 128)",
+         f"{rows['encode_s']:.1f}", f"{rows['encode_lines'] / rows['encode_s']:.0f} lines/s"],
+        [f"write the {args.n:,}-row index (`Index.from_vectors`)", f"{rows['write_s']:.1f}", ""],
+    ]  # fmt: skip
+    for backend, sec in build_s.items():
+        what = {"hnsw": "FAISS HNSW build", "ivf": "FAISS IVF train + add",
+                "flat": "FAISS flat (copy into IndexFlatIP)"}[backend]  # fmt: skip
+        params = index.meta.get("ann", {}).get(backend, {})
+        build_rows.append([f"{what} {params if params else ''}", f"{sec:.1f}", ""])
+    qps: dict[tuple[str, int], float] = {}
+    latency_rows = []
+    for backend, by_batch in lat.items():
+        for batch, secs in by_batch.items():
+            qps[backend, batch] = batch / float(np.median(secs))
+            latency_rows.append([backend, batch, f"{1e3 * np.percentile(secs, 50):.2f}",
+                                 f"{1e3 * np.percentile(secs, 99):.2f}",
+                                 f"{qps[backend, batch]:.1f}", len(secs)])  # fmt: skip
+    vers = harness.versions(("torch", "numpy", "faiss"), missing=None)
     lines = [
         "# Search benchmark: `cselab.Index`, exact vs FAISS",
         "",
-        f"Command: `{cmd}`  ",
-        f"CPU: {cpu_model()}, {os.cpu_count()} logical cores visible; torch threads "
+        f"Command: `{harness.command('bench_search.py', argv)}`  ",
+        f"CPU: {harness.cpu_model()}, {os.cpu_count()} logical cores visible; torch threads "
         f"{rows['threads']}; faiss-cpu and numpy with their default threads.  ",
         "**The machine is shared with 4-5 other agents working at the same time**: timings are "
         "noisy and likely pessimistic; compare the ratios within this run rather than the "
         "absolute numbers with other machines.  ",
-        f"Python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}"
-        + (f", faiss-cpu {__import__('faiss').__version__}" if _has_faiss() else ""),
+        f"Python {vers['python']}, torch {vers['torch']}, numpy {vers['numpy']}"
+        + (f", faiss-cpu {vers['faiss']}" if vers["faiss"] else ""),
         "",
         "## Vectors",
         "",
-        f"{rows['encode_lines']:,} wiki lines (`{WIKI.name}`) encoded with {args.model} "
+        f"{rows['encode_lines']:,} wiki lines (`{harness.WIKI.name}`) encoded with {args.model} "
         f"(avg pooler) by `Index.build`, then **replicated with noise** to {args.n:,} rows "
         f"of width {dim}: copy i is line i mod {rows['encode_lines']:,} plus a Gaussian vector "
         f"of norm {args.noise}, renormalised (so about {args.n // rows['encode_lines']} noisy "
@@ -215,32 +207,16 @@ def main(argv: list[str] | None = None) -> dict:
         "",
         "## Build",
         "",
-        "| step | seconds | rate |",
-        "| --- | ---: | --- |",
-        f"| encode {rows['encode_lines']:,} wiki lines (`Index.build`, MiniLM, batch 128) | "
-        f"{rows['encode_s']:.1f} | {rows['encode_lines'] / rows['encode_s']:.0f} lines/s |",
-        f"| write the {args.n:,}-row index (`Index.from_vectors`) | {rows['write_s']:.1f} | |",
-    ]
-    for backend, sec in build_s.items():
-        what = {"hnsw": "FAISS HNSW build", "ivf": "FAISS IVF train + add",
-                "flat": "FAISS flat (copy into IndexFlatIP)"}[backend]  # fmt: skip
-        params = index.meta.get("ann", {}).get(backend, {})
-        lines.append(f"| {what} {params if params else ''} | {sec:.1f} | |")
-    lines += [
+        markdown_table(["step", "seconds", "rate"], build_rows, align="lr"),
         "",
         "## Query latency (k = 10)",
         "",
-        "| backend | batch | p50 ms | p99 ms | queries/s (median) | calls |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        markdown_table(
+            ["backend", "batch", "p50 ms", "p99 ms", "queries/s (median)", "calls"],
+            latency_rows,
+            align="lrrrrr",
+        ),  # fmt: skip
     ]
-    qps: dict[tuple[str, int], float] = {}
-    for backend, by_batch in lat.items():
-        for batch, secs in by_batch.items():
-            qps[backend, batch] = batch / float(np.median(secs))
-            lines.append(
-                f"| {backend} | {batch} | {1e3 * np.percentile(secs, 50):.2f} | "
-                f"{1e3 * np.percentile(secs, 99):.2f} | {qps[backend, batch]:.1f} | {len(secs)} |"
-            )
     if ("exact", 64) in qps and ("flat", 64) in qps:
         lines += [
             "",
@@ -249,39 +225,35 @@ def main(argv: list[str] | None = None) -> dict:
             f"**{qps['exact', 64] / qps['flat', 64]:.2f}**; batch 1: ratio "
             f"{qps['exact', 1] / qps['flat', 1]:.2f}.",
         ]
-    lines += ["", "## Recall@10 against exact search", "",
-              "| backend | setting | recall@10 |", "| --- | --- | ---: |"]  # fmt: skip
-    lines += [f"| {b} | {s} | {r:.3f} |" for b, s, r in recalls]
-    lines += ["", "## Memory", "", "| point | RSS MiB | peak RSS MiB |", "| --- | ---: | ---: |"]
-    lines += [f"| {name} | {cur:.0f} | {peak:.0f} |" for name, cur, peak in mem]
+    big = work / "big.index"
     lines += [
         "",
-        f"On disk: vectors {dir_mib(work / 'big.index', 'vectors.npy'):.0f} MiB, texts + offsets "
-        f"+ line numbers {sum(dir_mib(work / 'big.index', f) for f in TEXT_FILES):.0f} MiB"
-        + "".join(
-            f", {f.name} {f.stat().st_size / 2**20:.0f} MiB"
-            for f in sorted((work / "big.index").glob("faiss-*.index"))
-        )
+        "## Recall@10 against exact search",
+        "",
+        markdown_table(["backend", "setting", "recall@10"],
+                       [[b, s, f"{r:.3f}"] for b, s, r in recalls], align="llr"),
+        "",
+        "## Memory",
+        "",
+        markdown_table(["point", "RSS MiB", "peak RSS MiB"],
+                       [[name, f"{cur:.0f}", f"{peak:.0f}"] for name, cur, peak in mem],
+                       align="lrr"),
+        "",
+        f"On disk: vectors {dir_mib(big, VECTORS_FILE):.0f} MiB, texts + offsets + line numbers "
+        f"{sum(dir_mib(big, f) for f in (TEXTS_FILE, OFFSETS_FILE, LINES_FILE)):.0f} MiB"
+        + "".join(f", {f.name} {f.stat().st_size / 2**20:.0f} MiB"
+                  for f in sorted(big.glob("faiss-*.index")))
         + ". Exact search reads the vectors through a memory map (they count in RSS as page "
         "cache once touched); FAISS indexes are loaded into memory.",
         "",
-    ]
+    ]  # fmt: skip
     report = "\n".join(lines)
     print(report)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(report, encoding="utf-8")
+        harness.write_page(args.out, report)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return {"qps": qps, "recalls": recalls, "build_s": build_s}
-
-
-def _has_faiss() -> bool:
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

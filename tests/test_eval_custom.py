@@ -145,7 +145,9 @@ def test_bad_dataset_folders(tmp_path: Path, fresh_eval_cache: None) -> None:
         custom.read_sts_file(tmp_path / "two")
     with pytest.raises(DataFormatError, match=r"train: row 2: column 'score' is missing"):
         custom.read_sts_file(tmp_path / "two" / "train")
-    with pytest.raises(DataFormatError, match=r"no column 'label' \(the dataset has: sentence1"):
+    with pytest.raises(
+        DataFormatError, match=r"no column 'label' \(the dataset has columns: sentence1"
+    ):
         custom.read_sts_file(tmp_path / "two" / "train", ["sentence1", "sentence2", "label"])
 
 
@@ -217,6 +219,7 @@ def test_evaluate_scores_sts_files_with_table_and_json(
     bad.write_text("sentence1\tsentence2\n")
     assert main(["evaluate", "no/such/model", "--sts-file", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.endswith("bad.tsv:1: no column 'score' in the header (sentence1, sentence2); "
+    assert err.endswith("bad.tsv:1: no column 'score' in the header (the file has columns: "
+                        "sentence1, sentence2); "
                         "name the columns with eval.dev_columns or --sts-columns")  # fmt: skip
     assert len(err.splitlines()) == 1

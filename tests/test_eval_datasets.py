@@ -214,7 +214,9 @@ def test_transfer_malformed(tmp_path):
 
 def test_invalid_utf8_names_the_line(tmp_path):
     path = _write(tmp_path / "sentiment-test", b"fine \t1\nbad \xff byte \t0\n")
-    with pytest.raises(ds.DataFormatError, match=r"sentiment-test:2: byte 0xff is not valid utf-8"):
+    with pytest.raises(
+        ds.DataFormatError, match=r"sentiment-test:2: invalid UTF-8 at byte 4 of the line \(0xff\)"
+    ):
         ds.read_sst2(path)
 
 

@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 
 @needs_data
 def test_evaluate_and_compare_commands(tmp_path, monkeypatch, capsys):
-    import cselab
+    import cselab.model.encoder
 
     ds.clear_cache()
     loaded = []
@@ -103,7 +103,11 @@ def test_evaluate_and_compare_commands(tmp_path, monkeypatch, capsys):
         loaded.append((path, pooler))
         return HashingEncoder(dim=32, seed=len(loaded))
 
-    monkeypatch.setattr(cselab, "load", fake_load)
+    # the CLI loads through cselab.model.encoder; the model names are folders (checked first)
+    monkeypatch.setattr(cselab.model.encoder, "load", fake_load)
+    monkeypatch.chdir(tmp_path)
+    for i in range(2):
+        (tmp_path / f"model{i}").mkdir()
     outs = []
     for i in range(2):
         out_json, out_csv = tmp_path / f"r{i}.json", tmp_path / f"r{i}.csv"
@@ -128,10 +132,12 @@ def test_evaluate_and_compare_commands(tmp_path, monkeypatch, capsys):
 
 
 def test_evaluate_command_reports_missing_data(tmp_path, monkeypatch, capsys):
-    import cselab
+    import cselab.model.encoder
     from cselab.cli import main
 
-    monkeypatch.setattr(cselab, "load", lambda path, pooler=None: HashingEncoder())
+    monkeypatch.setattr(cselab.model.encoder, "load", lambda path, pooler=None: HashingEncoder())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()  # the model is checked before the data: it must be a folder
     assert main(["evaluate", "m", "--tasks", "STS12", "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("cselab evaluate: error: SentEval data missing") and err.count("\n") == 1

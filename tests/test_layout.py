@@ -195,11 +195,16 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
         *TOP,
     ),
     "cselab.search": ("cselab.training", "cselab.publish", "cselab.insight", *TOP),
-    "cselab.training": ("cselab.search", "cselab.insight", *TOP),
+    # models out (the card, the Hub) sits above training: the trainer tells callbacks
+    "cselab.training": ("cselab.search", "cselab.publish", "cselab.insight", *TOP),
     "cselab.publish": ("cselab.search", "cselab.insight", *TOP),
     "cselab.insight": (*TOP,),
 }
 ALLOWED = {"cselab.core": ("cselab.core",), "cselab.io": ("cselab.core", "cselab.io")}
+#: ``module -> the modules it may import although its layer may not``: training's composition
+#: root assembles the callbacks that write what leaves a run (model card, Hub upload), and
+#: nothing else of training may import ``cselab.publish``.
+COMPOSITION_ROOTS = {"cselab.training.run": ("cselab.publish.callbacks",)}
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, list[str]]]:
@@ -208,10 +213,12 @@ def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, list[str]]]:
         for layer, forbidden in LAYER_RULES.items():
             if name == layer or name.startswith(layer + "."):
                 ok = ALLOWED.get(layer, ())
+                exempt = COMPOSITION_ROOTS.get(name, ())
                 bad = sorted(
                     d
                     for d in deps
-                    if d.startswith(forbidden) and not (d.startswith(ok) or d == layer)
+                    if d.startswith(forbidden)
+                    and not (d.startswith(ok) or d == layer or d in exempt)
                 )
                 if bad:
                     found.append((name, bad))
@@ -315,3 +322,21 @@ def test_one_home_per_helper() -> None:
         "atomic json": {"cselab.io.files.write_json_atomic"},
         "markdown table": {"cselab.evaluation.report.markdown_table"},
     }
+
+
+def test_only_the_composition_root_of_training_imports_publish() -> None:
+    """The trainer writes no model card and pushes nothing: a training module importing
+    ``cselab.publish`` breaks the rule, and so does the composition root importing more of it
+    than the callbacks it assembles."""
+    graph = {
+        "cselab.training.trainer": {"cselab.publish.card"},
+        "cselab.training.run": {"cselab.publish.callbacks", "cselab.publish.push"},
+        "cselab.publish.callbacks": {"cselab.training.callbacks"},
+    }
+    assert layer_violations(graph) == [
+        ("cselab.training.run", ["cselab.publish.push"]),
+        ("cselab.training.trainer", ["cselab.publish.card"]),
+    ]
+    real = internal_graph()
+    assert "cselab.publish.callbacks" in real["cselab.training.run"]
+    assert not any(d.startswith("cselab.publish") for d in real["cselab.training.trainer"])

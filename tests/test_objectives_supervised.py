@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import objectives_reference as ref
 from cselab.config import ConfigError
+from cselab.core.datakind import DataKind
 from cselab.objectives import (
     BarlowTwinsConfig,
     DCLConfig,
@@ -28,7 +29,8 @@ N, K, D = 6, 2, 5
 
 
 def loss(cfg: ObjectiveConfig, views: dict, hard_negatives: bool = True, seed: int = 1) -> dict:
-    obj = build_objective(cfg, pairs=True, hard_negatives=hard_negatives)
+    k = views["neg"].shape[1] if hard_negatives else 0
+    obj = build_objective(cfg, DataKind(pairs=True, negatives=k))
     return obj(views, ObjectiveContext(generator=torch.Generator().manual_seed(seed)))
 
 
@@ -151,15 +153,15 @@ def test_off_dropout_with_pairs_is_rejected_with_the_reason() -> None:
     with pytest.raises(
         ConfigError, match=r"objective\.off_dropout .*dropout views of one sentence"
     ):
-        build_objective(cfg, pairs=True)
-    build_objective(cfg, pairs=False)  # sentences: fine
+        build_objective(cfg, DataKind(pairs=True))
+    build_objective(cfg, DataKind(pairs=False))  # sentences: fine
 
 
 def test_weight_without_hard_negatives_is_rejected() -> None:
     cfg = ObjectiveConfig(hard_negative_weight=1.0)
     for pairs in (False, True):
         with pytest.raises(ConfigError, match=r"objective\.hard_negative_weight=1\.0 .* has none"):
-            build_objective(cfg, pairs=pairs, hard_negatives=False)
+            build_objective(cfg, DataKind(pairs=pairs))
     with pytest.raises(ConfigError, match="hard_negative_weight must be finite"):
         ObjectiveConfig(hard_negative_weight=float("nan")).validate()
 
@@ -167,12 +169,12 @@ def test_weight_without_hard_negatives_is_rejected() -> None:
 def test_noise_on_the_negative_side_with_hard_negatives_is_rejected() -> None:
     cfg = ObjectiveConfig(noise=NoiseConfig(enabled=True, side="negative"))
     with pytest.raises(ConfigError, match=r"objective\.noise\.side='negative'"):
-        build_objective(cfg, pairs=True, hard_negatives=True)
-    build_objective(cfg, pairs=True, hard_negatives=False)
+        build_objective(cfg, DataKind(pairs=True, negatives=1))
+    build_objective(cfg, DataKind(pairs=True))
 
 
 def test_the_block_is_built_only_for_hard_negatives() -> None:
-    obj = build_objective(ObjectiveConfig(hard_negative_weight=0.5), hard_negatives=True)
+    obj = build_objective(ObjectiveConfig(hard_negative_weight=0.5), DataKind(True, negatives=1))
     (block,) = [p for p in obj.negatives if isinstance(p, HardNegatives)]
     assert block.weight == 0.5 and "neg" in obj.required_views
     assert "neg" not in build_objective(ObjectiveConfig()).required_views

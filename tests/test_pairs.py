@@ -12,6 +12,7 @@ import torch
 
 from conftest import SENTEVAL
 from cselab.config import ConfigError, load_config
+from cselab.core.datakind import DataKind
 from cselab.data import CorpusError
 from cselab.data.pairs import (
     PairColumns,
@@ -93,7 +94,8 @@ def test_negative_column_is_used_when_present_and_several_can_be_named(tmp_path:
 
 def test_missing_column_names_the_file_and_the_columns_it_has(tmp_path: Path) -> None:
     path = write_delimited(tmp_path / "d.csv", ROWS)
-    with pytest.raises(CorpusError, match=r"d\.csv: no column 'anchor' \(the file has columns"):
+    needle = r"d\.csv:1: no column 'anchor' in the header \(the file has columns: sent0"
+    with pytest.raises(CorpusError, match=needle):
         read_pairs(path)
     with pytest.raises(CorpusError, match=r"no column 'hard_negative'"):
         read_pairs(path, PairColumns("sent0", "sent1", ["hard_negative"]))
@@ -108,10 +110,10 @@ def test_empty_value_names_file_line_and_column(tmp_path: Path) -> None:
     rows = [dict(r) for r in ROWS]
     del rows[1]["sent1"]
     path = write_jsonl(tmp_path / "d.jsonl", rows)
-    with pytest.raises(CorpusError, match=r"d\.jsonl:2: no column 'sent1' in this row"):
+    with pytest.raises(CorpusError, match=r"d\.jsonl:2: column 'sent1' is missing"):
         read_pairs(path, NLI)
     rows[1]["sent1"] = None
-    with pytest.raises(CorpusError, match=r"d\.jsonl:2: column 'sent1' is empty"):
+    with pytest.raises(CorpusError, match=r"d\.jsonl:2: column 'sent1' holds null, not text"):
         read_pairs(write_jsonl(tmp_path / "d.jsonl", rows), NLI)
 
 
@@ -120,7 +122,7 @@ def test_empty_value_in_a_saved_dataset_names_the_row(tmp_path: Path) -> None:
     rows = [dict(r) for r in ROWS]
     rows[1]["sent0"] = ""
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ds"))
-    with pytest.raises(CorpusError, match=r"ds: row 2: column 'sent0' is empty"):
+    with pytest.raises(CorpusError, match=r"ds: row 1: column 'sent0' is empty"):
         read_pairs(tmp_path / "ds", NLI)
 
 
@@ -197,14 +199,15 @@ def test_pair_views_are_one_pass_over_the_stacked_columns(tiny_bert: Path) -> No
     inputs = TokenizedPairs.build(records, enc.tokenizer, 16).inputs([0, 1], 0)
     calls = []
     enc.register_forward_hook(lambda *a: calls.append(1))
-    views = compute_views(enc, inputs, {"z1", "z2", "neg"})
+    kind = DataKind(pairs=True, negatives=2)
+    views = compute_views(enc, inputs, {"z1", "z2", "neg"}, kind)
     assert len(calls) == 1 and views["neg"].shape == (2, 2, enc.dim)
     alone = {c: enc(**enc.tokenize(t)) for c, t in (("z1", ["a b", "c"]), ("z2", ["p", "q r s t"]))}
     alone["neg"] = enc(**enc.tokenize(["n1", "o1", "n2 m", "o2"])).reshape(2, 2, -1)
     for name, want in alone.items():
         torch.testing.assert_close(views[name], want, rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="off-dropout view"):
-        compute_views(enc, inputs, {"z1", "z2", "off"})
+        compute_views(enc, inputs, {"z1", "z2", "off"}, kind)
 
 
 def test_config_rejects_off_dropout_for_pairs_before_training(tmp_path: Path) -> None:
@@ -214,15 +217,18 @@ def test_config_rejects_off_dropout_for_pairs_before_training(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="hard_negative_weight=1.0"):
         load_config(None, ["--data.train_file=corpus.txt", "--objective.hard_negative_weight=1"])
     cfg = load_config(None, [f"--data.train_file={path}", "--data.columns.negative=[hard_neg]"])
-    assert cfg.data.pairs and cfg.data.columns.negative == ["hard_neg"]
-    assert load_config(None, ["--data.train_file=x.txt", "--data.format=sick"]).data.pairs
+    assert is_pairs_source(cfg.data.train_file, cfg.data.format)
+    assert cfg.data.columns.negative == ["hard_neg"]
+    sick = load_config(None, ["--data.train_file=x.txt", "--data.format=sick"]).data
+    assert is_pairs_source(sick.train_file, sick.format)
 
 
 def test_presets_load() -> None:
     sup = load_config(REPO / "configs/sup-simcse-bert-base.yaml")
     assert (sup.train.batch_size, sup.train.lr, sup.train.epochs) == (512, 5e-5, 3)
     assert (sup.model.max_seq_len, sup.objective.temperature) == (32, 0.05)
-    assert sup.data.train_file == "nli_for_simcse.csv" and sup.data.pairs
+    assert sup.data.train_file == "nli_for_simcse.csv"
+    assert is_pairs_source(sup.data.train_file, sup.data.format)
     assert (sup.data.columns.anchor, sup.data.columns.positive) == ("sent0", "sent1")
     assert sup.data.columns.negative == ["hard_neg"] and sup.objective.hard_negative_weight == 0
     demo = load_config(REPO / "configs/sup-sick-minilm.yaml")

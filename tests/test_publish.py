@@ -1,14 +1,16 @@
 """Publishing: everything up to the upload (which files, the card, the commit message, token and
-endpoint), with huggingface_hub's HfApi network methods replaced by recorders. No test talks to
-the real Hub."""
+endpoint), with huggingface_hub's HfApi network methods replaced by recorders; and the checks and
+failures with the real client against an endpoint that cannot be reached. No test talks to the
+real Hub."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi, ModelCard, RepoUrl
-from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub import constants as hf_constants
 
 from cselab.cli import main
 from cselab.publish.card import CARD_FILE, code_blocks
@@ -20,29 +22,28 @@ REPO_ID = "someone/tiny-simcse"
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict]]:
-    """Record HfApi.create_repo / upload_folder calls (with the client's endpoint and token)."""
+    """Record HfApi.create_repo / create_commit calls (with the client's endpoint and token, the
+    files of the commit, the card it uploads and the card on disk at that moment)."""
     calls: list[tuple[str, dict]] = []
+    monkeypatch.setenv("HF_TOKEN", "hf_recorder_token")  # a token must be found before a push
 
     def create_repo(self, repo_id, **kwargs):  # noqa: ANN001, ANN003, ANN202
         calls.append(("create_repo", {"repo_id": repo_id, "api": self, **kwargs}))
         return RepoUrl(f"{self.endpoint}/{repo_id}", endpoint=self.endpoint)
 
-    def upload_folder(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
-        root = Path(kwargs["folder_path"])
-        files = sorted(p.relative_to(root).as_posix() for p in root.glob("**/*") if p.is_file())
-        kwargs["uploaded"] = list(
-            filter_repo_objects(
-                files,
-                allow_patterns=kwargs.get("allow_patterns"),
-                ignore_patterns=kwargs.get("ignore_patterns"),
-            )
-        )
-        kwargs["card"] = (root / CARD_FILE).read_text()
-        calls.append(("upload_folder", {"api": self, **kwargs}))
+    def create_commit(self, repo_id, operations, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        ops = {op.path_in_repo: op.path_or_fileobj for op in operations}
+        card = ops[CARD_FILE]
+        folder = Path(ops["config.json"]).parent
+        kwargs["uploaded"] = sorted(ops)
+        kwargs["card"] = card.decode() if isinstance(card, bytes) else Path(card).read_text()
+        kwargs["folder_path"] = str(folder)
+        kwargs["card_on_disk"] = (folder / CARD_FILE).read_text()
+        calls.append(("create_commit", {"repo_id": repo_id, "api": self, **kwargs}))
         return None
 
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
-    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
     return calls
 
 
@@ -78,7 +79,7 @@ def test_push_cli_uploads_the_folder_with_card_token_and_endpoint(
     (run / "best" / ".DS_Store").write_text("editor junk")  # never uploaded
     assert main(["push", str(run / "best"), REPO_ID, "--private"]) == 0
     (create_name, create), (upload_name, upload) = hub
-    assert (create_name, upload_name) == ("create_repo", "upload_folder")
+    assert (create_name, upload_name) == ("create_repo", "create_commit")
     assert create["repo_id"] == upload["repo_id"] == REPO_ID
     assert create["private"] is True and create["exist_ok"] is True
     for call in (create, upload):
@@ -120,9 +121,104 @@ def test_train_push_to_hub_uploads_best_at_the_end(
     scores = iter([10.0, 30.0, 50.0, 40.0])
     trainer.selection.evaluator = lambda encoder: next(scores)
     trainer.train()
-    uploads = [c for name, c in hub if name == "upload_folder"]
+    uploads = [c for name, c in hub if name == "create_commit"]
     assert len(uploads) == 1
     assert Path(uploads[0]["folder_path"]) == tmp_path / "out" / "best"
     assert "STS-B dev 50.00" in uploads[0]["commit_message"]
     # The card of every saved folder already names the repo in its snippets.
     assert f'model_id = "{REPO_ID}"' in (tmp_path / "out" / "last" / CARD_FILE).read_text()
+
+
+# ------------------------------------------- checks and failures, with the real client (no recorder)
+def folder_state(folder: Path) -> dict[str, bytes]:
+    """Every file of ``folder`` and its bytes: what a failed push must leave as it was."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture
+def model_copy(run: Path, tmp_path: Path) -> Path:
+    """A copy of a saved model folder, whose card still loads the local path."""
+    folder = tmp_path / "model"
+    shutil.copytree(run / "last", folder)
+    assert f'model_id = "{REPO_ID}"' not in (folder / CARD_FILE).read_text()
+    return folder
+
+
+@pytest.fixture
+def unreachable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The real huggingface_hub pointed at a port nothing listens on, and no saved login."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "2")
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-saved-token"))
+
+
+def only_line(capsys: pytest.CaptureFixture) -> str:
+    (line,) = capsys.readouterr().err.splitlines()
+    return line
+
+
+def test_push_without_a_token_says_so_and_changes_nothing(
+    model_copy: Path, unreachable: None, capsys: pytest.CaptureFixture
+) -> None:
+    before = folder_state(model_copy)
+    assert main(["push", str(model_copy), REPO_ID]) == 2
+    assert only_line(capsys) == (
+        "cselab push: error: no Hugging Face token found: set HF_TOKEN or log in with "
+        "`hf auth login` (`huggingface-cli login` in older huggingface_hub)"
+    )
+    assert folder_state(model_copy) == before
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "message"),
+    [
+        ("tiny-simcse", "repo id 'tiny-simcse': give its namespace too, as user/name or org/name"),
+        ("me/not a name", "repo id 'me/not a name': Repo id must use alphanumeric chars"),
+        ("me/x/y", "repo id 'me/x/y': Repo id must be in the form 'repo_name' or"),
+    ],
+)
+def test_push_checks_the_repo_id_before_anything(
+    model_copy: Path,
+    unreachable: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    repo_id: str,
+    message: str,
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    before = folder_state(model_copy)
+    assert main(["push", str(model_copy), repo_id]) == 2
+    assert only_line(capsys).startswith(f"cselab push: error: {message}")
+    assert folder_state(model_copy) == before
+
+
+def test_failed_push_leaves_the_card_as_it_was(
+    model_copy: Path,
+    unreachable: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """A push that cannot reach the Hub fails with one line, and the folder's card still loads
+    the local folder: its snippets do not name a repo the model never reached."""
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    before = folder_state(model_copy)
+    assert main(["push", str(model_copy), REPO_ID]) == 2
+    assert only_line(capsys).startswith(
+        f"cselab push: error: push of {model_copy} to {REPO_ID} on http://127.0.0.1:9 failed: "
+    )
+    assert folder_state(model_copy) == before
+
+
+def test_card_names_the_repo_only_after_the_upload(
+    model_copy: Path, hub: list, capsys: pytest.CaptureFixture
+) -> None:
+    before = (model_copy / CARD_FILE).read_text()
+    assert main(["push", str(model_copy), REPO_ID]) == 0
+    (commit,) = [call for name, call in hub if name == "create_commit"]
+    assert commit["card_on_disk"] == before  # unchanged while the upload ran
+    assert code_blocks(commit["card"])[0].startswith(f'model_id = "{REPO_ID}"\n')
+    assert (model_copy / CARD_FILE).read_text() == commit["card"]  # then the local card too

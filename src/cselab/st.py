@@ -59,9 +59,9 @@ from .objectives import (
     ObjectiveContext,
     OffDropoutConfig,
     build_objective,
+    objective_papers,
     total_loss,
 )
-from .publish.card import BIBTEX, objective_papers
 from .training.distributed import gather_with_grad, is_distributed
 from .training.task import Task
 
@@ -193,7 +193,7 @@ class CSELoss(nn.Module):
 
     @property
     def citation(self) -> str:
-        return "\n\n".join(BIBTEX[k] for k in objective_papers(self.config))
+        return "\n\n".join(p.bibtex for p in objective_papers(self.objective))
 
 
 def _config(temperature: float, **sections: Any) -> ObjectiveConfig:

@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | encode | evaluate | compare | push | index build | search | plot | sweep | report``.
+"""Command line: ``cselab train | config | encode | evaluate | compare | push | index build | search | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -13,8 +13,10 @@ from collections.abc import Sequence
 
 from ..core.errors import UserError
 from ..core.version import __version__
+from ..io.readers import Lines
 from ..model.encoder import PRECISIONS
 from ..model.pooling import POOLERS
+from .config import register as register_config
 from .evaluate import register as register_evaluation
 from .insight import register as register_insight
 from .search import register as register_index
@@ -55,17 +57,12 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
     from ..model.encoder import load
 
-    # One vector per "\n"-separated line (a trailing "\r" stripped), as the training corpus is
-    # read: str.splitlines() would also split on U+2028, form feeds and other separators inside
-    # a line, and the vectors would no longer line up with the file's lines.
-    if args.input == "-":
-        text = sys.stdin.read()
-    else:
-        with open(args.input, encoding="utf-8") as fh:
-            text = fh.read()
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if lines and lines[-1] == "" and text.endswith("\n"):
-        lines.pop()  # the final newline ends the last line; it does not start another
+    # One vector per line, blank lines included, by the plain-line rule the training corpus is
+    # read with (only "\n" ends a line: str.splitlines() would also split on U+2028 and form
+    # feeds, and the vectors would no longer line up with the file's lines). Read before the
+    # model loads, so a bad input is reported at once.
+    source = sys.stdin.buffer if args.input == "-" else args.input
+    lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
     encoder = load(args.model, pooler=args.pooler, device=args.device)
     vectors = encoder.encode(
         lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision
@@ -93,10 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a sentence encoder",
         description="Train with a YAML config; override any key with --section.key=value "
-        "(e.g. --train.lr=1e-5 --objective.temperature=0.05).",
+        "(e.g. --train.lr=1e-5 --objective.temperature=0.05). Every key, its default, type and "
+        "meaning: `cselab config`; a preset's values: `cselab config PRESET` (e.g. "
+        "simcse-bert-base).",
     )
-    p.add_argument("config", nargs="?", help="YAML config (defaults: SimCSE BERT-base unsup)")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="YAML config, e.g. a preset in configs/ (default: SimCSE BERT-base unsup; every "
+        "key: `cselab config`)",
+    )
     p.set_defaults(func=cmd_train)
+
+    register_config(sub)
 
     p = sub.add_parser("encode", help="encode sentences (one per line) to a .npy file")
     p.add_argument("model", help="cselab output folder, sentence-transformers folder or HF model")

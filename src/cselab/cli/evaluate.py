@@ -72,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "instead of SentEval; SentEvalSTSBenchmark reads STS-B from --data-dir (needs cselab[mteb])",
     )
     ev.add_argument("--mteb-cache", help="MTEB result folder (default: none, always rerun)")
+    ev.add_argument(
+        "--split",
+        help="with --mteb: evaluate this split of each task (one the task evaluates, e.g. dev or "
+        "test for SentEvalSTSBenchmark; default: the task's own splits, dev for "
+        "SentEvalSTSBenchmark)",
+    )
     ev.set_defaults(func=run_evaluate)
 
     cmp_ = subparsers.add_parser(
@@ -111,6 +117,33 @@ SENTEVAL_ONLY = (
 )
 
 
+def looks_like_path(model: str) -> bool:
+    """Whether ``model`` can only be a folder: a Hub name is ``name`` or ``namespace/name``."""
+    return (
+        os.path.isabs(model)
+        or model.startswith((".", "~"))
+        or model.endswith(("/", os.sep))
+        or model.count("/") > 1
+        or (os.sep != "/" and os.sep in model)
+    )
+
+
+def check_model(model: str) -> None:
+    """Raise a one-line error now if ``model`` is no model, before minutes go into fetching
+    the evaluation data: a missing folder is named as such, and a Hub name is looked up (found in
+    the cache or downloaded, as loading it would; :class:`ResolveError` names it)."""
+    from ..model.hub import resolve_model
+
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ConfigError(f"{model}: is a file; a model is a folder or a Hugging Face Hub name")
+    if looks_like_path(model):
+        raise ConfigError(f"{model}: model folder not found")
+    resolve_model(model)
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     if args.mteb:  # refused rather than silently ignored: the user expects them to act
         ignored = [option for option, attr in SENTEVAL_ONLY if getattr(args, attr)]
@@ -119,10 +152,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 f"--mteb does not take {', '.join(ignored)} (SentEval options); drop them, or "
                 "run the SentEval tasks without --mteb"
             )
+    elif args.split is not None:
+        raise ConfigError(
+            "--split goes with --mteb; the SentEval tasks choose their split with --mode "
+            f"({', '.join(MODES)})"
+        )
     for option, path in (("--output", args.output), ("--csv", args.csv)):
         if path:
             check_output_path(path, option)
     if args.mteb:
+        check_model(args.model)
         try:
             from ..evaluation.mteb import run_cli
         except ImportError as exc:
@@ -135,8 +174,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     spec = args.tasks if args.tasks is not None or args.sts_file else "sts"
     tasks = api.parse_tasks(spec, args.mode) if spec is not None else None
     columns = [c.strip() for c in args.sts_columns.split(",")]
-    # Check (or fetch) the data before spending time on loading the model.
+    # Local files first, then the model (a wrong path is reported at once, not after a minute
+    # of fetching SentEval's data), then the data, all before time goes into loading the model.
     files = [read_sts_file(f, columns) for f in args.sts_file]
+    check_model(args.model)
     if tasks:
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from ..model.encoder import load  # lazy: model loading pulls in transformers

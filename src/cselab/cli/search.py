@@ -14,6 +14,7 @@ from ..search.index import (
     SEARCH_BACKENDS,
     Index,
     SearchIndexError,
+    check_queries,
     read_lines,
 )
 
@@ -89,6 +90,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise SearchIndexError("give either a QUERY or --queries FILE")
     if args.k < 1:  # before the model loads
         raise SearchIndexError(f"k must be at least 1, not {args.k}")
+    if args.query is not None:
+        check_queries([args.query])
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # search output is the hits, not weight-loading bars

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from ..core.schema import ConfigError, from_dict
-from ..data.config import DataConfig
+from ..data.config import DataConfig, is_pairs_source
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 
@@ -142,11 +142,6 @@ class Config:
             (m.dropout is None or 0 <= m.dropout < 1, "model.dropout must be in [0, 1)"),
             (self.eval.batch_size >= 1, "eval.batch_size must be >= 1"),
             (
-                t.precision != "fp16" or t.device.partition(":")[0] not in ("cpu", "mps"),
-                f"train.precision=fp16 needs a CUDA GPU, not train.device={t.device}; "
-                "use bf16 or fp32",
-            ),
-            (
                 len(self.eval.dev_columns) == 3 and len(set(self.eval.dev_columns)) == 3,
                 "eval.dev_columns must be three distinct names: sentence 1, sentence 2, score",
             ),
@@ -155,8 +150,26 @@ class Config:
             if not ok:
                 raise ConfigError(message)
         _check_device(t.device)
-        self.objective.validate(pairs=self.data.pairs)
+        if t.device != "auto":  # auto is resolved, and checked, when the run starts
+            check_precision(t.precision, t.device.partition(":")[0], f"train.device={t.device}")
+        # The kind of data as far as the config can tell (pairs or not; the hard negatives are
+        # known once the file is read): impossible combinations fail here, naming the key.
+        self.objective.validate(pairs=is_pairs_source(self.data.train_file, self.data.format))
         return self
+
+
+def check_precision(precision: str, device_type: str, device: str | None = None) -> None:
+    """``train.precision`` on a device of type ``device_type`` (``cpu``, ``cuda``, ...): fp16
+    needs a CUDA GPU (loss scaling is CUDA's). Checked for an explicit ``train.device`` when the
+    config is read, and for the device ``auto`` resolved to when the run starts.
+
+    Raises:
+        ConfigError: naming the key and ``device`` (default: ``device_type``).
+    """
+    if precision == "fp16" and device_type != "cuda":
+        raise ConfigError(
+            f"train.precision=fp16 needs a CUDA GPU, not {device or device_type}; use bf16 or fp32"
+        )
 
 
 def _check_device(name: str) -> None:

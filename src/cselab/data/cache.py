@@ -1,7 +1,8 @@
-"""The token cache: a corpus is tokenised once into a store entry found again by its content.
+"""The token cache: a corpus, or pairs and triplets, are tokenised once into a store entry
+found again by their content.
 
-Entries are named by the SHA-256 of the file and the tokenizer settings; a stat record per
-(file, tokenizer) lets an unchanged file be found without reading it.
+Entries are named by the SHA-256 of the file and the tokenizer and reading settings; a stat
+record per (file, settings) lets an unchanged file be found without reading it.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import CorpusError
 from ..io.files import file_digest, write_json_atomic
+from .config import DataFormat, PairColumns
 from .corpus import CorpusStats, SentenceStream
-from .store import STORE_FORMAT, TEXT_COLUMN, TokenizedCorpus
+from .pairs import ROWS_VERSION, TokenizedPairs, load_pairs, source_digest, stream_pairs
+from .store import STORE_FORMAT, TEXT_COLUMN, TokenizedCorpus, pair_columns
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +54,15 @@ def _tokenizer_identity(tokenizer: Any) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def _tokenizer_key(tokenizer: Any, max_seq_len: int, errors: str) -> dict[str, Any]:
+def _cache_key(tokenizer: Any, max_seq_len: int, **reading: Any) -> dict[str, Any]:
+    """What decides an entry's token ids besides the content: the tokenizer, the truncation,
+    how the file is read (``reading``) and the store's layout."""
     return {
         "tokenizer": _tokenizer_identity(tokenizer),
         "class": type(tokenizer).__name__,
         "vocab": len(tokenizer),
         "max_seq_len": max_seq_len,
-        "errors": errors,
+        **reading,
         "format": STORE_FORMAT,
     }
 
@@ -71,13 +77,104 @@ def _complete(entry: Path) -> bool:
     return (entry / _META).is_file()
 
 
-def _load_entry(entry: Path, path: Path) -> tuple[TokenizedCorpus, CorpusStats]:
-    meta = json.loads((entry / _META).read_text(encoding="utf-8"))
-    stats = CorpusStats(
-        **{**meta["stats"], "path": str(path), "content_sha256": meta["content_sha256"]}
-    )
-    log.info("using cached token ids %s", entry)
-    return TokenizedCorpus.open(entry), stats
+def _stat_signature(p: Path) -> tuple[dict[str, Any], int]:
+    """What tells that ``p`` is unchanged without reading it, and its newest mtime: a file's
+    size, mtime and inode; for a folder (a saved dataset), those of every file in it."""
+    if not p.is_dir():
+        st = p.stat()
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}, st.st_mtime_ns
+    files = [(q.relative_to(p).as_posix(), q.stat()) for q in sorted(p.rglob("*")) if q.is_file()]
+    signature = [[name, st.st_size, st.st_mtime_ns, st.st_ino] for name, st in files]
+    return {"files": _sha(signature)}, max((st.st_mtime_ns for _, st in files), default=0)
+
+
+#: Tokenises a source into a (temporary) store folder; returns the content digest if it hashed
+#: the bytes in the same pass (else ``None``), the columns written and the stats to keep.
+_Build = Callable[[Path], tuple["str | None", list[str], dict[str, Any]]]
+
+
+def _cached_entry(
+    p: Path, key: dict[str, Any], cache: Path, digest: Callable[[Path], str], build: _Build
+) -> tuple[Path, dict[str, Any]]:
+    """The complete entry of ``p``'s content under ``key`` in ``cache``, and its ``meta.json``;
+    built by ``build`` when there is none (the rules are :func:`tokenize_corpus`'s)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    stat_now, newest = _stat_signature(p)
+    record_file = cache / f"file-{_sha({'path': str(p.resolve()), **key})}.json"
+    record = json.loads(record_file.read_text()) if record_file.is_file() else None
+
+    # tokens-<tokenizer and reading settings>-<content>: the entries of one key, found by a glob
+    key_part = _sha(key)[:16]
+
+    def entry_for(content: str) -> Path:
+        return cache / f"tokens-{key_part}-{content[:32]}"
+
+    def found(entry: Path, checked_at: int | None) -> tuple[Path, dict[str, Any]]:
+        if checked_at is not None:
+            write_json_atomic(
+                record_file, {**stat_now, "checked_at_ns": checked_at, "entry": entry.name}
+            )
+        return entry, json.loads((entry / _META).read_text(encoding="utf-8"))
+
+    if record is not None:
+        entry = cache / record["entry"]
+        same = all(record.get(k) == v for k, v in stat_now.items())
+        settled = newest < record["checked_at_ns"] - _RACY_NS
+        if same and settled and _complete(entry):
+            log.info("using cached token ids %s", entry)
+            return found(entry, None)
+    known: str | None = None
+    if record is not None or any(cache.glob(f"tokens-{key_part}-*")):
+        # Seen before but changed, touched or too recently written to trust its stat, or a
+        # new path while this key has entries (a copy, a move): the content may well be
+        # cached, which one hashing pass tells (hashing is ~100x faster than tokenising).
+        checked_at = time.time_ns()
+        known = digest(p)
+        if _complete(entry_for(known)):
+            log.info("using cached token ids %s", entry_for(known))
+            return found(entry_for(known), checked_at)
+
+    checked_at = time.time_ns()
+    tmp = cache / f".tokens-tmp-{os.getpid()}-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        content, columns, stats = build(tmp)
+        if content is None:
+            # A separate pass hashes the bytes; they name what was tokenised only if the file
+            # did not change from the first look at it (``stat_now``) to now.
+            content = known or digest(p)
+            if _stat_signature(p)[0] != stat_now:
+                raise CorpusError(f"{p}: the file changed while it was tokenised; run again")
+        meta = {
+            "format": STORE_FORMAT,
+            "columns": columns,
+            "content_sha256": content,
+            "tokenizer": key,
+            "stats": stats,
+        }
+        (tmp / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        entry = entry_for(content)
+        if _complete(entry):  # the same content under another name, or another process won
+            shutil.rmtree(tmp)
+        else:
+            if entry.exists():  # a stale incomplete entry (cannot be produced by this code)
+                shutil.rmtree(entry)
+            try:
+                os.replace(tmp, entry)
+            except OSError:  # another process published the same entry meanwhile
+                if not _complete(entry):
+                    raise
+                shutil.rmtree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return found(entry, checked_at)
+
+
+def _bar(**kwargs: Any) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(unit_scale=True, mininterval=1.0, **kwargs)
 
 
 def tokenize_corpus(
@@ -108,89 +205,80 @@ def tokenize_corpus(
     p = Path(path)
     if not p.is_file():
         raise CorpusError(f"{p}: training file not found")
-    tok_key = _tokenizer_key(tokenizer, max_seq_len, errors)
     if cache_dir is None:
         hasher = hashlib.sha256()
         stream = SentenceStream(p, errors, hasher=hasher)
         corpus = TokenizedCorpus.build(stream, tokenizer, max_seq_len)
         return corpus, replace(stream.stats(), content_sha256=hasher.hexdigest())
 
-    cache = Path(cache_dir)
-    cache.mkdir(parents=True, exist_ok=True)
-    st = p.stat()
-    stat_now = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
-    record_file = cache / f"file-{_sha({'path': str(p.resolve()), **tok_key})}.json"
-    record = json.loads(record_file.read_text()) if record_file.is_file() else None
-
-    # tokens-<tokenizer settings>-<content>: the entries of one tokenizer are found by a glob
-    tok_part = _sha(tok_key)[:16]
-
-    def entry_for(digest: str) -> Path:
-        return cache / f"tokens-{tok_part}-{digest[:32]}"
-
-    def remember(entry: Path, checked_at: int) -> None:
-        write_json_atomic(
-            record_file, {**stat_now, "checked_at_ns": checked_at, "entry": entry.name}
-        )
-
-    if record is not None:
-        entry = cache / record["entry"]
-        same = all(record.get(k) == v for k, v in stat_now.items())
-        settled = st.st_mtime_ns < record["checked_at_ns"] - _RACY_NS
-        if same and settled and _complete(entry):
-            return _load_entry(entry, p)
-    if record is not None or any(cache.glob(f"tokens-{tok_part}-*")):
-        # Seen before but changed, touched or too recently written to trust its stat, or a
-        # new path while this tokenizer has entries (a copy, a move): the content may well be
-        # cached, which one hashing pass tells (hashing is ~100x faster than tokenising).
-        checked_at = time.time_ns()
-        entry = entry_for(file_digest(p))
-        if _complete(entry):
-            remember(entry, checked_at)
-            return _load_entry(entry, p)
-
-    checked_at = time.time_ns()
-    tmp = cache / f".tokens-tmp-{os.getpid()}-{uuid.uuid4().hex}"
-    tmp.mkdir()
-    try:
-        from tqdm.auto import tqdm
-
+    def build(tmp: Path) -> tuple[str, list[str], dict[str, Any]]:
+        # One pass tokenises and hashes: the digest names exactly the bytes tokenised.
         hasher = hashlib.sha256()
-        with tqdm(
-            total=st.st_size,
-            unit="B",
-            unit_scale=True,
-            desc=f"tokenising {p.name}",
-            disable=not progress,
-            mininterval=1.0,
-        ) as bar:
+        total = p.stat().st_size
+        with _bar(total=total, unit="B", desc=f"tokenising {p.name}", disable=not progress) as bar:
             stream = SentenceStream(p, errors, hasher=hasher, progress=bar)
             TokenizedCorpus.build(stream, tokenizer, max_seq_len, out_dir=tmp)
             stats = stream.stats()
-        digest = hasher.hexdigest()
-        stats = replace(stats, content_sha256=digest)
-        meta = {
-            "format": STORE_FORMAT,
-            "columns": [TEXT_COLUMN],
-            "content_sha256": digest,
-            "tokenizer": tok_key,
-            "stats": asdict(stats),
-        }
-        (tmp / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        entry = entry_for(digest)
-        if _complete(entry):  # the same content under another name, or another process won
-            shutil.rmtree(tmp)
-        else:
-            if entry.exists():  # a stale incomplete entry (cannot be produced by this code)
-                shutil.rmtree(entry)
-            try:
-                os.replace(tmp, entry)
-            except OSError:  # another process published the same entry meanwhile
-                if not _complete(entry):
-                    raise
-                shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    remember(entry, checked_at)
+        return hasher.hexdigest(), [TEXT_COLUMN], asdict(stats)
+
+    key = _cache_key(tokenizer, max_seq_len, errors=errors)
+    entry, meta = _cached_entry(p, key, Path(cache_dir), file_digest, build)
+    stats = CorpusStats(
+        **{**meta["stats"], "path": str(p), "content_sha256": meta["content_sha256"]}
+    )
     return TokenizedCorpus.open(entry), stats
+
+
+def tokenize_pairs(
+    path: str | Path,
+    tokenizer: Any,
+    max_seq_len: int,
+    data_format: DataFormat = "auto",
+    columns: PairColumns | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[TokenizedPairs, str]:
+    """Tokenise the pairs or triplets of ``path`` (a file or a saved dataset folder) once into
+    a memory-mapped cache entry, one store column per text column, and reuse it when the
+    content matches; returns the columns and the content digest (:func:`~.pairs.source_digest`).
+
+    The entry is named, written and found as in :func:`tokenize_corpus`, its key adding how the
+    file is read (``data_format``, ``columns``). Building one streams the rows three times: a
+    hashing pass, a pass that counts them (checking every row, so a bad row fails before any
+    tokenising, and giving the progress bar its total) and the tokenising pass; only one
+    chunk of rows is held in memory. Without ``cache_dir`` the rows are read and tokenised in
+    memory and nothing is written.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CorpusError(f"{p}: training file not found")
+    columns = columns or PairColumns()
+    if cache_dir is None:
+        records = load_pairs(p, data_format, columns)
+        return TokenizedPairs.build(records, tokenizer, max_seq_len), source_digest(p)
+
+    def build(tmp: Path) -> tuple[None, list[str], dict[str, Any]]:
+        with _bar(desc=f"reading {p.name}", unit=" rows", disable=not progress) as bar:
+            total = 0
+            for _ in stream_pairs(p, data_format, columns):
+                total += 1
+                if total % 4096 == 0:  # tqdm.update per row would cost more than the row
+                    bar.update(4096)
+            bar.update(total % 4096)
+        desc = f"tokenising {p.name}"
+        with _bar(total=total, unit=" rows", desc=desc, disable=not progress) as bar:
+            rows, negatives = TokenizedPairs.write(
+                tmp, stream_pairs(p, data_format, columns), tokenizer, max_seq_len, progress=bar
+            )
+        return None, pair_columns(negatives), {"rows": rows, "negatives": negatives}
+
+    # How the rows are read is part of the key: SICK's reader has fixed columns, the others
+    # read the configured ones, and a new reading rule (ROWS_VERSION) is a new entry.
+    reading = (
+        {"reader": "sick"}
+        if data_format == "sick"
+        else {"reader": "pairs", "columns": asdict(columns)}
+    )
+    key = _cache_key(tokenizer, max_seq_len, rows={**reading, "version": ROWS_VERSION})
+    entry, meta = _cached_entry(p, key, Path(cache_dir), source_digest, build)
+    return TokenizedPairs.open(entry, meta["stats"]["negatives"]), meta["content_sha256"]

@@ -53,15 +53,16 @@ class DataConfig:
     encoding_errors: Literal["strict", "replace"] = "strict"
     cache_dir: str | None = None
 
-    @property
-    def pairs(self) -> bool:
-        """Whether the training data are pairs (see ``format``)."""
-        return is_pairs_source(self.train_file, self.format)
 
-
-def is_pairs_source(train_file: str, data_format: DataFormat = "auto") -> bool:
+def is_pairs_source(train_file: str | Path, data_format: DataFormat = "auto") -> bool:
     """Whether ``train_file`` is read as pairs (by ``data.format``, else by its ending, or a
-    folder: a saved ``datasets`` dataset)."""
+    folder: a saved ``datasets`` dataset).
+
+    The one rule. It looks at the disk (a folder is pairs), so it is asked where the data is
+    opened (:class:`cselab.data.source.TrainingSource`, which hands the resulting
+    :class:`~cselab.core.datakind.DataKind` on) and once by ``Config.validate`` for its early
+    checks, never by a property of the config.
+    """
     if data_format != "auto":
         return data_format != "sentences"
     p = Path(train_file).expanduser()

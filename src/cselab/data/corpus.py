@@ -1,6 +1,7 @@
 """The sentence corpus: one sentence per line of a UTF-8 file, read in one streaming pass.
 
-Blank lines are skipped and counted; invalid UTF-8 is an error naming the file and line unless
+The lines are read by :class:`cselab.io.readers.Lines` (its plain-line rule): blank lines are
+skipped and counted; invalid UTF-8 is an error naming the file and line unless
 ``errors="replace"``.
 """
 
@@ -13,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import CorpusError
+from ..io.readers import Lines, reraise_as
+
+#: What an invalid-UTF-8 error in the training corpus suggests.
+ENCODING_HINT = "use --data.encoding_errors=replace to substitute bad bytes"
 
 log = logging.getLogger(__name__)
 
@@ -31,55 +36,46 @@ class CorpusStats:
 class SentenceStream:
     """Iterate over the sentences of a text file, counting what was skipped.
 
-    Each raw line is fed to ``hasher`` (the content digest is computed in the same pass) and its
-    byte count to ``progress`` (a tqdm bar), so the file is read exactly once. After iterating,
-    :meth:`stats` gives the counts (and raises :class:`CorpusError` if there was no sentence).
+    The file is read by :class:`cselab.io.readers.Lines` (the plain-line rule): each raw line is
+    fed to ``hasher`` (the content digest is computed in the same pass) and its byte count to
+    ``progress`` (a tqdm bar), so the file is read exactly once. After iterating, :meth:`stats`
+    gives the counts (and raises :class:`CorpusError` if there was no sentence).
     """
 
     def __init__(
         self, path: str | Path, errors: str = "strict", hasher: Any = None, progress: Any = None
     ) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise CorpusError(f"{self.path}: training file not found")
-        self.errors = errors
-        self.hasher = hasher
-        self.progress = progress
-        self.lines = self.sentences = self.blank = self.replaced = 0
+        with reraise_as(CorpusError):
+            self._lines = Lines(
+                self.path,
+                errors=errors,
+                hasher=hasher,
+                progress=progress,
+                what="training file",
+                hint=ENCODING_HINT,
+            )
+
+    @property
+    def lines(self) -> int:
+        return self._lines.lines
+
+    @property
+    def blank(self) -> int:
+        return self._lines.blank
+
+    @property
+    def replaced(self) -> int:
+        return self._lines.replaced
+
+    @property
+    def sentences(self) -> int:
+        return self._lines.lines - self._lines.blank
 
     def __iter__(self) -> Iterator[str]:
-        p, pending = self.path, 0
-        with p.open("rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                self.lines = lineno
-                if self.hasher is not None:
-                    self.hasher.update(raw)
-                if self.progress is not None:
-                    pending += len(raw)
-                    if lineno % 4096 == 0:  # tqdm.update per line would cost more than decoding
-                        self.progress.update(pending)
-                        pending = 0
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    if self.errors != "replace":
-                        raise CorpusError(
-                            f"{p}:{lineno}: invalid UTF-8 at byte {err.start} of the line "
-                            f"({raw[max(0, err.start - 10) : err.start + 10]!r}); "
-                            f"use --data.encoding_errors=replace to substitute bad bytes"
-                        ) from None
-                    text = raw.decode("utf-8", errors="replace")
-                    self.replaced += 1
-                text = text.rstrip("\r\n")
-                if lineno == 1:
-                    text = text.removeprefix("\ufeff")
-                if not text.strip():
-                    self.blank += 1
-                    continue
-                self.sentences += 1
+        with reraise_as(CorpusError):
+            for _, text in self._lines:
                 yield text
-        if self.progress is not None and pending:
-            self.progress.update(pending)
 
     def stats(self) -> CorpusStats:
         if not self.sentences:

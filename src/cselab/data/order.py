@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.errors import ConfigError, CorpusError
+from ..core.errors import CorpusError
 
 
 class BatchOrder:
@@ -49,10 +49,11 @@ def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
     """``(start, end)`` of rank ``rank``'s contiguous, equal slice of a global batch of ``n``.
 
     The one definition of a rank's rows: the data slice (:func:`shard`) and the objective's
-    ``ctx.offset`` both come from it.
+    ``ctx.offset`` both come from it. A batch the ranks cannot split equally is a
+    ``ValueError`` here; the run's assembly refuses such a config first, naming its key.
     """
     if n % world_size:
-        raise ConfigError(f"train.batch_size={n} must be divisible by the {world_size} ranks")
+        raise ValueError(f"a batch of {n} cannot be split equally over {world_size} ranks")
     per = n // world_size
     return rank * per, (rank + 1) * per
 

@@ -5,17 +5,19 @@ with one or several given hard negatives per pair (SNLI+MNLI: premise, entailmen
 contradiction hypothesis). This module reads such data from
 
 * ``.csv`` / ``.tsv`` files with a header row, ``.jsonl`` files (one JSON object a line);
-* ``.parquet`` files and folders written by ``datasets.Dataset.save_to_disk`` (through the
-  ``datasets`` library, ``pip install cselab[data]``);
+* ``.parquet`` files and folders written by ``datasets.Dataset.save_to_disk`` (``pip install
+  cselab[data]``);
 * SICK's release format (``data.format: sick``, :func:`sick_triplets`), the offline demo.
 
-The column names are configurable (:class:`PairColumns`); a missing column, or an empty value,
-is a :class:`~cselab.data.CorpusError` naming the file, the line (or row) and the column; so is
+The files are read by :mod:`cselab.io.readers` (one rule per format, the same rows as an own
+dev set or ``cselab evaluate --sts-file`` reads from the same file). The column names are
+configurable (:class:`PairColumns`); a missing column, or an empty or non-text value, is a
+:class:`~cselab.data.CorpusError` naming the file, the line (or row) and the column; so is
 invalid UTF-8 or malformed CSV, naming the file and line.
 
-Every column is tokenised once and held **in memory** (:class:`TokenizedPairs`, one
-:class:`~cselab.data.TokenizedCorpus` per column); unlike sentence corpora there is no on-disk
-token cache yet (NLI's 275k triplets tokenise in seconds).
+Every column is tokenised once into the token store, like a sentence corpus, and found again
+by the file's content (:func:`cselab.data.cache.tokenize_pairs`); :class:`TokenizedPairs`
+memory-maps one :class:`~cselab.data.TokenizedCorpus` per column.
 
 A step's inputs (:meth:`TokenizedPairs.inputs`) are the anchors under the plain token keys
 (``input_ids``, ``attention_mask``: a pair batch is a sentence batch plus columns) and the other
@@ -26,11 +28,9 @@ rank's slice) are slices of every key alike.
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import hashlib
-import json
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,14 @@ from torch import Tensor
 
 from ..core.errors import CorpusError
 from ..io.files import file_digest
+from ..io.readers import open_table, read_sick, reraise_as
 from .config import PAIR_SUFFIXES, DataFormat, PairColumns, is_pairs_source  # noqa: F401
 from .order import collate
-from .store import TokenizedCorpus
+from .store import TokenizedCorpus, pair_columns, write_columns
 
+#: Version of the rows the readers give for given bytes; part of the token cache's key, so a
+#: changed reading rule (quoting, a column rule) never reuses token ids of the old rows.
+ROWS_VERSION = 1
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
 NEGATIVE_PREFIX = "negative."
@@ -66,142 +70,52 @@ class PairRecords:
 # ------------------------------------------------------------------------------------ reading
 
 
-@contextlib.contextmanager
-def _malformed_text(path: Path, reader: Any = None) -> Iterator[None]:
-    """Turn what reading the text file ``path`` raises on bad content into one
-    :class:`~cselab.data.CorpusError` naming the file and line: invalid UTF-8, and a
-    ``csv.Error`` of ``reader`` (a ``csv`` reader or ``DictReader``)."""
-    try:
-        yield
-    except UnicodeDecodeError:
-        # The decoder reads ahead in blocks, so the reader's position is not the bad line: find
-        # the first bad byte in the file's bytes (only on this error path).
-        data = path.read_bytes()
-        try:
-            data.decode("utf-8-sig")
-        except UnicodeDecodeError as err:
-            line = data[: err.start].count(b"\n") + 1
-            raise CorpusError(
-                f"{path}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x}); save the file as "
-                "UTF-8"
-            ) from None
-        raise
-    except csv.Error as err:
-        # A DictReader updates its own line_num only after a good row: ask the csv reader.
-        line = f":{getattr(reader, 'reader', reader).line_num}" if reader is not None else ""
-        raise CorpusError(f"{path}{line}: malformed CSV ({err})") from None
-
-
-def _delimited_rows(path: Path, delimiter: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, row)`` of a CSV/TSV file with a header; ``where`` is ``path:line``."""
-    with path.open(encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter=delimiter)
-        with _malformed_text(path, reader):
-            header = reader.fieldnames or []
-            yield f"{path}:1", {"__header__": header}
-            for row in reader:
-                if None in row:  # more fields than the header names
-                    raise CorpusError(
-                        f"{path}:{reader.line_num}: {len(header) + len(row[None])} fields, the "
-                        f"header names {len(header)}"
-                    )
-                yield f"{path}:{reader.line_num}", row
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with path.open(encoding="utf-8-sig") as fh, _malformed_text(path):
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusError(f"{path}:{line_no}: invalid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise CorpusError(f"{path}:{line_no}: expected a JSON object, got {row!r:.60}")
-            yield f"{path}:{line_no}", row
-
-
-def _dataset_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    try:
-        import datasets
-    except ImportError:  # an optional extra: say which
-        raise CorpusError(
-            f"{path}: reading parquet files and saved datasets needs the `datasets` library "
-            "(pip install 'cselab[data]')"
-        ) from None
-    if path.is_dir():
-        ds = datasets.load_from_disk(str(path))
-        if isinstance(ds, datasets.DatasetDict):
-            if "train" not in ds:
-                raise CorpusError(f"{path}: a DatasetDict without a 'train' split ({list(ds)})")
-            ds = ds["train"]
-    else:
-        ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
-    yield str(path), {"__header__": list(ds.column_names)}
-    for i, row in enumerate(ds, start=1):
-        yield f"{path}: row {i}", row
-
-
-def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    suffix = path.suffix.lower()
-    if path.is_dir() or suffix == ".parquet":
-        return _dataset_rows(path)
-    if suffix == ".jsonl":
-        return _jsonl_rows(path)
-    return _delimited_rows(path, "\t" if suffix == ".tsv" else ",")
-
-
-def _text(row: dict[str, Any], column: str, where: str) -> str:
-    if column not in row:
-        raise CorpusError(f"{where}: no column '{column}' in this row")
-    value = row[column]
-    if value is None or not isinstance(value, str) or not value.strip():
-        raise CorpusError(f"{where}: column '{column}' is empty")
-    return value
+#: What a missing-column error suggests for training data.
+COLUMNS_HINT = "set data.columns to name the file's columns"
 
 
 def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairRecords:
-    """Read the anchor, positive and hard-negative columns of every row of ``path``.
+    """Read the anchor, positive and hard-negative columns of every row of ``path``, a table
+    read by :func:`cselab.io.readers.open_table` (its rules for TSV, CSV, JSONL, parquet and
+    saved datasets; a ``DatasetDict`` gives its ``train`` split).
 
     Raises:
         CorpusError: the file is missing, a named column is absent (naming the file and the
-            columns it has), a value is empty (naming the file, line or row, and column), or the
-            text is not UTF-8 or not well-formed CSV (naming the file and line).
+            columns it has), a value is empty or not text (naming the file, line or row, and
+            column), or the file breaks its format's rule (naming the file and line).
     """
+    records = PairRecords(str(Path(path).expanduser()))
+    for anchor, positive, *negatives in iter_pairs(path, columns):
+        if not records.anchors:
+            records.negatives = [[] for _ in negatives]
+        records.anchors.append(anchor)
+        records.positives.append(positive)
+        for texts, text in zip(records.negatives, negatives, strict=True):
+            texts.append(text)
+    return records
+
+
+def iter_pairs(path: str | Path, columns: PairColumns | None = None) -> Iterator[tuple[str, ...]]:
+    """The rows of :func:`read_pairs` one at a time, ``(anchor, positive, *negatives)``, with
+    the same checks and errors, holding one row in memory (the token store's input)."""
     columns = columns or PairColumns()
     p = Path(path).expanduser()
     if not p.exists():
         raise CorpusError(f"{p}: training file not found")
-    rows = _rows(p)
-    records = PairRecords(str(p))
-    header: list[str] | None = None
-    negatives: list[str] = []
-    first = True
-    for where, row in rows:
-        if "__header__" in row and first:
-            header = list(row["__header__"])
-            first = False
-            continue
-        if first:  # JSONL: the first object's keys stand for the header
-            header = list(row)
-            first = False
-        if not records.anchors:  # resolve the columns once, against the header
-            negatives = _negative_columns(columns, header or [])
-            for name in (columns.anchor, columns.positive, *negatives):
-                if name not in (header or []):
-                    raise CorpusError(
-                        f"{p}: no column '{name}' (the file has columns {header}); set "
-                        f"data.columns to name the file's columns"
-                    )
-            records.negatives = [[] for _ in negatives]
-        records.anchors.append(_text(row, columns.anchor, where))
-        records.positives.append(_text(row, columns.positive, where))
-        for k, name in enumerate(negatives):
-            records.negatives[k].append(_text(row, name, where))
-    if not records.anchors:
+    count = 0
+    with reraise_as(CorpusError):
+        table = open_table(p, prefer_split="train")
+        negatives = _negative_columns(columns, table.columns)
+        table.require((columns.anchor, columns.positive, *negatives), COLUMNS_HINT)
+        for row in table:
+            count += 1
+            yield (
+                row.text(columns.anchor),
+                row.text(columns.positive),
+                *(row.text(name) for name in negatives),
+            )
+    if not count:
         raise CorpusError(f"{p}: no rows")
-    return records
 
 
 def _negative_columns(columns: PairColumns, header: Sequence[str]) -> list[str]:
@@ -211,8 +125,8 @@ def _negative_columns(columns: PairColumns, header: Sequence[str]) -> list[str]:
 
 
 def sick_triplets(path: str | Path) -> PairRecords:
-    """SICK's release format (tab-separated, header ``pair_ID sentence_A sentence_B
-    relatedness_score entailment_judgment``) as ``(anchor, positive, hard negative)`` triplets.
+    """SICK's release format (read by :func:`cselab.io.readers.read_sick`, as the SICK-R
+    evaluation reads it) as ``(anchor, positive, hard negative)`` triplets.
 
     Every ENTAILMENT pair ``(A, B)`` whose ``A`` occurs in a CONTRADICTION pair gives the triplet
     ``(A, B, C)``, ``C`` the sentence ``A`` contradicts (the first such pair in file order); if
@@ -221,26 +135,20 @@ def sick_triplets(path: str | Path) -> PairRecords:
     whose sentences contradict nothing are left out. SICK's train split gives 506 triplets.
     """
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise CorpusError(f"{p}: SICK file not found")
-    need = ("sentence_A", "sentence_B", "entailment_judgment")
-    with p.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        with _malformed_text(p, reader):
-            missing = [c for c in need if c not in (reader.fieldnames or [])]
-            if missing:
-                raise CorpusError(f"{p}: not a SICK file (no column {missing[0]!r} in the header)")
-            rows = [(reader.line_num, r) for r in reader]
+    with reraise_as(CorpusError):
+        rows = read_sick(p)
+    if rows and rows[0].entailment is None:
+        raise CorpusError(f"{p}: not a SICK file (no column 'entailment_judgment' in the header)")
     contradicts: dict[str, str] = {}
-    for _, r in rows:
-        if r["entailment_judgment"] == "CONTRADICTION":
-            contradicts.setdefault(r["sentence_A"], r["sentence_B"])
-            contradicts.setdefault(r["sentence_B"], r["sentence_A"])
+    for r in rows:
+        if r.entailment == "CONTRADICTION":
+            contradicts.setdefault(r.sentence_a, r.sentence_b)
+            contradicts.setdefault(r.sentence_b, r.sentence_a)
     records = PairRecords(str(p), negatives=[[]])
-    for _, r in rows:
-        if r["entailment_judgment"] != "ENTAILMENT":
+    for r in rows:
+        if r.entailment != "ENTAILMENT":
             continue
-        a, b = r["sentence_A"], r["sentence_B"]
+        a, b = r.sentence_a, r.sentence_b
         if b in contradicts and a not in contradicts:
             a, b = b, a
         if a in contradicts:
@@ -252,11 +160,40 @@ def sick_triplets(path: str | Path) -> PairRecords:
     return records
 
 
+def pair_negatives(
+    path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
+) -> int:
+    """The number of hard-negative columns of a pairs source, from its header alone (the
+    anchor and positive columns checked too): SICK's triplets have one."""
+    if data_format == "sick":
+        return 1
+    columns = columns or PairColumns()
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CorpusError(f"{p}: training file not found")
+    with reraise_as(CorpusError):
+        table = open_table(p, prefer_split="train")
+        negatives = _negative_columns(columns, table.columns)
+        table.require((columns.anchor, columns.positive, *negatives), COLUMNS_HINT)
+    return len(negatives)
+
+
 def load_pairs(
     path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
 ) -> PairRecords:
     """Read ``path`` as pairs: SICK's format for ``data.format: sick``, else :func:`read_pairs`."""
     return sick_triplets(path) if data_format == "sick" else read_pairs(path, columns)
+
+
+def stream_pairs(
+    path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
+) -> Iterator[tuple[str, ...]]:
+    """The rows of :func:`load_pairs` one at a time, ``(anchor, positive, *negatives)``
+    (SICK's file is small and read whole)."""
+    if data_format == "sick":
+        records = sick_triplets(path)
+        return zip(records.anchors, records.positives, *records.negatives, strict=True)
+    return iter_pairs(path, columns)
 
 
 def source_digest(path: str | Path) -> str:
@@ -308,7 +245,8 @@ def model_folder_notes(folder: str | Path) -> list[str]:
 
 
 class TokenizedPairs:
-    """Token ids of every column (one :class:`~cselab.data.TokenizedCorpus` each), in memory.
+    """Token ids of every column (one :class:`~cselab.data.TokenizedCorpus` each): memory-mapped
+    from a token store (:meth:`open`, what training uses) or in memory (:meth:`build`).
 
     Attributes:
         anchors, positives: the two columns of every pair.
@@ -327,7 +265,7 @@ class TokenizedPairs:
 
     @classmethod
     def build(cls, records: PairRecords, tokenizer: Any, max_seq_len: int) -> TokenizedPairs:
-        """Tokenise every column, truncating to ``max_seq_len``."""
+        """Tokenise every column in memory, truncating to ``max_seq_len``."""
 
         def tok(texts: list[str]) -> TokenizedCorpus:
             return TokenizedCorpus.build(texts, tokenizer, max_seq_len)
@@ -336,6 +274,42 @@ class TokenizedPairs:
             tok(records.anchors), tok(records.positives), [tok(c) for c in records.negatives]
         )
 
+    @staticmethod
+    def write(
+        folder: Path,
+        rows: Iterable[Sequence[str]],
+        tokenizer: Any,
+        max_seq_len: int,
+        chunk: int = 8192,
+        progress: Any = None,
+    ) -> tuple[int, int]:
+        """Tokenise a stream of ``(anchor, positive, *negatives)`` rows into the columns of the
+        token store ``folder`` (:func:`~cselab.data.store.pair_columns`), ``chunk`` rows at a
+        time; returns the number of rows and of hard negatives per row."""
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            raise ValueError("no rows to tokenise")
+        negatives = len(first) - 2
+        n = write_columns(
+            folder,
+            pair_columns(negatives),
+            itertools.chain([first], it),
+            tokenizer,
+            max_seq_len,
+            chunk,
+            progress,
+        )
+        return n, negatives
+
+    @classmethod
+    def open(cls, folder: str | Path, negatives: int) -> TokenizedPairs:
+        """Memory-map the columns of the token store ``folder`` (:meth:`write`)."""
+        anchor, positive, *rest = (
+            TokenizedCorpus.open(folder, name) for name in pair_columns(negatives)
+        )
+        return cls(anchor, positive, rest)
+
     def __len__(self) -> int:
         return len(self.anchors)
 
@@ -343,6 +317,11 @@ class TokenizedPairs:
     def num_negatives(self) -> int:
         """``K``, the hard negatives of every pair."""
         return len(self.negatives)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of every column's ids and offsets (on disk when memory-mapped)."""
+        return sum(c.nbytes for c in (self.anchors, self.positives, *self.negatives))
 
     def inputs(self, indices: Sequence[int], pad_id: int) -> dict[str, Tensor]:
         """The step inputs of rows ``indices`` (see the module docstring for the keys)."""

@@ -1,8 +1,9 @@
 """The token store: per column, a flat ``int32`` ids array and ``int64`` row offsets as ``.npy``
 files, read in memory or memory-mapped (``ids[offsets[i]:offsets[i+1]]`` is row ``i``).
 
-A store folder can hold several named columns (``text`` for a sentence corpus; ``anchor``,
-``positive``, ``negative`` for pairs), so training needs memory for its batches, not for the data.
+A store folder holds one or several named columns (``text`` for a sentence corpus;
+:func:`pair_columns` for pairs and triplets), so training needs memory for its batches, not for
+the data.
 """
 
 from __future__ import annotations
@@ -13,16 +14,23 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Version of the on-disk token store; part of the cache key, so a new layout never reads an old one.
 STORE_FORMAT = 1
 #: The column name of a plain sentence corpus in a token store.
 TEXT_COLUMN = "text"
+
+
+def pair_columns(negatives: int) -> list[str]:
+    """The column names of pairs with ``negatives`` hard negatives each, in row order:
+    ``anchor``, ``positive``, ``negative.0`` ... ``negative.<negatives-1>``."""
+    return ["anchor", "positive", *(f"negative.{k}" for k in range(negatives))]
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,10 +97,21 @@ class ColumnWriter:
         self.offsets.close()
 
 
-def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     it = iter(items)
     while chunk := list(itertools.islice(it, size)):
         yield chunk
+
+
+def _encode(texts: list[str], tokenizer: Any, max_seq_len: int) -> list[list[int]]:
+    return tokenizer(
+        texts,
+        truncation=True,
+        max_length=max_seq_len,
+        padding=False,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )["input_ids"]
 
 
 def encode_chunks(
@@ -100,14 +119,34 @@ def encode_chunks(
 ) -> Iterator[list[list[int]]]:
     """Token ids of ``sentences``, one batched fast-tokenizer call per ``chunk`` sentences."""
     for batch in _chunks(sentences, chunk):
-        yield tokenizer(
-            batch,
-            truncation=True,
-            max_length=max_seq_len,
-            padding=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
+        yield _encode(batch, tokenizer, max_seq_len)
+
+
+def write_columns(
+    folder: Path,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    tokenizer: Any,
+    max_seq_len: int,
+    chunk: int = 8192,
+    progress: Any = None,
+) -> int:
+    """Tokenise ``rows`` (one text per column, in the order of ``columns``) into the columns of
+    the store ``folder``, ``chunk`` rows at a time (memory: one chunk); returns the row count.
+
+    ``progress`` (a tqdm bar) is advanced by the rows written.
+    """
+    writers = [ColumnWriter(folder, name) for name in columns]
+    n = 0
+    for batch in _chunks(rows, chunk):
+        for k, writer in enumerate(writers):
+            writer.append(_encode([row[k] for row in batch], tokenizer, max_seq_len))
+        n += len(batch)
+        if progress is not None:
+            progress.update(len(batch))
+    for writer in writers:
+        writer.close()
+    return n
 
 
 class TokenizedCorpus:

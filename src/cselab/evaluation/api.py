@@ -66,6 +66,64 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
     return out
 
 
+def _duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``: a time for a progress line."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class TaskProgress:
+    """One log line as each step of an evaluation starts and one as it ends, with the time left.
+
+    The time left is the time so far scaled by the size of the data still to go: each step's
+    weight is the size of its files (encoding, the bulk of the time, grows with the text), so
+    the estimate is rough (a transfer task also trains classifiers) and is labelled "about".
+    """
+
+    def __init__(self, steps: Sequence[tuple[str, float]]) -> None:
+        self.steps = list(steps)
+        self.total = sum(w for _, w in self.steps) or 1.0
+        self.done = 0.0
+        self.index = 0
+        self.started = time.perf_counter()
+        self.step_started = self.started
+
+    def start(self) -> None:
+        label, _ = self.steps[self.index]
+        self.step_started = time.perf_counter()
+        log.info("evaluate [%d/%d] %s ...", self.index + 1, len(self.steps), label)
+
+    def end(self) -> None:
+        label, weight = self.steps[self.index]
+        self.index += 1
+        self.done += weight
+        now = time.perf_counter()
+        elapsed = now - self.started
+        left = ""
+        if self.index < len(self.steps) and self.done > 0:
+            left = f", about {_duration(elapsed * (self.total - self.done) / self.done)} left"
+        log.info(
+            "evaluate [%d/%d] %s done in %s (%s elapsed%s)",
+            self.index, len(self.steps), label, _duration(now - self.step_started),
+            _duration(elapsed), left,
+        )  # fmt: skip
+
+
+def _files_size(root: os.PathLike[str] | str, task: str) -> float:
+    """Bytes of ``task``'s files in the SentEval folder (the weight of its progress step)."""
+    total = 0
+    for name in TASK_FILES.get(task, ()):
+        try:
+            total += os.path.getsize(os.path.join(root, name))
+        except OSError:  # a task reading fewer files than listed still weighs something
+            continue
+    return float(total)
+
+
 def evaluate(
     encoder: EncoderLike,
     tasks: str | Iterable[str] | None = "sts",
@@ -115,7 +173,19 @@ def evaluate(
     split = "dev" if mode == "dev" else "test"
 
     sts_names = [t for t in names if t in sts.STS_TASKS]
+    transfer_names = [t for t in names if t in transfer.TRANSFER_TASKS]
+    steps = []  # (label, weight) in the order run below
     if sts_names:
+        steps.append((", ".join(sts_names), sum(_files_size(root, t) for t in sts_names)))
+    if ALIGN_UNIFORM in names:
+        steps.append((ALIGN_UNIFORM, _files_size(root, ALIGN_UNIFORM)))
+    for pairs in files:
+        steps.append((str(pairs.path), float(sum(map(len, pairs.sent1 + pairs.sent2)))))
+    steps += [(t, _files_size(root, t)) for t in transfer_names]
+    progress = TaskProgress(steps)
+
+    if sts_names:
+        progress.start()
         t0 = time.perf_counter()
         results.update(sts.evaluate_sts(sts_cache, sts_names, split, root))
         timing["sts"] = time.perf_counter() - t0
@@ -123,18 +193,24 @@ def evaluate(
             "STS (%s): %d distinct sentences encoded in %.1fs",
             ", ".join(sts_names), sts_cache.encoded, timing["sts"],
         )  # fmt: skip
+        progress.end()
     if ALIGN_UNIFORM in names:
+        progress.start()
         t0 = time.perf_counter()
         results[ALIGN_UNIFORM] = alignment.align_uniform(sts_cache, root)
         timing[ALIGN_UNIFORM] = time.perf_counter() - t0
+        progress.end()
     for pairs in files:
+        progress.start()
         t0 = time.perf_counter()
         name = pairs.name if pairs.name not in results else f"{pairs.name} ({pairs.path})"
         results[name] = custom.evaluate_pairs(sts_cache, pairs)
         timing[name] = time.perf_counter() - t0
+        progress.end()
     encodings = {"distinct": sts_cache.encoded, "requested": sts_cache.requested}
     encode_s = sts_cache.encode_seconds
-    for task in (t for t in names if t in transfer.TRANSFER_TASKS):
+    for task in transfer_names:
+        progress.start()
         # a fresh cache per task: transfer tasks share no sentences and SST-2 alone is 70k
         cache = EmbeddingCache(encoder, batch_size)
         t0 = time.perf_counter()
@@ -143,6 +219,7 @@ def evaluate(
         encodings["distinct"] += cache.encoded
         encodings["requested"] += cache.requested
         encode_s += cache.encode_seconds
+        progress.end()
     timing["encode"] = encode_s
     timing["total"] = time.perf_counter() - started
 

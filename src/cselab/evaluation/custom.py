@@ -1,18 +1,19 @@
 """Your own STS-format pairs: read and validate a file, score an encoder on it, select models.
 
-A file of sentence pairs with a gold similarity score, in one of these forms:
+A file of sentence pairs with a gold similarity score, in one of these forms, read by
+:mod:`cselab.io.readers` with its rules (the same rows as training reads from the same file):
 
-* ``.tsv`` / ``.tab`` (tab-separated, no quoting) or ``.csv`` (comma-separated, CSV quoting),
-  with a header row naming the columns;
+* ``.tsv`` / ``.tab`` (tab-separated, no quoting) or ``.csv`` (RFC 4180 quoting), with a header
+  row naming the columns;
 * ``.jsonl``: one JSON object per line (blank lines skipped);
-* a folder written by ``datasets.Dataset.save_to_disk`` (a ``DatasetDict`` folder with one
-  split, or one split's sub-folder).
+* ``.parquet``, or a folder written by ``datasets.Dataset.save_to_disk`` (a ``DatasetDict``
+  folder with one split, or one split's sub-folder).
 
 The three columns are named by ``columns`` (default ``sentence1``, ``sentence2``, ``score``).
-Everything is checked when the file is read, before any model is loaded: a missing column, an
-empty sentence, a score that is not a finite number, fewer than :data:`MIN_PAIRS` pairs or
-constant scores raise :class:`~cselab.evaluation.datasets.DataFormatError` naming the file, the
-line (or row) and the column.
+Everything is checked when the file is read, before any model is loaded: a missing or
+duplicated column, an empty or non-text sentence, a score that is not a finite number, fewer
+than :data:`MIN_PAIRS` pairs or constant scores raise
+:class:`~cselab.core.errors.DataFormatError` naming the file, the line (or row) and the column.
 
 The score is the correlation (Spearman or Pearson) between the cosine of the two sentence
 vectors and the gold score, exactly as for STS-B (:mod:`cselab.evaluation.sts`). Sentences are
@@ -21,11 +22,6 @@ used as written (no SentEval re-tokenisation: that is a property of SentEval's f
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
-import json
-import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..core.schema import ConfigError
-from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached, _decode
+from ..io.readers import open_table
+from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
 from .embed import EmbeddingCache, EncoderLike, call_encoder
 from .sts import correlations, cosine_similarity
 
@@ -71,121 +68,16 @@ def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
     return cols  # type: ignore[return-value]
 
 
-def _check_row(
-    path: Path, where: int | None, row: dict[str, Any], cols: tuple[str, str, str], prefix: str
-) -> tuple[str, str, float]:
-    """One row's two sentences and score, or an error naming the row and the column."""
-    values = []
-    for col in cols:
-        if col not in row or row[col] is None:
-            raise DataFormatError(path, where, f"{prefix}column '{col}' is missing")
-        values.append(row[col])
-    s1, s2, raw = values
-    for col, text in zip(cols[:2], (s1, s2), strict=True):
-        if not isinstance(text, str):
-            raise DataFormatError(path, where, f"{prefix}column '{col}' is not text: {text!r}")
-        if not text.strip():
-            raise DataFormatError(path, where, f"{prefix}column '{col}' is empty")
-    score = math.nan
-    if not isinstance(raw, bool):  # float(True) is 1.0, but a boolean is no similarity score
-        with contextlib.suppress(TypeError, ValueError):
-            score = float(raw)
-    if not math.isfinite(score):
-        raise DataFormatError(
-            path, where, f"{prefix}column '{cols[2]}': {raw!r} is not a finite number"
-        )
-    return s1, s2, score
+#: What a missing-column error suggests for an own STS file.
+COLUMNS_HINT = "name the columns with eval.dev_columns or --sts-columns"
 
 
-def _read_delimited(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
-    tsv = path.suffix.lower() != ".csv"
-    text = _decode(path, "utf-8-sig")
-    reader = csv.reader(
-        io.StringIO(text, newline=""),
-        delimiter="\t" if tsv else ",",
-        # TSV files of sentences carry literal quote characters; only CSV uses quoting.
-        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
-    )
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise DataFormatError(path, 1, "the file is empty (expected a header row)") from None
-    except csv.Error as err:
-        raise DataFormatError(path, 1, f"unreadable header: {err}") from None
-    header = [h.strip() for h in header]
-    for col in cols:
-        if col not in header:
-            raise DataFormatError(
-                path,
-                1,
-                f"no column '{col}' in the header ({', '.join(header)}); name the columns with "
-                "eval.dev_columns or --sts-columns",
-            )
-    index = [header.index(c) for c in cols]
-    out = []
-    while True:
-        try:
-            fields = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as err:
-            raise DataFormatError(path, reader.line_num, str(err)) from None
-        if not fields or all(not f.strip() for f in fields):
-            continue  # a blank line
-        row = {c: fields[i] for c, i in zip(cols, index, strict=True) if i < len(fields)}
-        out.append(_check_row(path, reader.line_num, row, cols, ""))
-    return out
-
-
-def _read_jsonl(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
-    out = []
-    for lineno, line in enumerate(_decode(path, "utf-8-sig").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(path, lineno, f"invalid JSON: {err.msg}") from None
-        if not isinstance(row, dict):
-            raise DataFormatError(path, lineno, "expected a JSON object")
-        out.append(_check_row(path, lineno, row, cols, ""))
-    return out
-
-
-def _read_saved_dataset(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
-    try:
-        import datasets
-    except ImportError:
-        raise MissingDataError(
-            f"{path}: reading a saved `datasets` folder needs the datasets package "
-            "(pip install 'cselab[data]')"
-        ) from None
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as err:
-        raise DataFormatError(path, None, f"not a folder written by save_to_disk ({err})") from None
-    if isinstance(ds, datasets.DatasetDict):
-        if len(ds) != 1:
-            raise DataFormatError(
-                path,
-                None,
-                f"a DatasetDict with splits {', '.join(ds)}; point at one split's folder, "
-                f"e.g. {path / next(iter(ds))}",
-            )
-        ds = next(iter(ds.values()))
-    missing = [c for c in cols if c not in ds.column_names]
-    if missing:
-        raise DataFormatError(
-            path,
-            None,
-            f"no column '{missing[0]}' (the dataset has: {', '.join(ds.column_names)}); name the "
-            "columns with eval.dev_columns or --sts-columns",
-        )
-    data = ds.select_columns(list(cols)).to_dict()
-    return [
-        _check_row(path, None, dict(zip(cols, values, strict=True)), cols, f"row {i}: ")
-        for i, values in enumerate(zip(*(data[c] for c in cols), strict=True))
-    ]
+def _read_rows(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
+    """Every row's two sentences and score, or an error naming the file, line (or row) and
+    column (the rules of :mod:`cselab.io.readers`)."""
+    table = open_table(path)
+    table.require(cols, COLUMNS_HINT)
+    return [(row.text(cols[0]), row.text(cols[1]), row.number(cols[2])) for row in table]
 
 
 def read_sts_file(
@@ -198,26 +90,14 @@ def read_sts_file(
     p = Path(path)
     cols = _columns(columns)
     if p.is_dir():
-        readers: Callable[[Path, tuple[str, str, str]], list] = _read_saved_dataset
         identity = [f for f in sorted(p.rglob("*")) if f.is_file()]
     elif p.is_file():
-        suffix = p.suffix.lower()
-        if suffix in (".tsv", ".tab", ".csv"):
-            readers = _read_delimited
-        elif suffix == ".jsonl":
-            readers = _read_jsonl
-        else:
-            raise DataFormatError(
-                p,
-                None,
-                "unknown format: expected .tsv, .tab, .csv, .jsonl or a save_to_disk folder",
-            )
         identity = [p]
     else:
         raise MissingDataError(f"{p}: STS file not found")
 
     def build() -> ScoredPairs:
-        rows = readers(p, cols)
+        rows = _read_rows(p, cols)
         if len(rows) < MIN_PAIRS:
             raise DataFormatError(
                 p, None, f"{len(rows)} scored pairs; at least {MIN_PAIRS} are needed"

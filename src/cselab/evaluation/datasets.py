@@ -5,6 +5,10 @@ as shipped in princeton-nlp/SimCSE ``SentEval/``) hands to the encoder: the same
 same encoding, the same fields, and each sentence as its whitespace tokens re-joined by single
 spaces (SentEval splits lines into tokens; SimCSE's batcher joins them back with ``' '``).
 
+The files are decoded and split into lines by :mod:`cselab.io.readers` (``read_text``;
+``universal_lines`` where SentEval iterates over the file, ``str.splitlines`` where it calls that;
+``tsv_fields``), and SICK is parsed by its ``read_sick``, which training's SICK triplets use too.
+
 Where SentEval would silently mis-read a damaged file (a gold file one line short, a score that
 is not a number) these loaders raise :class:`DataFormatError` naming the file and the line.
 Parsed files are cached per (path, mtime, size), so repeated calls (the trainer scores STS-B
@@ -13,7 +17,6 @@ dev every few hundred steps) parse each file once.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +26,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..core.errors import DataFormatError, MissingDataError  # noqa: F401 - re-exported
+from ..io.readers import read_sick as read_sick_rows
+from ..io.readers import read_text, score_field, tsv_fields, universal_lines
 
 ENV_VAR = "CSELAB_DATA"
 
@@ -173,43 +178,9 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _decode(path: Path, encoding: str) -> str:
-    data = path.read_bytes()
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise DataFormatError(
-            path, line, f"byte 0x{data[exc.start]:02x} is not valid {encoding}"
-        ) from None
-
-
-def _physical_lines(text: str) -> list[str]:
-    """Lines as Python's text-mode ``for line in f`` yields them (universal newlines).
-
-    SentEval iterates over the file object for STS-B, SICK, SST, TREC and MRPC, so CR, LF and
-    CRLF all end a line there (``str.splitlines`` would also split on U+2028 etc.).
-    """
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 def _join(text: str) -> str:
     """SentEval's token list (``str.split()``) joined back with single spaces, as SimCSE does."""
     return " ".join(text.split())
-
-
-def _score(path: Path, lineno: int, field: str) -> float:
-    try:
-        value = float(field)
-    except ValueError:
-        raise DataFormatError(path, lineno, f"score {field!r} is not a number") from None
-    if not math.isfinite(value):
-        raise DataFormatError(path, lineno, f"score {field!r} is not a finite number")
-    return value
 
 
 def _int_label(path: Path, lineno: int, field: str, allowed: Iterable[int]) -> int:
@@ -223,8 +194,8 @@ def _int_label(path: Path, lineno: int, field: str, allowed: Iterable[int]) -> i
     return value
 
 
-def _fields(path: Path, lineno: int, line: str, sep: str, at_least: int) -> list[str]:
-    parts = line.strip().split(sep)
+def _fields(path: Path, lineno: int, line: str, at_least: int) -> list[str]:
+    parts = tsv_fields(line.strip())
     if len(parts) < at_least:
         raise DataFormatError(
             path, lineno, f"expected at least {at_least} tab-separated fields, found {len(parts)}"
@@ -242,8 +213,8 @@ def read_sts_subset(input_path: Path, gold_path: Path, name: str) -> ScoredPairs
     Both files are split with ``str.splitlines`` and stay aligned line by line; a pair counts
     only if its gold line is not empty (STS15/16 leave unscored pairs blank).
     """
-    inputs = _decode(input_path, "utf-8").splitlines()
-    golds = _decode(gold_path, "utf-8").splitlines()
+    inputs = read_text(input_path, "utf-8").splitlines()
+    golds = read_text(gold_path, "utf-8").splitlines()
     if len(golds) != len(inputs):
         shorter, n = (
             (gold_path, len(golds)) if len(golds) < len(inputs) else (input_path, len(inputs))
@@ -261,12 +232,12 @@ def read_sts_subset(input_path: Path, gold_path: Path, name: str) -> ScoredPairs
     for i, (line, gold) in enumerate(zip(inputs, golds, strict=True), start=1):
         if gold == "":
             continue
-        parts = line.split("\t")
+        parts = tsv_fields(line)
         if len(parts) != 2:
             raise DataFormatError(
                 input_path, i, f"expected 2 tab-separated sentences, found {len(parts)} fields"
             )
-        scores.append(_score(gold_path, i, gold))
+        scores.append(score_field(gold_path, i, gold))
         s1.append(_join(parts[0]))
         s2.append(_join(parts[1]))
     return ScoredPairs(name, tuple(s1), tuple(s2), np.asarray(scores, dtype=np.float64), gold_path)
@@ -301,31 +272,25 @@ def read_stsb(path: Path, name: str = "STSBenchmark") -> ScoredPairs:
     s1: list[str] = []
     s2: list[str] = []
     scores: list[float] = []
-    for i, line in enumerate(_physical_lines(_decode(path, "utf-8")), start=1):
-        parts = _fields(path, i, line, "\t", 7)
-        scores.append(_score(path, i, parts[4]))
+    for i, line in enumerate(universal_lines(read_text(path, "utf-8")), start=1):
+        parts = _fields(path, i, line, 7)
+        scores.append(score_field(path, i, parts[4]))
         s1.append(_join(parts[5]))
         s2.append(_join(parts[6]))
     return ScoredPairs(name, tuple(s1), tuple(s2), np.asarray(scores, dtype=np.float64), path)
 
 
 def read_sick(path: Path, name: str = "SICKRelatedness") -> ScoredPairs:
-    """``SICK_*.txt``: a header line, then ``pair_ID  A  B  relatedness  entailment``.
-
-    Lines are stripped first (``SICK_test_annotated.txt`` has CRLF endings).
-    """
-    lines = _physical_lines(_decode(path, "utf-8"))
-    if not lines or not lines[0].lstrip("\ufeff").startswith("pair_ID"):
-        raise DataFormatError(path, 1, "expected the header line 'pair_ID<TAB>sentence_A<TAB>...'")
-    s1: list[str] = []
-    s2: list[str] = []
-    scores: list[float] = []
-    for i, line in enumerate(lines[1:], start=2):
-        parts = _fields(path, i, line, "\t", 4)
-        scores.append(_score(path, i, parts[3]))
-        s1.append(_join(parts[1]))
-        s2.append(_join(parts[2]))
-    return ScoredPairs(name, tuple(s1), tuple(s2), np.asarray(scores, dtype=np.float64), path)
+    """``SICK_*.txt`` as :func:`cselab.io.readers.read_sick` reads it (training's SICK triplets
+    are read by the same function): sentences A and B and the relatedness score of each pair."""
+    rows = read_sick_rows(path)
+    return ScoredPairs(
+        name,
+        tuple(_join(r.sentence_a) for r in rows),
+        tuple(_join(r.sentence_b) for r in rows),
+        np.asarray([r.relatedness for r in rows], dtype=np.float64),
+        path,
+    )
 
 
 def _check_split(split: str, allowed: dict[str, str], task: str) -> str:
@@ -357,7 +322,7 @@ def load_sick(split: str = "test", data_dir: str | os.PathLike[str] | None = Non
 
 def _read_latin1_sentences(path: Path) -> list[str]:
     # SentEval binary.py: latin-1, ``splitlines()``, then ``split()``; empty lines stay samples.
-    return [_join(line) for line in _decode(path, "latin-1").splitlines()]
+    return [_join(line) for line in read_text(path, "latin-1").splitlines()]
 
 
 def load_binary(task: str, data_dir: str | os.PathLike[str] | None = None) -> LabelledSentences:
@@ -381,8 +346,8 @@ def read_sst2(path: Path, name: str = "SST2") -> LabelledSentences:
     """``sentiment-*``: ``sentence<TAB>label`` per line, UTF-8 (SentEval ``senteval/sst.py``)."""
     sents: list[str] = []
     labels: list[int] = []
-    for i, line in enumerate(_physical_lines(_decode(path, "utf-8")), start=1):
-        parts = _fields(path, i, line, "\t", 2)
+    for i, line in enumerate(universal_lines(read_text(path, "utf-8")), start=1):
+        parts = _fields(path, i, line, 2)
         labels.append(_int_label(path, i, parts[1], (0, 1)))
         sents.append(_join(parts[0]))
     return LabelledSentences(name, tuple(sents), np.asarray(labels, dtype=np.int64))
@@ -400,7 +365,7 @@ def read_trec(path: Path, name: str = "TREC") -> LabelledSentences:
     """``COARSE:fine words...`` per line, latin-1; label = coarse class, text = after 1st space."""
     sents: list[str] = []
     labels: list[int] = []
-    for i, line in enumerate(_physical_lines(_decode(path, "latin-1")), start=1):
+    for i, line in enumerate(universal_lines(read_text(path, "latin-1")), start=1):
         target, sep, rest = line.strip().partition(":")
         if not sep or " " not in rest:
             raise DataFormatError(path, i, "expected 'COARSE:fine question words'")
@@ -421,14 +386,14 @@ def load_trec(
 
 def read_mrpc(path: Path, name: str = "MRPC") -> LabelledPairs:
     """``Quality  #1 ID  #2 ID  #1 String  #2 String`` with a header row (and a UTF-8 BOM)."""
-    lines = _physical_lines(_decode(path, "utf-8"))
+    lines = universal_lines(read_text(path, "utf-8"))
     if not lines or not lines[0].lstrip("\ufeff").startswith("Quality"):
         raise DataFormatError(path, 1, "expected the header line 'Quality<TAB>#1 ID<TAB>...'")
     s1: list[str] = []
     s2: list[str] = []
     labels: list[int] = []
     for i, line in enumerate(lines[1:], start=2):
-        parts = _fields(path, i, line, "\t", 5)
+        parts = _fields(path, i, line, 5)
         labels.append(_int_label(path, i, parts[0], (0, 1)))
         s1.append(_join(parts[3]))
         s2.append(_join(parts[4]))

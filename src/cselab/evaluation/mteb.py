@@ -162,11 +162,16 @@ class SentEvalSTSBenchmark(AbsTaskSTS):
 
 
 def resolve_tasks(
-    spec: str | Iterable[Any], data_dir: str | os.PathLike[str] | None = None
+    spec: str | Iterable[Any],
+    data_dir: str | os.PathLike[str] | None = None,
+    split: str | None = None,
 ) -> list[Any]:
     """``"STS12,SciFact"`` or a list of names and task objects -> MTEB task objects.
 
-    ``SentEvalSTSBenchmark`` (dev split) reads ``data_dir`` (the SentEval folder).
+    ``SentEvalSTSBenchmark`` reads ``data_dir`` (the SentEval folder). ``split`` keeps only that
+    evaluation split of each task named (``None``: the task's own splits; ``dev`` for
+    ``SentEvalSTSBenchmark``); a task that does not evaluate that split is a
+    :class:`ConfigError` naming its splits. Task objects are taken as they are.
     """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     names = [i.strip() for i in items if isinstance(i, str) and i.strip()]
@@ -174,12 +179,22 @@ def resolve_tasks(
     tasks: list[Any] = []
     for name in names:
         if name == SentEvalSTSBenchmark.metadata.name:
-            tasks.append(SentEvalSTSBenchmark("dev", data_dir))
-            continue
-        try:
-            tasks.append(mteb.get_task(name))
-        except KeyError as err:
-            raise ConfigError(f"unknown MTEB task {name!r}: {err.args[0]}") from None
+            task = SentEvalSTSBenchmark
+        else:
+            try:
+                task = mteb.get_task(name)
+            except KeyError as err:
+                raise ConfigError(f"unknown MTEB task {name!r}: {err.args[0]}") from None
+        splits = list(task.metadata.eval_splits)
+        if split is not None and split not in splits:
+            raise ConfigError(
+                f"MTEB task {name} has no split {split!r} to evaluate (its splits: "
+                f"{', '.join(splits)})"
+            )
+        if task is SentEvalSTSBenchmark:
+            tasks.append(SentEvalSTSBenchmark(split or "dev", data_dir))
+        else:
+            tasks.append(task.filter_eval_splits([split]) if split is not None else task)
     tasks += objects
     if not tasks:
         raise ConfigError("no MTEB task given")
@@ -197,6 +212,7 @@ def run_mteb(
     overwrite: bool = True,
     device: str | None = None,
     show_progress: bool = False,
+    split: str | None = None,
 ) -> dict:
     """Run MTEB tasks on a cselab model; returns ``{"model", "pooler", "scores", "results"}``.
 
@@ -205,13 +221,14 @@ def run_mteb(
             loaded :class:`~cselab.model.encoder.SentenceEncoder`.
         tasks: comma-separated MTEB task names, or names / task objects.
         data_dir: the SentEval folder, for ``SentEvalSTSBenchmark`` named as a string.
+        split: evaluate only this split of the tasks named (see :func:`resolve_tasks`).
         output_folder: MTEB's result cache folder (its usual layout); ``None`` keeps no cache.
         overwrite: run the tasks even when results are cached there.
 
     ``scores`` maps each task to ``{split: {subset: main score x 100}}``; ``results`` holds
     MTEB's full per-task result objects as dicts.
     """
-    task_objects = resolve_tasks(tasks, data_dir)
+    task_objects = resolve_tasks(tasks, data_dir, split)
     if isinstance(model, str | os.PathLike):
         from ..model.encoder import load
 
@@ -262,7 +279,7 @@ def markdown(out: dict) -> str:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """``cselab evaluate MODEL --mteb TASKS [-o results.json]``."""
+    """``cselab evaluate MODEL --mteb TASKS [--split SPLIT] [-o results.json]``."""
     out = run_mteb(
         args.model,
         args.mteb,
@@ -271,6 +288,7 @@ def run_cli(args: argparse.Namespace) -> int:
         output_folder=args.mteb_cache,
         data_dir=args.data_dir,
         show_progress=not getattr(args, "quiet", False),
+        split=getattr(args, "split", None),
     )
     print(markdown(out))
     if args.output:

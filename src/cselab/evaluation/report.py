@@ -83,14 +83,16 @@ def _cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table (every markdown table cselab writes: reports, model cards); cells are
-    ``str()``-ed, an empty one is written ``| |``."""
+def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]], align: str = "") -> str:
+    """A markdown table (every markdown table cselab writes: reports, model cards, benchmarks);
+    cells are ``str()``-ed, an empty one is written ``| |``. ``align`` has a letter per column:
+    ``r`` right-aligns it (numbers), any other letter leaves it to the renderer."""
 
     def line(cells: Sequence[Any]) -> str:
         return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
 
-    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
+    rule = "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header)))
+    return "\n".join([line(header), "|" + rule, *(line(r) for r in rows)])
 
 
 def model_name(out: dict, fallback: str = "model") -> str:

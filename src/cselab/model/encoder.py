@@ -26,7 +26,7 @@ from .config import ModelConfig
 from .dropout import use_fast_dropout
 from .hf_models import ModelFormatError, hf_pooler_head, max_sequence_length, st_pooler_name
 from .hub import resolve_model
-from .pooling import POOLERS, Pooler, inference_pooler_name
+from .pooling import LAST_LAYER, POOLER_MEANINGS, POOLERS, Pooler, inference_pooler_name
 from .similarity import cosine_matrix
 
 log = logging.getLogger(__name__)
@@ -299,6 +299,7 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
     Pooling(mean).
     """
     kind = inference_pooler_name(encoder.pooler.kind, encoder.pooler.mlp_only_train)
+    meaning = POOLER_MEANINGS[kind]
     dim = encoder.dim
     n_layers = int(encoder.backbone.config.num_hidden_layers)
     modules = [
@@ -310,11 +311,11 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
             {"idx": len(modules), "name": str(len(modules)), "path": path, "type": kind_}
         )
 
-    if kind in ("avg_top2", "avg_first_last"):
-        # hidden_states has n_layers + 1 entries; start at layer 1 and weight the two we need.
+    if meaning.layers != LAST_LAYER:
+        # hidden_states has n_layers + 1 entries; start at layer 1 and weight the ones we need.
         weights = torch.zeros(n_layers)
-        weights[-1] = 1.0
-        weights[-2 if kind == "avg_top2" else 0] = 1.0
+        for i in meaning.layers:
+            weights[i - 1 if i > 0 else i] = 1.0
         folder = out / "1_WeightedLayerPooling"
         _write_json(
             folder / "config.json",
@@ -325,7 +326,7 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
         cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
         cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
         _write_json(out / "config.json", cfg)
-    pooling_mode = "cls" if kind in ("cls", "cls_before_pooler") else "mean"
+    pooling_mode = meaning.token
     pool_folder = f"{len(modules)}_Pooling"
     _write_json(
         out / pool_folder / "config.json",
@@ -338,7 +339,7 @@ def _write_sentence_transformers_modules(encoder: SentenceEncoder, out: Path) ->
         },
     )
     add(pool_folder, "sentence_transformers.models.Pooling")
-    if kind == "cls":
+    if meaning.head:
         dense_folder = out / f"{len(modules)}_Dense"
         _write_json(
             dense_folder / "config.json",

@@ -20,10 +20,13 @@ from typing import Any
 from torch import nn
 
 from ..core.errors import ModelFormatError  # noqa: F401 - re-exported
-from .pooling import MLPHead
+from .pooling import LAST_LAYER, POOLER_MEANINGS, MLPHead
 
-#: sentence-transformers Pooling mode -> cselab pooler (the modes cselab reproduces exactly)
-ST_POOLING_MODES = {"cls": "cls_before_pooler", "mean": "avg"}
+#: sentence-transformers Pooling mode -> cselab pooler (the modes cselab reproduces exactly: the
+#: poolers of the last layer alone, without a head)
+ST_POOLING_MODES = {
+    m.token: name for name, m in POOLER_MEANINGS.items() if m.layers == LAST_LAYER and not m.head
+}
 # sentence-transformers < 5 stored one boolean per mode
 _ST_LEGACY_KEYS = {
     "pooling_mode_cls_token": "cls",

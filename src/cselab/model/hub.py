@@ -113,13 +113,17 @@ def hub_dataset_file(repo_id: str, filename: str) -> Path:
         raise ResolveError(f"could not download {where}: {why}") from None
 
 
-def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
+def resolve_train_file(
+    name_or_path: str, cache_dir: str | None = None, *, download: bool = True
+) -> Path:
     """Resolve a name of :data:`DOWNLOADS` or return a local path unchanged (a local file of
     that name takes precedence).
 
     The named files come from the Hub dataset repository :data:`SIMCSE_DATA_REPO`, via
     :func:`hub_dataset_file`. A copy that earlier cselab versions downloaded to ``cache_dir``
-    (default ``cache_root()/data``) is still used.
+    (default ``cache_root()/data``) is still used. With ``download=False`` nothing is fetched:
+    the copy in the shared Hugging Face cache if there is one, else the path of the earlier
+    versions' copy (which then does not exist); the model card asks so.
     """
     local = Path(name_or_path).expanduser()
     if name_or_path not in DOWNLOADS or local.exists():
@@ -129,6 +133,11 @@ def resolve_train_file(name_or_path: str, cache_dir: str | None = None) -> Path:
     legacy = folder / file_name
     if legacy.is_file():
         return legacy
+    if not download:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(SIMCSE_DATA_REPO, file_name, repo_type="dataset")
+        return Path(hit) if isinstance(hit, str) else legacy
     try:
         return hub_dataset_file(SIMCSE_DATA_REPO, file_name)
     except ResolveError as err:

@@ -12,18 +12,56 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
 * ``avg_first_last``: mean over tokens of the average of the first transformer layer
   (``hidden_states[1]``; ``[0]`` is the embedding layer, the bug SimCSE later fixed) and the
   last layer.
+
+:data:`POOLER_MEANINGS` is the one home of what each name means (which token, which layers, a
+head): :class:`Pooler` computes it, the sentence-transformers folder writer and reader translate
+it, and the model card's usage snippets spell it out.
 """
 
 from __future__ import annotations
 
 import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from torch import Tensor, nn
 
 PoolerName = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
 POOLERS: tuple[str, ...] = typing.get_args(PoolerName)
+#: ``hidden_states`` index of the last layer alone (index 0 is the embedding output).
+LAST_LAYER = (-1,)
+
+
+@dataclass(frozen=True)
+class PoolerMeaning:
+    """What a pooler computes.
+
+    Attributes:
+        token: ``cls`` (the first token's vector) or ``mean`` (the mean over real tokens):
+            sentence-transformers' ``Pooling`` mode of the same name.
+        layers: the ``hidden_states`` indices averaged before pooling (0 is the embedding
+            output); :data:`LAST_LAYER` is the last layer alone.
+        head: SimCSE's MLP head ``tanh(W h + b)`` is applied to the pooled vector.
+        summary: the pooler in words.
+    """
+
+    token: Literal["cls", "mean"]
+    layers: tuple[int, ...]
+    head: bool
+    summary: str
+
+
+POOLER_MEANINGS: dict[str, PoolerMeaning] = {
+    "cls": PoolerMeaning("cls", LAST_LAYER, True, "the [CLS] vector through an MLP head"),
+    "cls_before_pooler": PoolerMeaning("cls", LAST_LAYER, False, "the raw [CLS] vector"),
+    "avg": PoolerMeaning("mean", LAST_LAYER, False, "the mean of the last layer"),
+    "avg_top2": PoolerMeaning("mean", (-1, -2), False, "the mean of the last two layers' average"),
+    "avg_first_last": PoolerMeaning(
+        "mean", (1, -1), False, "the mean of the first and the last layer's average"
+    ),
+}
+assert set(POOLER_MEANINGS) == set(POOLERS)
 
 
 def masked_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -66,17 +104,18 @@ class Pooler(nn.Module):
         if kind not in POOLERS:
             raise ValueError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         self.kind = kind
+        self.meaning = POOLER_MEANINGS[kind]
         self.mlp_only_train = mlp_only_train
-        self.mlp = MLPHead(hidden_size) if kind == "cls" else None
+        self.mlp = MLPHead(hidden_size) if self.meaning.head else None
 
     @property
     def needs_hidden_states(self) -> bool:
-        return self.kind in ("avg_top2", "avg_first_last")
+        return self.meaning.layers != LAST_LAYER
 
     @property
     def reads_first_token_only(self) -> bool:
         """Whether only the first token of the last layer is read (the ``cls`` poolers)."""
-        return self.kind in ("cls", "cls_before_pooler")
+        return self.meaning.token == "cls" and not self.needs_hidden_states
 
     @property
     def uses_head(self) -> bool:
@@ -89,20 +128,20 @@ class Pooler(nn.Module):
         attention_mask: Tensor,
         hidden_states: Sequence[Tensor] | None = None,
     ) -> Tensor:
-        if self.kind in ("cls", "cls_before_pooler"):
+        if self.meaning.token == "cls":
             out = last_hidden[:, 0]
             if self.uses_head:
                 out = self.mlp(out)
             return out
-        if self.kind == "avg":
+        if not self.needs_hidden_states:
             return masked_mean(last_hidden, attention_mask)
         if hidden_states is None:
             raise ValueError(f"pooler {self.kind!r} needs all hidden states")
-        if self.kind == "avg_top2":
-            layers = (hidden_states[-1] + hidden_states[-2]) / 2.0
-        else:  # avg_first_last
-            layers = (hidden_states[1] + hidden_states[-1]) / 2.0
-        return masked_mean(layers, attention_mask)
+        first, *rest = self.meaning.layers
+        layers = hidden_states[first]
+        for i in rest:
+            layers = layers + hidden_states[i]
+        return masked_mean(layers / float(len(self.meaning.layers)), attention_mask)
 
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}, mlp_only_train={self.mlp_only_train}"

@@ -8,11 +8,14 @@ each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_d
 :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
 (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation), :mod:`.hard_negatives` (supervised
 SimCSE's given hard negatives). :mod:`.config` is the ``objective:``
-section of a run config and the one place it is validated.
+section of a run config and the one place it is validated. :mod:`.papers`: each part names the
+papers it implements and describes itself; :func:`objective_papers`, :func:`objective_tags` and
+:func:`describe_objective` ask a built objective (the model card and :mod:`cselab.st` use them).
 """
 
 from __future__ import annotations
 
+from ..core.datakind import DataKind
 from .barlow import BarlowTwinsTerm, barlow_twins_loss, cross_correlation
 from .base import (
     VIEW_ANCHOR,
@@ -48,6 +51,7 @@ from .infonce import InBatchNegatives, InfoNCE
 from .mixcse import MixedNegatives
 from .noise import AdditiveNoise
 from .off_dropout import OffDropoutNegatives, PositiveRatioScore
+from .papers import Cited, Paper, describe_objective, objective_papers, objective_tags
 from .spaces import (
     DROPOUT_SPACE,
     NOISY_SPACE,
@@ -58,9 +62,7 @@ from .spaces import (
 )
 
 
-def build_objective(
-    cfg: ObjectiveConfig, *, pairs: bool | None = None, hard_negatives: bool = False
-) -> InfoNCE:
+def build_objective(cfg: ObjectiveConfig, data: DataKind | None = None) -> InfoNCE:
     """Validate ``cfg`` and assemble the :class:`InfoNCE` it describes.
 
     With no sub-section enabled this is unsupervised SimCSE (default parts); each enabled
@@ -68,15 +70,20 @@ def build_objective(
 
     Args:
         cfg: the ``objective:`` section.
-        pairs: whether the views come from given pairs (``None``: not said; the data-dependent
-            checks of :meth:`ObjectiveConfig.validate` are skipped).
-        hard_negatives: the batches carry given hard negatives (the ``neg`` view): add
-            :class:`HardNegatives` with ``cfg.hard_negative_weight`` (supervised SimCSE).
+        data: the kind of the training data, as the data layer decided it when it opened the
+            file (``None``: not known; the data-dependent checks of
+            :meth:`ObjectiveConfig.validate` are skipped). Data with hard negatives (the
+            ``neg`` view) add :class:`HardNegatives` with ``cfg.hard_negative_weight``
+            (supervised SimCSE).
     """
-    cfg.validate(pairs, True if hard_negatives else (None if pairs is None else False))
-    noise_on = cfg.noise.enabled
-    noisy_negatives = noise_on and cfg.noise.side in ("negative", "both")
-    noisy_positive = noise_on and cfg.noise.side in ("positive", "both")
+    if data is None:
+        cfg.validate()
+    else:
+        cfg.validate(data.pairs, data.hard_negatives)
+    hard_negatives = data is not None and data.hard_negatives
+    noise = AdditiveNoise(cfg.noise.variance, cfg.noise.side) if cfg.noise.enabled else None
+    noisy_negatives = noise is not None and noise.on_negatives
+    noisy_positive = noise is not None and noise.on_positive
 
     off = cfg.off_dropout
     if off.enabled:
@@ -121,7 +128,7 @@ def build_objective(
         score=score,
         auxiliary=auxiliary,
         symmetric=cfg.symmetric_loss,
-        transforms=[AdditiveNoise(cfg.noise.variance)] if noise_on else [],
+        transforms=[noise] if noise is not None else [],
         positive_views=(VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY)
         if noisy_positive
         else (VIEW_ANCHOR, VIEW_POSITIVE),
@@ -142,7 +149,9 @@ __all__ = [
     "AuxiliaryTerm",
     "BarlowTwinsConfig",
     "BarlowTwinsTerm",
+    "Cited",
     "DCLConfig",
+    "DataKind",
     "DimensionContrastive",
     "FocalConfig",
     "FocalScore",
@@ -164,6 +173,7 @@ __all__ = [
     "OffDropoutConfig",
     "OffDropoutNegatives",
     "Pair",
+    "Paper",
     "PositiveRatioScore",
     "Score",
     "StepCache",
@@ -172,5 +182,8 @@ __all__ = [
     "build_objective",
     "cross_correlation",
     "dcl_loss",
+    "describe_objective",
+    "objective_papers",
+    "objective_tags",
     "total_loss",
 ]

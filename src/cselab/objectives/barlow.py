@@ -23,8 +23,24 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
+from .config import BarlowTwinsConfig
 from .context import ObjectiveContext, StepCache
+from .off_dropout import IMSIMCSE
+from .papers import Paper
+
+BARLOW_TWINS = Paper(
+    key="zbontar2021barlow",
+    name="Barlow Twins",
+    summary="redundancy reduction: the cross-correlation of two views is pushed to the identity",
+    bibtex="""@inproceedings{zbontar2021barlow,
+  title     = {Barlow Twins: Self-Supervised Learning via Redundancy Reduction},
+  author    = {Zbontar, Jure and Jing, Li and Misra, Ishan and LeCun, Yann and Deny, St{\\'e}phane},
+  booktitle = {Proceedings of the 38th International Conference on Machine Learning (ICML)},
+  year      = {2021}
+}""",
+)
 
 
 def cross_correlation(z1: Tensor, z2: Tensor, center: bool = False, eps: float = 1e-8) -> Tensor:
@@ -58,13 +74,15 @@ class BarlowTwinsTerm(AuxiliaryTerm):
     """
 
     name = "barlow_twins"
+    papers = (IMSIMCSE, BARLOW_TWINS)  # ImSimCSE's baseline (Eq. 4, Table 2)
+    tags = ("barlow-twins",)
 
     def __init__(
         self,
-        weight: float = 1.0,
-        off_diagonal: float = 5e-3,
-        padding: int = 0,
-        center: bool = False,
+        weight: float = BarlowTwinsConfig.weight,
+        off_diagonal: float = BarlowTwinsConfig.off_diagonal,
+        padding: int = BarlowTwinsConfig.padding,
+        center: bool = BarlowTwinsConfig.center,
     ) -> None:
         super().__init__()
         self.weight = float(weight)
@@ -91,6 +109,13 @@ class BarlowTwinsTerm(AuxiliaryTerm):
         z1, z2 = self.padded_views(views, ctx, cache)
         c = cross_correlation(z1, z2, self.center)
         return self.weight * barlow_twins_loss(c, self.off_diagonal)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        return (
+            f"**BarlowTwins term** (Zbontar et al. 2021; ImSimCSE Eq. 4): weight {self.weight:g}, "
+            f"off-diagonal λ_BT = {self.off_diagonal:g}, padding M = {self.padding}, "
+            f"centred = {str(self.center).lower()}."
+        )
 
     def extra_repr(self) -> str:
         return (

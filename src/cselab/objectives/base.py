@@ -20,7 +20,8 @@ parts defined here: a :class:`Score`, :class:`NegativeSource` parts that each ad
 :class:`NegativeBlock` of columns, :class:`ViewTransform` parts that derive views, and
 :class:`AuxiliaryTerm` parts added as separate terms. What a part may know besides the embeddings
 is in :mod:`cselab.objectives.context` (:class:`~cselab.objectives.context.ObjectiveContext` for
-the run, :class:`~cselab.objectives.context.StepCache` for one step).
+the run, :class:`~cselab.objectives.context.StepCache` for one step). Every part is
+:class:`~cselab.objectives.papers.Cited`: it names its papers and describes itself.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from .context import ObjectiveContext, StepCache
+from .papers import Cited
 
 VIEW_ANCHOR = "z1"
 VIEW_POSITIVE = "z2"
@@ -53,7 +55,7 @@ def total_loss(terms: Mapping[str, Tensor]) -> Tensor:
     return torch.stack(list(terms.values())).sum()
 
 
-class Objective(nn.Module):
+class Objective(Cited, nn.Module):
     """Base class: ``forward(views, ctx) -> {term_name: scalar}``.
 
     Under data parallelism an objective computes, on each rank, the loss of the *global* batch
@@ -70,7 +72,7 @@ class Objective(nn.Module):
         raise NotImplementedError
 
 
-class Score(nn.Module):
+class Score(Cited, nn.Module):
     """Maps cosine similarities to energies; the temperature is applied later, once.
 
     The plain score is the identity (SimCSE Eq. 1). Subclasses change positives and negatives
@@ -115,7 +117,7 @@ class Pair:
     cache: StepCache = field(default_factory=StepCache)
 
 
-class NegativeSource(nn.Module):
+class NegativeSource(Cited, nn.Module):
     """Produces one :class:`NegativeBlock` for a :class:`Pair`."""
 
     required_views: frozenset[str] = BASE_VIEWS
@@ -124,7 +126,7 @@ class NegativeSource(nn.Module):
         raise NotImplementedError
 
 
-class ViewTransform(nn.Module):
+class ViewTransform(Cited, nn.Module):
     """Derives extra raw views from the raw views before normalisation."""
 
     def forward(
@@ -133,7 +135,7 @@ class ViewTransform(nn.Module):
         raise NotImplementedError
 
 
-class AuxiliaryTerm(nn.Module):
+class AuxiliaryTerm(Cited, nn.Module):
     """A weighted, non-InfoNCE term computed from the raw views (e.g. DCL, BarlowTwins)."""
 
     name: str = "aux"

@@ -224,7 +224,8 @@ class ObjectiveConfig:
             pairs: whether the training data are given pairs (``None``: not known yet); the
                 run config knows it from ``data.train_file`` and ``data.format``.
             hard_negatives: whether the pairs carry hard negatives (``None``: not known yet,
-                i.e. before the file is read).
+                i.e. before the file is read). :func:`~cselab.objectives.build_objective` passes
+                both from the run's :class:`~cselab.core.datakind.DataKind`.
         """
         p = "objective"
         # Kinds first, with the YAML loader's own checks (choices, true/false, whole numbers):
@@ -272,7 +273,7 @@ class ObjectiveConfig:
               self.hard_negative_weight)  # fmt: skip
 
         # Combinations.
-        self._check_data(True if hard_negatives else pairs, hard_negatives)
+        self._check_data(pairs, hard_negatives)
         if x.enabled and x.directions == "single" and self.symmetric:
             raise ConfigError(
                 f"{p}.mixcse.directions='single' uses only the first view as anchor, which "
@@ -291,15 +292,17 @@ class ObjectiveConfig:
             )
 
     def _check_data(self, pairs: bool | None, hard_negatives: bool | None) -> None:
-        """The combinations that depend on the training data (see ``docs/objectives.md``)."""
+        """The combinations that depend on the training data (see ``docs/objectives.md``); a
+        fact that is ``None`` is not known yet and refuses nothing (hard negatives come only with
+        pairs, so either being true means pairs)."""
         p = "objective"
         w = self.hard_negative_weight
-        if w != 0 and (pairs is False or (pairs and hard_negatives is False)):
+        if w != 0 and (pairs is False or hard_negatives is False):
             raise ConfigError(
                 f"{p}.hard_negative_weight={w} weights given hard negatives, but the training "
                 "data has none (pairs with a negative column: data.columns.negative)"
             )
-        if pairs and self.off_dropout.enabled:
+        if (pairs or hard_negatives) and self.off_dropout.enabled:
             raise ConfigError(
                 f"{p}.off_dropout is defined for the dropout views of one sentence (ImSimCSE, "
                 "Xu et al. 2023, Sec. 3.2: the negatives are the batch's sentences encoded "

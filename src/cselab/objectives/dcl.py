@@ -31,8 +31,11 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
+from .config import DCLConfig
 from .context import ObjectiveContext, StepCache
+from .off_dropout import IMSIMCSE
 
 
 def standardize(z: Tensor, unbiased: bool, eps: float = 1e-5) -> Tensor:
@@ -77,13 +80,15 @@ class DimensionContrastive(AuxiliaryTerm):
     """
 
     name = "dcl"
+    papers = (IMSIMCSE,)
+    tags = ("dcl",)
 
     def __init__(
         self,
-        weight: float = 0.1,
-        temperature: float = 5.0,
-        formulation: str = "authors_code",
-        eps: float = 1e-5,
+        weight: float = DCLConfig.weight,
+        temperature: float = DCLConfig.temperature,
+        formulation: str = DCLConfig.formulation,
+        eps: float = DCLConfig.eps,
     ) -> None:
         super().__init__()
         self.weight = float(weight)
@@ -98,6 +103,13 @@ class DimensionContrastive(AuxiliaryTerm):
         z1 = cache.gather(ctx, views[VIEW_ANCHOR])
         z2 = cache.gather(ctx, views[VIEW_POSITIVE])
         return self.weight * dcl_loss(z1, z2, self.temperature, self.formulation, self.eps)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        return (
+            "**Dimension-wise contrastive learning** (ImSimCSE, Xu et al. 2023, Eq. 5): InfoNCE "
+            f"across embedding dimensions, weight λ = {self.weight:g}, τ_DCL = "
+            f"{self.temperature:g} ({self.formulation} formulation)."
+        )
 
     def extra_repr(self) -> str:
         return (

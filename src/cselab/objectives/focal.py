@@ -23,7 +23,22 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import Score
+from .config import FocalConfig
+from .papers import Paper
+
+FOCAL_INFONCE = Paper(
+    key="hou2023focal",
+    name="Focal-InfoNCE",
+    summary="up-weights hard negatives: positives score s², negatives s(s + m)",
+    bibtex="""@inproceedings{hou2023focal,
+  title     = {Improving Contrastive Learning of Sentence Embeddings with Focal-{InfoNCE}},
+  author    = {Hou, Pengyue and Li, Xingyu},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2023},
+  year      = {2023}
+}""",
+)
 
 
 class FocalScore(Score):
@@ -41,7 +56,10 @@ class FocalScore(Score):
         tensor([0.4000])
     """
 
-    def __init__(self, hardness: float = 0.3) -> None:
+    papers = (FOCAL_INFONCE,)
+    tags = ("focal-infonce",)
+
+    def __init__(self, hardness: float = FocalConfig.hardness) -> None:
         super().__init__()
         self.hardness = float(hardness)
 
@@ -50,6 +68,12 @@ class FocalScore(Score):
 
     def negative(self, sim: Tensor) -> Tensor:
         return sim * (sim + self.hardness)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        return (
+            "**Focal-InfoNCE** (Hou & Li 2023, Eq. 2): positives score s², negatives s(s + m), "
+            f"which up-weights hard negatives; hardness m = {self.hardness:g}."
+        )
 
     def extra_repr(self) -> str:
         return f"hardness={self.hardness}"

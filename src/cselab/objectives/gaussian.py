@@ -16,9 +16,24 @@ from __future__ import annotations
 
 import math
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import NegativeBlock, NegativeSource, Pair
+from .config import GaussianConfig
 from .context import ObjectiveContext
+from .papers import Paper
 from .spaces import DROPOUT_SPACE, NegativeSpace
+
+GS_INFONCE = Paper(
+    key="wu2022smoothed",
+    name="GS-InfoNCE",
+    summary="Gaussian noise vectors as extra negatives, smoothing the negatives' distribution",
+    bibtex="""@inproceedings{wu2022smoothed,
+  title     = {Smoothed Contrastive Learning for Unsupervised Sentence Embedding},
+  author    = {Wu, Xing and Gao, Chaochen and Zang, Liangjun and Han, Jizhong and Wang, Zhongyuan and Hu, Songlin},
+  booktitle = {Proceedings of the 29th International Conference on Computational Linguistics (COLING)},
+  year      = {2022}
+}""",
+)
 
 
 class GaussianNegatives(NegativeSource):
@@ -38,13 +53,16 @@ class GaussianNegatives(NegativeSource):
     They carry no gradient.
     """
 
+    papers = (GS_INFONCE,)
+    tags = ("gs-infonce",)
+
     def __init__(
         self,
-        num: int | None = None,
-        batch_multiple: float = 3.0,
-        mean: float = 0.0,
-        std: float = 1.0,
-        weight: float = 1.0,
+        num: int | None = GaussianConfig.num,
+        batch_multiple: float = GaussianConfig.batch_multiple,
+        mean: float = GaussianConfig.mean,
+        std: float = GaussianConfig.std,
+        weight: float = GaussianConfig.weight,
         space: NegativeSpace = DROPOUT_SPACE,
     ) -> None:
         super().__init__()
@@ -72,6 +90,17 @@ class GaussianNegatives(NegativeSource):
         noise = noise / noise.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         sims = anchor @ noise.T
         return NegativeBlock(sims, math.log(self.weight))
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        count = (
+            f"M = {self.num}"
+            if self.num is not None
+            else f"M = {self.batch_multiple:g} × batch size"
+        )
+        return (
+            f"**GS-InfoNCE** (Wu et al. 2022, Eq. 5): Gaussian noise vectors N(μ = {self.mean:g}, "
+            f"σ = {self.std:g}) as extra negatives, {count}, weight λ = {self.weight:g}."
+        )
 
     def extra_repr(self) -> str:
         m = self.num if self.num is not None else f"{self.batch_multiple}×batch"

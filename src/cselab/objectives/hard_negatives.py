@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import (
     VIEW_ANCHOR,
     VIEW_HARD_NEGATIVE,
@@ -31,7 +32,9 @@ from .base import (
     NegativeSource,
     Pair,
 )
+from .config import ObjectiveConfig
 from .context import ObjectiveContext
+from .infonce import SIMCSE
 from .spaces import DROPOUT_SPACE, NegativeSpace
 
 
@@ -49,8 +52,13 @@ class HardNegatives(NegativeSource):
     """
 
     required_views = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_HARD_NEGATIVE})
+    papers = (SIMCSE,)
 
-    def __init__(self, weight: float = 0.0, space: NegativeSpace = DROPOUT_SPACE) -> None:
+    def __init__(
+        self,
+        weight: float = ObjectiveConfig.hard_negative_weight,
+        space: NegativeSpace = DROPOUT_SPACE,
+    ) -> None:
         super().__init__()
         self.weight = float(weight)
         self.space = space
@@ -67,6 +75,14 @@ class HardNegatives(NegativeSource):
         rows = ctx.local_rows(anchor)
         own = (torch.arange(n * k, device=sims.device) // k).unsqueeze(0) == rows.unsqueeze(1)
         return NegativeBlock(sims, own.to(sims.dtype) * self.weight)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        per_pair = f" ({kind.negatives} per pair)" if kind.negatives else ""
+        return (
+            "**Given hard negatives** (supervised SimCSE, Gao et al. 2021, Eq. 5): every hard "
+            f"negative of the batch{per_pair} is a negative of every anchor, with log-weight "
+            f"{self.weight:g} on an anchor's own."
+        )
 
     def extra_repr(self) -> str:
         return f"weight={self.weight}, space={self.space.name}"

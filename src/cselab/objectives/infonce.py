@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import (
     VIEW_ANCHOR,
     VIEW_POSITIVE,
@@ -48,8 +49,23 @@ from .base import (
     ViewTransform,
     upcast,
 )
+from .config import ObjectiveConfig
 from .context import ObjectiveContext, StepCache
+from .papers import Paper
 from .spaces import DERIVED_VIEWS, DROPOUT_SPACE, SWAPPED_NAMES, NegativeSpace
+
+SIMCSE = Paper(
+    key="gao2021simcse",
+    name="SimCSE",
+    summary="contrastive learning of sentence embeddings with dropout as the only augmentation "
+    "(unsupervised), or on given pairs with hard negatives (supervised)",
+    bibtex="""@inproceedings{gao2021simcse,
+  title     = {{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
+  author    = {Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
+  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
+  year      = {2021}
+}""",
+)
 
 
 def own_column_mask(sims: Tensor, offset: int) -> Tensor:
@@ -103,7 +119,7 @@ class InfoNCE(Objective):
     ``B × B`` similarity matrix divided by τ.
 
     Args:
-        temperature: τ > 0 (SimCSE: 0.05).
+        temperature: τ > 0 (default: ``ObjectiveConfig.temperature``, SimCSE's 0.05).
         negatives: negative sources; their columns are concatenated (default: in-batch).
         score: energy function (default: the plain cosine).
         auxiliary: weighted extra terms, each reported under its own name.
@@ -123,9 +139,12 @@ class InfoNCE(Objective):
         ['infonce']
     """
 
+    papers = (SIMCSE,)
+    tags = ("simcse",)
+
     def __init__(
         self,
-        temperature: float = 0.05,
+        temperature: float = ObjectiveConfig.temperature,
         negatives: Sequence[NegativeSource] | None = None,
         score: Score | None = None,
         auxiliary: Sequence[AuxiliaryTerm] = (),
@@ -149,6 +168,20 @@ class InfoNCE(Objective):
         for part in [*negatives, *auxiliary]:
             views |= set(part.required_views)
         self.required_views = frozenset(views - DERIVED_VIEWS)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        sym = "averaged over both directions" if self.symmetric else "with the first view as anchor"
+        if kind.pairs:
+            return (
+                "**InfoNCE** over given (anchor, positive) pairs (supervised SimCSE, Gao et al. "
+                "2021, Eq. 5): anchors and positives are encoded with dropout and the other "
+                f"positives of the batch are negatives; temperature τ = {self.temperature:g}, {sym}."
+            )
+        return (
+            "**InfoNCE** over in-batch negatives (unsupervised SimCSE, Gao et al. 2021, Eq. 1): "
+            "each sentence is encoded twice with different dropout masks and the two views form "
+            f"the positive pair; temperature τ = {self.temperature:g}, {sym}."
+        )
 
     def anchor_loss(self, pair: Pair, ctx: ObjectiveContext) -> Tensor:
         """Per-anchor loss ``(B,)`` for one direction."""

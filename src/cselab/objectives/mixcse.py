@@ -33,9 +33,24 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import NegativeBlock, NegativeSource, Pair
+from .config import MixCSEConfig
 from .context import ObjectiveContext
+from .papers import Paper
 from .spaces import DROPOUT_SPACE, NegativeSpace
+
+MIXCSE = Paper(
+    key="zhang2022mixcse",
+    name="MixCSE",
+    summary="hard negatives mixed from an anchor's positive and another sentence, without gradient",
+    bibtex="""@inproceedings{zhang2022mixcse,
+  title     = {Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives},
+  author    = {Zhang, Yanzhao and Zhang, Richong and Mensah, Samuel and Liu, Xudong and Mao, Yongyi},
+  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
+  year      = {2022}
+}""",
+)
 
 
 class MixedNegatives(NegativeSource):
@@ -53,12 +68,15 @@ class MixedNegatives(NegativeSource):
         space: negative space whose candidates are mixed.
     """
 
+    papers = (MIXCSE,)
+    tags = ("mixcse",)
+
     def __init__(
         self,
-        mix_ratio: float = 0.2,
-        partner: str = "random",
-        columns: str = "one",
-        stop_gradient: bool = True,
+        mix_ratio: float = MixCSEConfig.mix_ratio,
+        partner: str = MixCSEConfig.partner,
+        columns: str = MixCSEConfig.columns,
+        stop_gradient: bool = MixCSEConfig.stop_gradient,
         space: NegativeSpace = DROPOUT_SPACE,
     ) -> None:
         super().__init__()
@@ -107,6 +125,13 @@ class MixedNegatives(NegativeSource):
         # (1-λ) part is the anchor's own positive.
         mask = nxt.unsqueeze(0) == rows.unsqueeze(1)
         return NegativeBlock(sims, mask=mask)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        return (
+            "**MixCSE** (Zhang et al. 2022): mixed hard negatives normalize(λh'ᵢ + (1 - λ)h'ⱼ) "
+            f"with λ = {self.mix_ratio:g}, partner = {self.partner}, columns = {self.columns}, "
+            f"stop-gradient = {str(self.stop_gradient).lower()}."
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -17,8 +17,11 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, ViewTransform
+from .config import NoiseConfig
 from .context import ObjectiveContext, StepCache
+from .off_dropout import IMSIMCSE
 from .spaces import VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY
 
 
@@ -27,11 +30,33 @@ class AdditiveNoise(ViewTransform):
 
     The noise is constant (no gradient); gradients flow to the embeddings unchanged. Draws use
     ``ctx.generator`` when given, else the global RNG; view 1's noise is drawn before view 2's.
+
+    Args:
+        variance: of every coordinate's noise (paper: 0.1).
+        side: which similarities use the noisy views: ``positive``, ``negative`` or ``both``
+            (:func:`~cselab.objectives.build_objective` wires the objective by
+            :attr:`on_positive` and :attr:`on_negatives`).
     """
 
-    def __init__(self, variance: float = 0.1) -> None:
+    papers = (IMSIMCSE,)
+    tags = ("embedding-noise",)
+
+    def __init__(
+        self, variance: float = NoiseConfig.variance, side: str = NoiseConfig.side
+    ) -> None:
         super().__init__()
         self.variance = float(variance)
+        self.side = side
+
+    @property
+    def on_positive(self) -> bool:
+        """Whether the positive pair is scored on the noisy views."""
+        return self.side in ("positive", "both")
+
+    @property
+    def on_negatives(self) -> bool:
+        """Whether the negatives are scored on the noisy views."""
+        return self.side in ("negative", "both")
 
     def _noise(self, like: Tensor, ctx: ObjectiveContext) -> Tensor:
         # Drawn for the global batch and sliced to this rank's rows, so that the noise of a
@@ -49,5 +74,11 @@ class AdditiveNoise(ViewTransform):
             VIEW_POSITIVE_NOISY: z2 + self._noise(z2, ctx),
         }
 
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        return (
+            f"**Embedding noise** (ImSimCSE Table 1 ablation): N(0, {self.variance:g}) added to "
+            f"the embeddings on the {self.side} side."
+        )
+
     def extra_repr(self) -> str:
-        return f"variance={self.variance}"
+        return f"variance={self.variance}, side={self.side}"

@@ -19,9 +19,29 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
 from .base import Score
+from .config import OffDropoutConfig
 from .infonce import InBatchNegatives
+from .papers import Paper
 from .spaces import OFF_DROPOUT_SPACE
+
+#: The paper of this module's parts, of :mod:`.dcl`, of :mod:`.noise` (its ablation) and of
+#: :mod:`.barlow` (its baseline). Its own method is off-dropout negatives plus DCL (Eq. 6).
+IMSIMCSE = Paper(
+    key="xu2023imsimcse",
+    name="ImSimCSE",
+    summary="negatives scored on representations without dropout, and a dimension-wise "
+    "contrastive term (DCL)",
+    bibtex="""@article{xu2023imsimcse,
+  title   = {{ImSimCSE}: Improving Contrastive Learning for Sentence Embeddings from Two Perspectives},
+  author  = {Xu, Jiahao and Shao, Wei and Chen, Lihui and Liu, Lemao},
+  journal = {arXiv preprint},
+  year    = {2023}
+}""",
+    tag="imsimcse",
+    method=("off-dropout", "dcl"),
+)
 
 
 class OffDropoutNegatives(InBatchNegatives):
@@ -31,8 +51,22 @@ class OffDropoutNegatives(InBatchNegatives):
         tradeoff: ``m`` > 0 (paper: 0.9); ``1`` gives an unweighted denominator.
     """
 
-    def __init__(self, tradeoff: float = 0.9) -> None:
+    papers = (IMSIMCSE,)
+    tags = ("off-dropout",)
+
+    def __init__(self, tradeoff: float = OffDropoutConfig.tradeoff) -> None:
         super().__init__(OFF_DROPOUT_SPACE, weight=tradeoff)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        weight = (
+            f"negatives weighted by m = {self.weight:g} (Eq. 3)"
+            if self.weight != 1.0
+            else "negatives unweighted"
+        )
+        return (
+            "**Off-dropout negatives** (ImSimCSE, Xu et al. 2023, Eq. 3): negatives are scored "
+            f"between representations computed with dropout switched off; {weight}."
+        )
 
 
 class PositiveRatioScore(Score):
@@ -42,7 +76,11 @@ class PositiveRatioScore(Score):
     ``ratio · e_p / τ`` in both the numerator and the log-sum-exp; negatives are unchanged.
     """
 
-    def __init__(self, inner: Score | None = None, ratio: float = 0.9) -> None:
+    papers = (IMSIMCSE,)
+
+    def __init__(
+        self, inner: Score | None = None, ratio: float = OffDropoutConfig.tradeoff
+    ) -> None:
         super().__init__()
         self.inner = inner if inner is not None else Score()
         self.ratio = float(ratio)
@@ -52,6 +90,12 @@ class PositiveRatioScore(Score):
 
     def negative(self, sim: Tensor) -> Tensor:
         return self.inner.negative(sim)
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        return (
+            "**ImSimCSE's released code** (Xu et al. 2023): the positive logit is scaled by "
+            f"{self.ratio:g} in the numerator and the denominator, instead of weighting the negatives."
+        )
 
     def extra_repr(self) -> str:
         return f"ratio={self.ratio}"

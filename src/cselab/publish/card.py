@@ -1,13 +1,16 @@
 """Model cards: the ``README.md`` in the Hugging Face format written into every saved model folder.
 
-The card has YAML front matter (``library_name``, ``pipeline_tag``, tags, ``base_model``, the base
-model's ``license`` when its own card is on disk, and a ``model-index`` with the model-selection
-score and any evaluation results), then prose: what the model is, the objective in words with its
-parameters (unsupervised or supervised SimCSE and the parts added), the training data (file,
-sentence or pair count, SHA-256), the hyperparameters, the dev-score curve, hardware and time,
-usage snippets for sentence-transformers, ``transformers`` and cselab, and BibTeX for SimCSE and
-every paper whose objective was used. The dev score is named as model selection computed it
-(``eval.dev`` and ``eval.dev_metric``: STS-B dev Spearman by default, or your own dev file).
+The card has YAML front matter (:mod:`.hub_metadata`: ``library_name``, ``pipeline_tag``, tags,
+``base_model``, the base model's ``license`` when its own card is on disk, and a ``model-index``
+with the model-selection score and any evaluation results), then prose: what the model is, the
+objective in words with its parameters (each part of the built objective describes itself:
+:func:`cselab.objectives.describe_objective`), the training data (file, sentence or pair count,
+SHA-256: what the run's data layer read, :class:`~cselab.data.source.TrainingData`), the
+hyperparameters, the dev-score curve, hardware and time (:mod:`.hardware`), usage snippets for
+sentence-transformers, ``transformers`` and cselab (:mod:`.usage`), and BibTeX for every paper the
+objective implements (:func:`cselab.objectives.objective_papers`). The dev score is named as model
+selection computed it (``eval.dev`` and ``eval.dev_metric``: STS-B dev Spearman by default, or
+your own dev file).
 
 The front matter is built and read with ``huggingface_hub``'s :class:`~huggingface_hub.ModelCard`,
 so it is the Hub's own format. :func:`update_model_card` adds ``cselab evaluate`` results to an
@@ -18,25 +21,35 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import platform
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
 from ..config import Config
+from ..core.datakind import DataKind
 from ..core.schema import from_dict
-from ..evaluation.custom import KIND, dev_score_name
-from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline, markdown, markdown_table
+from ..data.config import is_pairs_source
+from ..data.source import TrainingData
+from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest
-from ..model.pooling import inference_pooler_name
+from ..model.hub import cache_root, resolve_train_file
+from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
 from ..objectives.config import ObjectiveConfig
 from ..training.metrics import read_metrics as read_metrics_table
+from .hardware import hardware_section
+from .hub_metadata import (
+    CARD_FILE,
+    dev_score,
+    eval_results,
+    evaluation_results,
+    front_matter,
+    merge_eval_results,
+)
+from .usage import usage_snippets
 
-CARD_FILE = "README.md"
 CONFIG_FILE = "cselab_config.yaml"  # written next to the weights by Trainer.save_model
 EVAL_START = "<!-- cselab:evaluation:start -->"
 EVAL_END = "<!-- cselab:evaluation:end -->"
@@ -45,151 +58,18 @@ MODEL_ID_LINE = re.compile(r'^model_id = "(?P<id>[^"\n]*)"$', re.MULTILINE)
 #: At most this many rows in the dev-score table (the best and the last row are always kept).
 CURVE_ROWS = 20
 
-# BibTeX written from the papers' title pages (authors, title, venue, year).
-BIBTEX = {
-    "simcse": """@inproceedings{gao2021simcse,
-  title     = {{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
-  author    = {Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
-  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
-  year      = {2021}
-}""",
-    "focal": """@inproceedings{hou2023focal,
-  title     = {Improving Contrastive Learning of Sentence Embeddings with Focal-{InfoNCE}},
-  author    = {Hou, Pengyue and Li, Xingyu},
-  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2023},
-  year      = {2023}
-}""",
-    "gaussian": """@inproceedings{wu2022smoothed,
-  title     = {Smoothed Contrastive Learning for Unsupervised Sentence Embedding},
-  author    = {Wu, Xing and Gao, Chaochen and Zang, Liangjun and Han, Jizhong and Wang, Zhongyuan and Hu, Songlin},
-  booktitle = {Proceedings of the 29th International Conference on Computational Linguistics (COLING)},
-  year      = {2022}
-}""",
-    "imsimcse": """@article{xu2023imsimcse,
-  title   = {{ImSimCSE}: Improving Contrastive Learning for Sentence Embeddings from Two Perspectives},
-  author  = {Xu, Jiahao and Shao, Wei and Chen, Lihui and Liu, Lemao},
-  journal = {arXiv preprint},
-  year    = {2023}
-}""",
-    "mixcse": """@inproceedings{zhang2022mixcse,
-  title     = {Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives},
-  author    = {Zhang, Yanzhao and Zhang, Richong and Mensah, Samuel and Liu, Xudong and Mao, Yongyi},
-  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
-  year      = {2022}
-}""",
-    "barlow": """@inproceedings{zbontar2021barlow,
-  title     = {Barlow Twins: Self-Supervised Learning via Redundancy Reduction},
-  author    = {Zbontar, Jure and Jing, Li and Misra, Ishan and LeCun, Yann and Deny, St{\\'e}phane},
-  booktitle = {Proceedings of the 38th International Conference on Machine Learning (ICML)},
-  year      = {2021}
-}""",
-}
-
-
-# ------------------------------------------------------------------------------- the objective
-def objective_papers(cfg: ObjectiveConfig) -> list[str]:
-    """Keys of :data:`BIBTEX` for the papers whose objectives ``cfg`` uses (SimCSE first)."""
-    keys = ["simcse"]
-    if cfg.focal.enabled:
-        keys.append("focal")
-    if cfg.gaussian.enabled:
-        keys.append("gaussian")
-    if cfg.off_dropout.enabled or cfg.dcl.enabled or cfg.barlow_twins.enabled or cfg.noise.enabled:
-        keys.append("imsimcse")
-    if cfg.barlow_twins.enabled:
-        keys.append("barlow")
-    if cfg.mixcse.enabled:
-        keys.append("mixcse")
-    return keys
-
-
-def objective_tags(cfg: ObjectiveConfig) -> list[str]:
-    """Hub tags naming the objective's parts."""
-    names = {
-        "focal": "focal-infonce",
-        "gaussian": "gs-infonce",
-        "off_dropout": "off-dropout",
-        "dcl": "dcl",
-        "barlow_twins": "barlow-twins",
-        "mixcse": "mixcse",
-        "noise": "embedding-noise",
-    }
-    tags = ["simcse"]
-    for key, tag in names.items():
-        if getattr(cfg, key).enabled:
-            tags.append(tag)
-    if cfg.off_dropout.enabled and cfg.dcl.enabled:
-        tags.append("imsimcse")
-    return tags
-
-
-def describe_objective(cfg: ObjectiveConfig, pairs: bool = False) -> list[str]:
-    """The objective in words, one markdown bullet per part, with its parameters; ``pairs``:
-    trained on given pairs (supervised SimCSE), else on raw sentences (unsupervised)."""
-    sym = "averaged over both directions" if cfg.symmetric_loss else "with the first view as anchor"
-    if pairs:
-        first = (
-            f"- **InfoNCE** over given (anchor, positive) pairs (supervised SimCSE, Gao et al. "
-            f"2021, Eq. 5): anchors and positives are encoded with dropout; the other positives "
-            f"of the batch and every given hard negative are negatives, with log-weight "
-            f"{cfg.hard_negative_weight:g} on an anchor's own hard negatives; temperature "
-            f"τ = {cfg.temperature:g}, {sym}."
-        )
-    else:
-        first = (
-            f"- **InfoNCE** over in-batch negatives (unsupervised SimCSE, Gao et al. 2021, Eq. 1): "
-            f"each sentence is encoded twice with different dropout masks and the two views form "
-            f"the positive pair; temperature τ = {cfg.temperature:g}, {sym}."
-        )
-    lines = [first]
-    f, g, o, d = cfg.focal, cfg.gaussian, cfg.off_dropout, cfg.dcl
-    b, x, n = cfg.barlow_twins, cfg.mixcse, cfg.noise
-    if f.enabled:
-        lines.append(
-            f"- **Focal-InfoNCE** (Hou & Li 2023, Eq. 2): positives score s², negatives s(s + m), "
-            f"which up-weights hard negatives; hardness m = {f.hardness:g}."
-        )
-    if g.enabled:
-        count = f"M = {g.num}" if g.num is not None else f"M = {g.batch_multiple:g} × batch size"
-        lines.append(
-            f"- **GS-InfoNCE** (Wu et al. 2022, Eq. 5): Gaussian noise vectors N(μ = {g.mean:g}, "
-            f"σ = {g.std:g}) as extra negatives, {count}, weight λ = {g.weight:g}."
-        )
-    if o.enabled:
-        variant = (
-            f"negatives weighted by m = {o.tradeoff:g} (Eq. 3)"
-            if o.variant == "paper"
-            else f"the authors' code variant: positive logit scaled by {o.tradeoff:g}"
-        )
-        lines.append(
-            "- **Off-dropout negatives** (ImSimCSE, Xu et al. 2023, Eq. 3): negatives are scored "
-            f"between representations computed with dropout switched off; {variant}."
-        )
-    if d.enabled:
-        lines.append(
-            "- **Dimension-wise contrastive learning** (ImSimCSE, Xu et al. 2023, Eq. 5): InfoNCE "
-            f"across embedding dimensions, weight λ = {d.weight:g}, τ_DCL = {d.temperature:g} "
-            f"({d.formulation} formulation)."
-        )
-    if b.enabled:
-        lines.append(
-            "- **BarlowTwins term** (Zbontar et al. 2021; ImSimCSE Eq. 4): weight "
-            f"{b.weight:g}, off-diagonal λ_BT = {b.off_diagonal:g}, padding M = {b.padding}, "
-            f"centred = {str(b.center).lower()}."
-        )
-    if x.enabled:
-        lines.append(
-            "- **MixCSE** (Zhang et al. 2022): mixed hard negatives "
-            f"normalize(λh'ᵢ + (1 - λ)h'ⱼ) with λ = {x.mix_ratio:g}, partner = {x.partner}, "
-            f"columns = {x.columns}, directions = {x.directions}, stop-gradient = "
-            f"{str(x.stop_gradient).lower()}."
-        )
-    if n.enabled:
-        lines.append(
-            f"- **Embedding noise** (ImSimCSE Table 1 ablation): N(0, {n.variance:g}) added to "
-            f"the embeddings on the {n.side} side."
-        )
-    return lines
+__all__ = [
+    "CARD_FILE",
+    "CONFIG_FILE",
+    "EVAL_END",
+    "EVAL_START",
+    "code_blocks",
+    "dev_curve",
+    "read_metrics",
+    "set_model_id",
+    "update_model_card",
+    "write_model_card",
+]
 
 
 # ---------------------------------------------------------------------------------- the inputs
@@ -227,8 +107,8 @@ _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
-    """:func:`cselab.data.file_digest`, cached per (path, size, mtime): ``best/`` is saved many
-    times a run."""
+    """:func:`cselab.io.files.file_digest`, cached per (path, size, mtime): a card written without
+    the run's data (``update_model_card``) may be written for several folders."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _DIGESTS:
@@ -236,218 +116,27 @@ def file_sha256(path: Path) -> str:
     return _DIGESTS[key]
 
 
-class DevScore(NamedTuple):
-    """How a card names the run's model-selection score (``eval.dev``, ``eval.dev_metric``)."""
+def data_of_config(config: Config, rows: int | None = None) -> TrainingData:
+    """What a card says about the training data when no run handed it over (a card written
+    from a saved ``cselab_config.yaml``): the file where the run found it (never downloaded),
+    its kind by the data layer's rule, its SHA-256 if it is on disk, and ``rows`` if known.
 
-    #: its ``metrics.csv`` column: the name model selection logs it under
-    #: (:func:`~cselab.evaluation.custom.dev_score_name`)
-    name: str
-    #: the dev set in words: ``STS-B dev``, or ``dev set `<file>``` for your own pairs
-    dataset: str
-    #: the correlation: ``Spearman`` or ``Pearson``
-    metric: str
-    #: the dataset's type and name in the Hub's ``model-index``
-    hub_type: str
-    hub_name: str
-
-
-def dev_score(config: Config) -> DevScore:
-    """The run's model-selection score, named from its config as model selection names it."""
-    dev, metric = config.eval.dev, config.eval.dev_metric
-    name = dev_score_name(dev, metric)
-    if dev.lower() == "stsb":
-        return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")
-    file = Path(dev).name
-    return DevScore(name, f"dev set `{file}`", metric.capitalize(), KIND, f"{file} (own pairs)")
-
-
-def base_model_license(name_or_path: str) -> str | None:
-    """The ``license`` of the base model's own card, when that card is on disk (no network).
-
-    Looks in a local folder, the packaged offline copy, then the Hugging Face cache.
+    The hard negatives are not counted (the file is not read): the config names them
+    (``data.columns.negative``, SICK's one), or a nonzero ``objective.hard_negative_weight``,
+    which the run that saved the config was only allowed with hard negatives, implies one.
     """
-    from ..model.hub import packaged_model_path
-
-    candidates: list[Path] = []
-    local = Path(name_or_path).expanduser()
-    if local.is_dir():
-        candidates.append(local / CARD_FILE)
-    packaged = packaged_model_path(name_or_path)
-    if packaged is not None:
-        candidates.append(packaged / CARD_FILE)
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name_or_path, CARD_FILE)
-        if isinstance(cached, str):
-            candidates.append(Path(cached))
-    except Exception:  # not a valid repo id (e.g. a path): nothing cached under it
-        pass
-    for card in candidates:
-        if card.is_file():
-            from huggingface_hub import ModelCard
-
-            value = ModelCard.load(card).data.to_dict().get("license")
-            if value:
-                return str(value)
-    return None
-
-
-def hardware_description(device: str) -> str:
-    """The accelerator's name for CUDA devices, else the CPU model."""
-    if device.startswith("cuda"):
-        import torch
-
-        if torch.cuda.is_available():
-            index = torch.device(device).index or 0
-            return f"{torch.cuda.get_device_name(index)} ({device})"
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model} ({os.cpu_count()} logical CPUs)"
-
-
-# ------------------------------------------------------------------------------- front matter
-def _eval_results(
-    score: float | None, dev: DevScore, evaluation: Mapping[str, Any] | None
-) -> list[Any]:
-    """The dev score ``score`` of ``dev``, then the ``cselab evaluate`` results."""
-    from huggingface_hub import EvalResult
-
-    results = []
-    if score is not None and math.isfinite(score):
-        results.append(
-            EvalResult(
-                task_type="sentence-similarity",
-                task_name="Semantic Textual Similarity",
-                dataset_type=dev.hub_type,
-                dataset_name=dev.hub_name,
-                dataset_split="validation",
-                metric_type=f"{dev.metric.lower()}_cosine",
-                metric_name=f"{dev.metric} (cosine) x 100",
-                metric_value=round(float(score), 2),
-            )
-        )
-    results += evaluation_results(evaluation)
-    return results
-
-
-def evaluation_results(evaluation: Mapping[str, Any] | None) -> list[Any]:
-    """``cselab evaluate`` output as Hub ``EvalResult``s (STS Spearman and transfer accuracy ×100)."""
-    from huggingface_hub import EvalResult
-
-    if not evaluation:
-        return []
-    mode = evaluation.get("mode", "test")
-    split = "validation" if mode == "dev" else "test"
-    results = []
-    table = headline(evaluation)
-    groups = (
-        (STS_COLUMNS, "sts", "sentence-similarity", "Semantic Textual Similarity",
-         "spearman_cosine", "Spearman (cosine) x 100"),
-        (TRANSFER_COLUMNS, "transfer", "text-classification",
-         "SentEval transfer (logistic regression)", "accuracy", "Accuracy x 100"),
-    )  # fmt: skip
-    for columns, group, task_type, task_name, metric, metric_name in groups:
-        for task, label in columns:
-            value = table.get(group, {}).get(label)
-            if value is None:
-                continue
-            results.append(
-                EvalResult(
-                    task_type=task_type,
-                    task_name=task_name,
-                    dataset_type=task.lower(),
-                    dataset_name=f"{task} (SentEval)",
-                    dataset_split=split,
-                    metric_type=metric,
-                    metric_name=metric_name,
-                    metric_value=value,
-                )
-            )
-    return results
-
-
-def _merge_eval_results(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
-    """``old`` with every result of ``new`` replacing the one for the same dataset/split/metric."""
-
-    def key(r: Any) -> tuple:
-        return (r.dataset_type, r.dataset_split, r.metric_type)
-
-    fresh = {key(r) for r in new}
-    return [r for r in old if key(r) not in fresh] + list(new)
-
-
-# --------------------------------------------------------------------------------------- prose
-def _usage(model_id: str, config: Config) -> str:
-    """Snippets that run as written (tested by executing them against a saved model)."""
-    kind = inference_pooler_name(config.model.pooler, config.model.mlp_only_train)
-    st = f'''```python
-model_id = "{model_id}"
-from sentence_transformers import SentenceTransformer
-
-model = SentenceTransformer(model_id)
-sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
-embeddings = model.encode(sentences)
-print(embeddings.shape, model.similarity(embeddings, embeddings))
-```'''
-    if kind in ("cls", "cls_before_pooler"):
-        pool = "vectors = out.last_hidden_state[:, 0]  # the [CLS] token"
-        if kind == "cls":
-            pool += (
-                "\n# the MLP head trained with the model: tanh(W h + b)\n"
-                "from pathlib import Path\n"
-                "from huggingface_hub import snapshot_download\n"
-                "from safetensors.torch import load_file\n\n"
-                "folder = model_id if Path(model_id).is_dir() else snapshot_download(model_id)\n"
-                'head = load_file(f"{folder}/2_Dense/model.safetensors")\n'
-                'vectors = torch.tanh(vectors @ head["linear.weight"].T + head["linear.bias"])'
-            )
+    data = config.data
+    cache = Path(data.cache_dir) if data.cache_dir else cache_root()
+    path = resolve_train_file(data.train_file, str(cache / "data"), download=False)
+    if is_pairs_source(path, data.format):
+        named = data.columns.negative
+        implied = data.format == "sick" or config.objective.hard_negative_weight != 0
+        negatives = len(named) if named is not None else int(implied)
+        kind = DataKind(pairs=True, negatives=negatives)
     else:
-        layers = {
-            "avg": "out.last_hidden_state",
-            "avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
-            "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2",
-        }[kind]
-        pool = (
-            f"hidden = {layers}\n"
-            'mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)\n'
-            "vectors = (hidden * mask).sum(1) / mask.sum(1)  # mean over real tokens"
-        )
-    hidden = ", output_hidden_states=True" if kind in ("avg_top2", "avg_first_last") else ""
-    hf = f'''```python
-model_id = "{model_id}"
-import torch
-from transformers import AutoModel, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained(model_id)
-model = AutoModel.from_pretrained(model_id).eval()
-sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
-batch = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")
-with torch.no_grad():
-    out = model(**batch{hidden})
-{pool}
-cosine = torch.nn.functional.normalize(vectors, dim=-1) @ torch.nn.functional.normalize(vectors, dim=-1).T
-print(vectors.shape, cosine)
-```'''
-    cs = f'''```python
-model_id = "{model_id}"
-import cselab
-
-model = cselab.load(model_id)
-vectors = model.encode(["A man is playing a guitar.", "Someone is playing music."])
-print(vectors.shape)
-```'''
-    return (
-        f"With sentence-transformers (pooling `{kind}`, as trained):\n\n{st}\n\n"
-        f"With `transformers` only:\n\n{hf}\n\n"
-        f"With cselab:\n\n{cs}"
-    )
+        kind = DataKind()
+    sha = file_sha256(path) if path.is_file() else None
+    return TrainingData(path, kind, rows, sha)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -469,27 +158,12 @@ def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
     return f"{EVAL_START}\n## Evaluation\n\n{body}\n{EVAL_END}"
 
 
-def _data_section(config: Config, sentences: int | None) -> str:
+def _data_section(config: Config, data: TrainingData) -> str:
     """The training file, its size (sentences, or pairs for pairs data) and SHA-256."""
-    from huggingface_hub import try_to_load_from_cache
-
-    from ..model.hub import DOWNLOADS, SIMCSE_DATA_REPO, cache_root
-
     name = config.data.train_file
-    if name in DOWNLOADS and not Path(name).expanduser().exists():
-        # Where resolve_train_file finds it (an earlier version's copy, else the shared Hugging
-        # Face cache); a card never downloads the corpus.
-        cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-        path = cache / "data" / DOWNLOADS[name]
-        if not path.is_file():
-            hit = try_to_load_from_cache(SIMCSE_DATA_REPO, DOWNLOADS[name], repo_type="dataset")
-            path = Path(hit) if isinstance(hit, str) else path
-    else:
-        path = Path(name).expanduser()
-    rows = [("file", f"`{path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]
-    count = "pairs" if config.data.pairs else "sentences"
-    rows.append((count, f"{sentences:,}" if sentences is not None else "–"))
-    rows.append(("SHA-256", f"`{file_sha256(path)}`" if path.is_file() else "– (file not on disk)"))
+    rows = [("file", f"`{data.path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]
+    rows.append((data.kind.unit, f"{data.rows:,}" if data.rows is not None else "–"))
+    rows.append(("SHA-256", f"`{data.sha256}`" if data.sha256 else "– (file not on disk)"))
     return markdown_table(["", ""], rows)
 
 
@@ -518,19 +192,12 @@ def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
     )
 
 
-def _hardware_section(config: Config, results: Mapping[str, Any] | None) -> str:
-    if not results:
-        return "Training was still running when this folder was saved (the final card adds times)."
-    device = str(results.get("device", config.train.device))
-    rows = [
-        ("hardware", hardware_description(device)),
-        ("processes", results.get("world_size", 1)),
-        ("precision", results.get("precision", config.train.precision)),
-        ("wall time", f"{results['wall_time_s']:,.1f} s" if results.get("wall_time_s") else "–"),
-        ("training time", f"{results['train_time_s']:,.1f} s" if results.get("train_time_s") else "–"),
-        ("throughput", f"{results['sentences_per_s']:.0f} sentences/s" if results.get("sentences_per_s") else "–"),
-    ]  # fmt: skip
-    return markdown_table(["", ""], rows)
+def _citations(cfg: ObjectiveConfig, data: TrainingData) -> tuple[list[str], list[str], str]:
+    """The objective's Hub tags, its description and the BibTeX of its papers: asked of the
+    objective built for this data."""
+    objective = build_objective(cfg, data.kind)
+    bib = "\n\n".join(p.bibtex for p in objective_papers(objective))
+    return objective_tags(objective), describe_objective(objective, data.kind), bib
 
 
 # ------------------------------------------------------------------------------------- the API
@@ -538,11 +205,11 @@ def write_model_card(
     folder: str | Path,
     config: Config,
     *,
+    data: TrainingData | None = None,
     results: Mapping[str, Any] | None = None,
     metrics_csv: str | Path | None = None,
     selection_score: float | None = None,
     step: int | None = None,
-    sentences: int | None = None,
     evaluation: Mapping[str, Any] | None = None,
     model_id: str | None = None,
 ) -> Path:
@@ -551,14 +218,15 @@ def write_model_card(
     Args:
         folder: a saved model folder (``best/``, ``last/``).
         config: the run's resolved config.
+        data: what the run trained on (file, kind, rows, SHA-256), as its data layer read it;
+            ``None``: described from the config (:func:`data_of_config`, no row count).
         results: the run's ``results.json`` (adds steps, hardware and times).
         metrics_csv: the run's ``metrics.csv`` (the dev-score curve).
-        selection_score: this model's model-selection score ×100, the one :func:`dev_score` names
-            (STS-B dev Spearman unless ``eval.dev``/``eval.dev_metric`` say otherwise; the
-            keyword keeps its first name); ``None``: read at ``step`` from ``metrics_csv``.
+        selection_score: this model's model-selection score ×100, the one
+            :func:`~.hub_metadata.dev_score` names (STS-B dev Spearman unless
+            ``eval.dev``/``eval.dev_metric`` say otherwise; the keyword keeps its first name);
+            ``None``: read at ``step`` from ``metrics_csv``.
         step: the training step of this model (for the text and the look-up above).
-        sentences: the number of training sentences (the corpus as read, blank lines skipped),
-            or of pairs for pairs data.
         evaluation: ``cselab evaluate`` output to include (tables and ``model-index``).
         model_id: the name the usage snippets load; default ``config.train.push_to_hub`` when set,
             else the folder's absolute path (:func:`set_model_id` rewrites it on push).
@@ -566,11 +234,12 @@ def write_model_card(
     Returns:
         The path of the card.
     """
-    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     out = Path(folder)
+    data = data or data_of_config(config)
     rows = read_metrics(metrics_csv)
-    dev = dev_score(config)
+    dev = dev_score(config.eval)
     if selection_score is None and step is not None:
         selection_score = next(
             (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
@@ -579,23 +248,9 @@ def write_model_card(
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
     as_path = Path(model_id)
     name = f"{as_path.parent.name}-{as_path.name}" if as_path.is_absolute() else model_id
-    cfg = config.objective
-    card_data = ModelCardData(
-        library_name="sentence-transformers",
-        pipeline_tag="sentence-similarity",
-        tags=[
-            "sentence-transformers",
-            "sentence-similarity",
-            "feature-extraction",
-            "cselab",
-            *objective_tags(cfg),
-        ],  # fmt: skip
-        base_model=config.model.name_or_path
-        if not Path(config.model.name_or_path).is_dir()
-        else None,
-        license=base_model_license(config.model.name_or_path),
-        model_name=name,
-        eval_results=_eval_results(selection_score, dev, evaluation) or None,
+    tags, objective, bib = _citations(config.objective, data)
+    card_data = front_matter(
+        name, config.model, tags, eval_results(selection_score, dev, evaluation)
     )
     curve = dev_curve(rows, dev.name)
     curve_md = (
@@ -613,13 +268,11 @@ def write_model_card(
         else ""
     )
     dev_title = dev.dataset[0].upper() + dev.dataset[1:]
-    pairs = config.data.pairs
     how = (
         "by supervised contrastive learning on given sentence pairs"
-        if pairs
+        if data.kind.pairs
         else "by unsupervised contrastive learning on raw sentences"
     )
-    bib = "\n\n".join(BIBTEX[k] for k in objective_papers(cfg))
     text = f"""
 # {name}
 
@@ -629,15 +282,15 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Objective
 
-{chr(10).join(describe_objective(cfg, pairs))}
+{chr(10).join(objective)}
 
 ## Usage
 
-{_usage(model_id, config)}
+{usage_snippets(model_id, config.model)}
 
 ## Training data
 
-{_data_section(config, sentences)}
+{_data_section(config, data)}
 
 ## Hyperparameters
 
@@ -649,7 +302,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Hardware and time
 
-{_hardware_section(config, results)}
+{hardware_section(results, config.train.device, config.train.precision)}
 
 {evaluation_section(evaluation)}
 
@@ -695,7 +348,7 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
     card = ModelCard.load(path)
     new = evaluation_results(evaluation)
     if new:
-        card.data.eval_results = _merge_eval_results(card.data.eval_results or [], new)
+        card.data.eval_results = merge_eval_results(card.data.eval_results or [], new)
         card.data.model_name = card.data.model_name or out.name
     section = evaluation_section(evaluation)
     if EVAL_START in card.text and EVAL_END in card.text:
@@ -708,13 +361,18 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
     return path
 
 
+def with_model_id(card_text: str, model_id: str) -> str:
+    """``card_text`` with its usage snippets loading ``model_id`` (e.g. the Hub repo)."""
+    return MODEL_ID_LINE.sub(f'model_id = "{model_id}"', card_text)
+
+
 def set_model_id(folder: str | Path, model_id: str) -> bool:
     """Point the card's usage snippets at ``model_id`` (e.g. the Hub repo); ``False``: no card."""
     path = Path(folder) / CARD_FILE
     if not path.is_file():
         return False
     text = path.read_text(encoding="utf-8")
-    path.write_text(MODEL_ID_LINE.sub(f'model_id = "{model_id}"', text), encoding="utf-8")
+    path.write_text(with_model_id(text, model_id), encoding="utf-8")
     return True
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core.errors import SearchIndexError  # noqa: F401 - re-exported
 from ..io.files import file_digest, write_json_atomic  # the corpus digest is training's
+from ..io.readers import Lines, reraise_as
 from ..model.similarity import normalize_rows
 
 log = logging.getLogger(__name__)
@@ -57,36 +58,123 @@ DEFAULT_CHUNK = 8192
 EXACT_BLOCK_ROWS = 1 << 16
 
 
+# ---------------------------------------------------------------------------------- metadata
+def _whole(minimum: int) -> tuple[str, Callable[[Any], bool]]:
+    return (
+        f"a whole number >= {minimum}",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum,
+    )
+
+
+def _text_or_null(what: str) -> tuple[str, Callable[[Any], bool]]:
+    return f"{what} or null", lambda v: v is None or isinstance(v, str)
+
+
+def _ann_settings(value: Any) -> bool:
+    """``{"hnsw"|"ivf": {setting: whole number >= 1}}``, as :meth:`Index.build_ann` writes."""
+    return isinstance(value, dict) and all(
+        backend in BUILD_BACKENDS[1:]
+        and isinstance(params, dict)
+        and all(_whole(1)[1](v) for v in params.values())
+        for backend, params in value.items()
+    )
+
+
+#: What opening and searching read from ``index.json``: key -> (what it must be, the check).
+#: ``format`` is checked first, on its own (another format may have other keys).
+META_REQUIRED: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "model": _text_or_null("a model name or path"),
+    "pooler": ("a pooler name", lambda v: isinstance(v, str)),
+    "dim": _whole(1),
+    "count": _whole(0),
+    "chunk_size": _whole(1),
+}
+#: Keys written by every build but only compared (resuming) or shown: checked when present.
+META_OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "corpus": _text_or_null("a file path"),
+    "corpus_sha256": _text_or_null("a SHA-256 digest"),
+    "lines": _whole(0),
+    "normalized": ("true or false", lambda v: isinstance(v, bool)),
+    "ann": ("a mapping of hnsw/ivf to their whole-number settings", _ann_settings),
+}
+
+
+def _shown(value: Any) -> str:
+    """A value in a one-line message: its ``repr``, cut short (``repr`` escapes newlines)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_meta(file: str | Path) -> dict[str, Any]:
+    """The contents of an ``index.json``, checked key by key.
+
+    Raises:
+        SearchIndexError: one line naming the file and the first key that is missing or has a
+            value of the wrong kind (or saying that the file is not JSON, or not an object).
+    """
+    file = Path(file)
+    try:
+        meta = json.loads(file.read_bytes())
+    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise SearchIndexError(f"{file}: not valid JSON ({reason})") from None
+    except OSError as err:
+        raise SearchIndexError(f"{file}: cannot be read ({err.strerror or err})") from None
+    if not isinstance(meta, dict):
+        raise SearchIndexError(
+            f"{file}: not an index description (a JSON object was expected, not "
+            f"{type(meta).__name__})"
+        )
+    found = meta.get("format")
+    if type(found) is not int or found != INDEX_FORMAT:  # True == 1 and 1.0 == 1 in Python
+        raise SearchIndexError(
+            f"{file}: index format {_shown(found)}, this cselab reads {INDEX_FORMAT}"
+        )
+    for key, (what, ok) in META_REQUIRED.items():
+        if key not in meta:
+            raise SearchIndexError(f"{file}: key {key!r} is missing")
+        if not ok(meta[key]):
+            raise SearchIndexError(f"{file}: key {key!r} must be {what}, not {_shown(meta[key])}")
+    from ..model.pooling import POOLERS  # lazily: the pooling module imports torch
+
+    if meta["pooler"] not in POOLERS:
+        raise SearchIndexError(
+            f"{file}: key 'pooler' must be one of {', '.join(POOLERS)}, not {_shown(meta['pooler'])}"
+        )
+    for key, (what, ok) in META_OPTIONAL.items():
+        if key in meta and not ok(meta[key]):
+            raise SearchIndexError(f"{file}: key {key!r} must be {what}, not {_shown(meta[key])}")
+    return meta
+
+
 # ------------------------------------------------------------------------------------ corpus
 def read_lines(path: str | Path, what: str = "corpus file") -> tuple[list[str], list[int]]:
-    """The non-blank lines of a UTF-8 file and their 1-based line numbers.
+    """The non-blank lines of a UTF-8 file and their 1-based line numbers, by the plain-line
+    rule of :class:`cselab.io.readers.Lines` (as training and ``cselab encode`` read).
 
-    Only ``\\n`` ends a line (a ``\\r`` before it is dropped), as ``cselab encode`` reads: a
-    U+2028 inside a line does not split it, so line numbers match what editors and ``sed -n``
-    show. Blank lines are skipped (nothing to find), but numbering counts them.
+    Only ``\\n`` ends a line (a ``\\r`` before it is dropped): a U+2028 inside a line does not
+    split it, so line numbers match what editors and ``sed -n`` show. Blank lines are skipped
+    (nothing to find), but numbering counts them.
     """
     p = Path(path)
-    if not p.is_file():
-        raise SearchIndexError(f"{p}: {what} not found")
     texts: list[str] = []
     numbers: list[int] = []
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise SearchIndexError(
-                    f"{p}:{lineno}: invalid UTF-8 at byte {err.start} of the line"
-                ) from None
-            text = text.removesuffix("\n").removesuffix("\r")
-            if lineno == 1:
-                text = text.removeprefix("\ufeff")
-            if text.strip():
-                texts.append(text)
-                numbers.append(lineno)
+    with reraise_as(SearchIndexError):
+        for lineno, text in Lines(p, what=what):
+            texts.append(text)
+            numbers.append(lineno)
     if not texts:
         raise SearchIndexError(f"{p}: {what} has no non-blank line")
     return texts, numbers
+
+
+def check_queries(queries: Sequence[str]) -> None:
+    """Refuse a blank query (empty or only whitespace): it has no meaning to search for, and
+    blank lines are refused everywhere else (corpus files, query files)."""
+    for i, query in enumerate(queries, start=1):
+        if not query.strip():
+            which = "the query" if len(queries) == 1 else f"query {i} of {len(queries)}"
+            raise SearchIndexError(f"{which} is blank; give some text to search for")
 
 
 # ----------------------------------------------------------------------------------- results
@@ -219,15 +307,7 @@ class Index:
         meta_file = self.path / META_FILE
         if not meta_file.is_file():
             raise SearchIndexError(f"{self.path}: not a cselab index (no {META_FILE})")
-        try:
-            self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise SearchIndexError(f"{meta_file}: not valid JSON ({err})") from None
-        if self.meta.get("format") != INDEX_FORMAT:
-            raise SearchIndexError(
-                f"{meta_file}: index format {self.meta.get('format')!r}, this cselab reads "
-                f"{INDEX_FORMAT}"
-            )
+        self.meta = read_meta(meta_file)
         done, total = _progress(self.path, self.meta)
         if done < total:
             raise SearchIndexError(
@@ -287,6 +367,10 @@ class Index:
         corpus = Path(corpus)
         if not corpus.is_file():
             raise SearchIndexError(f"{corpus}: corpus file not found")
+        if out.exists() and not out.is_dir():  # before the model loads
+            raise SearchIndexError(
+                f"{out}: exists and is not a folder (an index is a folder); choose another output"
+            )
         encoder = model if not isinstance(model, str | os.PathLike) else None
         # A loaded encoder is recorded by its source (None: queries then need model=...).
         model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
@@ -484,6 +568,7 @@ class Index:
         texts = [queries] if single else list(queries)
         if not texts:
             return []
+        check_queries(texts)
         vectors = self.encoder.encode(texts, batch_size=batch_size, normalize=True)
         scores, rows = self.search_vectors(vectors, k, backend=backend, **kwargs)
         hits = [
@@ -513,9 +598,9 @@ def _progress(path: Path, meta: dict) -> tuple[int, int]:
 
 def _check_resumable(out: Path, want: dict) -> dict:
     try:
-        meta = json.loads((out / META_FILE).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise SearchIndexError(f"{out / META_FILE}: not valid JSON ({err})") from None
+        meta = read_meta(out / META_FILE)
+    except SearchIndexError as err:
+        raise SearchIndexError(f"{err}; pass --overwrite (overwrite=True) to start over") from None
     for key, value in want.items():
         if meta.get(key) != value:
             raise SearchIndexError(

@@ -9,7 +9,11 @@ A :class:`Callback` is told what the trainer did, with the numbers it logged:
   :func:`cselab.evaluation.custom.dev_score_name`), and ``align``/``uniform`` when the evaluator
   reports them;
 - ``on_save(step, path)``: a resumable checkpoint was written to ``path``;
-- ``on_end(results)``: training finished; ``results`` is what ``results.json`` holds.
+- ``on_model_save(model)``: a model folder (``best/``, ``last/``) is being written; add files
+  to ``model.folder`` (the model card: :class:`cselab.publish.callbacks.ModelCardCallback`). At
+  the end of training it is called once more for ``best/`` and ``last/`` with the run's results;
+- ``on_end(results)``: training finished; ``results`` is what ``results.json`` holds (the Hub
+  upload of ``train.push_to_hub`` is :class:`cselab.publish.callbacks.PushCallback`).
 
 Callbacks run on the main process only. The loggers (TensorBoard, Weights & Biases, MLflow) are
 callbacks whose failures do not stop training: the first error of a logger is logged once as a
@@ -30,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,30 @@ def split_row(row: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A metrics row as ``(training metrics, evaluation metrics)`` (``step`` in neither)."""
     train = {k: v for k, v in row.items() if k != "step" and k not in EVAL_COLUMNS}
     return train, {k: row[k] for k in EVAL_COLUMNS if k in row}
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    """A model folder the trainer writes, as :meth:`Callback.on_model_save` is told of it.
+
+    Attributes:
+        folder: where to add files: the folder being written (published when the hooks
+            return), or at the end of training the published ``best/`` or ``last/``.
+        step: the training step of the model.
+        metrics: the run's ``metrics.csv`` (the dev scores so far).
+        selection_score: the model-selection score of the model when it was just found the
+            best; ``None``: look it up at ``step`` in ``metrics``.
+        model_id: the folder's final path while training; ``None`` at the end (the card then
+            names the Hub repo of ``train.push_to_hub`` when there is one).
+        results: ``results.json`` at the end of training, else ``None``.
+    """
+
+    folder: Path
+    step: int
+    metrics: Path
+    selection_score: float | None = None
+    model_id: str | None = None
+    results: Mapping[str, Any] | None = None
 
 
 class Callback:
@@ -60,6 +89,9 @@ class Callback:
 
     def on_save(self, step: int, path: Path) -> None:
         """A resumable checkpoint of ``step`` was written to ``path``."""
+
+    def on_model_save(self, model: SavedModel) -> None:
+        """A model folder is being written (or, at the end, completed with the results)."""
 
     def on_end(self, results: Mapping[str, Any]) -> None:
         """Training finished with ``results`` (the content of ``results.json``)."""
@@ -95,6 +127,9 @@ class CallbackList:
 
     def on_save(self, step: int, path: Path) -> None:
         self._call("on_save", step, path)
+
+    def on_model_save(self, model: SavedModel) -> None:
+        self._call("on_model_save", model)
 
     def on_end(self, results: Mapping[str, Any]) -> None:
         self._call("on_end", results)

@@ -1,9 +1,12 @@
 """From a config to a trained model: :func:`build_trainer` assembles, :func:`train` runs.
 
-The composition root of training: it validates the config, builds the objective, starts the
-distributed group, checks the output folder (:mod:`.rundir`) before any heavy work, loads the
-model and the tokenised corpus, seeds the streams (:mod:`.rng`) and hands everything to the
-:class:`~cselab.training.trainer.Trainer`.
+The composition root of training: it validates the config, starts the distributed group, checks
+the output folder (:mod:`.rundir`) before any heavy work, opens the training data once (its kind
+decided there: :class:`~cselab.data.source.TrainingSource`), builds the objective for that kind,
+loads the model, tokenises, seeds the streams (:mod:`.rng`) and hands everything to the
+:class:`~cselab.training.trainer.Trainer`, with the callbacks that write what leaves the run: the
+model card of every saved folder and the Hub upload (:mod:`cselab.publish.callbacks`). It is the
+one module of training that may import :mod:`cselab.publish` (``tests/test_layout.py``).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
-from ..data import tokenize_corpus
-from ..data.pairs import TokenizedPairs, load_pairs, source_digest
-from ..io.files import file_digest
+from ..core.errors import ConfigError
+from ..data.pairs import source_digest
+from ..data.source import TrainingSource
+from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective
+from ..publish.callbacks import ModelCardCallback, PushCallback
 from . import rundir
 from .callbacks import Callback
 from .distributed import init_distributed, main_process_first, shutdown_distributed
@@ -34,53 +39,43 @@ log = logging.getLogger("cselab")
 
 def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer:
     """Everything :func:`train` sets up, without running the loop."""
-    objective = build_objective(config.objective)
+    tc = config.train
+    config.objective.validate()  # a config built in Python fails before any work
     dist_info = init_distributed(
-        "cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu"
+        "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
     )
-    seed_everything(config.train.seed)
+    if tc.batch_size % dist_info.world_size:  # every rank takes an equal slice of each batch
+        raise ConfigError(
+            f"train.batch_size={tc.batch_size} must be divisible by the {dist_info.world_size} "
+            "ranks"
+        )
+    seed_everything(tc.seed)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     # Rank 0 downloads and writes the token cache first; the other ranks then read it.
     with main_process_first(dist_info):
         train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
         if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
-            tc = config.train
-            digest = source_digest if config.data.pairs else file_digest
             rundir.prepare_output_dir(
-                Path(tc.output_dir), config.to_dict(), lambda: digest(train_file),
+                Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),
                 tc.resume, tc.overwrite,
             )  # fmt: skip
-        evaluator = make_dev_evaluator(config)  # a bad dev file fails before tokenising
-        if config.data.pairs:  # read before the model loads: a bad row fails fast
-            records = load_pairs(train_file, config.data.format, config.data.columns)
+        evaluator = make_dev_evaluator(config.eval, tc.eval_steps)  # a bad dev file fails early
+        # Its kind is decided here, once; a pairs file's columns are checked before the model.
+        source = TrainingSource(train_file, config.data)
+        objective = build_objective(config.objective, source.kind)
         encoder = SentenceEncoder.from_config(config.model)
-        if config.data.pairs:  # tokenised in memory (cselab.pairs)
-            corpus = TokenizedPairs.build(records, encoder.tokenizer, config.model.max_seq_len)
-            objective = build_objective(
-                config.objective, pairs=True, hard_negatives=corpus.num_negatives > 0
-            )
-            data_digest = source_digest(train_file)
-        else:
-            corpus, stats = tokenize_corpus(
-                train_file,
-                encoder.tokenizer,
-                config.model.max_seq_len,
-                errors=config.data.encoding_errors,
-                cache_dir=cache / "tokens",
-            )
-            data_digest = stats.content_sha256
-    if dist_info.is_main and config.data.pairs:
-        log.info("pairs %s: %d rows, %d hard negatives each", train_file, len(corpus),
-                 corpus.num_negatives)  # fmt: skip
-    elif dist_info.is_main:
-        log.info(
-            "corpus %s: %d sentences (%d blank lines skipped, %d lines with replaced bytes)",
-            stats.path, stats.sentences, stats.blank_lines, stats.replaced_lines,
-        )  # fmt: skip
+        corpus, data = source.tokenize(
+            encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
+        )
+    if dist_info.is_main:
+        log.info("%s", source.summary())
     # Re-seed after model construction so that dropout does not depend on how many random numbers
     # building the model consumed (the data order and generated negatives have their own
     # generators). Each rank gets its own dropout stream.
-    seed_everything(dropout_seed(config.train.seed, dist_info.rank))
+    seed_everything(dropout_seed(tc.seed, dist_info.rank))
+    models_out: list[Callback] = [ModelCardCallback(config, data)]
+    if tc.push_to_hub:
+        models_out.append(PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub))
     return Trainer(
         config,
         encoder,
@@ -88,8 +83,9 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
         corpus,
         evaluator,
         dist_info,
-        data_digest=data_digest,
-        callbacks=callbacks,
+        data_digest=data.sha256,
+        callbacks=[*models_out, *callbacks],
+        kind=source.kind,
     )
 
 

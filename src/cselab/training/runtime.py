@@ -9,6 +9,7 @@ import sys
 
 import torch
 
+from ..config import check_precision
 from ..core.schema import ConfigError
 from .distributed import DistInfo
 
@@ -33,10 +34,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return None
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError(
-            f"train.precision=fp16 needs a CUDA GPU, not {device.type}; use bf16 or fp32"
-        )
+    check_precision(precision, device.type)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         log.warning(
             "train.precision=bf16 on a CPU without native bf16 matrix products (no AVX512-BF16/AMX): "
@@ -44,6 +42,15 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             "fp32; prefer train.precision=fp32 on this machine"
         )
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+#: ``train.precision`` of each autocast dtype (``None``: full fp32).
+PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def precision_name(amp_dtype: torch.dtype | None) -> str:
+    """The precision a run really trains in (``auto`` resolved): ``fp32``, ``bf16`` or ``fp16``."""
+    return PRECISION_NAMES[amp_dtype]
 
 
 def cpu_has_native_bf16() -> bool:

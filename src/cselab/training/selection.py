@@ -13,23 +13,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import EvalConfig
 from ..model.encoder import SentenceEncoder
 from .distributed import barrier
 
 Evaluator = Callable[[SentenceEncoder], float | Mapping[str, float]]
 
 
-def make_dev_evaluator(config: Config) -> Evaluator | None:
-    """The ``eval.dev`` score ×100 (cosine, no training) for model selection, or ``None``.
+def make_dev_evaluator(ec: EvalConfig, eval_steps: int) -> Evaluator | None:
+    """The ``eval.dev`` score ×100 (cosine, no training) for model selection, or ``None`` (no
+    evaluation: ``eval.enabled`` off or ``train.eval_steps`` 0).
 
     A dev file is read and validated here, so a bad one fails before training starts.
     """
-    if not (config.eval.enabled and config.train.eval_steps):
+    if not (ec.enabled and eval_steps):
         return None
     from ..evaluation.custom import dev_evaluator
 
-    ec = config.eval
     return dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
 
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..core.datakind import SENTENCES, DataKind
 from ..objectives import LossTerms, Objective, ObjectiveContext
 from .rng import objective_seed
-from .views import compute_views
+from .views import check_views, compute_views
 
 
 @dataclass
@@ -61,6 +62,8 @@ class Task:
             each step. ``None``: the generator is left as the caller set it.
         amp_dtype: autocast dtype of the encoder passes (``None``: full precision). The
             objective runs outside autocast and upcasts half-precision views itself.
+        kind: the kind of the training data (default: sentences), as the data layer decided it;
+            the views the objective asks for are checked against it once, here.
     """
 
     def __init__(
@@ -71,7 +74,10 @@ class Task:
         *,
         seed: int | None = None,
         amp_dtype: torch.dtype | None = None,
+        kind: DataKind = SENTENCES,
     ) -> None:
+        check_views(objective.required_views, kind)
+        self.kind = kind
         self.encoder = encoder
         self.objective = objective
         self.ctx = ctx or ObjectiveContext()
@@ -88,7 +94,7 @@ class Task:
     def encode(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """The views the objective asks for, of ``inputs`` (all rows, or one GradCache chunk)."""
         with self.autocast():
-            return compute_views(self.encoder, inputs, self.objective.required_views)
+            return compute_views(self.encoder, inputs, self.objective.required_views, self.kind)
 
     def losses(self, views: Mapping[str, Tensor], step: int) -> LossTerms:
         """The objective's named terms for the views of step ``step``."""

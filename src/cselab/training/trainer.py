@@ -3,7 +3,9 @@
 The trainer knows nothing about objectives (a :class:`~cselab.training.task.Task` turns a batch
 into named loss terms) and delegates everything around the loop to a module of its own: the
 optimiser (:mod:`.optim`), model selection (:mod:`.selection`), checkpoints and RNG streams
-(:mod:`.checkpoint`, :mod:`.rng`) and the logs (:mod:`.metrics`).
+(:mod:`.checkpoint`, :mod:`.rng`) and the logs (:mod:`.metrics`). What leaves the run (the model
+card of every saved folder, the Hub upload) is written by callbacks
+(:meth:`~.callbacks.Callback.on_model_save`, :meth:`~.callbacks.Callback.on_end`), never here.
 :func:`cselab.training.run.build_trainer` assembles a trainer from a config.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from ..config import Config, save_config
+from ..core.datakind import SENTENCES, DataKind
 from ..data import (
     BatchOrder,
     TokenizedCorpus,
@@ -30,9 +33,7 @@ from ..data import (
 from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
-from ..publish.card import write_model_card
-from ..publish.push import push_folder
-from .callbacks import Callback, CallbackList, report_callbacks, split_row
+from .callbacks import Callback, CallbackList, SavedModel, report_callbacks, split_row
 from .checkpoint import (
     CHECKPOINT_FILE,
     load_checkpoint,
@@ -52,7 +53,7 @@ from .gradcache import VERIFY_ENV, cached_forward_backward
 from .metrics import LossWindow, MetricsLog, Progress, write_results
 from .optim import Optimization
 from .rng import RNGState, dropout_seed, seed_everything
-from .runtime import autocast_dtype, pick_device, retain_freed_memory
+from .runtime import autocast_dtype, pick_device, precision_name, retain_freed_memory
 from .selection import Evaluator, ModelSelection
 from .task import Batch, Task
 
@@ -66,13 +67,17 @@ class Trainer:
         config: the run configuration (saved with every checkpoint and model folder).
         encoder: the model being trained.
         objective: any :class:`~cselab.objectives.Objective`.
-        corpus: tokenised training sentences, or pairs (:class:`~cselab.pairs.TokenizedPairs`).
+        corpus: tokenised training sentences, or pairs
+            (:class:`~cselab.data.pairs.TokenizedPairs`).
         evaluator: ``encoder -> dev score`` (higher is better) for model selection, or ``None``.
         dist_info: this process's place in a distributed run.
         data_digest: SHA-256 of the training file, kept in checkpoints to refuse resuming on
             other data.
         callbacks: :class:`~cselab.training.callbacks.Callback` objects (main process only),
             called after the loggers of ``train.report_to``.
+        kind: what ``corpus`` holds (sentences, or pairs with ``K`` hard negatives), as the data
+            layer decided it when it opened the file (default: sentences); handed to the task's
+            views.
     """
 
     def __init__(
@@ -85,9 +90,12 @@ class Trainer:
         dist_info: DistInfo | None = None,
         data_digest: str | None = None,
         callbacks: Sequence[Callback] = (),
+        *,
+        kind: DataKind = SENTENCES,
     ) -> None:
         tc = config.train
         self.config, self.corpus, self.data_digest = config, corpus, data_digest
+        self.kind = kind
         self.dist = dist_info or DistInfo()
         loggers = report_callbacks(tc.report_to, tc.output_dir, config.to_dict())
         self.callbacks = CallbackList([*loggers, *callbacks] if self.dist.is_main else [])
@@ -109,8 +117,9 @@ class Trainer:
         )
         forward = torch.compile(self.encoder) if tc.compile else self.encoder
         self.task = Task(
-            forward, objective.to(self.device), ctx, seed=tc.seed, amp_dtype=self.amp_dtype
-        )
+            forward, objective.to(self.device), ctx, seed=tc.seed, amp_dtype=self.amp_dtype,
+            kind=kind,
+        )  # fmt: skip
         trainable = [p for p in self.encoder.parameters() if p.requires_grad]
         self.optim = Optimization(trainable, tc, self.total_steps, self.device, self.amp_dtype)
         self.selection = ModelSelection(
@@ -136,7 +145,7 @@ class Trainer:
             self.order.batch(epoch, index, self._order[1]), self.dist.rank, self.dist.world_size
         )
         pin = self.device.type == "cuda"
-        if isinstance(self.corpus, TokenizedPairs):
+        if self.kind.pairs:
             inputs = self.corpus.inputs(rows, self.pad_id)
         else:
             inputs = collate(self.corpus.rows(rows), self.pad_id)
@@ -163,17 +172,17 @@ class Trainer:
 
     # ----------------------------------------------------------------------- what a run keeps
     def save_model(self, name: str) -> Path:
-        """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder with
-        its model card)."""
+        """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder; the
+        callbacks' :meth:`~.callbacks.Callback.on_model_save` add the model card)."""
         final, sel = self.out / name, self.selection
         score = sel.best_score if name == "best" and sel.best_step == self.step else None
-        card = {"selection_score": score, "step": self.step, "model_id": str(final.resolve())}
-        return save_model_folder(self.encoder, self.config, final, lambda d: self._card(d, **card))
 
-    def _card(self, folder: Path, **facts: Any) -> None:
-        """The model card of ``folder`` (see :func:`cselab.card.write_model_card`)."""
-        write_model_card(folder, self.config, metrics_csv=self.out / "metrics.csv",
-                         sentences=len(self.corpus), **facts)  # fmt: skip
+        def describe(folder: Path) -> None:
+            self.callbacks.on_model_save(
+                SavedModel(folder, self.step, self.out / "metrics.csv", score, str(final.resolve()))
+            )
+
+        return save_model_folder(self.encoder, self.config, final, describe)
 
     def save_checkpoint(self) -> None:
         """Collective: every rank contributes its RNG state; rank 0 writes the file."""
@@ -314,15 +323,16 @@ class Trainer:
             "train_time_s": round(train_time, 2),
             "sentences_per_s": round(sentences / train_time, 2) if train_time else None,
             "device": str(self.device),
-            "precision": self.config.train.precision,
+            "precision": precision_name(self.amp_dtype),  # what ran: `auto` resolved
             "world_size": self.dist.world_size,
         }
         if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
             results["notes"] = notes
             log.warning("%s", "; ".join(notes))
         write_results(self.out, results)
+        metrics = self.out / "metrics.csv"
         for name, step in (("best", sel.best_step), ("last", self.step)):  # now with the times
-            self._card(self.out / name, results=results, step=step)
-        if self.config.train.push_to_hub:
-            push_folder(self.out / "best", self.config.train.push_to_hub)
+            self.callbacks.on_model_save(
+                SavedModel(self.out / name, step, metrics, results=results)
+            )
         return results

@@ -6,8 +6,9 @@ gets its own dropout mask and the two copies of a sentence are two dropout views
 dropout of the backbone switched off; the pooler stays in training mode, so a ``cls`` MLP head
 is applied as it is to the dropout views.
 
-Pairs (supervised SimCSE, Gao et al. 2021, Sec. 4; a batch with ``positive.*`` and optionally
-``negative.*`` columns, :mod:`cselab.pairs`): ``z1`` are the anchors, ``z2`` the given
+Pairs (supervised SimCSE, Gao et al. 2021, Sec. 4; the run's
+:class:`~cselab.core.datakind.DataKind` says so, and a batch has ``positive.*`` and, with hard
+negatives, ``negative.*`` columns, :mod:`cselab.data.pairs`): ``z1`` are the anchors, ``z2`` the given
 positives and ``neg`` the given hard negatives ``(B, K, D)``, all from one forward pass over the
 columns stacked (``2B + B·K`` rows, padded to the widest column), with dropout on as the paper
 trains. The off-dropout view is not defined for pairs (rejected by the objective's config).
@@ -20,32 +21,41 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from ..data.pairs import is_pair_batch, split_inputs, stack_rows
+from ..core.datakind import SENTENCES, DataKind
+from ..data.pairs import split_inputs, stack_rows
 from ..model.encoder import SentenceEncoder, dropout_disabled
 from ..objectives import VIEW_ANCHOR, VIEW_HARD_NEGATIVE, VIEW_OFF_DROPOUT, VIEW_POSITIVE
 
 KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE})
 
 
-def check_views(names: Iterable[str]) -> None:
-    unknown = set(names) - KNOWN_VIEWS
+def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
+    """That views ``names`` can be computed from data of ``kind`` (done once per task)."""
+    names = set(names)
+    unknown = names - KNOWN_VIEWS
     if unknown:
         raise ValueError(
             f"objective requires unknown views {sorted(unknown)}; known: {sorted(KNOWN_VIEWS)}"
         )
+    if VIEW_HARD_NEGATIVE in names and not kind.hard_negatives:
+        what = "the pairs have none" if kind.pairs else "the batch has no pairs"
+        raise ValueError(f"the objective asks for hard negatives, but {what}")
+    if VIEW_OFF_DROPOUT in names and kind.pairs:
+        raise ValueError("the off-dropout view is defined for sentences, not for given pairs")
 
 
 def compute_views(
-    encoder: SentenceEncoder, batch: Mapping[str, Tensor], names: Iterable[str]
+    encoder: SentenceEncoder,
+    batch: Mapping[str, Tensor],
+    names: Iterable[str],
+    kind: DataKind = SENTENCES,
 ) -> dict[str, Tensor]:
-    """Encode ``batch`` (``B`` rows of token ids) into the requested views, each ``(B, D)``
-    (``neg``: ``(B, K, D)``)."""
+    """Encode ``batch`` (``B`` rows of token ids of data of ``kind``) into the requested views,
+    each ``(B, D)`` (``neg``: ``(B, K, D)``)."""
     names = set(names)
-    check_views(names)
-    if is_pair_batch(batch):
+    check_views(names, kind)
+    if kind.pairs:
         return pair_views(encoder, batch, names)
-    if VIEW_HARD_NEGATIVE in names:
-        raise ValueError("the objective asks for hard negatives, but the batch has no pairs")
     n = batch["input_ids"].shape[0]
     doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
     both = encoder(**doubled)
@@ -59,16 +69,13 @@ def compute_views(
 def pair_views(
     encoder: SentenceEncoder, batch: Mapping[str, Tensor], names: set[str]
 ) -> dict[str, Tensor]:
-    """``z1`` (anchors), ``z2`` (positives) and, if asked for, ``neg`` of a pair batch."""
-    if VIEW_OFF_DROPOUT in names:
-        raise ValueError("the off-dropout view is defined for sentences, not for given pairs")
+    """``z1`` (anchors), ``z2`` (positives) and, if asked for, ``neg`` of a pair batch (the
+    views checked by :func:`check_views`)."""
     anchors, positives, negatives = split_inputs(dict(batch))
     n = anchors["input_ids"].shape[0]
     parts = [anchors, positives]
     k = 0
     if VIEW_HARD_NEGATIVE in names:
-        if not negatives:
-            raise ValueError("the objective asks for hard negatives, but the pairs have none")
         k = negatives["input_ids"].shape[1]
         parts.append({key: v.reshape(n * k, -1) for key, v in negatives.items()})
     out = encoder(**stack_rows(parts))

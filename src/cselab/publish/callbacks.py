@@ -1,0 +1,59 @@
+"""What leaves a training run, as training callbacks: the model card of every saved folder and
+the upload of ``best/`` to the Hub (``train.push_to_hub``).
+
+:func:`cselab.training.run.build_trainer` adds them to every run; the trainer itself knows
+nothing of cards or the Hub (it tells its callbacks when it writes a model folder and when it
+ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..data.source import TrainingData
+from ..training.callbacks import Callback, SavedModel
+from .card import write_model_card
+from .push import push_folder
+
+
+class ModelCardCallback(Callback):
+    """Writes the model card (``README.md``) into every model folder the trainer saves.
+
+    Args:
+        config: the run's config.
+        data: what the run trains on (file, kind, rows, SHA-256), from the data layer.
+    """
+
+    name = "model card"
+
+    def __init__(self, config: Config, data: TrainingData) -> None:
+        self.config = config
+        self.data = data
+
+    def on_model_save(self, model: SavedModel) -> None:
+        write_model_card(
+            model.folder,
+            self.config,
+            data=self.data,
+            results=model.results,
+            metrics_csv=model.metrics,
+            selection_score=model.selection_score,
+            step=model.step,
+            model_id=model.model_id,
+        )
+
+
+class PushCallback(Callback):
+    """Uploads ``folder`` (the run's ``best/``) to the Hub repo ``repo_id`` when training ends."""
+
+    name = "push to hub"
+
+    def __init__(self, folder: str | Path, repo_id: str) -> None:
+        self.folder = Path(folder)
+        self.repo_id = repo_id
+
+    def on_end(self, results: Mapping[str, Any]) -> None:
+        push_folder(self.folder, self.repo_id)

@@ -1,0 +1,46 @@
+"""The hardware a run trained on, in words, and the card's table of hardware and time."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..evaluation.report import markdown_table
+
+
+def hardware_description(device: str) -> str:
+    """The accelerator's name for CUDA devices, else the CPU model."""
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            index = torch.device(device).index or 0
+            return f"{torch.cuda.get_device_name(index)} ({device})"
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model} ({os.cpu_count()} logical CPUs)"
+
+
+def hardware_section(results: Mapping[str, Any] | None, device: str, precision: str) -> str:
+    """Hardware, processes, precision and times of a finished run (``results.json``); ``device``
+    and ``precision`` (the config's) stand in for what ``results`` does not say."""
+    if not results:
+        return "Training was still running when this folder was saved (the final card adds times)."
+    rows = [
+        ("hardware", hardware_description(str(results.get("device", device)))),
+        ("processes", results.get("world_size", 1)),
+        ("precision", results.get("precision", precision)),
+        ("wall time", f"{results['wall_time_s']:,.1f} s" if results.get("wall_time_s") else "–"),
+        ("training time", f"{results['train_time_s']:,.1f} s" if results.get("train_time_s") else "–"),
+        ("throughput", f"{results['sentences_per_s']:.0f} sentences/s" if results.get("sentences_per_s") else "–"),
+    ]  # fmt: skip
+    return markdown_table(["", ""], rows)

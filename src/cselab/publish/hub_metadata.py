@@ -1,0 +1,174 @@
+"""The model card's Hub metadata: the YAML front matter (``library_name``, tags, ``base_model``,
+``license``) and the ``model-index`` of evaluation results, through ``huggingface_hub``'s
+:class:`~huggingface_hub.ModelCardData` and :class:`~huggingface_hub.EvalResult`.
+
+The model-selection score is named as model selection computed it (:func:`dev_score`: ``eval.dev``
+and ``eval.dev_metric``); ``cselab evaluate`` results become one result per task
+(:func:`evaluation_results`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..config import EvalConfig
+from ..evaluation.custom import KIND, dev_score_name
+from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
+from ..model.config import ModelConfig
+
+#: The file name of a model card on the Hub (and in a model folder).
+CARD_FILE = "README.md"
+#: Tags of every cselab model; the objective's own follow (``objective_tags``).
+LIBRARY_TAGS = ("sentence-transformers", "sentence-similarity", "feature-extraction", "cselab")
+
+
+class DevScore(NamedTuple):
+    """How a card names the run's model-selection score (``eval.dev``, ``eval.dev_metric``)."""
+
+    #: its ``metrics.csv`` column: the name model selection logs it under
+    #: (:func:`~cselab.evaluation.custom.dev_score_name`)
+    name: str
+    #: the dev set in words: ``STS-B dev``, or ``dev set `<file>``` for your own pairs
+    dataset: str
+    #: the correlation: ``Spearman`` or ``Pearson``
+    metric: str
+    #: the dataset's type and name in the Hub's ``model-index``
+    hub_type: str
+    hub_name: str
+
+
+def dev_score(ec: EvalConfig) -> DevScore:
+    """The run's model-selection score, named from its ``eval`` section as model selection
+    names it."""
+    dev, metric = ec.dev, ec.dev_metric
+    name = dev_score_name(dev, metric)
+    if dev.lower() == "stsb":
+        return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")
+    file = Path(dev).name
+    return DevScore(name, f"dev set `{file}`", metric.capitalize(), KIND, f"{file} (own pairs)")
+
+
+def base_model_license(name_or_path: str) -> str | None:
+    """The ``license`` of the base model's own card, when that card is on disk (no network).
+
+    Looks in a local folder, the packaged offline copy, then the Hugging Face cache.
+    """
+    from ..model.hub import packaged_model_path
+
+    candidates: list[Path] = []
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        candidates.append(local / CARD_FILE)
+    packaged = packaged_model_path(name_or_path)
+    if packaged is not None:
+        candidates.append(packaged / CARD_FILE)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, CARD_FILE)
+        if isinstance(cached, str):
+            candidates.append(Path(cached))
+    except Exception:  # not a valid repo id (e.g. a path): nothing cached under it
+        pass
+    for card in candidates:
+        if card.is_file():
+            from huggingface_hub import ModelCard
+
+            value = ModelCard.load(card).data.to_dict().get("license")
+            if value:
+                return str(value)
+    return None
+
+
+def front_matter(
+    name: str,
+    model: ModelConfig,
+    objective_tags: Sequence[str],
+    eval_results: Sequence[Any],
+) -> Any:
+    """The card's ``ModelCardData``: library, pipeline, tags, base model, license, results."""
+    from huggingface_hub import ModelCardData
+
+    base = model.name_or_path
+    return ModelCardData(
+        library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity",
+        tags=[*LIBRARY_TAGS, *objective_tags],
+        base_model=base if not Path(base).is_dir() else None,  # a local folder is no Hub id
+        license=base_model_license(base),
+        model_name=name,
+        eval_results=list(eval_results) or None,
+    )
+
+
+def eval_results(
+    score: float | None, dev: DevScore, evaluation: Mapping[str, Any] | None
+) -> list[Any]:
+    """The dev score ``score`` of ``dev``, then the ``cselab evaluate`` results."""
+    from huggingface_hub import EvalResult
+
+    results = []
+    if score is not None and math.isfinite(score):
+        results.append(
+            EvalResult(
+                task_type="sentence-similarity",
+                task_name="Semantic Textual Similarity",
+                dataset_type=dev.hub_type,
+                dataset_name=dev.hub_name,
+                dataset_split="validation",
+                metric_type=f"{dev.metric.lower()}_cosine",
+                metric_name=f"{dev.metric} (cosine) x 100",
+                metric_value=round(float(score), 2),
+            )
+        )
+    results += evaluation_results(evaluation)
+    return results
+
+
+def evaluation_results(evaluation: Mapping[str, Any] | None) -> list[Any]:
+    """``cselab evaluate`` output as Hub ``EvalResult``s (STS Spearman and transfer accuracy ×100)."""
+    from huggingface_hub import EvalResult
+
+    if not evaluation:
+        return []
+    mode = evaluation.get("mode", "test")
+    split = "validation" if mode == "dev" else "test"
+    results = []
+    table = headline(evaluation)
+    groups = (
+        (STS_COLUMNS, "sts", "sentence-similarity", "Semantic Textual Similarity",
+         "spearman_cosine", "Spearman (cosine) x 100"),
+        (TRANSFER_COLUMNS, "transfer", "text-classification",
+         "SentEval transfer (logistic regression)", "accuracy", "Accuracy x 100"),
+    )  # fmt: skip
+    for columns, group, task_type, task_name, metric, metric_name in groups:
+        for task, label in columns:
+            value = table.get(group, {}).get(label)
+            if value is None:
+                continue
+            results.append(
+                EvalResult(
+                    task_type=task_type,
+                    task_name=task_name,
+                    dataset_type=task.lower(),
+                    dataset_name=f"{task} (SentEval)",
+                    dataset_split=split,
+                    metric_type=metric,
+                    metric_name=metric_name,
+                    metric_value=value,
+                )
+            )
+    return results
+
+
+def merge_eval_results(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
+    """``old`` with every result of ``new`` replacing the one for the same dataset/split/metric."""
+
+    def key(r: Any) -> tuple:
+        return (r.dataset_type, r.dataset_split, r.metric_type)
+
+    fresh = {key(r) for r in new}
+    return [r for r in old if key(r) not in fresh] + list(new)

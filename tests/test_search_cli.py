@@ -1,0 +1,209 @@
+"""``cselab search`` and ``cselab index build`` on what a user gets wrong: a blank query, an
+output path that is a file, an ``index.json`` with missing keys or wrong types; each is one line
+naming the file, key or value (exit status 2). And a property: any bytes as ``index.json`` give
+a working index or :class:`SearchIndexError`, never another exception."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from conftest import write_corpus
+from cselab.cli import main
+from cselab.model.encoder import SentenceEncoder
+from cselab.search.index import META_FILE, Index, SearchIndexError, check_queries
+
+DIM = 8
+
+
+def vector_index(folder: Path) -> Path:
+    """A finished 12-line index (no model needed to open it or to search it with vectors)."""
+    vectors = np.random.default_rng(3).standard_normal((12, DIM)).astype(np.float32)
+    Index.from_vectors(folder, vectors, [f"text {i}" for i in range(12)], "org/model", "avg")
+    return folder
+
+
+def error_line(capsys: pytest.CaptureFixture) -> str:
+    """The whole of stderr, which must be exactly one line."""
+    (line,) = capsys.readouterr().err.splitlines()
+    return line
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\t"])
+def test_blank_query_is_refused(query: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    index = vector_index(tmp_path / "v.index")
+    assert main(["search", str(index), query]) == 2
+    assert error_line(capsys) == (
+        "cselab search: error: the query is blank; give some text to search for"
+    )
+
+
+def test_blank_query_is_refused_by_the_library_too(tmp_path: Path) -> None:
+    """Before any encoder is loaded (the index's model, org/model, does not exist)."""
+    index = Index.open(vector_index(tmp_path / "v.index"))
+    with pytest.raises(SearchIndexError, match="^the query is blank"):
+        index.search(" ")
+    with pytest.raises(SearchIndexError, match="^query 2 of 3 is blank"):
+        index.search(["a", "", "c"])
+    check_queries(["a man plays", " x "])  # text with spaces around it is a query
+
+
+def test_index_build_into_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    corpus = write_corpus(tmp_path, n=10)
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep me\n")
+    # the model does not exist: the output is checked before the model is looked for
+    argv = ["index", "build", str(corpus), "--model", str(tmp_path / "none"), "-o", str(taken)]
+    assert main(argv) == 2
+    assert error_line(capsys) == (
+        f"cselab index: error: {taken}: exists and is not a folder (an index is a folder); "
+        "choose another output"
+    )
+    assert taken.read_text() == "keep me\n"
+
+
+def _meta(index: Path) -> dict:
+    return json.loads((index / META_FILE).read_text())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.pop("dim"), "key 'dim' is missing"),
+        (lambda m: m.pop("pooler"), "key 'pooler' is missing"),
+        (lambda m: m.update(count="12"), "key 'count' must be a whole number >= 0, not '12'"),
+        (lambda m: m.update(chunk_size=0), "key 'chunk_size' must be a whole number >= 1, not 0"),
+        (lambda m: m.update(dim=8.0), "key 'dim' must be a whole number >= 1, not 8.0"),
+        (lambda m: m.update(model=["a"]), "key 'model' must be a model name or path or null, not ['a']"),
+        (
+            lambda m: m.update(pooler="max"),
+            "key 'pooler' must be one of cls, cls_before_pooler, avg, avg_top2, avg_first_last, "
+            "not 'max'",
+        ),
+        (
+            lambda m: m.update(ann={"hnsw": {"m": "32"}}),
+            "key 'ann' must be a mapping of hnsw/ivf to their whole-number settings, not "
+            "{'hnsw': {'m': '32'}}",
+        ),
+        (lambda m: m.update(format=True), "index format True, this cselab reads 1"),
+        (lambda m: m.update(format=2), "index format 2, this cselab reads 1"),
+        (lambda m: m.update(normalized="yes"), "key 'normalized' must be true or false, not 'yes'"),
+    ],
+)  # fmt: skip
+def test_malformed_index_json_is_one_line(
+    change, message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    index = vector_index(tmp_path / "v.index")
+    meta = _meta(index)
+    change(meta)
+    (index / META_FILE).write_text(json.dumps(meta))
+    assert main(["search", str(index), "a query"]) == 2
+    assert error_line(capsys) == f"cselab search: error: {index / META_FILE}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[1, 2]", "not an index description (a JSON object was expected, not list)"),
+        (b'{"format": 1,', "not valid JSON (Expecting property name enclosed in double quotes"),
+        (b"\xff\xfe\x00{", "not valid JSON ("),
+        (b"[" * 100_000, "not valid JSON (nested too deeply)"),
+    ],
+)
+def test_unreadable_index_json_is_one_line(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    index = vector_index(tmp_path / "v.index")
+    (index / META_FILE).write_bytes(content)
+    assert main(["search", str(index), "a query"]) == 2
+    assert error_line(capsys).startswith(f"cselab search: error: {index / META_FILE}: {message}")
+
+
+def test_resuming_over_a_malformed_index_json_says_to_overwrite(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    index = vector_index(tmp_path / "v.index")
+    meta = _meta(index)
+    del meta["count"]
+    (index / META_FILE).write_text(json.dumps(meta))
+    corpus = write_corpus(tmp_path, n=5)
+    encoder = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    with pytest.raises(SearchIndexError) as err:
+        Index.build(corpus, encoder, index)
+    assert str(err.value) == (
+        f"{index / META_FILE}: key 'count' is missing; pass --overwrite (overwrite=True) to start over"
+    )
+
+
+# ------------------------------------------------------------------------------------ property
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+META_KEYS = ["format", "model", "pooler", "corpus", "corpus_sha256", "dim", "chunk_size", "count",
+             "lines", "normalized", "ann"]  # fmt: skip
+
+
+@st.composite
+def index_json(draw: st.DrawFn, valid: dict) -> bytes:
+    """Bytes for ``index.json``: arbitrary bytes, arbitrary JSON, or the valid description with
+    keys dropped or given other values (to reach every check, and past them)."""
+    kind = draw(st.sampled_from(["bytes", "json", "mutated"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "json":
+        return json.dumps(draw(json_values)).encode()
+    meta = dict(valid)
+    for key in draw(st.lists(st.sampled_from(META_KEYS), max_size=3)):
+        if draw(st.booleans()):
+            meta.pop(key, None)
+        else:
+            meta[key] = draw(
+                json_values | st.integers(-2, 20) | st.sampled_from(["avg", "cls", "hnsw"])
+                | st.dictionaries(st.sampled_from(["hnsw", "ivf", "flat"]),
+                                  st.dictionaries(st.sampled_from(["m", "nlist", "nprobe"]),
+                                                  st.integers(-1, 64) | json_values, max_size=2),
+                                  max_size=2)
+            )  # fmt: skip
+    return json.dumps(meta).encode()
+
+
+@pytest.fixture(scope="module")
+def base_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    index = vector_index(tmp_path_factory.mktemp("prop") / "v.index")
+    return index, _meta(index)
+
+
+def test_index_json_property(base_index: tuple[Path, dict]) -> None:
+    index, valid = base_index
+    query = np.random.default_rng(0).standard_normal((2, DIM)).astype(np.float32)
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(content=index_json(valid))
+    @example(content=json.dumps(valid).encode())
+    @example(content=b"")
+    @example(content=b'{"format": 1.0}')
+    @example(content=b"[" * 50_000)
+    def check(content: bytes) -> None:
+        (index / META_FILE).write_bytes(content)
+        try:
+            opened = Index.open(index)
+            # a description that passed the checks gives an index that works
+            assert len(opened) == 12 and opened.text(11) == "text 11"
+            for backend in {opened.default_backend(), "exact"}:
+                scores, rows = opened.search_vectors(query, k=3, backend=backend)
+                assert rows.shape == (2, 3)
+        except SearchIndexError as err:
+            assert "\n" not in str(err)
+
+    try:
+        check()
+    finally:
+        (index / META_FILE).write_text(json.dumps(valid))
+    assert len(Index.open(index)) == 12
