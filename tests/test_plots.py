@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO, write_corpus
 from cselab.cli import main
 from cselab.config import load_config
-from cselab.insight.plots import PlotError, plot_runs, read_run
+from cselab.core.errors import DataFormatError
+from cselab.insight.plots import plot_runs, read_run
 from cselab.training.run import build_trainer
 from test_sweep import assert_png
 
@@ -52,13 +53,14 @@ def test_real_run_curves(tiny_run: Path, tmp_path: Path, capsys) -> None:
     assert "has no align/uniform columns" in capsys.readouterr().out
     assert_png(png, (1000, 800))
     fig = plot_runs([run])
-    ax_loss, ax_lr, ax_dev, ax_traj = fig.axes
+    # no run logged align/uniform: no empty trajectory quarter, the loss spans the top row
+    ax_loss, ax_lr, ax_dev = fig.axes
+    assert ax_loss.get_position().width > 1.5 * ax_lr.get_position().width
     assert len(ax_loss.lines) == 3  # total + 2 terms
     assert list(ax_loss.lines[0].get_xdata()) == [2, 4, 6, 8]
     assert list(ax_loss.lines[0].get_ydata()) == run.series["loss"][1]
     assert list(ax_lr.lines[0].get_ydata()) == run.series["lr"][1]
     assert len(ax_dev.lines) == 1 and len(ax_dev.lines[0].get_xdata()) == 3
-    assert not ax_traj.lines and "no align/uniform" in ax_traj.texts[0].get_text()
 
 
 def test_an_own_dev_score_is_the_dev_curve_not_a_loss_term(tiny_run: Path, tmp_path: Path) -> None:
@@ -70,7 +72,7 @@ def test_an_own_dev_score_is_the_dev_curve_not_a_loss_term(tiny_run: Path, tmp_p
     (own / "metrics.csv").write_text(text.replace("stsb_dev", "dev_pearson", 1))
     run = read_run(own)
     assert run.terms == ["infonce", "dcl"] and run.dev_score == "dev_pearson"
-    ax_loss, _, ax_dev, _ = plot_runs([run]).axes
+    ax_loss, _, ax_dev = plot_runs([run]).axes
     assert len(ax_loss.lines) == 3  # total + 2 terms
     assert list(ax_dev.lines[0].get_xdata()) == [0, 4, 8]
     assert ax_dev.get_ylabel() == "dev score x 100"
@@ -119,7 +121,7 @@ def test_kept_minilm_runs(tmp_path: Path) -> None:
     assert len(runs) == 8
     out = tmp_path / "minilm.png"
     fig = plot_runs(runs, out)
-    ax_loss, ax_lr, ax_dev, _ = fig.axes
+    ax_loss, ax_lr, ax_dev = fig.axes  # no align/uniform logged: no trajectory panel
     assert len(ax_lr.lines) == len(ax_dev.lines) == 8
     # single-term objectives draw only their total; the others add a line per term
     terms = [len(read_run(r).terms) for r in runs]
@@ -132,8 +134,9 @@ def test_bad_inputs_are_one_line(tmp_path: Path, capsys) -> None:
     assert main(["plot", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 2
     assert "no metrics.csv" in capsys.readouterr().err
     (tmp_path / "metrics.csv").write_text("step,loss\n2,0.5\n4,oops\n")
+    # the one reader of metrics.csv (training.metrics.read_metrics) names file and line
     with pytest.raises(
-        PlotError, match=r"metrics.csv, line 3: column 'loss' has non-number 'oops'"
+        DataFormatError, match=r"metrics.csv:3: column 'loss' has non-number 'oops'"
     ):
         read_run(tmp_path)
     (tmp_path / "metrics.csv").write_text("step,loss\n2,0.5\n4,0.25\n")

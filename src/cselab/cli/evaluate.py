@@ -196,10 +196,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.pooler:
         out["pooler"] = args.pooler
     from ..data.pairs import (
-        model_folder_notes,  # e.g. SICK-R is not unseen for a model trained on SICK
+        model_folder_notes,  # SICK-R is not unseen for a model trained on SICK
     )
 
-    if notes := model_folder_notes(args.model):
+    # The notes are about SICK-R: a table without it (a sweep cell evaluated on STS-B or on its
+    # own files) carries none.
+    if "SICKRelatedness" in out["results"] and (notes := model_folder_notes(args.model)):
         out["notes"] = notes
     print(report.markdown(out))
     if args.output:

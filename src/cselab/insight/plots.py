@@ -5,7 +5,7 @@
   (Gao et al. 2021, §5: uniformity on x, alignment on y, one marker per evaluation step, arrows
   in time order; Wang & Isola 2020 define both, lower is better).
 - :func:`plot_task_scores`: a grouped bar chart of per-task scores of several evaluation results
-  (``cselab compare --plot``).
+  (``cselab compare --plot``), your own STS files included.
 
 Every function returns the :class:`~matplotlib.figure.Figure` it drew, and writes it when given
 a path whose extension is ``.png`` or ``.pdf``.
@@ -13,7 +13,6 @@ a path whose extension is ``.png`` or ``.pdf``.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import PlotError  # noqa: F401 - re-exported
 from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
+from ..training.metrics import read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -65,35 +65,21 @@ class RunLog:
 
 
 def read_run(run_dir: str | os.PathLike[str], name: str | None = None) -> RunLog:
-    """Read ``run_dir/metrics.csv`` (as written by the trainer)."""
+    """Read ``run_dir/metrics.csv`` (or that file itself) with the file's one reader,
+    :func:`cselab.training.metrics.read_metrics`: a malformed file raises its
+    :class:`~cselab.core.errors.DataFormatError` naming the file and line."""
     folder = Path(run_dir)
     path = folder / "metrics.csv" if folder.is_dir() else folder
     if not path.is_file():
         raise PlotError(f"{folder}: no metrics.csv (is it a cselab training output folder?)")
     run = RunLog(name or (folder.name if folder.is_dir() else folder.parent.name), path)
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames or "step" not in reader.fieldnames:
-            raise PlotError(f"{path}: no 'step' column")
-        for line, row in enumerate(reader, start=2):
-            try:
-                step = int(row["step"])
-            except (TypeError, ValueError):
-                raise PlotError(
-                    f"{path}, line {line}: step {row['step']!r} is not an integer"
-                ) from None
-            for key, text in row.items():
-                if key == "step" or key is None or text in (None, ""):
-                    continue
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise PlotError(
-                        f"{path}, line {line}: column {key!r} has non-number {text!r}"
-                    ) from None
+    for row in read_metrics(path).rows:
+        step = int(row["step"])
+        for key, value in row.items():
+            if key != "step":
                 steps, values = run.series.setdefault(key, ([], []))
                 steps.append(step)
-                values.append(value)
+                values.append(float(value))
     return run
 
 
@@ -126,22 +112,31 @@ def plot_runs(
 ) -> Figure:
     """Training curves and alignment–uniformity trajectories of ``runs`` (one colour per run).
 
-    Panels: loss (the total solid; each term dashed when the objective has more than one), the
-    learning rate, the dev score (STS-B dev, or the run's own ``eval.dev``), and the trajectory.
-    Runs whose ``metrics.csv`` has no ``align``/``uniform`` columns are named in a note instead of
-    drawn in the last panel; when no run has them the panel holds only that note.
+    Panels: loss (the total solid; each term dashed when the objective has more than one; on a
+    log scale when the positive losses span more than :data:`LOG_DECADES` decades), the learning
+    rate, the dev score (STS-B dev, or the run's own ``eval.dev``), and the trajectory. The
+    trajectory panel is drawn only when some run logged ``align``/``uniform`` (a run that
+    selected on its own dev file logs neither): the loss then spans the top row. Runs without
+    them are named in a note under the panel, where it cannot cover another run's points.
     """
     logs = [r if isinstance(r, RunLog) else read_run(r) for r in runs]
     if not logs:
         raise PlotError("no run to plot")
     plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
-    ax_loss, ax_lr, ax_dev, ax_traj = axes.ravel()
+    fig = plt.figure(figsize=(12, 9))
+    grid = fig.add_gridspec(2, 2)
+    with_trajectory = any(r.has_trajectory for r in logs)
+    ax_loss = fig.add_subplot(grid[0, 0] if with_trajectory else grid[0, :])
+    ax_lr = fig.add_subplot(grid[0, 1] if with_trajectory else grid[1, 0])
+    ax_dev = fig.add_subplot(grid[1, 0] if with_trajectory else grid[1, 1])
+    ax_traj = fig.add_subplot(grid[1, 1]) if with_trajectory else None
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    losses: list[float] = []
     for i, run in enumerate(logs):
         c = colours[i % len(colours)]
         if "loss" in run.series:
             ax_loss.plot(*run.series["loss"], color=c, label=run.name)
+            losses += run.series["loss"][1]
         if len(run.terms) > 1:
             styles = ["--", ":", "-."]
             for j, term in enumerate(run.terms):
@@ -149,13 +144,14 @@ def plot_runs(
                     *run.series[term], color=c, linestyle=styles[j % 3], linewidth=1,
                     label=f"{run.name}: {term}",
                 )  # fmt: skip
+                losses += run.series[term][1]
         if "lr" in run.series:
             ax_lr.plot(*run.series["lr"], color=c, label=run.name)
         if run.dev_score is not None:
             label = run.name if run.dev_score == "stsb_dev" else f"{run.name} ({run.dev_score})"
             ax_dev.plot(*run.series[run.dev_score], color=c, marker="o", label=label)
         uniform, align, _ = run.trajectory()
-        if uniform:
+        if uniform and ax_traj is not None:
             ax_traj.plot(uniform, align, color=c, marker="o", linestyle="none", label=run.name)
             for k in range(1, len(uniform)):
                 ax_traj.annotate(
@@ -168,6 +164,8 @@ def plot_runs(
                 "start", (uniform[0], align[0]), textcoords="offset points", xytext=(4, 4),
                 fontsize=7, color=c,
             )  # fmt: skip
+    if spans_decades(losses):
+        ax_loss.set_yscale("log")
     scores = {r.dev_score for r in logs} - {None}
     dev_label = "STS-B dev Spearman x 100" if scores <= {"stsb_dev"} else "dev score x 100"
     for ax, ylabel, what in (
@@ -182,18 +180,18 @@ def plot_runs(
             ax.legend(fontsize=7)
         else:
             _note(ax, f"no '{ylabel}' logged")
-    ax_traj.set_title("Alignment vs uniformity (lower is better)")
-    ax_traj.set_xlabel(r"$\ell_{uniform}$")
-    ax_traj.set_ylabel(r"$\ell_{align}$")
-    missing = [r.name for r in logs if not r.has_trajectory]
-    if missing:
-        _note(
-            ax_traj,
-            "no align/uniform columns in metrics.csv:\n" + "\n".join(missing),
-            corner=bool(ax_traj.lines),
-        )
-    if ax_traj.lines:
+    if ax_traj is not None:
+        ax_traj.set_title("Alignment vs uniformity (lower is better)")
+        ax_traj.set_xlabel(r"$\ell_{uniform}$")
+        ax_traj.set_ylabel(r"$\ell_{align}$")
         ax_traj.legend(fontsize=7)
+        missing = [r.name for r in logs if not r.has_trajectory]
+        if missing:  # under the x-axis label: outside the data area, over nobody's points
+            ax_traj.annotate(
+                "no align/uniform columns in metrics.csv: " + ", ".join(missing),
+                xy=(0.5, 0), xycoords=ax_traj.xaxis.label, xytext=(0, -4),
+                textcoords="offset points", ha="center", va="top", fontsize=7, color="0.3",
+            )  # fmt: skip
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -201,14 +199,33 @@ def plot_runs(
     return fig
 
 
-def _note(ax, text: str, corner: bool = False) -> None:  # noqa: ANN001 - a matplotlib Axes
-    if corner:
-        # top left: trajectories run from the top right (start) towards the bottom left
-        ax.text(0.02, 0.98, text, transform=ax.transAxes, fontsize=7, va="top", color="0.3")
-    else:
-        ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.3")
-        ax.set_xticks([])
-        ax.set_yticks([])
+#: The loss panel turns logarithmic when its positive values span more decades than this.
+LOG_DECADES = 2
+
+
+def spans_decades(values: Sequence[float], decades: float = LOG_DECADES) -> bool:
+    """Whether ``values`` (finite ones) are all positive and their largest is more than
+    ``10 ** decades`` times their smallest: a linear axis would flatten all but the first steps.
+    Values at or below 0 keep the axis linear (a log axis cannot show them)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or min(finite) <= 0:
+        return False
+    return max(finite) / min(finite) > 10**decades
+
+
+def _note(ax, text: str) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """``text`` in the middle of an empty panel."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.3")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+#: The panels of :func:`plot_task_scores`: headline group, title, y label.
+TASK_GROUPS = (
+    ("sts", "STS", "Spearman x 100"),
+    ("sts_files", "Your STS files", "Spearman x 100"),
+    ("transfer", "Transfer", "accuracy %"),
+)
 
 
 def plot_task_scores(
@@ -217,16 +234,17 @@ def plot_task_scores(
     out: str | os.PathLike[str] | None = None,
 ) -> Figure:
     """Grouped bars of the headline scores (:func:`cselab.evaluation.report.headline`) of
-    ``outs``: one panel per group present (STS, transfer), one bar per result and task."""
+    ``outs``: one panel per group present (STS, your own ``--sts-file`` files, transfer), one
+    bar per result and task. Bars start at 0, so that their lengths compare the scores."""
     from ..evaluation.report import headline
 
     heads = [o.get("headline") or headline(o) for o in outs]
-    groups = [g for g in ("sts", "transfer") if any(h.get(g) for h in heads)]
+    groups = [g for g in TASK_GROUPS if any(h.get(g[0]) for h in heads)]
     if not groups:
-        raise PlotError("no STS or transfer scores to plot")
+        raise PlotError("no STS, STS-file or transfer scores to plot")
     plt = _pyplot()
     fig, axes = plt.subplots(len(groups), 1, figsize=(11, 4 * len(groups)), squeeze=False)
-    for ax, group in zip(axes[:, 0], groups, strict=True):
+    for ax, (group, title, ylabel) in zip(axes[:, 0], groups, strict=True):
         columns: list[str] = []
         for h in heads:
             columns += [c for c in h.get(group) or {} if c not in columns]
@@ -237,11 +255,9 @@ def plot_task_scores(
             xs = [k + (i - (len(outs) - 1) / 2) * width for k in range(len(columns))]
             ax.bar(xs, [math.nan if v is None else v for v in values], width, label=name)
         ax.set_xticks(range(len(columns)), columns)
-        ax.set_ylabel("Spearman x 100" if group == "sts" else "accuracy %")
-        ax.set_title("STS" if group == "sts" else "Transfer")
-        finite = [v for h in heads for v in (h.get(group) or {}).values() if v is not None]
-        if finite:  # bars start near the smallest score, so that differences are visible
-            ax.set_ylim(max(0.0, min(finite) - 5), max(finite) + 2)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.axhline(0, color="0.6", linewidth=0.8)
         ax.legend(fontsize=8)
     fig.tight_layout()
     _save(fig, out)

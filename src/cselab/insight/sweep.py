@@ -16,6 +16,8 @@ named list), the seeds and an output root::
     threads_per_cell: 1                   # OMP/torch threads of each cell process
     nproc_per_node: 2                     # torchrun only
     evaluate: {tasks: sts, mode: test, model: best}   # `null`: no evaluation
+    # or your own STS-format pairs, as `cselab evaluate --sts-file` (tasks default to none then):
+    # evaluate: {sts_files: [my_dev.tsv], sts_columns: [sentence1, sentence2, score]}
 
 Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (with
 ``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
@@ -23,6 +25,13 @@ checkpoint), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.e
 ``eval.json``. A cell whose ``results.json`` (and ``eval.json``, when evaluating) exist is
 skipped. ``cell.json`` records each cell's configuration name, seed and overrides, which is how
 ``cselab report`` (:mod:`cselab.insight.report`) finds them.
+
+A cell has one owner at a time: the sweep holds the cell's sweep lock
+(:attr:`~cselab.io.runfolder.RunFolder.SWEEP_LOCK`) while it trains and evaluates it, and leaves
+alone a cell that another sweep, or a ``cselab train`` holding the run folder's lock, is running
+(the cell is reported busy and nothing is written into it). Cell processes stay in the sweep's
+process group (a Ctrl-C reaches them) and, on Linux, end with the sweep however it ends
+(:func:`die_with_parent`), so a killed sweep leaves no training running on its own.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import copy
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -43,7 +53,9 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
-from ..core.errors import SweepError  # noqa: F401 - re-exported
+from ..core.errors import DataFormatError, RunFolderBusy, SweepError, UserError
+from ..evaluation.custom import DEFAULT_COLUMNS
+from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
 
@@ -56,14 +68,27 @@ SWEEP_FILE = "sweep.json"
 
 @dataclass
 class EvalSpec:
-    """What each cell's final model is evaluated on (see :func:`cselab.evaluation.evaluate`)."""
+    """What each cell's final model is evaluated on (see :func:`cselab.evaluation.evaluate`).
 
-    tasks: str = "sts"
+    ``tasks`` defaults to ``sts``, or to none when ``sts_files`` (your own STS-format pairs,
+    as ``cselab evaluate --sts-file``) are given; ``sts_columns`` names their two sentence
+    columns and their score column."""
+
+    tasks: str | None = None
     mode: str = "test"
     model: str = "best"
     data_dir: str | None = None
     batch_size: int = 128
     download: bool = False
+    sts_files: list[str] = field(default_factory=list)
+    sts_columns: list[str] = field(default_factory=lambda: list(DEFAULT_COLUMNS))
+
+    @property
+    def task_spec(self) -> str | None:
+        """The SentEval tasks to run (``None``: only the STS files)."""
+        if self.tasks is None and not self.sts_files:
+            return "sts"
+        return self.tasks
 
 
 @dataclass
@@ -223,10 +248,18 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
 
         if evaluate.mode not in MODES:
             raise fail(f"evaluate.mode must be one of {', '.join(MODES)}, got {evaluate.mode!r}")
-        try:
-            parse_tasks(evaluate.tasks, evaluate.mode)
-        except ValueError as err:
-            raise fail(f"evaluate.tasks: {err}") from None
+        if evaluate.task_spec is not None:
+            try:
+                parse_tasks(evaluate.task_spec, evaluate.mode)
+            except ValueError as err:
+                raise fail(f"evaluate.tasks: {err}") from None
+        from ..evaluation.custom import read_sts_file
+
+        for sts_file in evaluate.sts_files:  # read and checked now, before any cell trains
+            try:
+                read_sts_file(sts_file, evaluate.sts_columns)
+            except UserError as err:
+                raise fail(f"evaluate.sts_files: {err}") from None
     spec = SweepSpec(
         base=base,
         configs=configs,
@@ -291,9 +324,15 @@ def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[s
     if ev is not None:
         evaluate = [
             sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.dir / ev.model),
-            "--tasks", ev.tasks, "--mode", ev.mode, "--batch-size", str(ev.batch_size),
+            "--mode", ev.mode, "--batch-size", str(ev.batch_size),
             "--output", str(cell.dir / EVAL_FILE),
         ]  # fmt: skip
+        if ev.task_spec is not None:
+            evaluate += ["--tasks", ev.task_spec]
+        for sts_file in ev.sts_files:
+            evaluate += ["--sts-file", sts_file]
+        if ev.sts_files:
+            evaluate += ["--sts-columns", ",".join(ev.sts_columns)]
         if ev.data_dir:
             evaluate += ["--data-dir", ev.data_dir]
         if not ev.download:
@@ -312,22 +351,70 @@ def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
     encoder = load(str(cell.dir / ev.model), device="cpu")
     out = evaluate(
         encoder,
-        tasks=ev.tasks,
+        tasks=ev.task_spec,
         mode=ev.mode,
         data_dir=ev.data_dir,
         batch_size=ev.batch_size,
         download=ev.download,
         model_name=f"{cell.config} seed {cell.seed}",
+        sts_files=ev.sts_files,
+        sts_columns=ev.sts_columns,
     )
     save_json(out, cell.dir / EVAL_FILE)
 
 
+#: ``prctl`` option: the signal the kernel sends a process when its parent thread ends.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes a cell's process end when the sweep ends, however it ends.
+
+    Why this and not only a process group: the cell processes stay in the sweep's process group
+    (so a Ctrl-C or a ``kill -- -PGID`` reaches them), but a SIGKILL of the sweep's own process
+    (``kill -9 PID``, the out-of-memory killer) gives it no chance to stop them. Linux's
+    ``prctl(PR_SET_PDEATHSIG)`` asks the kernel itself to signal the child when its parent dies.
+    The signal is SIGTERM, not SIGKILL: ``cselab train`` ends on it at once, and ``torchrun``
+    (whose workers run in their own sessions) stops its workers on it. ``None`` elsewhere than
+    on Linux (no such call: cells then outlive a killed sweep, and the cell locks still keep a
+    rerun out of them).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls it
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    parent = os.getpid()
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        if prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            os._exit(126)
+        if os.getppid() != parent:  # the sweep died before the request took effect
+            os._exit(126)
+
+    return preexec
+
+
 def run_cell(spec: SweepSpec, cell: Cell) -> str:
-    """Train and evaluate one cell as the spec says; returns ``done``, ``skipped`` or
-    ``failed: <log>``."""
+    """Train and evaluate one cell as the spec says; returns ``done``, ``skipped``,
+    ``busy: <why>`` (another sweep or ``cselab train`` is running it: nothing is written into
+    it) or ``failed: <log>``."""
     if cell.finished(spec):
         return "skipped"
-    cell.dir.mkdir(parents=True, exist_ok=True)
+    folder = RunFolder(cell.dir)
+    try:
+        with folder.lock(RunFolder.SWEEP_LOCK):
+            with folder.lock():  # a live `cselab train` holds the run folder's own lock
+                pass
+            return _run_cell(spec, cell)
+    except RunFolderBusy as err:
+        return f"busy: {err}"
+
+
+def _run_cell(spec: SweepSpec, cell: Cell) -> str:
+    """:func:`run_cell` once the cell is this sweep's."""
     info = {"config": cell.config, "seed": cell.seed, "overrides": cell.overrides}
     (cell.dir / CELL_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
     config = cell.build_config(spec)
@@ -349,7 +436,10 @@ def run_cell(spec: SweepSpec, cell: Cell) -> str:
         for command in cell_commands(spec, cell, config_file):
             fh.write("$ " + " ".join(command) + "\n")
             fh.flush()
-            rc = subprocess.call(command, stdout=fh, stderr=subprocess.STDOUT, env=env)
+            rc = subprocess.call(
+                command, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=die_with_parent(),  # thread-safe: only prctl and getppid run there
+            )  # fmt: skip
             if rc != 0:
                 fh.write(f"exit status {rc}\n")
                 return f"failed: {logfile}"
@@ -360,12 +450,14 @@ def run_sweep(
     spec: SweepSpec, progress: Callable[[Cell, str], None] | None = None
 ) -> dict[str, list[Cell]]:
     """Run every unfinished cell (``spec.parallel`` at a time); returns the cells by outcome
-    (``done``, ``skipped``, ``failed``). Raises :class:`SweepError` if any cell failed."""
+    (``done``, ``skipped``, ``busy``, ``failed``). Raises :class:`SweepError` if any cell failed
+    or was busy (run by another process: run the sweep again once that has finished)."""
     check_spec(spec)
     spec.output_root.mkdir(parents=True, exist_ok=True)
     (spec.output_root / SWEEP_FILE).write_text(json.dumps(spec.to_dict(), indent=2), "utf-8")
-    outcome: dict[str, list[Cell]] = {"done": [], "skipped": [], "failed": []}
+    outcome: dict[str, list[Cell]] = {"done": [], "skipped": [], "busy": [], "failed": []}
     failures: list[str] = []
+    busy: list[str] = []
 
     def one(cell: Cell) -> None:
         status = run_cell(spec, cell)
@@ -373,6 +465,8 @@ def run_sweep(
         outcome[key].append(cell)
         if key == "failed":
             failures.append(f"{cell.config} seed {cell.seed} ({status.split(': ', 1)[1]})")
+        elif key == "busy":
+            busy.append(f"{cell.config} seed {cell.seed} ({cell.dir})")
         if progress is not None:
             progress(cell, status)
 
@@ -383,8 +477,17 @@ def run_sweep(
     else:
         with ThreadPoolExecutor(max_workers=spec.parallel) as pool:
             list(pool.map(one, cells))
+    problems = []
     if failures:
-        raise SweepError(f"{len(failures)} cell(s) failed: " + "; ".join(failures))
+        problems.append(f"{len(failures)} cell(s) failed: " + "; ".join(failures))
+    if busy:
+        problems.append(
+            f"{len(busy)} cell(s) left alone, in use by another cselab process: "
+            + "; ".join(busy)
+            + " (run the sweep again when it has finished)"
+        )
+    if problems:
+        raise SweepError("; ".join(problems))
     return outcome
 
 
@@ -400,7 +503,33 @@ def sweep_progress(cells_total: int) -> Callable[[Cell, str], None]:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """The JSON object in ``path`` (a sweep's ``sweep.json``, a cell's ``cell.json``,
+    ``results.json`` or ``eval.json``); ``None`` if there is no such file. A file that is not a
+    JSON object (cut while being written, not UTF-8, not JSON) raises
+    :class:`~cselab.core.errors.DataFormatError` naming it and the line."""
+    if not path.is_file():
+        return None
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DataFormatError(path, None, f"cannot be read ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise DataFormatError(path, line, f"not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(
+            path, err.lineno, f"not valid JSON ({err.msg}, column {err.colno}; cut while it was "
+            "being written?)",
+        ) from None  # fmt: skip
+    except RecursionError:  # the decoder recurses once per nesting level
+        raise DataFormatError(path, None, "not valid JSON (nested too deeply)") from None
+    if not isinstance(data, dict):
+        raise DataFormatError(path, None, f"expected a JSON object, found {type(data).__name__}")
+    return data
 
 
 def cell_dirs(root: Path) -> Sequence[Path]:

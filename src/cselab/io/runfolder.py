@@ -42,6 +42,9 @@ class RunFolder:
     CELL = "cell.json"
     EVALUATION = "eval.json"
     LOCK = ".cselab.lock"
+    #: Held by ``cselab sweep`` for the life of a cell (its train and evaluate processes), so
+    #: that a second sweep leaves a live cell alone; the train process holds :attr:`LOCK`.
+    SWEEP_LOCK = ".cselab-sweep.lock"
 
     #: What a previous run leaves in its folder (the lock file is not part of a run).
     RUN_FILES = (CHECKPOINT, BEST, LAST, CONFIG, METRICS, RESULTS, TENSORBOARD)
@@ -100,20 +103,21 @@ class RunFolder:
         return [name for name in self.RUN_FILES if (self.path / name).exists()]
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the folder exclusively while the block runs (creates the folder).
+    def lock(self, name: str = LOCK) -> Iterator[None]:
+        """Hold the folder exclusively while the block runs (creates the folder); ``name`` is
+        the lock file (:attr:`LOCK`, or :attr:`SWEEP_LOCK` for a sweep's cell).
 
         Raises :class:`RunFolderBusy` naming the folder when another process holds it.
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise RunFolderBusy(
                     f"{self.path} is in use by another cselab process (it holds "
-                    f"{self.path / self.LOCK}); wait for it to finish or choose another folder"
+                    f"{self.path / name}); wait for it to finish or choose another folder"
                 ) from None
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())

@@ -19,7 +19,6 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -39,6 +38,7 @@ from ..io.files import file_digest
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
 from ..objectives.config import ObjectiveConfig
+from ..training.metrics import read_metrics as read_metrics_table
 from .hardware import hardware_section
 from .hub_metadata import (
     CARD_FILE,
@@ -74,20 +74,11 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------- the inputs
 def read_metrics(path: str | Path | None) -> list[dict[str, float]]:
-    """Rows of ``metrics.csv`` as floats (empty cells dropped); ``[]`` if there is no file."""
+    """The rows of a run's ``metrics.csv`` (:func:`cselab.training.metrics.read_metrics`, the
+    file's one reader); ``[]`` if there is no file yet."""
     if path is None or not Path(path).is_file():
         return []
-    rows = []
-    with Path(path).open(newline="", encoding="utf-8") as fh:
-        for raw in csv.DictReader(fh):
-            row = {}
-            for key, value in raw.items():
-                try:
-                    row[key] = float(value)
-                except (TypeError, ValueError):
-                    continue
-            rows.append(row)
-    return rows
+    return read_metrics_table(path).rows
 
 
 def dev_curve(

@@ -1,21 +1,32 @@
-"""What a run reports: loss windows checked for divergence, ``metrics.csv``, console progress
-and ``results.json`` (TensorBoard and the other loggers are callbacks:
-:mod:`cselab.training.callbacks`)."""
+"""What a run reports: loss windows checked for divergence, ``metrics.csv`` (its writer and its
+one reader), console progress and ``results.json`` (TensorBoard and the other loggers are
+callbacks: :mod:`cselab.training.callbacks`).
+
+``metrics.csv`` is read in one place, :func:`read_metrics`: by a resumed run, the model card
+(:mod:`cselab.publish.card`) and ``cselab plot`` (:mod:`cselab.insight.plots`). torch is imported
+only where a loss window needs it, so that reading a run's logs does not load it.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
+import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from ..core.errors import (
+    DataFormatError,
+    TrainingDiverged,  # noqa: F401 - re-exported
+)
 
-from ..core.errors import TrainingDiverged  # noqa: F401 - re-exported
-from .distributed import average_over_ranks
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("cselab")
 
@@ -48,6 +59,10 @@ class LossWindow:
         :class:`TrainingDiverged` naming the first non-finite step and term, followed by
         ``on_divergence`` (what was kept, how to resume).
         """
+        import torch
+
+        from .distributed import average_over_ranks
+
         names = list(self.terms[0])
         values = torch.stack([torch.stack([t[n].float() for n in names]) for t in self.terms])
         values = average_over_ranks(values).cpu()
@@ -83,11 +98,9 @@ class MetricsLog:
         if not enabled:
             return
         if resume_step is not None and self.path.is_file():
-            with self.path.open(newline="", encoding="utf-8") as fh:
-                reader = csv.DictReader(fh)
-                self.fields = list(reader.fieldnames or [])
-                rows = [r for r in reader if int(r["step"]) <= resume_step]
-            self._rewrite(rows)
+            table = read_metrics(self.path)
+            self.fields = table.columns
+            self._rewrite([r for r in table.rows if r["step"] <= resume_step])
         elif self.path.exists():
             self.path.unlink()
 
@@ -105,12 +118,110 @@ class MetricsLog:
             self._rewrite([])
         new = [k for k in row if k not in self.fields]
         if new:  # a column appears later (e.g. the dev score): widen the file once
-            with self.path.open(newline="", encoding="utf-8") as fh:
-                old_rows = list(csv.DictReader(fh))
+            old_rows = read_metrics(self.path).rows
             self.fields += new
             self._rewrite(old_rows)
         with self.path.open("a", newline="", encoding="utf-8") as fh:
             csv.DictWriter(fh, fieldnames=self.fields).writerow(row)
+
+
+@dataclass
+class MetricsTable:
+    """``metrics.csv`` as read by :func:`read_metrics`.
+
+    Attributes:
+        path: the file.
+        columns: the header's column names, in file order.
+        rows: one dict per row: ``step`` as an ``int``, every non-blank cell as the number it
+            holds (an ``int`` when written as one, else a ``float``), in column order.
+    """
+
+    path: Path
+    columns: list[str]
+    rows: list[dict[str, float]] = field(default_factory=list)
+
+
+def _number(text: str) -> float:
+    """The number a cell holds; an integer stays an ``int``, so that a resumed run rewrites
+    every row exactly as it was written (``str(float(text))`` of what ``str()`` wrote)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def read_metrics(path: str | os.PathLike[str]) -> MetricsTable:
+    """Read a run's ``metrics.csv`` (as :class:`MetricsLog` writes it).
+
+    Every row the writer finished is returned. A last line without its line end was cut while
+    it was being appended (the run was killed, the disk filled): it may hold a cut number, so it
+    is left out with a warning. Anything else that is not the writer's format raises
+    :class:`~cselab.core.errors.DataFormatError` naming the file and line: bytes that are not
+    UTF-8, a header without ``step`` or with a blank or repeated name, a row with more or fewer
+    cells than the header, a step that is not an integer, a cell that is not a number.
+    A missing file raises :class:`FileNotFoundError`.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise DataFormatError(p, None, f"cannot be read ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataFormatError(
+            p, line, f"not UTF-8 text (byte 0x{data[err.start]:02x}); is it a metrics.csv?"
+        ) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark left by an editor
+    reader = csv.reader(io.StringIO(text, newline=""))
+    records: list[tuple[int, list[str]]] = []
+    try:
+        for fields in reader:
+            if fields:  # blank lines carry nothing
+                records.append((reader.line_num, fields))
+    except csv.Error as err:
+        raise DataFormatError(p, max(reader.line_num, 1), f"not a CSV table ({err})") from None
+    if not records:
+        raise DataFormatError(p, None, "empty file: no header row")
+    (_, columns), *body = records
+    if body and not text.endswith(("\n", "\r")):
+        line, _ = body.pop()
+        log.warning(
+            "%s:%d: the last line has no line end (cut while the run was writing it); left out",
+            p, line,
+        )  # fmt: skip
+    for i, name in enumerate(columns):
+        if not name.strip():
+            raise DataFormatError(p, 1, f"column {i + 1} of the header has no name")
+        if name in columns[:i]:
+            raise DataFormatError(p, 1, f"column {name!r} appears twice in the header")
+    if "step" not in columns:
+        raise DataFormatError(p, 1, "no 'step' column in the header (is it a cselab metrics.csv?)")
+    table = MetricsTable(p, list(columns))
+    for line, fields in body:
+        if len(fields) != len(columns):
+            raise DataFormatError(
+                p, line, f"{len(fields)} cell(s), but the header names {len(columns)} columns"
+            )
+        row: dict[str, float] = {}
+        for name, cell in zip(columns, fields, strict=True):
+            if name == "step":
+                try:
+                    row[name] = int(cell)
+                except ValueError:
+                    raise DataFormatError(p, line, f"step {cell!r} is not an integer") from None
+            elif cell.strip():
+                try:
+                    row[name] = _number(cell)
+                except ValueError:
+                    raise DataFormatError(
+                        p, line, f"column {name!r} has non-number {cell!r}"
+                    ) from None
+        table.rows.append(row)
+    return table
 
 
 class Progress:
