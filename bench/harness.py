@@ -284,9 +284,9 @@ def median_window_rate(ends: Sequence[float], start: float, batch: int,
 def logged_rows(run_folder: Path) -> list[dict[str, float]]:
     """A training run's ``metrics.csv`` rows (numbers only), read by cselab's own reader."""
     from cselab.io.runfolder import RunFolder
-    from cselab.publish.card import read_metrics
+    from cselab.training.metrics import read_metrics
 
-    return read_metrics(RunFolder(run_folder).metrics)
+    return read_metrics(RunFolder(run_folder).metrics).rows
 
 
 def trainer_step(trainer: Any) -> Callable[[int], None]:
