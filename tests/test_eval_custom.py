@@ -223,3 +223,25 @@ def test_evaluate_scores_sts_files_with_table_and_json(
                         "sentence1, sentence2); "
                         "name the columns with eval.dev_columns or --sts-columns")  # fmt: skip
     assert len(err.splitlines()) == 1
+
+
+def test_dev_file_is_checked_whatever_the_cadence(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, fresh_eval_cache: None
+) -> None:
+    """``--eval.dev=<missing file>`` with ``train.eval_steps=0`` is refused (it was accepted and
+    ``results.json`` named STS-B dev), before anything is trained."""
+    from conftest import write_corpus
+    from cselab.cli import main
+
+    corpus = write_corpus(tmp_path)
+    missing = tmp_path / "no-such-dev.tsv"
+    out = tmp_path / "run"
+    argv = [
+        "train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+        f"--data.cache_dir={tmp_path / 'cache'}", "--train.batch_size=8", "--train.max_steps=2",
+        "--train.eval_steps=0", f"--eval.dev={missing}", f"--train.output_dir={out}",
+    ]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(missing) in err
+    assert not (out / "results.json").exists()

@@ -24,13 +24,15 @@ def make_dev_evaluator(ec: EvalConfig, eval_steps: int) -> Evaluator | None:
     """The ``eval.dev`` score ×100 (cosine, no training) for model selection, or ``None`` (no
     evaluation: ``eval.enabled`` off or ``train.eval_steps`` 0).
 
-    A dev file is read and validated here, so a bad one fails before training starts.
+    A dev file is read and validated here whatever the cadence (also with ``train.eval_steps``
+    0), so a bad or missing one fails before training starts, never silently.
     """
-    if not (ec.enabled and eval_steps):
+    if not ec.enabled:
         return None
     from ..evaluation.custom import dev_evaluator
 
-    return dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
+    evaluator = dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
+    return evaluator if eval_steps else None
 
 
 class ModelSelection:
