@@ -264,3 +264,26 @@ def test_card_of_an_stsb_pearson_run_on_pairs(tiny_bert: Path, tmp_path: Path) -
     assert "by supervised contrastive learning on given sentence pairs" in text
     assert "(supervised SimCSE, Gao et al. 2021, Eq. 5)" in text
     assert "| pairs | 2 |" in text
+
+
+def test_card_of_a_pairs_run_names_its_columns(tiny_bert: Path, tmp_path: Path) -> None:
+    """A pairs run's card says which columns were anchor, positive and hard negatives (it said
+    only "pairs 400"), and the precision that ran rather than ``auto``."""
+    from cselab.config import load_config
+
+    pairs = tmp_path / "nli.csv"
+    pairs.write_text("sent0,sent1,hard_neg\na man sings,someone sings,nobody sings\n")
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}",
+         f"--train.output_dir={tmp_path / 'out'}", "--data.columns.anchor=sent0",
+         "--data.columns.positive=sent1", "--data.columns.negative=[hard_neg]",
+         "--train.precision=auto"],
+    )  # fmt: skip
+    folder = tmp_path / "out" / "best"
+    folder.mkdir(parents=True)
+    data = TrainingData(pairs, DataKind(pairs=True, negatives=1), rows=1)
+    write_model_card(folder, config, data=data, results={"precision": "fp32", "steps": 3})
+    text = (folder / CARD_FILE).read_text(encoding="utf-8")
+    assert "| columns | anchor `sent0`, positive `sent1`, hard negative `hard_neg` |" in text
+    assert "| precision | fp32 |" in text

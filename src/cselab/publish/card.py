@@ -163,8 +163,23 @@ def _data_section(config: Config, data: TrainingData) -> str:
     name = config.data.train_file
     rows = [("file", f"`{data.path.name}`" + (" (SimCSE's `wiki1m`)" if name == "wiki1m" else ""))]
     rows.append((data.kind.unit, f"{data.rows:,}" if data.rows is not None else "–"))
+    if data.kind.pairs:
+        rows.append(("columns", _pair_columns(config, data)))
     rows.append(("SHA-256", f"`{data.sha256}`" if data.sha256 else "– (file not on disk)"))
     return markdown_table(["", ""], rows)
+
+
+def _pair_columns(config: Config, data: TrainingData) -> str:
+    """Which columns of a pairs file were the anchor, the positive and the hard negatives."""
+    if config.data.format == "sick":
+        return "SICK's release format: (entailed pair, contradicting sentence) triplets"
+    c = config.data.columns
+    text = f"anchor `{c.anchor}`, positive `{c.positive}`"
+    if not data.kind.hard_negatives:
+        return text + ", no hard negatives"
+    names = c.negative if c.negative is not None else ["negative"]
+    listed = ", ".join(f"`{n}`" for n in names)
+    return text + f", hard negative{'s' if len(names) > 1 else ''} {listed}"
 
 
 def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
@@ -180,7 +195,7 @@ def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
         ("epochs / max steps", f"{t.epochs} / {t.max_steps if t.max_steps else '–'}"),
         ("steps run", (results or {}).get("steps", "–")),
         ("gradient clipping", t.grad_clip),
-        ("precision", t.precision),
+        ("precision", (results or {}).get("precision") or t.precision),
         ("seed", t.seed),
         ("GradCache chunk", t.cache_chunk_size or "off"),
     ]  # fmt: skip
