@@ -145,13 +145,14 @@ def run_one(
     if done.is_file():
         keep(out, results_dir)
         return json.loads(done.read_text(encoding="utf-8"))
-    from cselab.insight.sweep import EVAL_FILE, RESULTS_FILE, run_cell
+    from cselab.insight.sweep import run_cell
+    from cselab.io.runfolder import RunFolder
 
     spec = make_spec([name], [seed], workdir, max_steps, eval_steps)
     t0 = time.perf_counter()
     run_cell(spec, spec.cells()[0])  # resumes an interrupted run from its last checkpoint
-    results = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
-    sts = json.loads((out / EVAL_FILE).read_text(encoding="utf-8"))
+    results = json.loads(RunFolder(out).results.read_text(encoding="utf-8"))
+    sts = json.loads(RunFolder(out).evaluation.read_text(encoding="utf-8"))
     row = {
         "objective": name,
         "seed": seed,

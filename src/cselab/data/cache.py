@@ -17,8 +17,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CorpusError
-from ..io.files import file_digest, write_json_atomic
+from ..core.errors import CorpusError, WriteError
+from ..io.files import file_digest, write_error, write_json_atomic
 from .corpus import CorpusStats, SentenceStream
 from .store import STORE_FORMAT, TEXT_COLUMN, TokenizedCorpus
 
@@ -71,6 +71,11 @@ def _complete(entry: Path) -> bool:
     return (entry / _META).is_file()
 
 
+def _names(err: OSError, path: Path) -> bool:
+    """Whether ``err`` was raised on ``path`` (opening or reading it), not on another file."""
+    return err.filename is not None and Path(err.filename) == path
+
+
 def _load_entry(entry: Path, path: Path) -> tuple[TokenizedCorpus, CorpusStats]:
     meta = json.loads((entry / _META).read_text(encoding="utf-8"))
     stats = CorpusStats(
@@ -92,7 +97,9 @@ def tokenize_corpus(
 
     The entry ``cache_dir/tokens-<key>/`` is named by the SHA-256 of the file's bytes and the
     tokenizer settings. It is written into a temporary folder and renamed into place when
-    complete, so an interrupted run never leaves an entry that a later run would use.
+    complete, so an interrupted run never leaves an entry that a later run would use; a write
+    that fails (disk full) removes the temporary folder and raises one
+    :class:`~cselab.core.errors.WriteError` naming the cache folder and the cause.
 
     How often the text is read:
 
@@ -130,7 +137,9 @@ def tokenize_corpus(
 
     def remember(entry: Path, checked_at: int) -> None:
         write_json_atomic(
-            record_file, {**stat_now, "checked_at_ns": checked_at, "entry": entry.name}
+            record_file,
+            {**stat_now, "checked_at_ns": checked_at, "entry": entry.name},
+            what="token cache record",
         )
 
     if record is not None:
@@ -151,8 +160,8 @@ def tokenize_corpus(
 
     checked_at = time.time_ns()
     tmp = cache / f".tokens-tmp-{os.getpid()}-{uuid.uuid4().hex}"
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         from tqdm.auto import tqdm
 
         hasher = hashlib.sha256()
@@ -189,8 +198,11 @@ def tokenize_corpus(
                 if not _complete(entry):
                     raise
                 shutil.rmtree(tmp)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        # an OSError here is a write into the cache (a read of the corpus names the corpus)
+        if isinstance(err, OSError) and not isinstance(err, WriteError) and not _names(err, p):
+            raise write_error(cache, err, "token cache") from err
         raise
     remember(entry, checked_at)
     return TokenizedCorpus.open(entry), stats

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ReportError  # noqa: F401 - re-exported
 from ..evaluation.report import markdown_table
+from ..io.files import write_text_atomic
+from ..io.runfolder import RunFolder
 from .stats import MIN_SEEDS, PairedDifference, mean_std, paired_difference
-from .sweep import CELL_FILE, EVAL_FILE, RESULTS_FILE, SWEEP_FILE, cell_dirs, read_json
+from .sweep import SWEEP_FILE, cell_dirs, read_json
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,14 +62,15 @@ def cell_scores(cell_dir: Path) -> CellScores | None:
     """The scores of a finished cell (``None`` while it has neither results nor evaluation)."""
     from ..evaluation.report import headline
 
-    info = read_json(cell_dir / CELL_FILE)
+    cell = RunFolder(cell_dir)
+    info = read_json(cell.cell)
     if info is None:
         return None
     scores: dict[str, float] = {}
-    results = read_json(cell_dir / RESULTS_FILE)
+    results = read_json(cell.results)
     if results and results.get("best_stsb_dev") is not None:
         scores[DEV_COLUMN] = float(results["best_stsb_dev"])
-    evaluation = read_json(cell_dir / EVAL_FILE)
+    evaluation = read_json(cell.evaluation)
     if evaluation:
         scores |= headline_scores(evaluation.get("headline") or headline(evaluation))
     if not scores:
@@ -79,7 +82,7 @@ def collect(root: str | os.PathLike[str]) -> list[CellScores]:
     """Every finished cell under ``root``."""
     cells = [c for c in (cell_scores(d) for d in cell_dirs(Path(root))) if c is not None]
     if not cells:
-        raise ReportError(f"{root}: no finished sweep cell (no {CELL_FILE} with results) found")
+        raise ReportError(f"{root}: no finished sweep cell (no {RunFolder.CELL} with results) found")
     return cells
 
 
@@ -279,7 +282,7 @@ def write_report(
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {ext: folder / f"{stem}.{ext}" for ext in ("md", "csv", "png")}
-    paths["md"].write_text(markdown(report), encoding="utf-8")
-    paths["csv"].write_text(to_csv(report), encoding="utf-8")
+    write_text_atomic(paths["md"], markdown(report), "report")
+    write_text_atomic(paths["csv"], to_csv(report), "report")
     plot(report, paths["png"])
     return paths

@@ -19,7 +19,9 @@ named list), the seeds and an output root::
 
 Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (with
 ``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
-checkpoint), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
+checkpoint) through :func:`cselab.training.run.train`, in this process or as ``cselab train``,
+which holds the cell folder's lock while it trains (a second sweep, or a child left running by a
+killed one, cannot train into the same cell at the same time), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
 ``eval.json``. A cell whose ``results.json`` (and ``eval.json``, when evaluating) exist is
 skipped. ``cell.json`` records each cell's configuration name, seed and overrides, which is how
 ``cselab report`` (:mod:`cselab.insight.report`) finds them.
@@ -44,13 +46,12 @@ import yaml
 
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
 from ..core.errors import SweepError  # noqa: F401 - re-exported
+from ..io.files import write_json_atomic
+from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
 
 LAUNCHERS = ("inprocess", "subprocess", "torchrun")
-CELL_FILE = "cell.json"
-EVAL_FILE = "eval.json"
-RESULTS_FILE = "results.json"
 SWEEP_FILE = "sweep.json"
 
 
@@ -60,7 +61,7 @@ class EvalSpec:
 
     tasks: str = "sts"
     mode: str = "test"
-    model: str = "best"
+    model: str = RunFolder.BEST
     data_dir: str | None = None
     batch_size: int = 128
     download: bool = False
@@ -112,9 +113,13 @@ class Cell:
     overrides: list[str]
     dir: Path
 
+    @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.dir)
+
     def finished(self, spec: SweepSpec) -> bool:
-        done = (self.dir / RESULTS_FILE).is_file()
-        return done and (spec.evaluate is None or (self.dir / EVAL_FILE).is_file())
+        done = self.folder.results.is_file()
+        return done and (spec.evaluate is None or self.folder.evaluation.is_file())
 
     def build_config(self, spec: SweepSpec) -> Config:
         data = apply_overrides(
@@ -217,7 +222,7 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
             evaluate = from_dict(EvalSpec, evaluate, prefix="evaluate")
         except ConfigError as err:
             raise fail(str(err)) from None
-        if evaluate.model not in ("best", "last"):
+        if evaluate.model not in (RunFolder.BEST, RunFolder.LAST):
             raise fail(f"evaluate.model must be best or last, got {evaluate.model!r}")
         from ..evaluation.api import MODES, parse_tasks
 
@@ -278,7 +283,7 @@ def check_spec(spec: SweepSpec) -> None:
 def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[str]]:
     """The processes a subprocess/torchrun cell runs: train (unless done), then evaluate."""
     commands = []
-    if not (cell.dir / RESULTS_FILE).is_file():
+    if not cell.folder.results.is_file():
         if spec.launcher == "torchrun":
             launcher = [
                 sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -290,9 +295,9 @@ def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[s
     ev = spec.evaluate
     if ev is not None:
         evaluate = [
-            sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.dir / ev.model),
+            sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.folder.model(ev.model)),
             "--tasks", ev.tasks, "--mode", ev.mode, "--batch-size", str(ev.batch_size),
-            "--output", str(cell.dir / EVAL_FILE),
+            "--output", str(cell.folder.evaluation),
         ]  # fmt: skip
         if ev.data_dir:
             evaluate += ["--data-dir", ev.data_dir]
@@ -309,7 +314,7 @@ def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
 
     ev = spec.evaluate
     assert ev is not None
-    encoder = load(str(cell.dir / ev.model), device="cpu")
+    encoder = load(str(cell.folder.model(ev.model)), device="cpu")
     out = evaluate(
         encoder,
         tasks=ev.tasks,
@@ -319,7 +324,7 @@ def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
         download=ev.download,
         model_name=f"{cell.config} seed {cell.seed}",
     )
-    save_json(out, cell.dir / EVAL_FILE)
+    save_json(out, cell.folder.evaluation)
 
 
 def run_cell(spec: SweepSpec, cell: Cell) -> str:
@@ -329,22 +334,22 @@ def run_cell(spec: SweepSpec, cell: Cell) -> str:
         return "skipped"
     cell.dir.mkdir(parents=True, exist_ok=True)
     info = {"config": cell.config, "seed": cell.seed, "overrides": cell.overrides}
-    (cell.dir / CELL_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+    write_json_atomic(cell.folder.cell, info, indent=2, what="sweep cell record")
     config = cell.build_config(spec)
     if spec.launcher == "inprocess":
         from ..training.run import train
 
-        if not (cell.dir / RESULTS_FILE).is_file():
-            train(config)
+        if not cell.folder.results.is_file():
+            train(config)  # holds the cell's lock while it trains
         if spec.evaluate is not None:
             _evaluate_inprocess(spec, cell)
         return "done"
-    config_file = cell.dir / "sweep_config.yaml"
+    config_file = cell.folder.cell_config
     save_config(config, config_file)
     env = dict(os.environ)
     if spec.threads_per_cell:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads_per_cell)
-    logfile = cell.dir / "sweep.log"
+    logfile = cell.folder.cell_log
     with logfile.open("a", encoding="utf-8") as fh:
         for command in cell_commands(spec, cell, config_file):
             fh.write("$ " + " ".join(command) + "\n")
@@ -363,7 +368,7 @@ def run_sweep(
     (``done``, ``skipped``, ``failed``). Raises :class:`SweepError` if any cell failed."""
     check_spec(spec)
     spec.output_root.mkdir(parents=True, exist_ok=True)
-    (spec.output_root / SWEEP_FILE).write_text(json.dumps(spec.to_dict(), indent=2), "utf-8")
+    write_json_atomic(spec.output_root / SWEEP_FILE, spec.to_dict(), indent=2, what="sweep record")
     outcome: dict[str, list[Cell]] = {"done": [], "skipped": [], "failed": []}
     failures: list[str] = []
 
@@ -405,4 +410,4 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def cell_dirs(root: Path) -> Sequence[Path]:
     """The cell folders under ``root`` (those holding a ``cell.json``), sorted."""
-    return sorted(p.parent for p in root.rglob(CELL_FILE))
+    return sorted(p.parent for p in root.rglob(RunFolder.CELL))

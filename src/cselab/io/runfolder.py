@@ -38,9 +38,14 @@ class RunFolder:
     BEST = "best"
     LAST = "last"
     TENSORBOARD = "tensorboard"
+    #: The run's config inside each saved model folder (:attr:`BEST`, :attr:`LAST`).
+    MODEL_CONFIG = "cselab_config.yaml"
     #: A sweep cell's settings (config name, seed, overrides) and its final evaluation.
     CELL = "cell.json"
     EVALUATION = "eval.json"
+    #: A sweep cell's resolved config (what its ``cselab train`` process reads) and its log.
+    CELL_CONFIG = "sweep_config.yaml"
+    CELL_LOG = "sweep.log"
     LOCK = ".cselab.lock"
 
     #: What a previous run leaves in its folder (the lock file is not part of a run).
@@ -89,6 +94,14 @@ class RunFolder:
     def evaluation(self) -> Path:
         return self.path / self.EVALUATION
 
+    @property
+    def cell_config(self) -> Path:
+        return self.path / self.CELL_CONFIG
+
+    @property
+    def cell_log(self) -> Path:
+        return self.path / self.CELL_LOG
+
     def model(self, name: str) -> Path:
         """The saved model folder ``best`` or ``last``."""
         if name not in (self.BEST, self.LAST):
@@ -115,8 +128,9 @@ class RunFolder:
                     f"{self.path} is in use by another cselab process (it holds "
                     f"{self.path / self.LOCK}); wait for it to finish or choose another folder"
                 ) from None
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            with contextlib.suppress(OSError):  # the pid is for people; a full disk may refuse it
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock

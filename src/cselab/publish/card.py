@@ -32,12 +32,13 @@ from ..config import Config
 from ..core.schema import from_dict
 from ..evaluation.custom import KIND, dev_score_name
 from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline, markdown, markdown_table
-from ..io.files import file_digest
+from ..io.files import file_digest, write_text_atomic
+from ..io.runfolder import RunFolder
 from ..model.pooling import inference_pooler_name
 from ..objectives.config import ObjectiveConfig
 
 CARD_FILE = "README.md"
-CONFIG_FILE = "cselab_config.yaml"  # written next to the weights by Trainer.save_model
+CONFIG_FILE = RunFolder.MODEL_CONFIG  # written next to the weights by Trainer.save_model
 EVAL_START = "<!-- cselab:evaluation:start -->"
 EVAL_END = "<!-- cselab:evaluation:end -->"
 #: The line every usage snippet starts with; :func:`set_model_id` rewrites it (e.g. on push).
@@ -671,7 +672,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
     text = text.replace("{dim}", str(_width(out)))
     card = ModelCard(f"---\n{card_data.to_yaml()}\n---\n{text}")
     path = out / CARD_FILE
-    card.save(path)
+    write_text_atomic(path, str(card), "model card")
     return path
 
 
@@ -713,7 +714,7 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
         card.text = before + section + after
     else:
         card.text = card.text.rstrip("\n") + "\n\n" + section + "\n"
-    card.save(path)
+    write_text_atomic(path, str(card), "model card")
     return path
 
 
@@ -723,7 +724,7 @@ def set_model_id(folder: str | Path, model_id: str) -> bool:
     if not path.is_file():
         return False
     text = path.read_text(encoding="utf-8")
-    path.write_text(MODEL_ID_LINE.sub(f'model_id = "{model_id}"', text), encoding="utf-8")
+    write_text_atomic(path, MODEL_ID_LINE.sub(f'model_id = "{model_id}"', text), "model card")
     return True
 
 

@@ -1,13 +1,20 @@
 """From a config to a trained model: :func:`build_trainer` assembles, :func:`train` runs.
 
 The composition root of training: it validates the config, builds the objective, starts the
-distributed group, checks the output folder (:mod:`.rundir`) before any heavy work, loads the
-model and the tokenised corpus, seeds the streams (:mod:`.rng`) and hands everything to the
-:class:`~cselab.training.trainer.Trainer`.
+distributed group, takes the output folder's lock and checks the folder (:mod:`.rundir`) before
+any heavy work, loads the model and the tokenised corpus, seeds the streams (:mod:`.rng`) and
+hands everything to the :class:`~cselab.training.trainer.Trainer`.
+
+:func:`train` holds the lock (:meth:`RunFolder.lock <cselab.io.runfolder.RunFolder.lock>`,
+main process only) from before the folder check to the end of the run, however it ends: a
+second run into the same folder stops at once with
+:class:`~cselab.core.errors.RunFolderBusy`. ``cselab train`` and every sweep cell (in-process
+or ``cselab train`` subprocesses) come through here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +26,7 @@ from ..config import Config, load_config
 from ..data import tokenize_corpus
 from ..data.pairs import TokenizedPairs, load_pairs, source_digest
 from ..io.files import file_digest
+from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective
@@ -32,8 +40,17 @@ from .trainer import Trainer
 log = logging.getLogger("cselab")
 
 
-def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer:
-    """Everything :func:`train` sets up, without running the loop."""
+def build_trainer(
+    config: Config,
+    callbacks: Sequence[Callback] = (),
+    hold: contextlib.ExitStack | None = None,
+) -> Trainer:
+    """Everything :func:`train` sets up, without running the loop.
+
+    ``hold``: where the main process keeps the output folder's lock, taken before the folder is
+    checked; :func:`train` passes a stack that lives as long as the run. Without it no lock is
+    taken (the caller owns the folder).
+    """
     objective = build_objective(config.objective)
     dist_info = init_distributed(
         "cuda" if torch.cuda.is_available() and config.train.device != "cpu" else "cpu"
@@ -45,6 +62,8 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
         train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
         if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
             tc = config.train
+            if hold is not None:  # first: no other process can start a run after the check
+                hold.enter_context(RunFolder(tc.output_dir).lock())
             digest = source_digest if config.data.pairs else file_digest
             rundir.prepare_output_dir(
                 Path(tc.output_dir), config.to_dict(), lambda: digest(train_file),
@@ -98,6 +117,7 @@ def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> di
     ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
     config = load_config(config) if not isinstance(config, Config) else config.validate()
     try:
-        return build_trainer(config, callbacks).train()
+        with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
+            return build_trainer(config, callbacks, hold).train()
     finally:
         shutdown_distributed()  # only if init_distributed created the process group
