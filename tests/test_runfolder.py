@@ -101,6 +101,48 @@ def test_the_name_check_sees_the_old_spellings() -> None:
 
 
 # ------------------------------------------------------------------------------------ the lock
+def test_the_lock_leaves_no_empty_folder_it_created(tmp_path: Path) -> None:
+    """A run refused before writing anything leaves nothing; any other folder keeps its lock
+    file."""
+    new = RunFolder(tmp_path / "new" / "run")
+    with new.lock():
+        assert [p.name for p in new.path.iterdir()] == [RunFolder.LOCK]
+        with pytest.raises(RunFolderBusy), new.lock():
+            pass
+    assert not new.path.exists() and (tmp_path / "new").is_dir()
+    with new.lock():
+        new.metrics.write_text("step\n")
+    assert sorted(p.name for p in new.path.iterdir()) == [RunFolder.LOCK, RunFolder.METRICS]
+    kept = RunFolder(tmp_path / "kept")
+    kept.path.mkdir()
+    with kept.lock():
+        pass
+    assert [p.name for p in kept.path.iterdir()] == [RunFolder.LOCK]
+
+
+def test_a_removed_lock_file_is_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between opening the lock file and locking it, the previous holder removed its empty
+    folder and another process made a new lock file: the lock taken is on the new file."""
+    import fcntl
+
+    folder = RunFolder(tmp_path / "run")
+    real_flock, swapped = fcntl.flock, []
+
+    def flock_after_a_swap(fd: int, operation: int) -> None:
+        if not swapped:
+            swapped.append(fd)
+            (folder.path / RunFolder.LOCK).unlink()
+            (folder.path / RunFolder.LOCK).touch()
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_swap)
+    with folder.lock():
+        monkeypatch.undo()
+        assert swapped
+        with pytest.raises(RunFolderBusy), folder.lock():
+            pass  # the file on disk is the one held
+
+
 def train_args(tiny_bert: Path, data: Path, out: Path, *extra: str) -> list[str]:
     return [
         "-q", "train", f"--model.name_or_path={tiny_bert}", "--model.max_seq_len=16",

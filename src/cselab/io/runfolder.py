@@ -116,21 +116,53 @@ class RunFolder:
     def lock(self) -> Iterator[None]:
         """Hold the folder exclusively while the block runs (creates the folder).
 
-        Raises :class:`RunFolderBusy` naming the folder when another process holds it.
+        Raises :class:`RunFolderBusy` naming the folder when another process holds it. A folder
+        this call created and the block left empty is removed again, so a run refused before it
+        wrote anything (a bad setting) leaves nothing behind.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        created = not self.path.exists()
+        fd = self._acquire()
         try:
+            with contextlib.suppress(OSError):  # the pid is for people; a full disk may refuse it
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                yield
+            finally:
+                if created:
+                    self._remove_if_empty()
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _remove_if_empty(self) -> None:
+        """Remove the folder if it holds only the lock file (called with the lock held: a
+        process that opened the lock file meanwhile finds it gone once it gets the lock, and
+        starts over, see :meth:`_acquire`)."""
+        with contextlib.suppress(OSError):  # something else appeared, or is not ours to remove
+            if [p.name for p in self.path.iterdir()] == [self.LOCK]:
+                (self.path / self.LOCK).unlink()
+                self.path.rmdir()
+
+    def _acquire(self) -> int:
+        """An open descriptor of the lock file, exclusively locked."""
+        while True:
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the previous holder removed the empty folder meanwhile
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                os.close(fd)
                 raise RunFolderBusy(
                     f"{self.path} is in use by another cselab process (it holds "
                     f"{self.path / self.LOCK}); wait for it to finish or choose another folder"
                 ) from None
-            with contextlib.suppress(OSError):  # the pid is for people; a full disk may refuse it
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
-            yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
+            try:
+                current = os.stat(self.path / self.LOCK).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                return fd
+            os.close(fd)  # the previous holder removed the file it locked: lock the new one
