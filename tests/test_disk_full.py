@@ -397,6 +397,37 @@ def test_train_rewrites_of_a_resumed_run(
     assert not [n for n in after if ".tmp" in n]
 
 
+def test_train_model_card_in_a_model_folder(
+    tiny_bert: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+    one_thread,  # noqa: ANN001
+) -> None:
+    """The card of a model folder being saved cannot be written: the folder is not published,
+    and the message is the model folder's, with the card's cause."""
+    disk = FullDisk("patched", tmp_path, monkeypatch)
+    out = RunFolder(disk.folder / "out")
+    argv = train_argv(
+        tiny_bert, tmp_path / "data", out.path, tmp_path / "cache", "--train.max_steps=3"
+    )
+    assert main(argv) == 0
+    before = disk.snapshot()
+    capsys.readouterr()
+    disk.fill(only=r"\.README\..*")
+    assert main([*argv, "--train.resume=true", "--train.log_steps=2"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [
+        f"cselab train: error: could not write model folder {out.last}: {NO_SPACE} (ENOSPC); "
+        "the previous one is kept"
+    ]
+    after = disk.snapshot()
+    assert {k: v for k, v in after.items() if k.startswith("out/last/")} == {
+        k: v for k, v in before.items() if k.startswith("out/last/")
+    }
+    assert not [n for n in after if ".tmp" in n]
+
+
 def test_train_metrics_row_is_appended_whole_or_not_at_all(
     tiny_bert: Path,
     tmp_path: Path,

@@ -12,11 +12,12 @@ An index is a folder::
       faiss-*.index  the approximate index, when one was built (``--backend hnsw|ivf``)
 
 Every array is opened with ``mmap_mode="r"``: opening a 1M-line index reads only ``index.json``,
-and a search touches the pages it needs. Every file is written atomically, and ``vectors.npy``
-has its whole size reserved on disk before the first row is written, so a full disk is one
-:class:`~cselab.core.errors.WriteError` naming the file, never a SIGBUS in the memory map. Vectors are encoded in chunks of ``chunk_size`` lines;
+and a search touches the pages it needs. Vectors are encoded in chunks of ``chunk_size`` lines;
 after each chunk the rows are flushed before ``progress.json`` is replaced (atomically), so an
-interrupted build resumes at the first chunk not recorded and gives the same index.
+interrupted build resumes at the first chunk not recorded and gives the same index. Every file
+is written atomically, and ``vectors.npy`` has its whole size reserved on disk before the first
+row is written: a full disk is one :class:`~cselab.core.errors.WriteError` naming the file,
+never a SIGBUS in the memory map.
 
 Search is exact by default: the cosine of each query with every row (a matrix product, block by
 block over the memory map) and a top-k. With ``faiss-cpu`` installed (``pip install
