@@ -87,7 +87,12 @@ class FullDisk:
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.folder)], check=True)
 
-    def fill(self, only: str | None = None, calls: tuple[str, ...] = ("open", "write", "fallocate"), after: int = 0) -> None:  # fmt: skip
+    def fill(
+        self,
+        only: str | None = None,
+        calls: tuple[str, ...] = ("open", "write", "fallocate"),
+        after: int = 0,
+    ) -> None:
         if self.kind == "tmpfs":
             assert self.mounted
             fd = os.open(self.folder / self.FILLER, os.O_WRONLY | os.O_CREAT)
@@ -136,7 +141,9 @@ class FullDisk:
         if path is None:
             return False
         p = Path(os.path.abspath(path))
-        return self.folder in p.parents and (self.only is None or bool(re.fullmatch(self.only, p.name)))  # fmt: skip
+        return self.folder in p.parents and (
+            self.only is None or bool(re.fullmatch(self.only, p.name))
+        )
 
     def snapshot(self) -> dict[str, bytes]:
         """Every file under the folder (the filler left out) and its bytes."""
@@ -155,7 +162,9 @@ def _fd_path(fd: int) -> str | None:
 
 
 @pytest.fixture(params=["tmpfs", "patched"])
-def disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FullDisk]:  # fmt: skip
+def disk(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FullDisk]:
     full = FullDisk(request.param, tmp_path, monkeypatch)
     yield full
     monkeypatch.undo()  # before unmounting: nothing patched may run in teardown
@@ -206,7 +215,9 @@ def test_reserve_refuses_before_anything_is_written(disk: FullDisk) -> None:
 
 
 # --------------------------------------------------------------------------------- commands
-def test_encode_output(disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_encode_output(
+    disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     disk.mount("64k")
     out = disk.folder / "v.npy"
     np.save(out, np.zeros((2, 3), dtype=np.float32))
@@ -220,7 +231,7 @@ def test_encode_output(disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys) 
     assert disk.snapshot() == before
 
 
-def test_plot(disk: FullDisk, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_plot(disk: FullDisk, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("matplotlib")
     run = tmp_path / "run"
     run.mkdir()
@@ -235,7 +246,7 @@ def test_plot(disk: FullDisk, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     assert disk.snapshot() == {"curves.png": b"the previous figure"}
 
 
-def test_report(disk: FullDisk, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_report(disk: FullDisk, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     root = tmp_path / "sweep"
     for config, seed, score in [("a", 1, 70.0), ("a", 2, 71.0), ("b", 1, 72.5), ("b", 2, 72.0)]:
         cell = RunFolder(root / config / f"seed{seed}")
@@ -270,8 +281,8 @@ def test_evaluate_outputs(
     disk: FullDisk,
     tiny_bert: Path,
     tmp_path: Path,
-    capsys,
-    option: str,  # noqa: ANN001
+    capsys: pytest.CaptureFixture,
+    option: str,
 ) -> None:
     sts = tmp_path / "pairs.tsv"
     sts.write_text("sentence1\tsentence2\tscore\n" + PAIRS)
@@ -300,14 +311,20 @@ def test_evaluate_outputs(
     assert disk.snapshot() == before
 
 
-def test_sweep_record(disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_sweep_record(
+    disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import yaml
 
     disk.mount("64k")
     root = disk.folder / "runs"
     spec = tmp_path / "sweep.yaml"
     base = {"model": {"name_or_path": str(tiny_bert)}, "data": {"train_file": "x.txt"}}
-    spec.write_text(yaml.safe_dump({"base": base, "configs": {"a": []}, "output_root": str(root), "evaluate": None}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {"base": base, "configs": {"a": []}, "output_root": str(root), "evaluate": None}
+        )
+    )
     disk.fill()
     assert main(["sweep", str(spec)]) == 2
     assert_one_line(capsys.readouterr().err, "sweep", "sweep record", root / "sweep.json")
@@ -319,8 +336,8 @@ def test_index_build(
     disk: FullDisk,
     tiny_bert: Path,
     tmp_path: Path,
-    capsys,
-    case: str,  # noqa: ANN001
+    capsys: pytest.CaptureFixture,
+    case: str,
 ) -> None:
     """Vectors: 800 lines need 100 KiB of vectors on a 64 KiB disk, refused before any vector is
     encoded (the memory map would otherwise meet the full disk as a SIGBUS). Texts: one long
@@ -333,10 +350,16 @@ def test_index_build(
     disk.mount("64k")
     out = disk.folder / "my.index"
     argv = ["index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]
-    file, what = ("vectors.npy", "index vectors") if case == "vectors" else ("texts.bin", "index texts")  # fmt: skip
+    file, what = (
+        ("vectors.npy", "index vectors") if case == "vectors" else ("texts.bin", "index texts")
+    )
     if disk.kind == "tmpfs":  # the disk fills by itself; a SIGBUS would end a test process
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-        proc = subprocess.run([sys.executable, "-m", "cselab", *argv], capture_output=True, text=True, env=env)  # fmt: skip
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "cselab", *argv], capture_output=True, text=True, env=env
+        )
         rc, err = proc.returncode, proc.stderr
     else:
         if case == "vectors":
@@ -354,11 +377,20 @@ def test_index_build(
 # ------------------------------------------------------------------------------ cselab train
 def train_argv(tiny_bert: Path, data: Path, out: Path, cache: Path, *extra: str) -> list[str]:
     return [
-        "-q", "train", f"--model.name_or_path={tiny_bert}", "--model.max_seq_len=16",
-        f"--data.train_file={write_corpus(data, 48)}", f"--data.cache_dir={cache}",
-        f"--train.output_dir={out}", "--train.batch_size=8", "--train.eval_steps=0",
-        "--train.log_steps=1", "--train.report_to=[]", "--train.device=cpu", *extra,
-    ]  # fmt: skip
+        "-q",
+        "train",
+        f"--model.name_or_path={tiny_bert}",
+        "--model.max_seq_len=16",
+        f"--data.train_file={write_corpus(data, 48)}",
+        f"--data.cache_dir={cache}",
+        f"--train.output_dir={out}",
+        "--train.batch_size=8",
+        "--train.eval_steps=0",
+        "--train.log_steps=1",
+        "--train.report_to=[]",
+        "--train.device=cpu",
+        *extra,
+    ]
 
 
 #: the file a resumed run fails on: (the names it fails on in the patched variant, what the
@@ -374,9 +406,9 @@ def test_train_rewrites_of_a_resumed_run(
     disk: FullDisk,
     tiny_bert: Path,
     tmp_path: Path,
-    capsys,
-    one_thread,
-    case: str,  # noqa: ANN001
+    capsys: pytest.CaptureFixture,
+    one_thread: None,
+    case: str,
 ) -> None:
     """A finished run resumed on a full disk (with a changed log cadence: it rewrites its config
     and results) stops at the file it cannot write; the first run's file is kept."""
@@ -401,8 +433,8 @@ def test_train_model_card_in_a_model_folder(
     tiny_bert: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys,
-    one_thread,  # noqa: ANN001
+    capsys: pytest.CaptureFixture,
+    one_thread: None,
 ) -> None:
     """The card of a model folder being saved cannot be written: the folder is not published,
     and the message is the model folder's, with the card's cause."""
@@ -432,8 +464,8 @@ def test_train_metrics_row_is_appended_whole_or_not_at_all(
     tiny_bert: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys,
-    one_thread,  # noqa: ANN001
+    capsys: pytest.CaptureFixture,
+    one_thread: None,
 ) -> None:
     """The second row's append meets a full disk after writing half of its bytes: one line, and
     metrics.csv holds the header and the first row, whole (patched: no real disk can be made
@@ -449,7 +481,9 @@ def test_train_metrics_row_is_appended_whole_or_not_at_all(
     assert len(lines[1].split(b",")) == len(lines[0].split(b","))
 
 
-def test_token_cache(disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys, one_thread) -> None:  # noqa: ANN001
+def test_token_cache(
+    disk: FullDisk, tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
+) -> None:
     disk.mount("64k")
     cache = disk.folder / "cache"
     argv = train_argv(tiny_bert, tmp_path / "data", tmp_path / "out", cache, "--train.max_steps=1")

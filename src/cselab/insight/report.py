@@ -82,7 +82,9 @@ def collect(root: str | os.PathLike[str]) -> list[CellScores]:
     """Every finished cell under ``root``."""
     cells = [c for c in (cell_scores(d) for d in cell_dirs(Path(root))) if c is not None]
     if not cells:
-        raise ReportError(f"{root}: no finished sweep cell (no {RunFolder.CELL} with results) found")
+        raise ReportError(
+            f"{root}: no finished sweep cell (no {RunFolder.CELL} with results) found"
+        )
     return cells
 
 

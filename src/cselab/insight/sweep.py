@@ -21,10 +21,11 @@ Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (w
 ``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
 checkpoint) through :func:`cselab.training.run.train`, in this process or as ``cselab train``,
 which holds the cell folder's lock while it trains (a second sweep, or a child left running by a
-killed one, cannot train into the same cell at the same time), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
-``eval.json``. A cell whose ``results.json`` (and ``eval.json``, when evaluating) exist is
-skipped. ``cell.json`` records each cell's configuration name, seed and overrides, which is how
-``cselab report`` (:mod:`cselab.insight.report`) finds them.
+killed one, cannot train into the same cell at the same time), then evaluates its ``best`` (or
+``last``) model with :mod:`cselab.evaluation` into ``eval.json``. A cell whose ``results.json``
+(and ``eval.json``, when evaluating) exist is skipped. ``cell.json`` records each cell's
+configuration name, seed and overrides, which is how ``cselab report``
+(:mod:`cselab.insight.report`) finds them.
 """
 
 from __future__ import annotations
