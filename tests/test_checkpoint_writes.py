@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 import cselab.training.checkpoint as ckpt
 from conftest import write_corpus
 from cselab.cli import main
+from cselab.io.runfolder import RunFolder
 
 
 def tiny_state() -> tuple[torch.nn.Module, torch.optim.Optimizer, object]:
@@ -87,7 +88,7 @@ def test_failed_checkpoint_write_names_path_and_cause_and_keeps_the_previous(
         ckpt.save_checkpoint(tmp_path, model, opt, sched, step=8, extra={"k": 2})
     msg = str(info.value)
     assert msg == f"could not write checkpoint {target}: {cause}; the previous one is kept"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [ckpt.CHECKPOINT_FILE]  # no partial
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RunFolder.CHECKPOINT_FILE]  # no partial
     monkeypatch.undo()
     _, meta = ckpt.load_checkpoint(tmp_path)
     assert meta["step"] == 7 and meta["extra"] == {"k": 1}
@@ -120,7 +121,7 @@ def test_disk_full_during_training_is_one_line(
     assert main(_train_args(tiny_bert, tmp_path)) == 2
     # stderr also carries the tokenising progress bar; the error is one line of its own.
     errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
-    target = tmp_path / "out" / "checkpoint" / ckpt.CHECKPOINT_FILE
+    target = tmp_path / "out" / "checkpoint" / RunFolder.CHECKPOINT_FILE
     assert len(errors) == 1
     assert errors[0] == (
         f"cselab train: error: could not write checkpoint {target}: No space left on device "

@@ -279,7 +279,8 @@ def _receiver(call: ast.Call) -> str | None:
 
 def helper_homes() -> dict[str, set[str]]:
     """The functions of ``src`` that hash a file's bytes with SHA-256, write JSON to a file
-    and rename that file over its target, or write the separator row of a markdown table."""
+    and rename that file over its target (by ``os.replace`` or ``atomic_path``), or write the
+    separator row of a markdown table."""
     homes: dict[str, set[str]] = {
         "file sha256": set(),
         "atomic json": set(),
@@ -306,6 +307,16 @@ def helper_homes() -> dict[str, set[str]]:
                 c.args[0].id
                 for n, c in calls
                 if n == "os.replace" and isinstance(c.args[0], ast.Name)
+            }
+            # `with atomic_path(target) as tmp:` renames tmp over target when the block ends
+            renamed |= {
+                item.optional_vars.id
+                for w in ast.walk(fn)
+                if isinstance(w, ast.With)
+                for item in w.items
+                if isinstance(item.context_expr, ast.Call)
+                and ast.unparse(item.context_expr.func).endswith("atomic_path")
+                and isinstance(item.optional_vars, ast.Name)
             }
             if json_written & renamed:
                 homes["atomic json"].add(name)

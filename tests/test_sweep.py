@@ -19,7 +19,8 @@ from cselab.cli import main
 from cselab.config import ConfigError
 from cselab.insight.report import DEV_COLUMN, build_report, collect, markdown
 from cselab.insight.stats import paired_difference
-from cselab.insight.sweep import EVAL_FILE, RESULTS_FILE, cell_commands, grid_configs, load_sweep
+from cselab.insight.sweep import cell_commands, grid_configs, load_sweep
+from cselab.io.runfolder import RunFolder
 
 SEEDS = [1, 2, 3]
 
@@ -76,12 +77,12 @@ def test_sweep_runs_every_cell_and_evaluates(sweep_root: Path) -> None:
     for config in ("simcse", "dcl"):
         for seed in SEEDS:
             cell = runs / config / f"seed{seed}"
-            results = json.loads((cell / RESULTS_FILE).read_text())
+            results = json.loads((cell / RunFolder.RESULTS).read_text())
             assert results["steps"] == 4
             saved = yaml.safe_load((cell / "best" / "cselab_config.yaml").read_text())
             assert saved["train"]["seed"] == seed
             assert saved["objective"]["dcl"]["enabled"] == (config == "dcl")
-            out = json.loads((cell / EVAL_FILE).read_text())
+            out = json.loads((cell / RunFolder.EVALUATION).read_text())
             assert set(out["results"]) == {"STSBenchmark", "SICKRelatedness"}
             assert out["mode"] == "dev" and out["results"]["STSBenchmark"]["n"] == 1500
     # the same seed gives the same dev score at step 0 (nothing trained yet), whatever the
@@ -105,7 +106,7 @@ def test_report_matches_the_cells(sweep_root: Path, capsys) -> None:
     assert report.tasks[:3] == [DEV_COLUMN, "STS-B", "SICK-R"]
 
     def score(config: str, seed: int, task: str) -> float:
-        out = json.loads((runs / config / f"seed{seed}" / EVAL_FILE).read_text())
+        out = json.loads((runs / config / f"seed{seed}" / RunFolder.EVALUATION).read_text())
         return round(100 * out["results"][task]["spearman"], 2)  # the headline value
 
     dcl = [score("dcl", s, "STSBenchmark") for s in SEEDS]
@@ -134,29 +135,31 @@ def test_finished_cells_are_skipped_and_an_interrupted_one_resumes(
 ) -> None:
     spec_file = sweep_root / "sweep.yaml"
     runs = sweep_root / "runs"
-    before = {p: p.stat().st_mtime_ns for p in runs.rglob(RESULTS_FILE)}
+    before = {p: p.stat().st_mtime_ns for p in runs.rglob(RunFolder.RESULTS)}
     assert main(["-q", "sweep", str(spec_file)]) == 0
     assert "0 cell(s) run, 6 already finished" in capsys.readouterr().out
-    assert {p: p.stat().st_mtime_ns for p in runs.rglob(RESULTS_FILE)} == before
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob(RunFolder.RESULTS)} == before
     # an interrupted cell: the checkpoint is there, results and evaluation are not
     cell = runs / "dcl" / "seed2"
     metrics = (cell / "metrics.csv").read_text()
-    (cell / RESULTS_FILE).unlink()
-    (cell / EVAL_FILE).unlink()
+    (cell / RunFolder.RESULTS).unlink()
+    (cell / RunFolder.EVALUATION).unlink()
     with caplog.at_level(logging.INFO, logger="cselab"):
         assert main(["-q", "sweep", str(spec_file)]) == 0
     assert "1 cell(s) run, 5 already finished" in capsys.readouterr().out
     assert any("resumed from" in r.getMessage() for r in caplog.records)
     assert (cell / "metrics.csv").read_text() == metrics  # nothing re-trained
-    assert json.loads((cell / RESULTS_FILE).read_text())["steps"] == 4
-    assert (cell / EVAL_FILE).is_file()
+    assert json.loads((cell / RunFolder.RESULTS).read_text())["steps"] == 4
+    assert (cell / RunFolder.EVALUATION).is_file()
 
 
 @needs_senteval
 def test_compare_plot_draws_one_bar_per_result_and_task(sweep_root: Path, tmp_path: Path) -> None:
     from cselab.insight.plots import plot_task_scores
 
-    files = [str(sweep_root / "runs" / c / "seed1" / EVAL_FILE) for c in ("simcse", "dcl")]
+    files = [
+        str(sweep_root / "runs" / c / "seed1" / RunFolder.EVALUATION) for c in ("simcse", "dcl")
+    ]
     png = tmp_path / "bars.png"
     assert main(["compare", *files, "--names", "simcse,dcl", "--plot", str(png)]) == 0
     outs = [json.loads(Path(f).read_text()) for f in files]
@@ -270,7 +273,7 @@ def test_subprocess_cells_run_in_parallel(tiny_bert: Path, tmp_path: Path) -> No
     assert main(["-q", "sweep", str(spec_file)]) == 0
     for seed in (1, 2):
         cell = tmp_path / "runs" / "simcse" / f"seed{seed}"
-        assert json.loads((cell / RESULTS_FILE).read_text())["steps"] == 4
+        assert json.loads((cell / RunFolder.RESULTS).read_text())["steps"] == 4
         assert "$ " in (cell / "sweep.log").read_text()
 
 

@@ -33,6 +33,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..config import load_config
+    from ..io.runfolder import RunFolder
     from ..training.run import train
 
     config = load_config(args.config, args.overrides)
@@ -44,9 +45,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if init is not None and best is not None:
             label = "STS-B dev Spearman" if name == "stsb_dev" else f"{name} ({config.eval.dev})"
             print(f"{label}: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
-        print(
-            f"saved best model to {config.train.output_dir}/best, last to {config.train.output_dir}/last"
-        )
+        run = RunFolder(config.train.output_dir)
+        print(f"saved best model to {run.best}, last to {run.last}")
         for note in results.get("notes", []):
             print(f"note: {note}")
     return 0
@@ -55,6 +55,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_encode(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from ..io.files import atomic_path
     from ..model.encoder import load
 
     # One vector per line, blank lines included, by the plain-line rule the training corpus is
@@ -67,7 +68,10 @@ def cmd_encode(args: argparse.Namespace) -> int:
     vectors = encoder.encode(
         lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision
     )
-    np.save(args.output, vectors)
+    # np.save adds ".npy" to a name without it; the file is written whole or not at all
+    output = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    with atomic_path(output, "vectors") as tmp:
+        np.save(tmp, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
     return 0
 

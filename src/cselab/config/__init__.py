@@ -18,6 +18,7 @@ import yaml
 
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
+from ..io.files import write_text_atomic
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 
@@ -260,4 +261,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    """Write ``config`` as YAML to ``path`` atomically (a failed write keeps the old file)."""
+    write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False), "config")

@@ -19,8 +19,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CorpusError
-from ..io.files import file_digest, write_json_atomic
+from ..core.errors import CorpusError, WriteError
+from ..io.files import file_digest, write_error, write_json_atomic
 from .config import DataFormat, PairColumns
 from .corpus import CorpusStats, SentenceStream
 from .pairs import ROWS_VERSION, TokenizedPairs, load_pairs, source_digest, stream_pairs
@@ -112,7 +112,9 @@ def _cached_entry(
     def found(entry: Path, checked_at: int | None) -> tuple[Path, dict[str, Any]]:
         if checked_at is not None:
             write_json_atomic(
-                record_file, {**stat_now, "checked_at_ns": checked_at, "entry": entry.name}
+                record_file,
+                {**stat_now, "checked_at_ns": checked_at, "entry": entry.name},
+                what="token cache record",
             )
         return entry, json.loads((entry / _META).read_text(encoding="utf-8"))
 
@@ -136,8 +138,8 @@ def _cached_entry(
 
     checked_at = time.time_ns()
     tmp = cache / f".tokens-tmp-{os.getpid()}-{uuid.uuid4().hex}"
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         content, columns, stats = build(tmp)
         if content is None:
             # A separate pass hashes the bytes; they name what was tokenised only if the file
@@ -165,10 +167,22 @@ def _cached_entry(
                 if not _complete(entry):
                     raise
                 shutil.rmtree(tmp)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        # an OSError here is a write into the cache (a read of the source names the source)
+        if isinstance(err, OSError) and not isinstance(err, WriteError) and not _names(err, p):
+            raise write_error(cache, err, "token cache") from err
         raise
     return found(entry, checked_at)
+
+
+def _names(err: OSError, path: Path) -> bool:
+    """Whether ``err`` was raised on ``path`` or a file inside it (opening or reading the
+    source), not on another file."""
+    if err.filename is None:
+        return False
+    f = Path(err.filename)
+    return f == path or path in f.parents
 
 
 def _bar(**kwargs: Any) -> Any:

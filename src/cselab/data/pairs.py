@@ -42,6 +42,7 @@ from torch import Tensor
 from ..core.errors import CorpusError
 from ..io.files import file_digest
 from ..io.readers import open_table, read_sick, reraise_as
+from ..io.runfolder import RunFolder
 from .config import PAIR_SUFFIXES, DataFormat, PairColumns, is_pairs_source  # noqa: F401
 from .order import collate
 from .store import TokenizedCorpus, pair_columns, write_columns
@@ -234,7 +235,7 @@ def model_folder_notes(folder: str | Path) -> list[str]:
     ``[]`` for any other model."""
     import yaml
 
-    path = Path(folder) / "cselab_config.yaml"
+    path = Path(folder) / RunFolder.MODEL_CONFIG
     if not path.is_file():
         return []
     config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -42,6 +42,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("MTEB evaluation needs mteb 2.x: pip install 'cselab[mteb]'") from err
 
 from ..core.schema import ConfigError
+from ..io.files import write_text_atomic
 from . import datasets
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,7 @@ def run_cli(args: argparse.Namespace) -> int:
     )
     print(markdown(out))
     if args.output:
-        Path(args.output).write_text(json.dumps(out, indent=2, default=str), encoding="utf-8")
+        text = json.dumps(out, indent=2, default=str)
+        write_text_atomic(args.output, text, "evaluation results")
         print(f"\nresults: {args.output}")
     return 0

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..io.files import write_text_atomic
 from .datasets import STS_YEARS, DataFormatError
 
 STS_COLUMNS = (
@@ -173,8 +174,10 @@ def _clean(obj):
 
 
 def save_json(out: dict, path: str | os.PathLike[str]) -> None:
+    """Write evaluation results as strict JSON, atomically (a failed write keeps the old file)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(_clean(out), indent=2, allow_nan=False) + "\n")
+    text = json.dumps(_clean(out), indent=2, allow_nan=False) + "\n"
+    write_text_atomic(path, text, "evaluation results")
 
 
 def load_json(path: str | os.PathLike[str]) -> dict:
@@ -240,5 +243,5 @@ def to_csv(outs: dict | Sequence[dict], path: str | os.PathLike[str] | None = No
     text = buf.getvalue()
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
+        write_text_atomic(path, text, "evaluation table")
     return text

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import PlotError  # noqa: F401 - re-exported
 from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
+from ..io.files import atomic_path
+from ..io.runfolder import RunFolder
 from ..training.metrics import read_metrics
 
 if TYPE_CHECKING:
@@ -69,9 +71,11 @@ def read_run(run_dir: str | os.PathLike[str], name: str | None = None) -> RunLog
     :func:`cselab.training.metrics.read_metrics`: a malformed file raises its
     :class:`~cselab.core.errors.DataFormatError` naming the file and line."""
     folder = Path(run_dir)
-    path = folder / "metrics.csv" if folder.is_dir() else folder
+    path = RunFolder(folder).metrics if folder.is_dir() else folder
     if not path.is_file():
-        raise PlotError(f"{folder}: no metrics.csv (is it a cselab training output folder?)")
+        raise PlotError(
+            f"{folder}: no {RunFolder.METRICS} (is it a cselab training output folder?)"
+        )
     run = RunLog(name or (folder.name if folder.is_dir() else folder.parent.name), path)
     for row in read_metrics(path).rows:
         step = int(row["step"])
@@ -102,7 +106,8 @@ def _save(fig: Figure, out: str | os.PathLike[str] | None) -> None:
     if path.suffix.lower() not in FORMATS:
         raise PlotError(f"{path}: unsupported figure format (use {' or '.join(FORMATS)})")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    with atomic_path(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
 
 
 def plot_runs(

@@ -33,10 +33,11 @@ from ..config import load_yaml
 from ..core.errors import DataFormatError, ReportError
 from ..evaluation.custom import DEV_SCORE_NAMES, METRICS, dev_score_name
 from ..evaluation.report import markdown_table
+from ..io.files import write_text_atomic
 from ..io.runfolder import RunFolder
 from ..training.rundir import RESUMABLE_KEYS, _flatten
 from .stats import MIN_SEEDS, PairedDifference, mean_std, paired_difference
-from .sweep import CELL_FILE, EVAL_FILE, RESULTS_FILE, SWEEP_FILE, cell_dirs, read_json
+from .sweep import SWEEP_FILE, cell_dirs, read_json
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -173,14 +174,15 @@ def cell_scores(cell_dir: Path) -> CellScores | None:
 
     A file that cannot be read (cut while being written, not JSON, a ``cell.json`` without a
     seed, a score that is NaN) raises :class:`DataFormatError` naming it."""
-    info = _cell_info(cell_dir / CELL_FILE)
+    cell = RunFolder(cell_dir)
+    info = _cell_info(cell.cell)
     if info is None:
         return None
     scores: dict[str, float] = {}
     best_step = None
-    if (dev := _dev_score(cell_dir / RESULTS_FILE)) is not None:
+    if (dev := _dev_score(cell.results)) is not None:
         column, scores[column], best_step = dev
-    scores |= _evaluation_scores(cell_dir / EVAL_FILE)
+    scores |= _evaluation_scores(cell.evaluation)
     if not scores:
         return None
     return CellScores(*info, scores, cell_dir, best_step, cell_settings(cell_dir))
@@ -190,7 +192,9 @@ def collect(root: str | os.PathLike[str]) -> list[CellScores]:
     """Every finished cell under ``root``."""
     cells = [c for c in (cell_scores(d) for d in cell_dirs(Path(root))) if c is not None]
     if not cells:
-        raise ReportError(f"{root}: no finished sweep cell (no {CELL_FILE} with results) found")
+        raise ReportError(
+            f"{root}: no finished sweep cell (no {RunFolder.CELL} with results) found"
+        )
     return cells
 
 
@@ -472,7 +476,7 @@ def write_report(
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {ext: folder / f"{stem}.{ext}" for ext in ("md", "csv", "png")}
-    paths["md"].write_text(markdown(report), encoding="utf-8")
-    paths["csv"].write_text(to_csv(report), encoding="utf-8")
+    write_text_atomic(paths["md"], markdown(report), "report")
+    write_text_atomic(paths["csv"], to_csv(report), "report")
     plot(report, paths["png"])
     return paths

@@ -21,7 +21,8 @@ named list), the seeds and an output root::
 
 Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (with
 ``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
-checkpoint), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
+checkpoint) through :func:`cselab.training.run.train`, in this process or as ``cselab train``
+(which holds the cell folder's lock while it trains), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
 ``eval.json``. A cell whose ``results.json`` (and ``eval.json``, when evaluating) exist is
 skipped. ``cell.json`` records each cell's configuration name, seed and overrides, which is how
 ``cselab report`` (:mod:`cselab.insight.report`) finds them.
@@ -55,14 +56,12 @@ import yaml
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
 from ..core.errors import DataFormatError, RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
+from ..io.files import write_json_atomic
 from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
 
 LAUNCHERS = ("inprocess", "subprocess", "torchrun")
-CELL_FILE = "cell.json"
-EVAL_FILE = "eval.json"
-RESULTS_FILE = "results.json"
 SWEEP_FILE = "sweep.json"
 
 
@@ -76,7 +75,7 @@ class EvalSpec:
 
     tasks: str | None = None
     mode: str = "test"
-    model: str = "best"
+    model: str = RunFolder.BEST
     data_dir: str | None = None
     batch_size: int = 128
     download: bool = False
@@ -137,9 +136,13 @@ class Cell:
     overrides: list[str]
     dir: Path
 
+    @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.dir)
+
     def finished(self, spec: SweepSpec) -> bool:
-        done = (self.dir / RESULTS_FILE).is_file()
-        return done and (spec.evaluate is None or (self.dir / EVAL_FILE).is_file())
+        done = self.folder.results.is_file()
+        return done and (spec.evaluate is None or self.folder.evaluation.is_file())
 
     def build_config(self, spec: SweepSpec) -> Config:
         data = apply_overrides(
@@ -242,7 +245,7 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
             evaluate = from_dict(EvalSpec, evaluate, prefix="evaluate")
         except ConfigError as err:
             raise fail(str(err)) from None
-        if evaluate.model not in ("best", "last"):
+        if evaluate.model not in (RunFolder.BEST, RunFolder.LAST):
             raise fail(f"evaluate.model must be best or last, got {evaluate.model!r}")
         from ..evaluation.api import MODES, parse_tasks
 
@@ -311,7 +314,7 @@ def check_spec(spec: SweepSpec) -> None:
 def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[str]]:
     """The processes a subprocess/torchrun cell runs: train (unless done), then evaluate."""
     commands = []
-    if not (cell.dir / RESULTS_FILE).is_file():
+    if not cell.folder.results.is_file():
         if spec.launcher == "torchrun":
             launcher = [
                 sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -323,9 +326,9 @@ def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[s
     ev = spec.evaluate
     if ev is not None:
         evaluate = [
-            sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.dir / ev.model),
+            sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.folder.model(ev.model)),
             "--mode", ev.mode, "--batch-size", str(ev.batch_size),
-            "--output", str(cell.dir / EVAL_FILE),
+            "--output", str(cell.folder.evaluation),
         ]  # fmt: skip
         if ev.task_spec is not None:
             evaluate += ["--tasks", ev.task_spec]
@@ -348,7 +351,7 @@ def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
 
     ev = spec.evaluate
     assert ev is not None
-    encoder = load(str(cell.dir / ev.model), device="cpu")
+    encoder = load(str(cell.folder.model(ev.model)), device="cpu")
     out = evaluate(
         encoder,
         tasks=ev.task_spec,
@@ -360,7 +363,7 @@ def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
         sts_files=ev.sts_files,
         sts_columns=ev.sts_columns,
     )
-    save_json(out, cell.dir / EVAL_FILE)
+    save_json(out, cell.folder.evaluation)
 
 
 #: ``prctl`` option: the signal the kernel sends a process when its parent thread ends.
@@ -416,22 +419,22 @@ def run_cell(spec: SweepSpec, cell: Cell) -> str:
 def _run_cell(spec: SweepSpec, cell: Cell) -> str:
     """:func:`run_cell` once the cell is this sweep's."""
     info = {"config": cell.config, "seed": cell.seed, "overrides": cell.overrides}
-    (cell.dir / CELL_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+    write_json_atomic(cell.folder.cell, info, indent=2, what="sweep cell record")
     config = cell.build_config(spec)
     if spec.launcher == "inprocess":
         from ..training.run import train
 
-        if not (cell.dir / RESULTS_FILE).is_file():
-            train(config)
+        if not cell.folder.results.is_file():
+            train(config)  # holds the cell's lock while it trains
         if spec.evaluate is not None:
             _evaluate_inprocess(spec, cell)
         return "done"
-    config_file = cell.dir / "sweep_config.yaml"
+    config_file = cell.folder.cell_config
     save_config(config, config_file)
     env = dict(os.environ)
     if spec.threads_per_cell:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads_per_cell)
-    logfile = cell.dir / "sweep.log"
+    logfile = cell.folder.cell_log
     with logfile.open("a", encoding="utf-8") as fh:
         for command in cell_commands(spec, cell, config_file):
             fh.write("$ " + " ".join(command) + "\n")
@@ -454,7 +457,7 @@ def run_sweep(
     or was busy (run by another process: run the sweep again once that has finished)."""
     check_spec(spec)
     spec.output_root.mkdir(parents=True, exist_ok=True)
-    (spec.output_root / SWEEP_FILE).write_text(json.dumps(spec.to_dict(), indent=2), "utf-8")
+    write_json_atomic(spec.output_root / SWEEP_FILE, spec.to_dict(), indent=2, what="sweep record")
     outcome: dict[str, list[Cell]] = {"done": [], "skipped": [], "busy": [], "failed": []}
     failures: list[str] = []
     busy: list[str] = []
@@ -534,4 +537,4 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def cell_dirs(root: Path) -> Sequence[Path]:
     """The cell folders under ``root`` (those holding a ``cell.json``), sorted."""
-    return sorted(p.parent for p in root.rglob(CELL_FILE))
+    return sorted(p.parent for p in root.rglob(RunFolder.CELL))

@@ -1,8 +1,11 @@
 """Writing files so that a reader never sees half of one, and naming a file by its content.
 
-Every file cselab writes for a user goes through :func:`write_json_atomic` or the other helpers
-here: a temporary file in the same folder, then ``os.replace``; a failed write leaves the
-previous file as it was.
+Every file cselab writes for a user goes through :func:`atomic_path` or the helpers built on it
+(:func:`write_text_atomic`, :func:`write_bytes_atomic`, :func:`write_json_atomic`): a temporary
+file in the same folder, then ``os.replace``. A log appended during a run goes through
+:func:`append_text`, a file written through a memory map reserves its size first
+(:func:`reserve`). A failed write is one :class:`~cselab.core.errors.WriteError` naming the path
+and the cause, and leaves the previous file as it was.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_json_atomic(path: Path, data: Any, indent: int | None = None) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and a rename, so a reader
-    never sees half a file (the temporary name is unique: concurrent writers do not collide)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=indent), encoding="utf-8")
-    os.replace(tmp, path)
+def write_error(path: str | os.PathLike[str], err: OSError, what: str = "file") -> WriteError:
+    """The one-line :class:`~cselab.core.errors.WriteError` for a failed write of ``path``:
+    ``could not write the {what} {path}: No space left on device``. Raise it ``from err``: the
+    original error stays reachable as ``__cause__`` (the checkpoint writer reports its cause)."""
+    return WriteError(f"could not write the {what} {path}: {_cause(err)}")
 
 
 @contextlib.contextmanager
@@ -56,19 +58,26 @@ def atomic_path(path: str | os.PathLike[str], what: str = "file") -> Iterator[Pa
     try:
         yield tmp
         os.replace(tmp, target)
-    except OSError as err:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise WriteError(f"could not write the {what} {target}: {_cause(err)}") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if isinstance(err, OSError) and not isinstance(err, WriteError):
+            raise write_error(target, err, what) from err
         raise
 
 
 def _cause(err: OSError) -> str:
     """``No space left on device`` rather than ``[Errno 28] No space left on device: '/x/.tmp'``."""
     return err.strerror or str(err) or type(err).__name__
+
+
+def write_json_atomic(
+    path: str | os.PathLike[str], data: Any, indent: int | None = None, what: str = "file"
+) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (see :func:`atomic_path`; the temporary
+    name is unique, so concurrent writers do not collide)."""
+    with atomic_path(path, what) as tmp:
+        tmp.write_text(json.dumps(data, indent=indent), encoding="utf-8")
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file") -> None:
@@ -83,6 +92,29 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
         tmp.write_bytes(data)
 
 
+def append_text(path: str | os.PathLike[str], text: str, what: str = "file") -> None:
+    """Append UTF-8 ``text`` to ``path`` (created if missing), all or nothing: a failed append
+    (disk full mid-line) cuts the file back to its previous length and raises
+    :class:`~cselab.core.errors.WriteError`, so the file keeps only whole appends."""
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise write_error(path, err, what) from err
+    try:
+        start = os.fstat(fd).st_size
+        view = memoryview(data)
+        try:
+            while view:  # a full disk may take part of a write, then refuse the rest
+                view = view[os.write(fd, view) :]
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise write_error(path, err, what) from err
+    finally:
+        os.close(fd)
+
+
 def reserve(fd: int, size: int, path: str | os.PathLike[str], what: str = "file") -> None:
     """Reserve ``size`` bytes for an open file before writing it through a memory map, so that
     a full disk is a :class:`~cselab.core.errors.WriteError` here, not a SIGBUS while the map is
@@ -93,4 +125,4 @@ def reserve(fd: int, size: int, path: str | os.PathLike[str], what: str = "file"
         if err.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             os.ftruncate(fd, size)
             return
-        raise WriteError(f"could not write the {what} {path}: {_cause(err)}") from None
+        raise write_error(path, err, what) from err

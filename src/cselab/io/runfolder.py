@@ -38,9 +38,14 @@ class RunFolder:
     BEST = "best"
     LAST = "last"
     TENSORBOARD = "tensorboard"
+    #: The run's config inside each saved model folder (:attr:`BEST`, :attr:`LAST`).
+    MODEL_CONFIG = "cselab_config.yaml"
     #: A sweep cell's settings (config name, seed, overrides) and its final evaluation.
     CELL = "cell.json"
     EVALUATION = "eval.json"
+    #: A sweep cell's resolved config (what its ``cselab train`` process reads) and its log.
+    CELL_CONFIG = "sweep_config.yaml"
+    CELL_LOG = "sweep.log"
     LOCK = ".cselab.lock"
     #: Held by ``cselab sweep`` for the life of a cell (its train and evaluate processes), so
     #: that a second sweep leaves a live cell alone; the train process holds :attr:`LOCK`.
@@ -92,6 +97,14 @@ class RunFolder:
     def evaluation(self) -> Path:
         return self.path / self.EVALUATION
 
+    @property
+    def cell_config(self) -> Path:
+        return self.path / self.CELL_CONFIG
+
+    @property
+    def cell_log(self) -> Path:
+        return self.path / self.CELL_LOG
+
     def model(self, name: str) -> Path:
         """The saved model folder ``best`` or ``last``."""
         if name not in (self.BEST, self.LAST):
@@ -107,20 +120,53 @@ class RunFolder:
         """Hold the folder exclusively while the block runs (creates the folder); ``name`` is
         the lock file (:attr:`LOCK`, or :attr:`SWEEP_LOCK` for a sweep's cell).
 
-        Raises :class:`RunFolderBusy` naming the folder when another process holds it.
+        Raises :class:`RunFolderBusy` naming the folder when another process holds it. A folder
+        this call created and the block left empty is removed again, so a run refused before it
+        wrote anything (a bad setting) leaves nothing behind.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT, 0o644)
+        created = not self.path.exists()
+        fd = self._acquire(name)
         try:
+            with contextlib.suppress(OSError):  # the pid is for people; a full disk may refuse it
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                yield
+            finally:
+                if created:
+                    self._remove_if_empty(name)
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _remove_if_empty(self, name: str) -> None:
+        """Remove the folder if it holds only the lock file (called with the lock held: a
+        process that opened the lock file meanwhile finds it gone once it gets the lock, and
+        starts over, see :meth:`_acquire`)."""
+        with contextlib.suppress(OSError):  # something else appeared, or is not ours to remove
+            if [p.name for p in self.path.iterdir()] == [name]:
+                (self.path / name).unlink()
+                self.path.rmdir()
+
+    def _acquire(self, name: str) -> int:
+        """An open descriptor of the lock file, exclusively locked."""
+        while True:
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the previous holder removed the empty folder meanwhile
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                os.close(fd)
                 raise RunFolderBusy(
                     f"{self.path} is in use by another cselab process (it holds "
                     f"{self.path / name}); wait for it to finish or choose another folder"
                 ) from None
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
+            try:
+                current = os.stat(self.path / name).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                return fd
+            os.close(fd)  # the previous holder removed the file it locked: lock the new one

@@ -34,7 +34,8 @@ from ..core.schema import from_dict
 from ..data.config import is_pairs_source
 from ..data.source import TrainingData
 from ..evaluation.report import markdown, markdown_table
-from ..io.files import file_digest
+from ..io.files import file_digest, write_text_atomic
+from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
 from ..objectives.config import ObjectiveConfig
@@ -50,7 +51,7 @@ from .hub_metadata import (
 )
 from .usage import usage_snippets
 
-CONFIG_FILE = "cselab_config.yaml"  # written next to the weights by Trainer.save_model
+CONFIG_FILE = RunFolder.MODEL_CONFIG  # written next to the weights by Trainer.save_model
 EVAL_START = "<!-- cselab:evaluation:start -->"
 EVAL_END = "<!-- cselab:evaluation:end -->"
 #: The line every usage snippet starts with; :func:`set_model_id` rewrites it (e.g. on push).
@@ -330,7 +331,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
     text = text.replace("{dim}", str(_width(out)))
     card = ModelCard(f"---\n{card_data.to_yaml()}\n---\n{text}")
     path = out / CARD_FILE
-    card.save(path)
+    write_text_atomic(path, str(card), "model card")
     return path
 
 
@@ -372,7 +373,7 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
         card.text = before + section + after
     else:
         card.text = card.text.rstrip("\n") + "\n\n" + section + "\n"
-    card.save(path)
+    write_text_atomic(path, str(card), "model card")
     return path
 
 
@@ -387,7 +388,7 @@ def set_model_id(folder: str | Path, model_id: str) -> bool:
     if not path.is_file():
         return False
     text = path.read_text(encoding="utf-8")
-    path.write_text(with_model_id(text, model_id), encoding="utf-8")
+    write_text_atomic(path, with_model_id(text, model_id), "model card")
     return True
 
 

@@ -14,7 +14,10 @@ An index is a folder::
 Every array is opened with ``mmap_mode="r"``: opening a 1M-line index reads only ``index.json``,
 and a search touches the pages it needs. Vectors are encoded in chunks of ``chunk_size`` lines;
 after each chunk the rows are flushed before ``progress.json`` is replaced (atomically), so an
-interrupted build resumes at the first chunk not recorded and gives the same index.
+interrupted build resumes at the first chunk not recorded and gives the same index. Every file
+is written atomically, and ``vectors.npy`` has its whole size reserved on disk before the first
+row is written: a full disk is one :class:`~cselab.core.errors.WriteError` naming the file,
+never a SIGBUS in the memory map.
 
 Search is exact by default: the cosine of each query with every row (a matrix product, block by
 block over the memory map) and a top-k. With ``faiss-cpu`` installed (``pip install
@@ -26,6 +29,7 @@ Small World graphs") or ``ivf`` (an inverted file over k-means cells, Jégou et 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -36,8 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SearchIndexError  # noqa: F401 - re-exported
-from ..io.files import file_digest, write_json_atomic  # the corpus digest is training's
+from ..core.errors import SearchIndexError, WriteError
+from ..io.files import (  # the corpus digest is training's
+    atomic_path,
+    file_digest,
+    reserve,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 from ..io.readers import Lines, reraise_as
 from ..model.similarity import normalize_rows
 
@@ -433,7 +443,7 @@ class Index:
             rows[start : start + block_rows] = normalize_rows(vectors[start : start + block_rows])
         rows.flush()
         del rows
-        write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1})
+        write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1}, what="index progress")
         return cls(out)
 
     def build_ann(self, backend: str, params: dict[str, int]) -> None:
@@ -448,11 +458,15 @@ class Index:
             return
         log.info("building FAISS %s index %s over %d vectors", backend, params, len(self))
         index = build_faiss(self.vectors, backend, params)
-        tmp = self.path / (_ann_file(backend) + ".tmp")
-        _faiss().write_index(index, str(tmp))
-        os.replace(tmp, self.path / _ann_file(backend))
+        target = self.path / _ann_file(backend)
+        with atomic_path(target, "FAISS index") as tmp:
+            try:
+                _faiss().write_index(index, str(tmp))
+            except RuntimeError as err:  # FAISS reports a failed write (disk full) this way
+                cause = str(err).strip().splitlines()[-1] if str(err).strip() else "write error"
+                raise WriteError(f"could not write the FAISS index {target}: {cause}") from err
         self.meta.setdefault("ann", {})[backend] = params
-        write_json_atomic(self.path / META_FILE, self.meta, indent=2)
+        write_json_atomic(self.path / META_FILE, self.meta, indent=2, what="index")
         self._ann[backend] = index
 
     @classmethod
@@ -617,8 +631,6 @@ def _start(out: Path, corpus: Path, want: dict) -> dict:
 
 def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want: dict) -> dict:
     """Texts, offsets, line numbers and an allocated vector file; ``index.json`` written last."""
-    from numpy.lib.format import open_memmap
-
     out.mkdir(parents=True, exist_ok=True)
     for name in (PROGRESS_FILE, META_FILE):
         (out / name).unlink(missing_ok=True)  # a half-written old build must not be resumed
@@ -627,15 +639,32 @@ def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want:
     encoded = [t.encode("utf-8") for t in texts]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    (out / TEXTS_FILE).write_bytes(b"".join(encoded))
-    np.save(out / OFFSETS_FILE, offsets)
-    np.save(out / LINES_FILE, np.asarray(numbers, dtype=np.int64))
-    open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float32, shape=(len(texts), want["dim"]))
+    # the vectors first: the largest file, so a full disk stops the build before anything else
+    _allocate_vectors(out / VECTORS_FILE, len(texts), int(want["dim"]))
+    write_bytes_atomic(out / TEXTS_FILE, b"".join(encoded), "index texts")
+    with atomic_path(out / OFFSETS_FILE, "index offsets") as tmp:
+        np.save(tmp, offsets)
+    with atomic_path(out / LINES_FILE, "index line numbers") as tmp:
+        np.save(tmp, np.asarray(numbers, dtype=np.int64))
     meta = {**want, "count": len(texts), "lines": int(numbers[-1]), "normalized": True}
-    write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0})
+    write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0}, what="index progress")
     # last: its presence means the layout is complete
-    write_json_atomic(out / META_FILE, meta, indent=2)
+    write_json_atomic(out / META_FILE, meta, indent=2, what="index")
     return meta
+
+
+def _allocate_vectors(path: Path, rows: int, dim: int) -> None:
+    """A zero ``(rows, dim)`` float32 ``.npy`` file with all its bytes reserved on disk
+    (:func:`~cselab.io.files.reserve`): the memory map written chunk by chunk later can then
+    never meet a full disk, where a write through it would be a SIGBUS without a message."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": (rows, dim)}
+    )
+    with atomic_path(path, "index vectors") as tmp, tmp.open("wb") as fh:
+        fh.write(header.getvalue())
+        fh.flush()
+        reserve(fh.fileno(), len(header.getvalue()) + 4 * rows * dim, path, "index vectors")
 
 
 def _chunk_texts(out: Path, meta: dict, chunk: int) -> list[str]:
@@ -677,7 +706,9 @@ def _encode_chunks(
                 texts, batch_size=batch_size, normalize=True
             )
             vectors.flush()  # the rows reach the file before the progress record says so
-            write_json_atomic(out / PROGRESS_FILE, {"chunks_done": chunk + 1})
+            write_json_atomic(
+                out / PROGRESS_FILE, {"chunks_done": chunk + 1}, what="index progress"
+            )
             if bar is not None:
                 bar.update(len(texts))
     finally:

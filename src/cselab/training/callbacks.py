@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluation.custom import EVAL_COLUMNS
+from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
 
@@ -206,7 +207,7 @@ class TensorBoardLogger(Logger):
     def start(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
+        self.writer = SummaryWriter(log_dir=str(RunFolder(self.output_dir).tensorboard))
 
     def log_scalars(self, step: int, values: dict[str, float]) -> None:
         for key, value in values.items():

@@ -26,15 +26,20 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..config import Config, save_config
-from ..core.errors import CheckpointWriteError  # noqa: F401 - re-exported
+from ..core.errors import CheckpointWriteError, WriteError
 from ..core.schema import ConfigError
+from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from .rng import RNGRecord, RNGState
 
 
 def _cause(err: BaseException) -> str:
     """``No space left on device (ENOSPC)`` for an ``OSError``, the message otherwise
-    (safetensors reports I/O errors as ``SafetensorError`` text)."""
+    (safetensors reports I/O errors as ``SafetensorError`` text). A file of the folder written
+    atomically (the config, the model card) fails as a ``WriteError`` raised from the
+    ``OSError``: the cause is that error's."""
+    if isinstance(err, WriteError) and isinstance(err.__cause__, OSError):
+        err = err.__cause__
     if isinstance(err, OSError) and err.errno is not None:
         return f"{err.strerror or os.strerror(err.errno)} ({errno.errorcode.get(err.errno, err.errno)})"
     return str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -58,7 +63,6 @@ def publishing(target: Path, what: str, partial: Path) -> Iterator[None]:
         ) from None
 
 
-CHECKPOINT_FILE = "checkpoint.safetensors"
 # 2: one RNG record per rank (``rng.<rank>.torch`` / ``rng.<rank>.cuda``).
 FORMAT_VERSION = 2
 
@@ -108,7 +112,9 @@ def save_checkpoint(
     extra: dict[str, Any],
     rng: list[RNGRecord] | None = None,
 ) -> Path:
-    """Write ``path/checkpoint.safetensors`` atomically; returns the file path.
+    """Write the checkpoint file (:attr:`RunFolder.CHECKPOINT_FILE
+    <cselab.io.runfolder.RunFolder.CHECKPOINT_FILE>`) into the folder ``path`` atomically;
+    returns the file path.
 
     ``rng`` holds one :meth:`RNGState.to_record` record per rank, in rank order (default: this
     process's only, for a single-process run).
@@ -132,8 +138,8 @@ def save_checkpoint(
         "rng": [rng_meta for _, rng_meta in records],
         "extra": extra,
     }
-    target = folder / CHECKPOINT_FILE
-    tmp = folder / (CHECKPOINT_FILE + ".tmp")
+    target = folder / RunFolder.CHECKPOINT_FILE
+    tmp = folder / (RunFolder.CHECKPOINT_FILE + ".tmp")
     with publishing(target, "checkpoint", tmp):
         save_file(tensors, str(tmp), metadata={"cselab": json.dumps(meta)})
         with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them
@@ -184,7 +190,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     """Read tensors and metadata of ``path`` (a folder or the file itself); raises
     :class:`ConfigError` as :func:`read_metadata` does."""
     p = Path(path)
-    file = p / CHECKPOINT_FILE if p.is_dir() else p
+    file = p / RunFolder.CHECKPOINT_FILE if p.is_dir() else p
     with _reading(file) as (fh, meta):
         tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open API
     return tensors, meta
@@ -228,6 +234,26 @@ def publish_folder(tmp: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
+def copy_model_folder(source: Path, folder: Path) -> Path:
+    """Copy the saved model folder ``source`` as ``folder``, published atomically as
+    :func:`save_model_folder` publishes (a failed copy keeps the previous ``folder``)."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    with publishing(folder, "model folder", tmp):
+        # file by file: shutil.copytree would gather a full disk into a list of error strings
+        tmp.mkdir()
+        for src in sorted(source.rglob("*")):
+            dst = tmp / src.relative_to(source)
+            if src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+        publish_folder(tmp, folder)
+    return folder
+
+
 def save_model_folder(
     encoder: SentenceEncoder,
     config: Config,
@@ -242,7 +268,7 @@ def save_model_folder(
         shutil.rmtree(tmp)
     with publishing(folder, "model folder", tmp):
         encoder.save(tmp)
-        save_config(config, tmp / "cselab_config.yaml")
+        save_config(config, tmp / RunFolder.MODEL_CONFIG)
         if describe is not None:
             describe(tmp)
         publish_folder(tmp, folder)

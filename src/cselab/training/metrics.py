@@ -5,13 +5,16 @@ callbacks: :mod:`cselab.training.callbacks`).
 ``metrics.csv`` is read in one place, :func:`read_metrics`: by a resumed run, the model card
 (:mod:`cselab.publish.card`) and ``cselab plot`` (:mod:`cselab.insight.plots`). torch is imported
 only where a loss window needs it, so that reading a run's logs does not load it.
+
+``results.json`` and every rewrite of ``metrics.csv`` are atomic (a temporary file renamed over
+the old one); a row is appended whole or not at all. A failed write (disk full) is one
+:class:`~cselab.core.errors.WriteError` naming the file, and the file keeps what it held.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 import os
 import sys
@@ -27,6 +30,9 @@ from ..core.errors import (
 
 if TYPE_CHECKING:
     import torch
+from ..io.files import append_text, write_json_atomic, write_text_atomic
+from ..io.runfolder import RunFolder
+from .distributed import average_over_ranks
 
 log = logging.getLogger("cselab")
 
@@ -61,8 +67,6 @@ class LossWindow:
         """
         import torch
 
-        from .distributed import average_over_ranks
-
         names = list(self.terms[0])
         values = torch.stack([torch.stack([t[n].float() for n in names]) for t in self.terms])
         values = average_over_ranks(values).cpu()
@@ -81,7 +85,7 @@ class LossWindow:
 
 def write_results(folder: Path, results: dict[str, Any]) -> None:
     """``results.json``: the run's summary (best step and score, time, throughput, device)."""
-    (folder / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    write_json_atomic(RunFolder(folder).results, results, indent=2, what="run results")
 
 
 class MetricsLog:
@@ -92,7 +96,7 @@ class MetricsLog:
     """
 
     def __init__(self, folder: Path, enabled: bool = True, resume_step: int | None = None) -> None:
-        self.path = folder / "metrics.csv"
+        self.path = RunFolder(folder).metrics
         self.enabled = enabled
         self.fields: list[str] | None = None
         if not enabled:
@@ -104,11 +108,16 @@ class MetricsLog:
         elif self.path.exists():
             self.path.unlink()
 
-    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        with self.path.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self.fields or ["step"])
+    def _csv(self, rows: list[dict[str, Any]], header: bool) -> str:
+        buf = io.StringIO(newline="")
+        writer = csv.DictWriter(buf, fieldnames=self.fields or ["step"])
+        if header:
             writer.writeheader()
-            writer.writerows(rows)
+        writer.writerows(rows)
+        return buf.getvalue()
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+        write_text_atomic(self.path, self._csv(rows, header=True), "metrics log")
 
     def write(self, row: dict[str, Any]) -> None:
         if not self.enabled:
@@ -121,8 +130,7 @@ class MetricsLog:
             old_rows = read_metrics(self.path).rows
             self.fields += new
             self._rewrite(old_rows)
-        with self.path.open("a", newline="", encoding="utf-8") as fh:
-            csv.DictWriter(fh, fieldnames=self.fields).writerow(row)
+        append_text(self.path, self._csv([row], header=False), "metrics log")
 
 
 @dataclass

@@ -1,16 +1,24 @@
 """From a config to a trained model: :func:`build_trainer` assembles, :func:`train` runs.
 
-The composition root of training: it validates the config, starts the distributed group, checks
-the output folder (:mod:`.rundir`) before any heavy work, opens the training data once (its kind
-decided there: :class:`~cselab.data.source.TrainingSource`), builds the objective for that kind,
-loads the model, tokenises, seeds the streams (:mod:`.rng`) and hands everything to the
-:class:`~cselab.training.trainer.Trainer`, with the callbacks that write what leaves the run: the
-model card of every saved folder and the Hub upload (:mod:`cselab.publish.callbacks`). It is the
-one module of training that may import :mod:`cselab.publish` (``tests/test_layout.py``).
+The composition root of training: it validates the config, starts the distributed group, takes
+the output folder's lock and checks the folder (:mod:`.rundir`) before any heavy work, opens the
+training data once (its kind decided there: :class:`~cselab.data.source.TrainingSource`), builds
+the objective for that kind, loads the model, tokenises, seeds the streams (:mod:`.rng`) and
+hands everything to the :class:`~cselab.training.trainer.Trainer`, with the callbacks that write
+what leaves the run: the model card of every saved folder and the Hub upload
+(:mod:`cselab.publish.callbacks`). It is the one module of training that may import
+:mod:`cselab.publish` (``tests/test_layout.py``).
+
+:func:`train` holds the lock (:meth:`RunFolder.lock <cselab.io.runfolder.RunFolder.lock>`,
+main process only) from before the folder check to the end of the run, however it ends: a
+second run into the same folder stops at once with
+:class:`~cselab.core.errors.RunFolderBusy`. ``cselab train`` and every sweep cell (in-process
+or ``cselab train`` subprocesses) come through here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +45,17 @@ from .trainer import Trainer
 log = logging.getLogger("cselab")
 
 
-def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer:
-    """Everything :func:`train` sets up, without running the loop."""
+def build_trainer(
+    config: Config,
+    callbacks: Sequence[Callback] = (),
+    hold: contextlib.ExitStack | None = None,
+) -> Trainer:
+    """Everything :func:`train` sets up, without running the loop.
+
+    ``hold``: where the main process keeps the output folder's lock, taken before the folder is
+    checked; :func:`train` passes a stack that lives as long as the run. Without it no lock is
+    taken (the caller owns the folder).
+    """
     tc = config.train
     config.objective.validate()  # a config built in Python fails before any work
     dist_info = init_distributed(
@@ -55,6 +72,8 @@ def build_trainer(config: Config, callbacks: Sequence[Callback] = ()) -> Trainer
     with main_process_first(dist_info):
         train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
         if dist_info.is_main:  # before any heavy work: never replace or mis-resume a run
+            if hold is not None:  # first: no other process can start a run after the check
+                hold.enter_context(RunFolder(tc.output_dir).lock())
             rundir.prepare_output_dir(
                 Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),
                 tc.resume, tc.overwrite,
@@ -94,6 +113,7 @@ def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> di
     ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
     config = load_config(config) if not isinstance(config, Config) else config.validate()
     try:
-        return build_trainer(config, callbacks).train()
+        with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
+            return build_trainer(config, callbacks, hold).train()
     finally:
         shutdown_distributed()  # only if init_distributed created the process group

@@ -1,6 +1,9 @@
 """The output folder of a run: never replace a run by accident, never resume a different one.
 
-Before anything is written, :func:`prepare_output_dir` looks at ``train.output_dir``:
+Before anything is written, and with the folder's lock held (:meth:`RunFolder.lock
+<cselab.io.runfolder.RunFolder.lock>`, taken by :func:`cselab.training.run.train`, so no other
+process can start a run there between the check and the run), :func:`prepare_output_dir` looks
+at ``train.output_dir``:
 
 * it holds a previous run and neither ``train.resume`` nor ``train.overwrite`` is set: refused,
   naming the folder and both ways out;
@@ -23,20 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.schema import ConfigError
-from .checkpoint import CHECKPOINT_FILE, read_metadata
+from ..io.runfolder import RunFolder
+from .checkpoint import read_metadata
 
 log = logging.getLogger("cselab")
-
-#: What a previous run leaves in its output folder.
-RUN_FILES = (
-    "checkpoint",
-    "best",
-    "last",
-    "config.yaml",
-    "metrics.csv",
-    "results.json",
-    "tensorboard",
-)
 
 #: Keys that may differ between an interrupted run and its resumption: they change what is
 #: logged, evaluated or where files go, never the weights of a step. Any other key (including
@@ -65,11 +58,6 @@ RESUMABLE_KEYS = frozenset(
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
 
 
-def previous_run(folder: Path) -> list[str]:
-    """The run files present in ``folder``."""
-    return [name for name in RUN_FILES if (folder / name).exists()]
-
-
 def prepare_output_dir(
     folder: Path,
     config: Mapping[str, Any],
@@ -79,8 +67,9 @@ def prepare_output_dir(
 ) -> None:
     """Check ``folder`` before a run starts (see the module doc); raises :class:`ConfigError`.
     ``data_digest()`` (the training file's SHA-256) is computed only when a run is resumed."""
-    found = previous_run(folder)
-    checkpoint = folder / "checkpoint" / CHECKPOINT_FILE
+    run = RunFolder(folder)
+    found = run.previous_run()
+    checkpoint = run.checkpoint_file
     if resume and checkpoint.is_file():
         extra = read_metadata(checkpoint)["extra"]
         saved = {**extra["config"], DATA_DIGEST_KEY: extra.get("data_digest")}

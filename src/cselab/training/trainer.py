@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,11 +30,12 @@ from ..data import (
     shard_bounds,
 )
 from ..data.pairs import TokenizedPairs, evaluation_notes
+from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, ObjectiveContext, total_loss
 from .callbacks import Callback, CallbackList, SavedModel, report_callbacks, split_row
 from .checkpoint import (
-    CHECKPOINT_FILE,
+    copy_model_folder,
     load_checkpoint,
     restore,
     save_checkpoint,
@@ -103,6 +103,7 @@ class Trainer:
         self.encoder = encoder.to(self.device)
         broadcast_module(self.encoder)  # every rank starts from rank 0's weights (as DDP does)
         self.out = Path(tc.output_dir)
+        self.folder = RunFolder(self.out)
         self.order = BatchOrder(len(corpus), tc.batch_size, tc.seed)
         self.total_steps = tc.max_steps or self.order.batches_per_epoch * tc.epochs
         self.amp_dtype = autocast_dtype(tc.precision, self.device)
@@ -123,7 +124,7 @@ class Trainer:
         trainable = [p for p in self.encoder.parameters() if p.requires_grad]
         self.optim = Optimization(trainable, tc, self.total_steps, self.device, self.amp_dtype)
         self.selection = ModelSelection(
-            evaluator, lambda: self.save_model("best"), self.dist.is_main
+            evaluator, lambda: self.save_model(RunFolder.BEST), self.dist.is_main
         )
         self.pad_id = int(encoder.tokenizer.pad_token_id or 0)
         self.step = 0
@@ -174,12 +175,12 @@ class Trainer:
     def save_model(self, name: str) -> Path:
         """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder; the
         callbacks' :meth:`~.callbacks.Callback.on_model_save` add the model card)."""
-        final, sel = self.out / name, self.selection
-        score = sel.best_score if name == "best" and sel.best_step == self.step else None
+        final, sel = self.folder.model(name), self.selection
+        score = sel.best_score if name == RunFolder.BEST and sel.best_step == self.step else None
 
         def describe(folder: Path) -> None:
             self.callbacks.on_model_save(
-                SavedModel(folder, self.step, self.out / "metrics.csv", score, str(final.resolve()))
+                SavedModel(folder, self.step, self.folder.metrics, score, str(final.resolve()))
             )
 
         return save_model_folder(self.encoder, self.config, final, describe)
@@ -198,12 +199,12 @@ class Trainer:
             "elapsed": self._elapsed(),
         }
         save_checkpoint(
-            self.out / "checkpoint", self.encoder, o.optimizer, o.scheduler, self.step, extra, rng
+            self.folder.checkpoint, self.encoder, o.optimizer, o.scheduler, self.step, extra, rng
         )
 
     def resume(self) -> bool:
         """Continue from ``output_dir/checkpoint`` if it exists."""
-        path = self.out / "checkpoint" / CHECKPOINT_FILE
+        path = self.folder.checkpoint_file
         if not path.is_file():
             return False
         tensors, meta = load_checkpoint(path)  # its config was checked by build_trainer
@@ -232,7 +233,7 @@ class Trainer:
         return self._elapsed_before + since
 
     def _divergence_note(self) -> str:
-        ckpt = self.out / "checkpoint" / CHECKPOINT_FILE
+        ckpt = self.folder.checkpoint_file
         if not ckpt.is_file():
             return "no checkpoint had been written yet"
         return (
@@ -248,7 +249,7 @@ class Trainer:
         check_same_on_all_ranks(self.step, "the step to resume from (do all ranks see the checkpoint?)")  # fmt: skip
         self._t0 = time.perf_counter()
         if main:
-            save_config(self.config, self.out / "config.yaml")
+            save_config(self.config, self.folder.config)
         metrics = MetricsLog(self.out, enabled=main, resume_step=self.step if resumed else None)
         progress = Progress(self.total_steps, self.step, enabled=main)
         eval_every = tc.eval_steps
@@ -296,7 +297,7 @@ class Trainer:
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
                 self.save_checkpoint()  # collective: all ranks send RNG states
-                self.callbacks.on_save(self.step, self.out / "checkpoint")  # main rank only
+                self.callbacks.on_save(self.step, self.folder.checkpoint)  # main rank only
             barrier()
             window.start = time.perf_counter()  # evaluation and saving are not training time
         progress.close()
@@ -306,10 +307,10 @@ class Trainer:
         return results
 
     def _finish(self, sentences: int, train_time: float) -> dict[str, Any]:
-        self.save_model("last")
+        self.save_model(RunFolder.LAST)
         sel = self.selection
         if sel.best_step < 0:  # no model selection: the last model is the best one known
-            shutil.copytree(self.out / "last", self.out / "best", dirs_exist_ok=True)
+            copy_model_folder(self.folder.last, self.folder.best)
             sel.best_step = self.step
         state = sel.state_dict()
         results = {
@@ -330,9 +331,8 @@ class Trainer:
             results["notes"] = notes
             log.warning("%s", "; ".join(notes))
         write_results(self.out, results)
-        metrics = self.out / "metrics.csv"
-        for name, step in (("best", sel.best_step), ("last", self.step)):  # now with the times
-            self.callbacks.on_model_save(
-                SavedModel(self.out / name, step, metrics, results=results)
+        for name, step in ((RunFolder.BEST, sel.best_step), (RunFolder.LAST, self.step)):
+            self.callbacks.on_model_save(  # now with the times
+                SavedModel(self.folder.model(name), step, self.folder.metrics, results=results)
             )
         return results
