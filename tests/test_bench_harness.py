@@ -137,3 +137,9 @@ def test_throughput_table_of_bench_train() -> None:
         "|---|---|---|---|---|---|---|",
         "| fp32 | 45.0 | 85.0 | **1.89×** | 1.80, 2.00 | ≥ 1.8× | yes |",
     ]
+
+
+def test_peak_rss_is_this_process_vmhwm() -> None:
+    current, peak = harness.rss_mib()
+    assert harness.peak_rss_mib() >= peak or peak != peak  # NaN where /proc is absent
+    assert not peak < current
