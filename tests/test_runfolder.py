@@ -273,19 +273,20 @@ def write_sweep(folder: Path, tiny_bert: Path, launcher: str) -> Path:
 def test_a_sweep_cell_in_use_is_not_trained_into(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, launcher: str
 ) -> None:
-    """A cell whose folder another process holds (a second sweep, or the child of a killed
-    one) is left alone by the sweep, in-process or subprocess launcher; once free, it runs."""
+    """A cell whose folder another process holds (a `cselab train` of a second sweep, or the
+    child of a killed one) is left alone by the sweep, in-process or as a subprocess: it is
+    named at the end and nothing is written into it; once free, it runs."""
     spec = write_sweep(tmp_path, tiny_bert, launcher)
     cell = RunFolder(tmp_path / "runs" / "simcse" / "seed1")
     # flock locks belong to an open file: a second open in this process is another owner
     with cell.lock():
         assert main(["-q", "sweep", str(spec)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    # the sweep sees the lock before it starts the cell's `cselab train`, whatever the launcher
     assert err == [
         "cselab sweep: error: 1 cell(s) left alone, in use by another cselab process: "
         f"simcse seed 1 ({cell.path}) (run the sweep again when it has finished)"
     ]
     assert cell.previous_run() == []  # nothing was trained into it
+    assert not cell.cell.exists() and not cell.cell_log.exists()  # nor written
     assert main(["-q", "sweep", str(spec)]) == 0
     assert cell.results.is_file()
