@@ -329,7 +329,7 @@ class Trainer:
         }
         if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
             results["notes"] = notes
-            log.warning("%s", "; ".join(notes))
+            log.info("%s", "; ".join(notes))  # kept in results.json; evaluations repeat it
         write_results(self.out, results)
         for name, step in ((RunFolder.BEST, sel.best_step), (RunFolder.LAST, self.step)):
             self.callbacks.on_model_save(  # now with the times
