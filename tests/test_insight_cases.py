@@ -236,7 +236,7 @@ def _truncate(path: Path) -> None:
             lambda p: p.write_text(p.read_text().replace('"best_dev_spearman": ', '"best_dev_spearman": NaN, "x": ')),
             "results.json: best_dev_spearman is nan, not a finite score",
         ),
-        ("eval.json", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n"), "eval.json:1: not UTF-8"),
+        ("eval.json", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n"), "eval.json:1: invalid UTF-8"),
         ("eval.json", lambda p: p.write_text("[1, 2]"), "eval.json: expected a JSON object"),
         ("eval.json", lambda p: p.write_text('{"results": {"MR": {"acc": "x"}}}'),
          "eval.json: not a cselab evaluation results file"),

@@ -105,7 +105,10 @@ def test_a_cut_after_the_carriage_return_keeps_the_row(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"step,loss\n2,0.5\n4,0.25\xff\n", r"metrics.csv:3: not UTF-8 text \(byte 0xff\)"),
+        (
+            b"step,loss\n2,0.5\n4,0.25\xff\n",
+            r"metrics.csv:3: invalid UTF-8 at byte 6 of the line \(0xff\)",
+        ),
         (b"", r"metrics.csv: empty file: no header row"),
         (b"loss,lr\n0.5,1\n", r"metrics.csv:1: no 'step' column"),
         (b"step,loss,loss\n2,0.5,0.4\n", r"metrics.csv:1: column 'loss' appears twice"),

@@ -57,6 +57,7 @@ from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml,
 from ..core.errors import DataFormatError, RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
 from ..io.files import write_json_atomic
+from ..io.readers import read_text
 from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
@@ -512,15 +513,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     :class:`~cselab.core.errors.DataFormatError` naming it and the line."""
     if not path.is_file():
         return None
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise DataFormatError(path, None, f"cannot be read ({err.strerror or err})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise DataFormatError(path, line, f"not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
+    text = read_text(path)  # the one reader: invalid UTF-8 names the line
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -14,6 +14,7 @@ the old one); a row is appended whole or not at all. A failed write (disk full) 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import logging
 import os
@@ -31,6 +32,7 @@ from ..core.errors import (
 if TYPE_CHECKING:
     import torch
 from ..io.files import append_text, write_json_atomic, write_text_atomic
+from ..io.readers import read_text
 from ..io.runfolder import RunFolder
 from .distributed import average_over_ranks
 
@@ -170,19 +172,9 @@ def read_metrics(path: str | os.PathLike[str]) -> MetricsTable:
     A missing file raises :class:`FileNotFoundError`.
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise DataFormatError(p, None, f"cannot be read ({err.strerror or err})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise DataFormatError(
-            p, line, f"not UTF-8 text (byte 0x{data[err.start]:02x}); is it a metrics.csv?"
-        ) from None
+    if not p.exists():
+        raise FileNotFoundError(errno.ENOENT, "no metrics.csv", str(p))
+    text = read_text(p, what="metrics log")  # the one reader: invalid UTF-8 names the line
     text = text.removeprefix("\ufeff")  # a byte-order mark left by an editor
     reader = csv.reader(io.StringIO(text, newline=""))
     records: list[tuple[int, list[str]]] = []
