@@ -47,6 +47,7 @@ from cselab.insight.report import (
     to_csv,
 )
 from cselab.insight.sweep import cell_commands, load_sweep, run_sweep
+from cselab.io import readers
 from cselab.io.runfolder import RunFolder
 from cselab.training.metrics import MetricsLog
 
@@ -525,6 +526,6 @@ def test_bytes_as_a_sweep_file_json_are_none_a_dict_or_one_line(
     path = tmp_path_factory.mktemp("json") / "x.json"
     path.write_bytes(data)
     try:
-        assert isinstance(sweep_module.read_json(path), dict)
+        assert isinstance(readers.read_json(path), dict)
     except DataFormatError as err:
         assert str(path) in str(err) and "\n" not in str(err)

@@ -34,10 +34,11 @@ from ..core.errors import DataFormatError, ReportError
 from ..evaluation.custom import DEV_SCORE_NAMES, METRICS, dev_score_name
 from ..evaluation.report import markdown_table
 from ..io.files import write_text_atomic
+from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from ..training.rundir import RESUMABLE_KEYS, _flatten
 from .stats import MIN_SEEDS, PairedDifference, mean_std, paired_difference
-from .sweep import SWEEP_FILE, cell_dirs, read_json
+from .sweep import SWEEP_FILE, cell_dirs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

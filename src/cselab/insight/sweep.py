@@ -38,7 +38,6 @@ process group (a Ctrl-C reaches them) and, on Linux, end with the sweep however 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import signal
@@ -54,10 +53,9 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
-from ..core.errors import DataFormatError, RunFolderBusy, SweepError, UserError
+from ..core.errors import RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
 from ..io.files import write_json_atomic
-from ..io.readers import read_text
 from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
@@ -504,28 +502,6 @@ def sweep_progress(cells_total: int) -> Callable[[Cell, str], None]:
         print(f"[{count[0]}/{cells_total}] {cell.config} seed {cell.seed}: {status}", flush=True)
 
     return report
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path`` (a sweep's ``sweep.json``, a cell's ``cell.json``,
-    ``results.json`` or ``eval.json``); ``None`` if there is no such file. A file that is not a
-    JSON object (cut while being written, not UTF-8, not JSON) raises
-    :class:`~cselab.core.errors.DataFormatError` naming it and the line."""
-    if not path.is_file():
-        return None
-    text = read_text(path)  # the one reader: invalid UTF-8 names the line
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DataFormatError(
-            path, err.lineno, f"not valid JSON ({err.msg}, column {err.colno}; cut while it was "
-            "being written?)",
-        ) from None  # fmt: skip
-    except RecursionError:  # the decoder recurses once per nesting level
-        raise DataFormatError(path, None, "not valid JSON (nested too deeply)") from None
-    if not isinstance(data, dict):
-        raise DataFormatError(path, None, f"expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def cell_dirs(root: Path) -> Sequence[Path]:

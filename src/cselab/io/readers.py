@@ -628,3 +628,25 @@ def read_sick(path: str | os.PathLike[str]) -> list[SickPair]:
             )
         )
     return out
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (what cselab writes beside a run: ``results.json``, a sweep's
+    ``sweep.json``, a cell's ``cell.json`` or ``eval.json``); ``None`` if there is no such file. A file that is not a
+    JSON object (cut while being written, not UTF-8, not JSON) raises
+    :class:`~cselab.core.errors.DataFormatError` naming it and the line."""
+    if not path.is_file():
+        return None
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(
+            path, err.lineno, f"not valid JSON ({err.msg}, column {err.colno}; cut while it was "
+            "being written?)",
+        ) from None  # fmt: skip
+    except RecursionError:  # the decoder recurses once per nesting level
+        raise DataFormatError(path, None, "not valid JSON (nested too deeply)") from None
+    if not isinstance(data, dict):
+        raise DataFormatError(path, None, f"expected a JSON object, found {type(data).__name__}")
+    return data

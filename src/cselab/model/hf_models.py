@@ -21,6 +21,7 @@ from torch import nn
 
 from ..core.errors import ModelFormatError  # noqa: F401 - re-exported
 from .pooling import LAST_LAYER, POOLER_MEANINGS, MLPHead
+from .st_folder import read_json, read_modules
 
 #: sentence-transformers Pooling mode -> cselab pooler (the modes cselab reproduces exactly: the
 #: poolers of the last layer alone, without a head)
@@ -51,15 +52,17 @@ def st_pooler_name(folder: Path) -> str | None:
 
     Raises :class:`ModelFormatError` naming the mode when cselab has no equal pooler.
     """
-    modules_file = folder / "modules.json"
-    if not modules_file.is_file():
+    modules = read_modules(folder)  # the one reader of modules.json
+    if modules is None:
         return None
-    for module in json.loads(modules_file.read_text(encoding="utf-8")):
-        kind = module.get("type", "")
+    for module in modules:
+        kind = str(module.get("type", ""))
         if not kind.endswith("Pooling") or "Weighted" in kind:
             continue
-        cfg_file = folder / module.get("path", "") / "config.json"
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
+        cfg_file = folder / str(module.get("path", "")) / "config.json"
+        cfg = read_json(cfg_file) if cfg_file.is_file() else {}
+        if not isinstance(cfg, dict):
+            raise ModelFormatError(f"{cfg_file}: expected a JSON object, got {type(cfg).__name__}")
         modes = _pooling_modes(cfg) or ["mean"]  # sentence-transformers' default
         if len(modes) == 1 and modes[0] in ST_POOLING_MODES:
             return ST_POOLING_MODES[modes[0]]

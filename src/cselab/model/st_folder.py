@@ -63,7 +63,8 @@ def _module_kind(module: dict[str, Any]) -> str:
     return str(module.get("type", "")).rpartition(".")[2]
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A model folder's JSON file; a malformed one is a :class:`ModelFormatError` naming it."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -76,7 +77,7 @@ def read_modules(folder: Path) -> list[dict[str, Any]] | None:
     path = folder / MODULES_FILE
     if not path.is_file():
         return None
-    modules = _read_json(path)
+    modules = read_json(path)
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelFormatError(f"{path}: expected a list of modules, got {type(modules).__name__}")
     return modules
@@ -93,7 +94,7 @@ def read_folder_settings(folder: Path) -> FolderSettings:
         return FolderSettings()
     transformer = next((m for m in modules if _module_kind(m) == "Transformer"), {})
     path = folder / str(transformer.get("path", "")) / ST_CONFIG_FILE
-    cfg = _read_json(path) if path.is_file() else {}
+    cfg = read_json(path) if path.is_file() else {}
     if not isinstance(cfg, dict):
         raise ModelFormatError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
     length = cfg.get("max_seq_length")
