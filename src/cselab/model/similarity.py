@@ -19,3 +19,19 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(f"vector widths differ: {a.shape[-1]} and {b.shape[-1]}")
     return normalize_rows(a) @ normalize_rows(b).T
+
+
+def truncate_rows(x: np.ndarray, dim: int | None) -> np.ndarray:
+    """The first ``dim`` coordinates of each row, re-normalised to unit length (Matryoshka
+    representations, Kusupati et al. 2022, Sec. 3: every prefix is a vector of its own).
+
+    ``dim=None`` (or the full width) returns the rows normalised. The one home of "a vector at a
+    smaller dimension": ``encode(..., dim=)``, the index, evaluation at ``--dims`` and mining use it.
+    """
+    x = np.atleast_2d(np.asarray(x, dtype=np.float32))
+    width = x.shape[-1]
+    if dim is not None:
+        if not 1 <= int(dim) <= width:
+            raise ValueError(f"dimension {dim} is outside 1..{width} (the vectors' width)")
+        x = x[..., : int(dim)]
+    return normalize_rows(x)
