@@ -72,6 +72,27 @@ def call_encoder(encoder: EncoderLike, sentences: list[str], batch_size: int) ->
     return arr
 
 
+class AtDimension:
+    """An encoder seen at its first ``dim`` coordinates, re-normalised (Matryoshka evaluation,
+    Kusupati et al. 2022): every evaluation (STS, transfer, retrieval) scores the prefix as a
+    vector of its own. Build it with :func:`at_dimension`."""
+
+    def __init__(self, encoder: EncoderLike, dim: int) -> None:
+        self.encoder = encoder
+        self.dim = int(dim)
+        self.source = getattr(encoder, "source", None)
+
+    def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
+        from ..model.similarity import truncate_rows
+
+        return truncate_rows(call_encoder(self.encoder, sentences, batch_size), self.dim)
+
+
+def at_dimension(encoder: EncoderLike, dim: int | None) -> EncoderLike:
+    """``encoder`` at its first ``dim`` coordinates (:class:`AtDimension`); ``None``: unchanged."""
+    return encoder if dim is None else AtDimension(encoder, dim)
+
+
 class EmbeddingCache:
     """Sentence -> vector store that encodes each distinct sentence at most once.
 
