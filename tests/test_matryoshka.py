@@ -118,7 +118,9 @@ def test_equals_the_paper_equation_in_float64() -> None:
     z1, z2 = views["z1"].double(), views["z2"].double()
     dims, weights = [12, 5, 2], [1.0, 0.3, 2.0]
     got = Matryoshka(InfoNCE(TAU), dims, weights)({"z1": z1, "z2": z2})["infonce"]
-    want = sum(c * ref.infonce(z1[:, :d], z2[:, :d], TAU) for d, c in zip(dims, weights))
+    want = sum(
+        c * ref.infonce(z1[:, :d], z2[:, :d], TAU) for d, c in zip(dims, weights, strict=True)
+    )
     torch.testing.assert_close(got, want, rtol=1e3 * EPS, atol=0)
 
     focal = build_objective(matryoshka_config({"focal": {"enabled": True}}, [7, 3]))
@@ -199,14 +201,14 @@ def test_composed_values_are_the_sum_over_prefixes(variant: str) -> None:
         got = obj(z, ObjectiveContext(generator=generator()))["infonce"]
         g = torch.randn(3 * 8, 16, generator=generator()).double()  # M = 3 × batch, float32 draws
         want = sum(c * ref.gs_infonce(z1[:, :d], z2[:, :d], g[:, :d], TAU, 1.0)
-                   for d, c in zip(dims, weights))  # fmt: skip
+                   for d, c in zip(dims, weights, strict=True))  # fmt: skip
     else:
         obj = build_objective(cfg, PAIRS)
         got = obj(z, ObjectiveContext())["infonce"]
         neg = z["neg"]
         want = sum(
             c * ref.supervised_simcse(z1[:, :d], z2[:, :d], neg[..., :d], TAU, 0.5)
-            for d, c in zip(dims, weights)
+            for d, c in zip(dims, weights, strict=True)
         )
     torch.testing.assert_close(got, want, rtol=1e3 * EPS, atol=0)
 
@@ -226,8 +228,11 @@ def test_composed_values_are_the_sum_over_prefixes(variant: str) -> None:
         ({"dims": [16, 8], "weights": [1.0, -1.0]}, r"objective.matryoshka.weights must all be"),
         ({"dims": [16, 8], "weights": [0, 0]}, r"objective.matryoshka.weights must not all be 0"),
         ({"weights": [1.0]}, r"objective.matryoshka.weights is set but"),
-        ({"dims": [64, 8]}, r"objective.matryoshka.dims must not exceed the encoder's output "
-                            r"width 32, got \[64, 8\]"),  # fmt: skip
+        (
+            {"dims": [64, 8]},
+            r"objective.matryoshka.dims must not exceed the encoder's output "
+            r"width 32, got \[64, 8\]",
+        ),  # fmt: skip
         ({"dims": "64"}, r"matryoshka.dims: expected list\[int\] \| None, got '64'"),
     ],
 )
