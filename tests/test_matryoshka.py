@@ -9,8 +9,10 @@ every test of ``test_gradcache.py`` and ``test_distributed.py``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer
@@ -19,7 +21,7 @@ from sentence_transformers.losses import MatryoshkaLoss, MultipleNegativesRankin
 import objectives_reference as ref
 from conftest import GREEK
 from cselab.core.datakind import DataKind
-from cselab.core.errors import ConfigError
+from cselab.core.errors import ConfigError, SearchIndexError
 from cselab.core.schema import from_dict
 from cselab.model.encoder import SentenceEncoder
 from cselab.objectives import (
@@ -136,11 +138,12 @@ def test_equals_the_paper_equation_in_float64() -> None:
     torch.testing.assert_close(got["dcl"], 0.1 * want, rtol=1e3 * EPS, atol=0)
 
 
-@pytest.mark.parametrize("variant", [*VARIANTS, *SUPERVISED_VARIANTS])
+PLAIN_VARIANTS = [v for v in [*VARIANTS, *SUPERVISED_VARIANTS] if "matryoshka" not in v]
+
+
+@pytest.mark.parametrize("variant", PLAIN_VARIANTS)
 def test_one_full_width_dimension_is_the_plain_objective_exactly(variant: str) -> None:
     """dims = [D], weight 1: every term bit for bit, random draws included."""
-    if "matryoshka" in variant:
-        pytest.skip("already a Matryoshka objective")
     kind = PAIRS if variant in SUPERVISED_VARIANTS else None
     base = objective_config(variant)
     plain = build_objective(base, kind)
@@ -279,3 +282,167 @@ def test_hard_negative_views_are_cut_too() -> None:
     cut = {k: v[..., :4] for k, v in z.items()}
     assert torch.equal(wrapped(z)["infonce"], obj(cut)["infonce"])
     assert total_loss(wrapped(z)).ndim == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# A run: resume bit-exact, the dev score per dimension in results.json and the model card
+# ---------------------------------------------------------------------------------------------
+
+
+def _width_score(encoder) -> float:
+    """A scripted dev score that says at which width the evaluator saw the encoder."""
+    from cselab.evaluation.embed import call_encoder
+
+    return float(call_encoder(encoder, ["alpha beta", "gamma"], 8).shape[1])
+
+
+def test_a_run_resumes_bit_exactly_and_the_card_has_a_row_per_dimension(
+    tiny_bert: Path, tmp_path: Path, one_thread
+) -> None:
+    """Matryoshka with Gaussian negatives (draws from the step's generator): a run stopped at
+    its step-3 checkpoint resumes to the same weights as an uninterrupted one; at the end the
+    selected model is scored at each dimension (results.json) and the card shows the table."""
+    from safetensors.torch import load_file
+
+    from cselab.io.runfolder import RunFolder
+    from cselab.publish.card import CARD_FILE
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    extra = ["--objective.matryoshka.dims=[16,8]", "--objective.matryoshka.weights=[1,0.5]",
+             "--objective.gaussian.enabled=true", "--train.max_steps=6", "--train.save_steps=3",
+             "--train.eval_steps=3"]  # fmt: skip
+
+    def trainer(folder: Path, *more: str):
+        t = build_trainer(tiny_config(tiny_bert, folder, *extra, *more))
+        t.selection.evaluator = _width_score  # the full width (32) at every evaluation
+        return t
+
+    whole = trainer(tmp_path / "whole").train()
+    stopped = trainer(tmp_path / "part")
+    stopped.total_steps = 3  # stop at a checkpoint, as a killed run would
+    stopped.train()
+    trainer(tmp_path / "part", "--train.resume=true").train()
+    a = load_file(str(RunFolder(tmp_path / "whole" / "out").last / "model.safetensors"))
+    b = load_file(str(RunFolder(tmp_path / "part" / "out").last / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    # the best model is step 0's (no later score beats 32): opened from best/ and scored at
+    # the full width and at each prefix, widest first
+    assert whole["best_step"] == 0
+    want = [{"dim": 32, "stsb_dev": 32.0}, {"dim": 16, "stsb_dev": 16.0},
+            {"dim": 8, "stsb_dev": 8.0}]  # fmt: skip
+    assert whole["dev_at_dims"] == want
+    out = RunFolder(tmp_path / "whole" / "out")
+    assert json.loads(out.results.read_text())["dev_at_dims"] == want
+    card = (out.best / CARD_FILE).read_text()
+    table = card.split("## Matryoshka dimensions")[1].split("##")[0]
+    assert "`best/`, step 0" in table
+    for row in ("| 32 | 32.00 |", "| 16 | 16.00 |", "| 8 | 8.00 |"):
+        assert row in table
+    assert "kusupati2022matryoshka" in card and "first d = 16, 8 coordinates" in card
+
+
+def test_a_run_without_matryoshka_has_no_table(tiny_bert: Path, tmp_path: Path) -> None:
+    from cselab.publish.card import write_model_card
+    from test_trainer import tiny_config
+
+    config = tiny_config(tiny_bert, tmp_path)
+    folder = tmp_path / "m"
+    SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg").save(folder)
+    text = write_model_card(folder, config, results={"best_step": 3}).read_text()
+    assert "Matryoshka" not in text
+    rows = [{"dim": 32, "stsb_dev": 70.0}, {"dim": 8, "stsb_dev": 61.5}]
+    text = write_model_card(folder, config, results={"best_step": 3, "dev_at_dims": rows})
+    assert "| 8 | 61.50 |" in text.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inference at a dimension: encode, cselab encode --dim, cselab index build --dim
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_folder(tiny_bert64: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("m64") / "model"
+    SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="avg").save(folder)
+    return folder
+
+
+def test_encode_at_a_dimension_is_the_renormalised_prefix(model_folder: Path) -> None:
+    from cselab.model.encoder import load
+
+    enc = load(str(model_folder))
+    sentences = ["a first sentence .", "and a second , longer one .", "three"]
+    full = enc.encode(sentences).astype(np.float64)
+    want = full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True)
+    got = enc.encode(sentences, dim=8)
+    assert got.shape == (3, 8) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.finfo(np.float32).eps)
+    assert enc.encode([], dim=8).shape == (0, 8)
+    np.testing.assert_allclose(  # the full width: the normalised vectors
+        enc.encode(sentences, dim=32), enc.encode(sentences, normalize=True),
+        rtol=0, atol=4 * np.finfo(np.float32).eps,
+    )  # fmt: skip
+    for bad in (0, 33):
+        with pytest.raises(ConfigError, match=rf"dimension {bad} is outside 1\.\.32"):
+            enc.encode(sentences, dim=bad)
+
+
+def test_cli_encode_dim(model_folder: Path, tmp_path: Path, capsys) -> None:
+    from cselab.cli import main
+    from cselab.model.encoder import load
+
+    sentences = ["a first sentence .", "and a second , longer one ."]
+    (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+    args = ["encode", str(model_folder), "--input", str(tmp_path / "in.txt"),
+            "--output", str(tmp_path / "v.npy")]  # fmt: skip
+    assert main([*args, "--dim", "8"]) == 0
+    np.testing.assert_allclose(
+        np.load(tmp_path / "v.npy"), load(str(model_folder)).encode(sentences, dim=8),
+        rtol=0, atol=4 * np.finfo(np.float32).eps,
+    )  # fmt: skip
+    capsys.readouterr()
+    assert main([*args, "--dim", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "cselab encode: error: --dim 64 is outside 1..32 (the vectors' width)"
+
+
+def test_index_built_at_a_dimension_searches_at_it(model_folder: Path, tmp_path: Path) -> None:
+    """``cselab index build --dim 8``: 8-wide vectors, recorded in index.json; ``cselab search``
+    encodes queries at the same prefix (the hits are brute force over the prefixes); resuming at
+    another dim and a query model of another width are refused."""
+    from cselab.cli import main
+    from cselab.model.encoder import load
+    from cselab.search.index import Index
+
+    corpus = [f"{GREEK[i % len(GREEK)]} {GREEK[(3 * i) % len(GREEK)]} {i}" for i in range(30)]
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus) + "\n")
+    out = tmp_path / "small.index"
+    build = ["index", "build", str(tmp_path / "corpus.txt"), "--model", str(model_folder),
+             "-o", str(out)]  # fmt: skip
+    assert main([*build, "--dim", "8"]) == 0
+    index = Index.open(out)
+    assert index.meta["dim"] == 8 and index.meta["model_dim"] == 32
+    enc = load(str(model_folder))
+    vectors = enc.encode(corpus, dim=8)
+    np.testing.assert_allclose(np.asarray(index.vectors), vectors, rtol=0, atol=1e-6)
+    assert index.query_dim() == 8
+    hits = index.search("alpha beta", k=5)
+    query = enc.encode(["alpha beta"], dim=8)[0]
+    order = np.argsort(-(vectors @ query), kind="stable")[:5]
+    assert [h.row for h in hits] == order.tolist()
+
+    assert main([*build, "--dim", "16"]) == 2  # an index at 8 is there: not resumed at 16
+    wide = Index.open(out, model=_wider_model(tmp_path))
+    with pytest.raises(SearchIndexError, match="built from a model of width 32 .*first 8"):
+        wide.search("alpha", k=1)
+
+
+def _wider_model(tmp_path: Path) -> Path:
+    from conftest import make_tiny_bert
+
+    folder = tmp_path / "wide-model"
+    backbone = make_tiny_bert(tmp_path / "wide-bert", hidden=48)
+    SentenceEncoder.from_pretrained(str(backbone), pooler="avg").save(folder)
+    return folder

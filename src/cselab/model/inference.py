@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .similarity import truncate_rows
+from .similarity import check_prefix, truncate_rows
 
 #: ``encode(precision=...)``: the backbone's compute precision at inference
 PRECISIONS = ("fp32", "bf16")
@@ -51,7 +51,7 @@ def encode_sentences(
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
     if dim is not None:
-        truncate_rows(np.zeros((0, encoder.dim), np.float32), dim)  # its range check, first
+        check_prefix(dim, encoder.dim)  # before any work
         full = encode_sentences(encoder, sentences, batch_size, False, show_progress,
                                 max_seq_len, precision)  # fmt: skip
         return truncate_rows(full, dim)
