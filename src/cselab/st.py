@@ -37,6 +37,12 @@ the transformer): one more forward of ``B`` rows (half the dropout pass's ``2B``
 about +50% compute and activation memory per step. It is defined for ``(sentence, sentence)``
 data only (the negatives compare off-dropout vectors of the batch's sentences).
 
+Matryoshka dimensions (Kusupati et al. 2022) are a key of the config like any other:
+``CSELoss(model, ObjectiveConfig(matryoshka=MatryoshkaConfig(dims=[384, 128, 64])))`` is cselab's
+objective at each prefix, summed (the same loss as sentence-transformers' ``MatryoshkaLoss``
+around ``MultipleNegativesRankingLoss``; tested); the dimensions are checked against the model's
+width when the loss is built.
+
 GradCache-style caching (sentence-transformers' ``CachedMultipleNegativesRankingLoss``) is not
 offered: pass ``mini_batch_size`` and the loss says so. cselab's own trainer has it
 (``train.cache_chunk_size``).
