@@ -81,9 +81,9 @@ def build_trainer(
         evaluator = make_dev_evaluator(config.eval, tc.eval_steps)  # a bad dev file fails early
         # Its kind is decided here, once; a pairs file's columns are checked before the model.
         source = TrainingSource(train_file, config.data)
+        objective = build_objective(config.objective, source.kind)
         encoder = SentenceEncoder.from_config(config.model)
-        # After the encoder: its output width bounds objective.matryoshka.dims.
-        objective = build_objective(config.objective, source.kind, width=encoder.dim)
+        config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         corpus, data = source.tokenize(
             encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
         )
