@@ -54,6 +54,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "dcl": {"enabled": True},
         "barlow_twins": {"enabled": True, "padding": 4},
     },
+    "matryoshka": {"matryoshka": {"dims": [16, 8, 4], "weights": [1.0, 0.5, 0.25]}},
+    # every random draw (Gaussian, MixCSE partners, BarlowTwins padding) at two prefixes
+    "matryoshka_everything": {
+        "symmetric": True,
+        "focal": {"enabled": True},
+        "gaussian": {"enabled": True},
+        "mixcse": {"enabled": True},
+        "dcl": {"enabled": True},
+        "barlow_twins": {"enabled": True, "padding": 4},
+        "matryoshka": {"dims": [8, 16]},
+    },
 }
 
 
@@ -67,6 +78,11 @@ SUPERVISED_VARIANTS: dict[str, dict[str, Any]] = {
         "gaussian": {"enabled": True},
         "mixcse": {"enabled": True},
         "dcl": {"enabled": True},
+    },
+    "sup_matryoshka_gaussian": {
+        "hard_negative_weight": 0.3,
+        "gaussian": {"enabled": True},
+        "matryoshka": {"dims": [16, 4], "weights": [1.0, 2.0]},
     },
 }
 ALL_VARIANTS = [*VARIANTS, *SUPERVISED_VARIANTS]

@@ -37,6 +37,12 @@ the transformer): one more forward of ``B`` rows (half the dropout pass's ``2B``
 about +50% compute and activation memory per step. It is defined for ``(sentence, sentence)``
 data only (the negatives compare off-dropout vectors of the batch's sentences).
 
+Matryoshka dimensions (Kusupati et al. 2022) are a key of the config like any other:
+``CSELoss(model, ObjectiveConfig(matryoshka=MatryoshkaConfig(dims=[384, 128, 64])))`` is cselab's
+objective at each prefix, summed (the same loss as sentence-transformers' ``MatryoshkaLoss``
+around ``MultipleNegativesRankingLoss``; tested); the dimensions are checked against the model's
+width when the loss is built.
+
 GradCache-style caching (sentence-transformers' ``CachedMultipleNegativesRankingLoss``) is not
 offered: pass ``mini_batch_size`` and the loss says so. cselab's own trainer has it
 (``train.cache_chunk_size``).
@@ -86,6 +92,15 @@ def _embed(model: nn.Module, features: list[dict[str, Tensor]]) -> list[Tensor]:
     return embed_columns(model, features, separate_first=False)
 
 
+def _width(model: nn.Module) -> int | None:
+    """The model's output width, where it says (``get_sentence_embedding_dimension`` before
+    sentence-transformers 6); ``None``: not known."""
+    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        if hasattr(model, name):
+            return getattr(model, name)()
+    return None
+
+
 class CSELoss(nn.Module):
     """Any cselab objective as a sentence-transformers loss.
 
@@ -127,7 +142,9 @@ class CSELoss(nn.Module):
             )
         self.model = model  # used as given: nothing here changes its modules
         self.config = objective_config or ObjectiveConfig()
-        self.objective = build_objective(self.config)  # validates the config
+        # Validates the config (objective.matryoshka.dims against the model's width too).
+        self.width = _width(model)
+        self.objective = build_objective(self.config, width=self.width)
         # cselab's step: the objective on the views, its generator re-seeded per call.
         self.task = Task(model, self.objective, seed=seed)
         # Three columns: the objective of cselab's pairs task with hard negatives, built at the
@@ -176,7 +193,7 @@ class CSELoss(nn.Module):
             return self.task
         if self.hard_negative_task is None:
             kind = DataKind(pairs=True, negatives=1)
-            objective = build_objective(self.config, kind)
+            objective = build_objective(self.config, kind, self.width)
             self.hard_negative_task = Task(self.model, objective, seed=self.seed, kind=kind)
         return self.hard_negative_task
 

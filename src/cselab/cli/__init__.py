@@ -57,6 +57,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
     from ..io.files import atomic_path
     from ..model.encoder import load
+    from ..model.similarity import check_prefix
 
     # One vector per line, blank lines included, by the plain-line rule the training corpus is
     # read with (only "\n" ends a line: str.splitlines() would also split on U+2028 and form
@@ -65,9 +66,12 @@ def cmd_encode(args: argparse.Namespace) -> int:
     source = sys.stdin.buffer if args.input == "-" else args.input
     lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
     encoder = load(args.model, pooler=args.pooler, device=args.device)
+    if args.dim is not None:
+        check_prefix(args.dim, encoder.dim, "--dim")
     vectors = encoder.encode(
-        lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision
-    )
+        lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision,
+        dim=args.dim,
+    )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
     with atomic_path(output, "vectors") as tmp:
@@ -117,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    p.add_argument(
+        "--dim",
+        type=int,
+        default=None,
+        help="keep the first DIM coordinates of each vector, re-normalised (a model trained "
+        "with objective.matryoshka.dims; implies --normalize)",
+    )
     p.add_argument(
         "--precision",
         default="fp32",

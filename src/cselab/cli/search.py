@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (32)")
     b.add_argument("--ef-construction", type=int, default=None, help="HNSW build depth (80)")
     b.add_argument("--nlist", type=int, default=None, help="IVF cells (default sqrt(N))")
+    b.add_argument("--dim", type=int, default=None,
+                   help="store the first DIM coordinates of each vector, re-normalised (a model "
+                   "trained with objective.matryoshka.dims); queries are encoded so too")  # fmt: skip
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
     b.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     b.set_defaults(func=cmd_index_build)
@@ -70,7 +73,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
             args.corpus, args.model, args.output, pooler=args.pooler, backend=args.backend,
             chunk_size=args.chunk_size, batch_size=args.batch_size, hnsw_m=args.hnsw_m,
             ef_construction=args.ef_construction, nlist=args.nlist, overwrite=args.overwrite,
-            device=args.device, show_progress=True,
+            device=args.device, show_progress=True, dim=args.dim,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .similarity import check_prefix, truncate_rows
+
 #: ``encode(precision=...)``: the backbone's compute precision at inference
 PRECISIONS = ("fp32", "bf16")
 
@@ -40,12 +42,19 @@ def encode_sentences(
     show_progress: bool = False,
     max_seq_len: int | None = None,
     precision: str = "fp32",
+    dim: int | None = None,
 ) -> np.ndarray:
-    """``encoder.encode``: float32 ``(N, D)`` in input order (see ``SentenceEncoder.encode``)."""
+    """``encoder.encode``: float32 ``(N, D)`` in input order (see ``SentenceEncoder.encode``);
+    with ``dim``, the re-normalised prefixes ``(N, dim)``."""
     if isinstance(sentences, str):
         raise TypeError("encode() takes a list of sentences, not a single string")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if dim is not None:
+        check_prefix(dim, encoder.dim)  # before any work
+        full = encode_sentences(encoder, sentences, batch_size, False, show_progress,
+                                max_seq_len, precision)  # fmt: skip
+        return truncate_rows(full, dim)
     n = len(sentences)
     if n == 0:
         return np.zeros((0, encoder.dim), dtype=np.float32)

@@ -29,9 +29,17 @@ def truncate_rows(x: np.ndarray, dim: int | None) -> np.ndarray:
     smaller dimension": ``encode(..., dim=)``, the index, evaluation at ``--dims`` and mining use it.
     """
     x = np.atleast_2d(np.asarray(x, dtype=np.float32))
-    width = x.shape[-1]
     if dim is not None:
-        if not 1 <= int(dim) <= width:
-            raise ValueError(f"dimension {dim} is outside 1..{width} (the vectors' width)")
-        x = x[..., : int(dim)]
+        x = x[..., : check_prefix(dim, x.shape[-1])]
     return normalize_rows(x)
+
+
+def check_prefix(dim: int, width: int, what: str = "dimension") -> int:
+    """``dim`` as an int if it is a prefix of ``width``-wide vectors (``1..width``), else a
+    :class:`~cselab.core.errors.ConfigError` (a ``ValueError``) naming ``what`` (``--dim``).
+    The check of :func:`truncate_rows`, callable before any encoding."""
+    from ..core.errors import ConfigError
+
+    if isinstance(dim, bool) or not 1 <= int(dim) <= width:
+        raise ConfigError(f"{what} {dim} is outside 1..{width} (the vectors' width)")
+    return int(dim)

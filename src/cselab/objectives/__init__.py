@@ -7,7 +7,8 @@ context and the per-step cache; :mod:`.spaces` the negative spaces. The papers' 
 each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_dropout` and
 :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
 (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation), :mod:`.hard_negatives` (supervised
-SimCSE's given hard negatives). :mod:`.config` is the ``objective:``
+SimCSE's given hard negatives). :mod:`.matryoshka` wraps any of them at several prefix
+dimensions (Matryoshka Representation Learning). :mod:`.config` is the ``objective:``
 section of a run config and the one place it is validated. :mod:`.papers`: each part names the
 papers it implements and describes itself; :func:`objective_papers`, :func:`objective_tags` and
 :func:`describe_objective` ask a built objective (the model card and :mod:`cselab.st` use them).
@@ -37,6 +38,7 @@ from .config import (
     DCLConfig,
     FocalConfig,
     GaussianConfig,
+    MatryoshkaConfig,
     MixCSEConfig,
     NoiseConfig,
     ObjectiveConfig,
@@ -48,6 +50,7 @@ from .focal import FocalScore
 from .gaussian import GaussianNegatives
 from .hard_negatives import HardNegatives
 from .infonce import InBatchNegatives, InfoNCE
+from .matryoshka import MATRYOSHKA, Matryoshka, MatryoshkaPrefixes
 from .mixcse import MixedNegatives
 from .noise import AdditiveNoise
 from .off_dropout import OffDropoutNegatives, PositiveRatioScore
@@ -62,11 +65,14 @@ from .spaces import (
 )
 
 
-def build_objective(cfg: ObjectiveConfig, data: DataKind | None = None) -> InfoNCE:
+def build_objective(
+    cfg: ObjectiveConfig, data: DataKind | None = None, width: int | None = None
+) -> Objective:
     """Validate ``cfg`` and assemble the :class:`InfoNCE` it describes.
 
     With no sub-section enabled this is unsupervised SimCSE (default parts); each enabled
     sub-section adds or replaces a part following the composition rules of :mod:`.infonce`.
+    With ``matryoshka.dims`` set, that InfoNCE is wrapped in :class:`Matryoshka`.
 
     Args:
         cfg: the ``objective:`` section.
@@ -75,11 +81,13 @@ def build_objective(cfg: ObjectiveConfig, data: DataKind | None = None) -> InfoN
             :meth:`ObjectiveConfig.validate` are skipped). Data with hard negatives (the
             ``neg`` view) add :class:`HardNegatives` with ``cfg.hard_negative_weight``
             (supervised SimCSE).
+        width: the encoder's output width, where it is known (``None``: not known; the
+            check of ``matryoshka.dims`` against it is skipped).
     """
     if data is None:
-        cfg.validate()
+        cfg.validate(width=width)
     else:
-        cfg.validate(data.pairs, data.hard_negatives)
+        cfg.validate(data.pairs, data.hard_negatives, width)
     hard_negatives = data is not None and data.hard_negatives
     noise = AdditiveNoise(cfg.noise.variance, cfg.noise.side) if cfg.noise.enabled else None
     noisy_negatives = noise is not None and noise.on_negatives
@@ -122,7 +130,7 @@ def build_objective(cfg: ObjectiveConfig, data: DataKind | None = None) -> InfoN
     if b.enabled and b.weight > 0:
         auxiliary.append(BarlowTwinsTerm(b.weight, b.off_diagonal, b.padding, b.center))
 
-    return InfoNCE(
+    objective = InfoNCE(
         cfg.temperature,
         negatives,
         score=score,
@@ -133,6 +141,10 @@ def build_objective(cfg: ObjectiveConfig, data: DataKind | None = None) -> InfoN
         if noisy_positive
         else (VIEW_ANCHOR, VIEW_POSITIVE),
     )
+    # --- Matryoshka: wraps the objective assembled above ---
+    if cfg.matryoshka.enabled:
+        return Matryoshka(objective, cfg.matryoshka.dims, cfg.matryoshka.weights)
+    return objective
 
 
 __all__ = [
@@ -161,6 +173,10 @@ __all__ = [
     "InBatchNegatives",
     "InfoNCE",
     "LossTerms",
+    "MATRYOSHKA",
+    "Matryoshka",
+    "MatryoshkaConfig",
+    "MatryoshkaPrefixes",
     "MixCSEConfig",
     "MixedNegatives",
     "NegativeBlock",

@@ -19,6 +19,7 @@ distinct names::
       mixcse: {enabled: true, mix_ratio: 0.2}                      # Zhang et al. 2022
       noise: {enabled: true, side: negative}                       # Xu et al. 2023, Table 1
       hard_negative_weight: 0.0          # pairs with hard negatives: Gao et al. 2021, Sec. 4
+      matryoshka: {dims: [384, 256, 128, 64]}                      # Kusupati et al. 2022, Eq. 1
 """
 
 from __future__ import annotations
@@ -186,6 +187,60 @@ class NoiseConfig:
     variance: float = 0.1
 
 
+# --- Matryoshka (Kusupati et al. 2022): wraps whichever objective the other keys describe -----
+
+
+@dataclass
+class MatryoshkaConfig:
+    """Matryoshka Representation Learning (Kusupati et al. 2022, Eq. 1): the objective the other
+    keys describe, computed on the first ``d`` coordinates of every view for each ``d`` of
+    ``dims`` and summed with ``weights``, so the model can be cut to any of those dimensions.
+
+    Attributes:
+        dims: the prefix dimensions, e.g. ``[384, 256, 128, 64]`` (any order; each at least 1,
+            no repeats, none above the encoder's output width); ``null`` (default): off. List
+            the full width too, or the full vector is not trained (sentence-transformers warns
+            of the same).
+        weights: ``c_d``, one factor per entry of ``dims`` (each ``>= 0``, at least one
+            ``> 0``); ``null``: 1 each (the paper's setting).
+    """
+
+    dims: list[int] | None = None
+    weights: list[float] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.dims is not None
+
+    def validate(self, width: int | None = None) -> None:
+        """The checks of ``objective.matryoshka`` (kinds are checked by the whole section);
+        ``width``: the encoder's output width, where it is known (``None``: not yet)."""
+        p = "objective.matryoshka"
+        if self.dims is None:
+            check(self.weights is None, f"{p}.weights is set but {p}.dims is null; list the "
+                  "dimensions the weights belong to", self.weights)  # fmt: skip
+            return
+        check(len(self.dims) > 0, f"{p}.dims must list at least one dimension (or be null)",
+              self.dims)  # fmt: skip
+        check(all(d >= 1 for d in self.dims), f"{p}.dims must all be >= 1", self.dims)
+        check(len(set(self.dims)) == len(self.dims), f"{p}.dims must not repeat a dimension",
+              self.dims)  # fmt: skip
+        if self.weights is not None:
+            check(len(self.weights) == len(self.dims),
+                  f"{p}.weights must have one entry per dimension ({len(self.dims)})",
+                  self.weights)  # fmt: skip
+            check(all(finite(w) and w >= 0 for w in self.weights), f"{p}.weights must all be "
+                  ">= 0", self.weights)  # fmt: skip
+            check(any(w > 0 for w in self.weights), f"{p}.weights must not all be 0 (no "
+                  "loss would be left)", self.weights)  # fmt: skip
+        if width is not None:
+            check(max(self.dims) <= width, f"{p}.dims must not exceed the encoder's output "
+                  f"width {width}", self.dims)  # fmt: skip
+
+
+# --- end of Matryoshka --------------------------------------------------------------------------
+
+
 @dataclass
 class ObjectiveConfig:
     """Which loss to train with.
@@ -197,6 +252,8 @@ class ObjectiveConfig:
         temperature: τ of the InfoNCE family, applied once to every column's energy.
         symmetric: average the loss over both directions (view 2 as anchor too).
         focal, gaussian, off_dropout, dcl, barlow_twins, mixcse, noise: see their classes.
+        matryoshka: the loss at several prefix dimensions (:class:`MatryoshkaConfig`); it wraps
+            whatever the other keys describe.
         hard_negative_weight: supervised SimCSE's log-weight on each anchor's own given hard
             negative(s) (Gao et al. 2021, Sec. 4 and Appendix; their code's
             ``hard_negative_weight``): the column enters the denominator as ``e^w · e^{s/τ}``.
@@ -213,8 +270,14 @@ class ObjectiveConfig:
     mixcse: MixCSEConfig = field(default_factory=MixCSEConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     hard_negative_weight: float = 0.0
+    matryoshka: MatryoshkaConfig = field(default_factory=MatryoshkaConfig)
 
-    def validate(self, pairs: bool | None = None, hard_negatives: bool | None = None) -> None:
+    def validate(
+        self,
+        pairs: bool | None = None,
+        hard_negatives: bool | None = None,
+        width: int | None = None,
+    ) -> None:
         """Raise :class:`~cselab.schema.ConfigError` naming the key if a value has the wrong
         kind, is out of range, or a combination is not defined.
 
@@ -226,6 +289,8 @@ class ObjectiveConfig:
             hard_negatives: whether the pairs carry hard negatives (``None``: not known yet,
                 i.e. before the file is read). :func:`~cselab.objectives.build_objective` passes
                 both from the run's :class:`~cselab.core.datakind.DataKind`.
+            width: the encoder's output width (``None``: not known yet), for
+                ``matryoshka.dims``.
         """
         p = "objective"
         # Kinds first, with the YAML loader's own checks (choices, true/false, whole numbers):
@@ -271,6 +336,8 @@ class ObjectiveConfig:
 
         check(finite(self.hard_negative_weight), f"{p}.hard_negative_weight must be finite",
               self.hard_negative_weight)  # fmt: skip
+
+        self.matryoshka.validate(width)
 
         # Combinations.
         self._check_data(pairs, hard_negatives)

@@ -42,6 +42,11 @@ class ObjectiveContext:
         generator: the generator generated negatives draw from (``None``: the global RNG). The
             task re-seeds it from ``(seed, step)`` before every step, identically on every rank,
             so generated vectors are the same on all ranks and in a resumed run.
+        draw_width: draw at least this many coordinates in :meth:`normal` and return the
+            first ``dim`` (``None``: exactly ``dim``). Matryoshka's prefix objectives
+            (:mod:`cselab.objectives.matryoshka`) set it to the full width, so that with the
+            generator rewound the vectors drawn at a prefix are the prefixes of the vectors
+            drawn at the full width.
     """
 
     gather: Callable[[Tensor], Tensor] = _identity
@@ -49,6 +54,7 @@ class ObjectiveContext:
     world_size: int = 1
     offset: int = 0
     generator: torch.Generator | None = None
+    draw_width: int | None = None
 
     def global_rows(self, local: Tensor) -> int:
         """``N``, the global batch: the local rows times the number of ranks (equal shards)."""
@@ -69,7 +75,9 @@ class ObjectiveContext:
         """
         gen = self.generator
         device = gen.device if gen is not None else like.device
-        draws = torch.randn(rows, dim, generator=gen, device=device, dtype=torch.float32)
+        width = max(dim, self.draw_width or dim)
+        draws = torch.randn(rows, width, generator=gen, device=device, dtype=torch.float32)
+        draws = draws[:, :dim]
         return (draws * std + mean).to(device=like.device, dtype=like.dtype)
 
 

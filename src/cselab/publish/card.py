@@ -208,6 +208,26 @@ def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
     )
 
 
+def _dimensions_section(results: Mapping[str, Any] | None, dev: Any) -> str:
+    """The selected model's dev score at each Matryoshka dimension (``results.json``'s
+    ``dev_at_dims``, written at the end of a run with ``objective.matryoshka.dims``); empty
+    without it."""
+    rows = (results or {}).get("dev_at_dims") or []
+    if not rows:
+        return ""
+    best_step = results.get("best_step", "–")  # type: ignore[union-attr]
+    table = markdown_table(
+        ["dimension", f"{dev.dataset} {dev.metric} ×100"],
+        [(r["dim"], _fmt(r.get(dev.name))) for r in rows],
+    )
+    return (
+        "## Matryoshka dimensions\n\n"
+        f"The selected model (`best/`, step {best_step}) at each dimension it was trained for: "
+        "the first d coordinates, re-normalised (`model.encode(sentences, dim=d)`, "
+        "`cselab encode --dim d`, `cselab index build --dim d`).\n\n" + table + "\n\n"
+    )
+
+
 def _citations(cfg: ObjectiveConfig, data: TrainingData) -> tuple[list[str], list[str], str]:
     """The objective's Hub tags, its description and the BibTeX of its papers: asked of the
     objective built for this data."""
@@ -316,7 +336,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 {curve_md}
 
-## Hardware and time
+{_dimensions_section(results, dev)}## Hardware and time
 
 {hardware_section(results, config.train.device, config.train.precision)}
 

@@ -49,7 +49,7 @@ from ..io.files import (  # the corpus digest is training's
     write_json_atomic,
 )
 from ..io.readers import Lines, reraise_as
-from ..model.similarity import normalize_rows
+from ..model.similarity import check_prefix, normalize_rows
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,8 @@ META_OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "lines": _whole(0),
     "normalized": ("true or false", lambda v: isinstance(v, bool)),
     "ann": ("a mapping of hnsw/ivf to their whole-number settings", _ann_settings),
+    # written only by a build at a Matryoshka prefix (``dim`` below the model's width)
+    "model_dim": _whole(1),
 }
 
 
@@ -358,6 +360,7 @@ class Index:
         overwrite: bool = False,
         device: str | None = None,
         show_progress: bool = False,
+        dim: int | None = None,
     ) -> Index:
         """Encode every non-blank line of ``corpus`` into an index folder at ``path``.
 
@@ -366,6 +369,12 @@ class Index:
         same corpus, model, pooler and chunk size, the build resumes from the first chunk not
         recorded; one with other settings is an error unless ``overwrite``. ``backend`` ``hnsw``
         or ``ivf`` also builds that FAISS index (on a finished index, only that is built).
+
+        ``dim``: store the first ``dim`` coordinates of each vector, re-normalised (a model
+        trained with ``objective.matryoshka.dims``, :meth:`SentenceEncoder.encode
+        <cselab.model.encoder.SentenceEncoder.encode>`'s ``dim``): a smaller, faster index.
+        ``index.json`` records it (``dim`` and the model's width ``model_dim``), queries are
+        encoded at the same prefix, and a query model of another width is refused.
         """
         if backend not in BUILD_BACKENDS:
             raise SearchIndexError(
@@ -390,15 +399,19 @@ class Index:
             from ..model.encoder import load
 
             encoder = load(model_name, pooler=pooler, device=device)
+        width = int(encoder.dim)
+        stored = width if dim is None else check_prefix(dim, width, "--dim")
         want = {
             "format": INDEX_FORMAT,
             "model": model_name,
             "pooler": encoder.pooler.kind,
             "corpus": str(corpus.resolve()),
             "corpus_sha256": file_digest(corpus),
-            "dim": int(encoder.dim),
+            "dim": stored,
             "chunk_size": int(chunk_size),
         }
+        if stored != width:  # a Matryoshka prefix: queries are encoded at it too
+            want["model_dim"] = width
         if (out / META_FILE).is_file() and not overwrite:
             meta = _check_resumable(out, want)
         else:
@@ -504,6 +517,20 @@ class Index:
             )
         return self._encoder
 
+    def query_dim(self) -> int | None:
+        """The ``dim`` text queries are encoded at (``encode(..., dim=)``): the stored prefix
+        of an index built at a Matryoshka dimension, else ``None`` (the full width). A query
+        encoder whose width is not the one the index was built from is an error."""
+        prefix = "model_dim" in self.meta
+        built_from = int(self.meta["model_dim" if prefix else "dim"])
+        if int(self.encoder.dim) != built_from:
+            raise SearchIndexError(
+                f"{self.path}: the index was built from a model of width {built_from}"
+                + (f" (stored at its first {self.meta['dim']} dimensions)" if prefix else "")
+                + f"; the query model's width is {self.encoder.dim}"
+            )
+        return int(self.meta["dim"]) if prefix else None
+
     def backends(self) -> list[str]:
         """Backends this index can search with now."""
         out = ["exact"]
@@ -583,7 +610,9 @@ class Index:
         if not texts:
             return []
         check_queries(texts)
-        vectors = self.encoder.encode(texts, batch_size=batch_size, normalize=True)
+        vectors = self.encoder.encode(
+            texts, batch_size=batch_size, normalize=True, dim=self.query_dim()
+        )
         scores, rows = self.search_vectors(vectors, k, backend=backend, **kwargs)
         hits = [
             [
@@ -703,8 +732,9 @@ def _encode_chunks(
             texts = _chunk_texts(out, meta, chunk)
             start = chunk * size
             vectors[start : start + len(texts)] = encoder.encode(
-                texts, batch_size=batch_size, normalize=True
-            )
+                texts, batch_size=batch_size, normalize=True,
+                dim=int(meta["dim"]) if "model_dim" in meta else None,
+            )  # fmt: skip
             vectors.flush()  # the rows reach the file before the progress record says so
             write_json_atomic(
                 out / PROGRESS_FILE, {"chunks_done": chunk + 1}, what="index progress"

@@ -83,6 +83,7 @@ def build_trainer(
         source = TrainingSource(train_file, config.data)
         objective = build_objective(config.objective, source.kind)
         encoder = SentenceEncoder.from_config(config.model)
+        config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         corpus, data = source.tokenize(
             encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
         )

@@ -9,7 +9,7 @@ the checkpoint so that a resumed run keeps all three.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,26 @@ class ModelSelection:
             self.save_best()
         barrier()
         return numbers
+
+    def at_dimensions(
+        self, encoder: SentenceEncoder, dims: Sequence[int]
+    ) -> list[dict[str, float]]:
+        """The dev score of ``encoder`` at each Matryoshka prefix dimension (Kusupati et al.
+        2022), widest first, and at the full width: ``[{"dim": d, name: score}, ...]``, each
+        the evaluator on the re-normalised prefix
+        (:func:`~cselab.evaluation.embed.at_dimension`). Rank 0 only; ``[]`` without an
+        evaluator. Nothing here changes the selection."""
+        if self.evaluator is None or not self.is_main:
+            return []
+        from ..evaluation.embed import at_dimension
+
+        rows = []
+        for dim in sorted({*dims, encoder.dim}, reverse=True):
+            view = encoder if dim == encoder.dim else at_dimension(encoder, dim)
+            out = self.evaluator(view)  # type: ignore[arg-type]
+            score = out[self.name] if isinstance(out, Mapping) else out
+            rows.append({"dim": dim, self.name: float(score)})
+        return rows
 
     def state_dict(self) -> dict[str, Any]:
         return {

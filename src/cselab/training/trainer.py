@@ -306,6 +306,16 @@ class Trainer:
         barrier()
         return results
 
+    def _best_encoder(self) -> SentenceEncoder:
+        """The selected model: the encoder itself when it is the best, else ``best/`` opened."""
+        if self.selection.best_step == self.step:
+            return self.encoder
+        from ..model.loader import load
+
+        return load(
+            str(self.folder.best), device=self.device, fast_path=self.config.model.fast_path
+        )
+
     def _finish(self, sentences: int, train_time: float) -> dict[str, Any]:
         self.save_model(RunFolder.LAST)
         sel = self.selection
@@ -327,6 +337,8 @@ class Trainer:
             "precision": precision_name(self.amp_dtype),  # what ran: `auto` resolved
             "world_size": self.dist.world_size,
         }
+        if dims := self.config.objective.matryoshka.dims:  # the card's table per dimension
+            results["dev_at_dims"] = sel.at_dimensions(self._best_encoder(), dims)
         if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
             results["notes"] = notes
             log.info("%s", "; ".join(notes))  # kept in results.json; evaluations repeat it
