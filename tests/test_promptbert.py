@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import write_corpus
 from cselab.cli import main
 from cselab.config import Config, load_config
 from cselab.core.datakind import DataKind
@@ -33,7 +34,6 @@ from cselab.objectives import ObjectiveContext, build_objective, total_loss
 from cselab.publish.usage import PROMPT_RECIPE, usage_snippets
 from cselab.training.task import Batch, Task
 from cselab.training.views import compute_views
-from conftest import write_corpus
 from scaleout_helpers import (
     ALL_VARIANTS,
     PAIRS,
@@ -84,9 +84,7 @@ def authors_pieces(template: str, tokenizer) -> tuple[list[int], list[int]]:
 def authors_features(template: str, tokenizer, sentences: list[str], max_len: int):
     """``prepare_features``: ``bs + s[:max_len] + es``, right-padded, with the attention mask."""
     bs, es = authors_pieces(template, tokenizer)
-    rows = [
-        bs + tokenizer.encode(s, add_special_tokens=False)[:max_len] + es for s in sentences
-    ]
+    rows = [bs + tokenizer.encode(s, add_special_tokens=False)[:max_len] + es for s in sentences]
     width = max(len(r) for r in rows)
     ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
     mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
@@ -205,7 +203,9 @@ def test_pairs_read_anchors_through_template_and_the_rest_through_template2(
     kind = DataKind(pairs=True, negatives=batch["negative.input_ids"].shape[1])
     with torch.no_grad():
         views = compute_views(enc, batch, ["z1", "z2", "neg"], kind)
-        pos = {k.removeprefix("positive."): v for k, v in batch.items() if k.startswith("positive.")}
+        pos = {
+            k.removeprefix("positive."): v for k, v in batch.items() if k.startswith("positive.")
+        }
         two = torch.ones(4, dtype=torch.long)
         torch.testing.assert_close(views["z2"], enc(**pos, template=two))
         assert (views["z2"] - enc(**pos)).abs().max() > 1e-4
