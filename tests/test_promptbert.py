@@ -332,3 +332,25 @@ def test_card_cites_promptbert_and_tells_sentence_transformers_users() -> None:
     text = usage_snippets("m", model)
     assert "sentence-transformers cannot compute" in text and "prompt_vectors(" in text
     assert "from sentence_transformers import" not in text
+
+
+def test_card_snippets_run_give_cselab_s_vectors_and_cite_promptbert(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    from cselab.publish.card import write_model_card
+    from test_card import CARD_FILE, code_blocks, tiny_config
+
+    config = tiny_config(tiny_bert, tmp_path, "--model.pooler=prompt")
+    SentenceEncoder.from_config(config.model).save(tmp_path / "model")
+    write_model_card(tmp_path / "model", config)
+    text = (tmp_path / "model" / CARD_FILE).read_text()
+    assert "@inproceedings{jiang2022promptbert" in text and "- promptbert" in text
+    assert "sentence-transformers cannot compute" in text
+    spaces = []
+    for block in code_blocks(text):
+        ns: dict = {}
+        exec(compile(block, "README.md", "exec"), ns)  # noqa: S102 - the test's point
+        spaces.append(ns)
+    assert len(spaces) == 2  # cselab, transformers
+    cs, hf = spaces[0]["vectors"], spaces[1]["vectors"].numpy()[:2]
+    np.testing.assert_allclose(hf, cs, rtol=1e-4, atol=1e-5)
