@@ -225,8 +225,14 @@ class SentenceEncoder(nn.Module):
         ``template2``; default all 0), and template denoising applies as
         :meth:`~cselab.model.prompt.Prompt.denoises` says for the current mode.
         """
+        extra: dict[str, Tensor] = {}  # the prompt pooler's [MASK] columns and offsets
         if self.prompt is not None:
-            return self._prompt_forward(input_ids, attention_mask, template)
+            spliced = self.prompt.splice(input_ids, attention_mask, template)
+            if self.prompt.denoises(self.training):  # first, as the authors' cl_forward does
+                extra["offset"] = self._template_states(spliced)
+            extra["token_index"] = spliced.mask_index
+            input_ids, attention_mask = spliced.input_ids, spliced.attention_mask
+            token_type_ids = None  # one segment: the template's and the sentence's tokens
         if (
             (self.unpad_training if self.training else self.unpad_inference)
             and (token_type_ids is None or not bool(token_type_ids.any()))  # one segment
@@ -239,32 +245,14 @@ class SentenceEncoder(nn.Module):
                 attention_mask,
                 first_token_only=self.pooler.reads_first_token_only,
             )
-            return self.pooler(last, attention_mask)
+            return self.pooler(last, attention_mask, **extra)
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         out = self.backbone(
             **kwargs, output_hidden_states=self.pooler.needs_hidden_states, return_dict=True
         )
-        return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states)
-
-    def _prompt_forward(
-        self, input_ids: Tensor, attention_mask: Tensor, template: Tensor | None
-    ) -> Tensor:
-        """The ``prompt`` pooler's forward (:mod:`cselab.model.prompt`): splice, the template's
-        own ``[MASK]`` state when denoising (computed first, as the authors' ``cl_forward``
-        does), the forward on the spliced rows, the ``[MASK]`` state minus the template's."""
-        spliced = self.prompt.splice(input_ids, attention_mask, template)
-        offset = self._template_states(spliced) if self.prompt.denoises(self.training) else None
-        ids, mask = spliced.input_ids, spliced.attention_mask
-        if (self.unpad_training if self.training else self.unpad_inference) and (
-            ids.device.type == "cpu"
-        ):
-            last = unpad.unpadded_last_hidden(self.backbone, ids, mask)
-        else:
-            last = self.backbone(input_ids=ids, attention_mask=mask, return_dict=True)
-            last = last.last_hidden_state
-        return self.pooler(last, mask, token_index=spliced.mask_index, offset=offset)
+        return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
 
     def _template_states(self, spliced: Spliced) -> Tensor:
         """``(N, D)``: each row's template run alone at the row's sentence length (one
