@@ -69,7 +69,8 @@ class ModelConfig:
     Attributes:
         name_or_path: Hugging Face Hub name or local folder of any ``AutoModel`` encoder.
         pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`).
-        mlp_only_train: with ``pooler: cls``, use the MLP head in training only (SimCSE unsup).
+        mlp_only_train: with ``pooler: cls`` (or ``prompt``, where it must be true), use the MLP
+            head in training only (SimCSE unsup; PromptBERT unsup).
         max_seq_len: truncation length in tokens (SimCSE: 32).
         dropout: if set, overrides hidden and attention dropout probabilities of the encoder.
         attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
