@@ -86,6 +86,8 @@ SUPERVISED_VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 ALL_VARIANTS = [*VARIANTS, *SUPERVISED_VARIANTS]
+#: the variants also run with PromptBERT's ``prompt`` pooler (two templates, denoising on)
+PROMPT_VARIANTS = ["infonce", "off_dropout", "mixcse", "everything", "sup_simcse"]
 HARD_NEGATIVES = 2  # per pair, in the supervised variants
 PAIRS = DataKind(pairs=True, negatives=HARD_NEGATIVES)
 
@@ -269,13 +271,40 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
     batches = {"sentences": tiny_batch(encoder, GLOBAL_BATCH)}
     batches["pairs"] = tiny_pair_batch(encoder, GLOBAL_BATCH)
 
+    def parameter_level(
+        encoder: torch.nn.Module, name: str, batches: dict[str, dict[str, torch.Tensor]]
+    ) -> dict[str, float]:
+        """The tiny BERT's parameter gradients for variant ``name``, dropout off: 2 ranks (and
+        GradCache on each) against one process with the global batch."""
+        obj = objective(name)
+        kind = PAIRS if name in SUPERVISED_VARIANTS else DataKind()
+        batch = batches["pairs" if kind.pairs else "sentences"]
+        local_batch = rows(batch, lo, hi)
+        names = obj.required_views
+        rec: dict[str, float] = {}
+        encoder.zero_grad(set_to_none=True)
+        total_loss(obj(compute_views(encoder, batch, names, kind), ObjectiveContext(generator=generator()))).backward()  # fmt: skip
+        reference = param_grads(encoder)
+
+        encoder.zero_grad(set_to_none=True)
+        terms = obj(compute_views(encoder, local_batch, names, kind), ddp_ctx())
+        total_loss(terms).backward()
+        average_gradients(list(encoder.parameters()))
+        rec["param_grad_diff"] = max_diff(param_grads(encoder), reference)
+        rec["param_grad_scale"] = max_abs(reference)
+
+        # GradCache under DDP
+        encoder.zero_grad(set_to_none=True)
+        task = Task(encoder, obj, ddp_ctx(), kind=kind)
+        cached_forward_backward(task, Batch(0, local_batch), CHUNK, verify=True)
+        average_gradients(list(encoder.parameters()))
+        rec["cached_param_grad_diff"] = max_diff(param_grads(encoder), reference)
+        return rec
+
     per_variant: dict[str, dict[str, float]] = {}
     for name in ALL_VARIANTS:
         obj = objective(name)
         rec: dict[str, float] = {}
-        batch = batches["pairs" if name in SUPERVISED_VARIANTS else "sentences"]
-        kind = PAIRS if name in SUPERVISED_VARIANTS else DataKind()
-        local_batch = rows(batch, lo, hi)
 
         # --- embedding level: arbitrary distinct views ---------------------------------------
         full = {
@@ -305,27 +334,17 @@ def equivalence_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
         rec["emb_grad_diff"] = max(diffs)
         rec["emb_grad_scale"] = max(scale)
 
-        # --- parameter level: the tiny BERT, dropout off ---------------------------------------
-        names = obj.required_views
-        encoder.zero_grad(set_to_none=True)
-        total_loss(obj(compute_views(encoder, batch, names, kind), ObjectiveContext(generator=generator()))).backward()  # fmt: skip
-        reference = param_grads(encoder)
-
-        encoder.zero_grad(set_to_none=True)
-        terms = obj(compute_views(encoder, local_batch, names, kind), ddp_ctx())
-        total_loss(terms).backward()
-        average_gradients(list(encoder.parameters()))
-        rec["param_grad_diff"] = max_diff(param_grads(encoder), reference)
-        rec["param_grad_scale"] = max_abs(reference)
-
-        # --- GradCache under DDP -------------------------------------------------------------
-        encoder.zero_grad(set_to_none=True)
-        task = Task(encoder, obj, ddp_ctx(), kind=kind)
-        cached_forward_backward(task, Batch(0, local_batch), CHUNK, verify=True)
-        average_gradients(list(encoder.parameters()))
-        rec["cached_param_grad_diff"] = max_diff(param_grads(encoder), reference)
+        rec.update(parameter_level(encoder, name, batches))
         per_variant[name] = rec
     out["variants"] = per_variant
+
+    # --- PromptBERT's pooler: the spliced templates and their denoising under DDP -------------
+    encoder = tiny_encoder(tiny_bert, dropout=0.0, pooler="prompt").double()
+    prompt_batches = {"sentences": tiny_batch(encoder, GLOBAL_BATCH)}
+    prompt_batches["pairs"] = tiny_pair_batch(encoder, GLOBAL_BATCH)
+    out["prompt_variants"] = {
+        name: parameter_level(encoder, name, prompt_batches) for name in PROMPT_VARIANTS
+    }
     return out
 
 

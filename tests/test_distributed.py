@@ -28,7 +28,14 @@ from safetensors.torch import load_file
 
 from conftest import adamw_weight_tolerance, write_corpus
 from cselab.data import BatchOrder, shard
-from scaleout_helpers import ALL_VARIANTS, equivalence_worker, free_port, rng_worker, spawn
+from scaleout_helpers import (
+    ALL_VARIANTS,
+    PROMPT_VARIANTS,
+    equivalence_worker,
+    free_port,
+    rng_worker,
+    spawn,
+)
 
 REL = 1e-10
 ABS = 1e-14
@@ -71,6 +78,17 @@ def test_two_ranks_equal_one_process(ddp: list[dict], variant: str) -> None:
 def test_gradcache_under_ddp_equals_one_uncached_process(ddp: list[dict], variant: str) -> None:
     for out in ddp:
         rec = out["variants"][variant]
+        assert rec["cached_param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
+
+
+@pytest.mark.parametrize("variant", PROMPT_VARIANTS)
+def test_prompt_pooler_two_ranks_and_gradcache_equal_one_process(
+    ddp: list[dict], variant: str
+) -> None:
+    """PromptBERT's two templates and template denoising run per rank on its own rows."""
+    for out in ddp:
+        rec = out["prompt_variants"][variant]
+        assert rec["param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
         assert rec["cached_param_grad_diff"] <= REL * rec["param_grad_scale"] + ABS, rec
 
 

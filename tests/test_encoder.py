@@ -36,7 +36,8 @@ def close(got: torch.Tensor, want: torch.Tensor, enc: SentenceEncoder, seq_len: 
     torch.testing.assert_close(got, want, rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize("kind", POOLERS)
+# the prompt pooler reads a spliced template, not these hidden states: tests/test_promptbert.py
+@pytest.mark.parametrize("kind", [k for k in POOLERS if k != "prompt"])
 def test_poolers_match_hidden_states(tiny_bert64: Path, batch: dict, kind: str) -> None:
     enc = (
         SentenceEncoder.from_pretrained(str(tiny_bert64), pooler=kind, mlp_only_train=False)

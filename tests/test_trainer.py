@@ -63,9 +63,17 @@ def test_same_seed_same_weights_and_logs(tiny_bert: Path, tmp_path: Path) -> Non
         assert_same_weights(tmp_path / "a/out/last", tmp_path / "c/out/last")
 
 
-def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "pooler",
+    ["cls", pytest.param("prompt", marks=pytest.mark.slow)],  # prompt: PromptBERT's two templates
+)
+def test_resume_after_kill_gives_identical_weights(
+    tiny_bert: Path, tmp_path: Path, pooler: str
+) -> None:
     """Kill a run with SIGKILL right after step 7 (checkpoint at 6), resume, compare."""
-    ref = tiny_config(tiny_bert, tmp_path / "ref", "--train.save_steps=3")
+    ref = tiny_config(
+        tiny_bert, tmp_path / "ref", "--train.save_steps=3", f"--model.pooler={pooler}"
+    )
     build_trainer(ref).train()
     run_dir = tmp_path / "killed"
     overrides = [
@@ -75,6 +83,7 @@ def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Pa
         f"--train.output_dir={run_dir / 'out'}",
         "--train.batch_size=8", "--train.max_steps=12", "--train.lr=1e-3",
         "--train.eval_steps=0", "--train.log_steps=2", "--train.save_steps=3",
+        f"--model.pooler={pooler}",
     ]  # fmt: skip
     script = textwrap.dedent(
         f"""

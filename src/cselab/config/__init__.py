@@ -150,6 +150,14 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        if m.pooler == "prompt":
+            m.prompt.validate()
+            if not m.mlp_only_train:
+                raise ConfigError(
+                    "model.mlp_only_train must be true with model.pooler=prompt: PromptBERT's MLP "
+                    "head is used in training only (the authors' unsupervised recipe), and "
+                    "sentence-transformers and the transformers recipe read the [MASK] state alone"
+                )
         _check_device(t.device)
         if t.device != "auto":  # auto is resolved, and checked, when the run starts
             check_precision(t.precision, t.device.partition(":")[0], f"train.device={t.device}")

@@ -33,8 +33,8 @@ def load(
 ) -> SentenceEncoder:
     """Open a cselab output folder, a sentence-transformers folder or an HF model, in eval mode.
 
-    * cselab folder (has ``cselab.json``): its pooler (and ``cls`` head) unless ``pooler`` says
-      otherwise;
+    * cselab folder (has ``cselab.json``): its pooler (and ``cls`` head, and ``prompt``
+      templates) unless ``pooler`` says otherwise;
     * sentence-transformers folder: the Pooling module's mode (``cls`` → ``cls_before_pooler``,
       ``mean`` → ``avg``; other modes are refused) unless ``pooler`` says otherwise; its
       ``max_seq_length`` and ``do_lower_case`` apply to :meth:`~SentenceEncoder.encode`. Without
@@ -55,7 +55,8 @@ def load(
         mlp_only_train = bool(meta.get("mlp_only_train", False))
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, mlp_only_train=mlp_only_train,
-            max_seq_len=int(meta.get("max_seq_len", 32)), **kwargs,
+            max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
+            **kwargs,
         )  # fmt: skip
         if encoder.pooler.mlp is not None and (local / HEAD_FILE).is_file():
             encoder.pooler.mlp.load_state_dict(load_file(str(local / HEAD_FILE)))

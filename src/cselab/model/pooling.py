@@ -12,6 +12,10 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
 * ``avg_first_last``: mean over tokens of the average of the first transformer layer
   (``hidden_states[1]``; ``[0]`` is the embedding layer, the bug SimCSE later fixed) and the
   last layer.
+* ``prompt``: PromptBERT (Jiang et al. 2022): the sentence is spliced into a template
+  (:mod:`cselab.model.prompt`) and its vector is the last layer's state at the template's
+  ``[MASK]``, minus the template's own state there with template denoising; the ``cls`` MLP head
+  follows, with ``mlp_only_train`` in training only (the authors' unsupervised recipe).
 
 :data:`POOLER_MEANINGS` is the one home of what each name means (which token, which layers, a
 head): :class:`Pooler` computes it, the sentence-transformers folder writer and reader translate
@@ -25,9 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 
-PoolerName = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+PoolerName = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "prompt"]
 POOLERS: tuple[str, ...] = typing.get_args(PoolerName)
 #: ``hidden_states`` index of the last layer alone (index 0 is the embedding output).
 LAST_LAYER = (-1,)
@@ -39,14 +44,15 @@ class PoolerMeaning:
 
     Attributes:
         token: ``cls`` (the first token's vector) or ``mean`` (the mean over real tokens):
-            sentence-transformers' ``Pooling`` mode of the same name.
+            sentence-transformers' ``Pooling`` mode of the same name; ``mask``: the prompt's
+            ``[MASK]`` token, which sentence-transformers has no module for.
         layers: the ``hidden_states`` indices averaged before pooling (0 is the embedding
             output); :data:`LAST_LAYER` is the last layer alone.
         head: SimCSE's MLP head ``tanh(W h + b)`` is applied to the pooled vector.
         summary: the pooler in words.
     """
 
-    token: Literal["cls", "mean"]
+    token: Literal["cls", "mean", "mask"]
     layers: tuple[int, ...]
     head: bool
     summary: str
@@ -59,6 +65,9 @@ POOLER_MEANINGS: dict[str, PoolerMeaning] = {
     "avg_top2": PoolerMeaning("mean", (-1, -2), False, "the mean of the last two layers' average"),
     "avg_first_last": PoolerMeaning(
         "mean", (1, -1), False, "the mean of the first and the last layer's average"
+    ),
+    "prompt": PoolerMeaning(
+        "mask", LAST_LAYER, True, "the [MASK] vector of a PromptBERT template, through an MLP head"
     ),
 }
 assert set(POOLER_MEANINGS) == set(POOLERS)
@@ -93,7 +102,9 @@ class Pooler(nn.Module):
     Inputs:
         ``last_hidden``: ``(N, L, D)``; ``hidden_states``: the tuple of all layers (embedding
         output first), needed by the ``avg_top2``/``avg_first_last`` poolers;
-        ``attention_mask``: ``(N, L)``.
+        ``attention_mask``: ``(N, L)``; ``token_index``: ``(N,)`` the ``[MASK]`` column of each
+        row (``prompt``); ``offset``: ``(N, D)`` subtracted from the ``[MASK]`` state before the
+        head (``prompt``'s template denoising), or ``None``.
 
     Returns:
         ``(N, D)`` sentence vectors (not normalised).
@@ -127,7 +138,17 @@ class Pooler(nn.Module):
         last_hidden: Tensor,
         attention_mask: Tensor,
         hidden_states: Sequence[Tensor] | None = None,
+        token_index: Tensor | None = None,
+        offset: Tensor | None = None,
     ) -> Tensor:
+        if self.meaning.token == "mask":
+            if token_index is None:
+                raise ValueError(f"pooler {self.kind!r} needs the [MASK] position of each row")
+            rows = torch.arange(last_hidden.shape[0], device=last_hidden.device)
+            out = last_hidden[rows, token_index]
+            if offset is not None:  # the authors subtract before the head (models.py, cl_forward)
+                out = out - offset
+            return self.mlp(out) if self.uses_head else out
         if self.meaning.token == "cls":
             out = last_hidden[:, 0]
             if self.uses_head:
@@ -148,5 +169,6 @@ class Pooler(nn.Module):
 
 
 def inference_pooler_name(kind: str, mlp_only_train: bool) -> str:
-    """The pooler actually applied at inference (``cls`` + ``mlp_only_train`` → raw CLS)."""
+    """The pooler actually applied at inference (``cls`` + ``mlp_only_train`` → raw CLS;
+    ``prompt`` stays ``prompt``, its head skipped in eval mode as :attr:`Pooler.uses_head` says)."""
     return "cls_before_pooler" if kind == "cls" and mlp_only_train else kind

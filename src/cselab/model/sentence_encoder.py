@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,15 @@ import torch
 from torch import Tensor, nn
 
 from ..core.errors import ModelFormatError
+from ..core.schema import from_dict
 from . import unpad
-from .config import ModelConfig
+from .config import ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
 from .hub import resolve_model
 from .inference import encode_sentences, inference_copy
 from .pooling import Pooler
+from .prompt import Prompt, Spliced
 from .similarity import cosine_matrix
 from .st_folder import FolderSettings, read_folder_settings, write_model_folder
 
@@ -37,6 +39,8 @@ class SentenceEncoder(nn.Module):
         tokenizer: its tokenizer.
         pooler: a :class:`Pooler`.
         max_seq_len: truncation length used by :meth:`tokenize` (training).
+        prompt: the templates of the ``prompt`` pooler (:class:`~cselab.model.prompt.Prompt`);
+            required by it, ignored by the others.
 
     Attributes:
         fast_path: whether :meth:`from_pretrained` switched the backbone to cselab's fast path
@@ -53,8 +57,18 @@ class SentenceEncoder(nn.Module):
         (1, 384)
     """
 
-    def __init__(self, backbone: nn.Module, tokenizer: Any, pooler: Pooler, max_seq_len: int = 32):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        tokenizer: Any,
+        pooler: Pooler,
+        max_seq_len: int = 32,
+        prompt: Prompt | None = None,
+    ):
         super().__init__()
+        if (pooler.meaning.token == "mask") != (prompt is not None):
+            raise ValueError("a prompt goes with pooler 'prompt', and pooler 'prompt' needs one")
+        self.prompt = prompt
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooler = pooler
@@ -81,6 +95,7 @@ class SentenceEncoder(nn.Module):
         trust_remote_code: bool = ModelConfig.trust_remote_code,
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
+        prompt: PromptConfig | Mapping[str, Any] | None = None,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
@@ -98,6 +113,9 @@ class SentenceEncoder(nn.Module):
         forward can run on the real tokens only. Only this backbone changes: other models, of
         any architecture, behave as before. ``False``: the backbone exactly as ``transformers``
         loads it.
+
+        ``prompt``: the templates of ``pooler="prompt"`` (a
+        :class:`~cselab.model.config.PromptConfig` or its mapping; default: its defaults).
 
         A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
         are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
@@ -131,7 +149,12 @@ class SentenceEncoder(nn.Module):
             raise
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
-        encoder = cls(backbone, tokenizer, head, max_seq_len)
+        templates = None
+        if head.meaning.token == "mask":
+            if isinstance(prompt, Mapping):
+                prompt = from_dict(PromptConfig, dict(prompt), prefix="model.prompt")
+            templates = Prompt(prompt or PromptConfig(), tokenizer)
+        encoder = cls(backbone, tokenizer, head, max_seq_len, templates)
         encoder.source = name_or_path
         encoder.folder_settings = read_folder_settings(Path(path))
         if fast_path:
@@ -157,7 +180,9 @@ class SentenceEncoder(nn.Module):
     def accepted_max_len(self) -> int:
         """The longest input the model accepts: the tokenizer's limit capped by the position
         embeddings (:func:`~cselab.model.hf_models.max_sequence_length`)."""
-        return max_sequence_length(self.tokenizer, self.backbone)
+        longest = max_sequence_length(self.tokenizer, self.backbone)
+        # a prompt's template adds its tokens to the sentence's (the position embeddings bound both)
+        return longest - self.prompt.extra if self.prompt is not None else longest
 
     @property
     def inference_max_len(self) -> int:
@@ -191,8 +216,23 @@ class SentenceEncoder(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor,
         token_type_ids: Tensor | None = None,
+        template: Tensor | None = None,
     ) -> Tensor:
-        """Token ids ``(N, L)`` → sentence vectors ``(N, D)``."""
+        """Token ids ``(N, L)`` → sentence vectors ``(N, D)``.
+
+        With the ``prompt`` pooler each row (one sentence with its special tokens) is first
+        spliced into template ``template[i]`` (``(N,)``: 0 is ``model.prompt.template``, 1
+        ``template2``; default all 0), and template denoising applies as
+        :meth:`~cselab.model.prompt.Prompt.denoises` says for the current mode.
+        """
+        extra: dict[str, Tensor] = {}  # the prompt pooler's [MASK] columns and offsets
+        if self.prompt is not None:
+            spliced = self.prompt.splice(input_ids, attention_mask, template)
+            if self.prompt.denoises(self.training):  # first, as the authors' cl_forward does
+                extra["offset"] = self._template_states(spliced)
+            extra["token_index"] = spliced.mask_index
+            input_ids, attention_mask = spliced.input_ids, spliced.attention_mask
+            token_type_ids = None  # one segment: the template's and the sentence's tokens
         if (
             (self.unpad_training if self.training else self.unpad_inference)
             and (token_type_ids is None or not bool(token_type_ids.any()))  # one segment
@@ -205,14 +245,38 @@ class SentenceEncoder(nn.Module):
                 attention_mask,
                 first_token_only=self.pooler.reads_first_token_only,
             )
-            return self.pooler(last, attention_mask)
+            return self.pooler(last, attention_mask, **extra)
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         out = self.backbone(
             **kwargs, output_hidden_states=self.pooler.needs_hidden_states, return_dict=True
         )
-        return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states)
+        return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
+
+    def _template_states(self, spliced: Spliced) -> Tensor:
+        """``(N, D)``: each row's template run alone at the row's sentence length (one
+        backbone pass per template, one row per distinct length)."""
+        out: Tensor | None = None
+        for t in spliced.template.unique().tolist():
+            rows = spliced.template == t
+            lengths, inverse = spliced.length[rows].unique(return_inverse=True)
+            ids, positions, at = self.prompt.template_alone(
+                t, lengths.tolist(), spliced.input_ids.device
+            )
+            hidden = self.backbone(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=torch.ones_like(ids),
+                token_type_ids=torch.zeros_like(ids),
+                return_dict=True,
+            ).last_hidden_state
+            states = hidden[torch.arange(ids.shape[0], device=ids.device), at]
+            if out is None:
+                out = states.new_zeros(spliced.input_ids.shape[0], states.shape[-1])
+            out = out.index_put((rows.nonzero().squeeze(1),), states[inverse])
+        assert out is not None
+        return out
 
     @torch.inference_mode()
     def encode(
@@ -289,6 +353,8 @@ class SentenceEncoder(nn.Module):
             "max_seq_len": self.max_seq_len,
             "source": self.source,
         }
+        if self.prompt is not None:
+            meta["prompt"] = dataclasses.asdict(self.prompt.config)
         settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
         write_model_folder(
             Path(path),

@@ -40,6 +40,12 @@ _ST = "sentence_transformers.models."
 #: sentence-transformers modules whose effect cselab reproduces in a third-party folder (the
 #: backbone, the pooling of :data:`cselab.model.hf_models.ST_POOLING_MODES`, L2 normalisation)
 REPRODUCED_MODULES = ("Transformer", "Pooling", "Normalize")
+#: what ``cselab.json`` and the folder's ``README.md`` say of a ``prompt`` folder
+PROMPT_NOT_REPRODUCED = (
+    "pooler 'prompt' (PromptBERT) has no sentence-transformers module: SentenceTransformer(folder) "
+    "loads this folder but gives the [CLS] vector of the bare sentence, not this model's vectors; "
+    "use cselab.load(folder) or the transformers recipe of cselab's docs/objectives.md (PromptBERT)"
+)
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,8 @@ def write_model_folder(
     out.mkdir(parents=True, exist_ok=True)
     backbone.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    if pooler.meaning.token == "mask":
+        meta = {**meta, "sentence_transformers": PROMPT_NOT_REPRODUCED}
     _write_json(out / CSELAB_FILE, meta)
     if pooler.mlp is not None:
         save_file(
@@ -178,7 +186,8 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
     ``cls_before_pooler`` / ``cls`` with ``mlp_only_train`` → Pooling(cls); ``cls`` → Pooling(cls)
     + Dense(tanh) with the head's weights; ``avg`` → Pooling(mean); ``avg_top2`` and
     ``avg_first_last`` → WeightedLayerPooling (weights 1 on the two layers, 0 elsewhere) +
-    Pooling(mean).
+    Pooling(mean); ``prompt`` has no sentence-transformers equivalent: Pooling(cls), so the
+    folder loads, and :data:`PROMPT_NOT_REPRODUCED` in ``cselab.json``.
     """
     kind = inference_pooler_name(pooler.kind, pooler.mlp_only_train)
     meaning = POOLER_MEANINGS[kind]
@@ -206,7 +215,8 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
         cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
         cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
         _write_json(out / "config.json", cfg)
-    pooling_mode = meaning.token
+    prompt = meaning.token == "mask"
+    pooling_mode = "cls" if prompt else meaning.token
     pool_folder = f"{len(modules)}_Pooling"
     _write_json(
         out / pool_folder / "config.json",
@@ -219,7 +229,7 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
         },
     )
     add(pool_folder, _ST + "Pooling")
-    if meaning.head:
+    if meaning.head and not prompt:
         dense_folder = out / f"{len(modules)}_Dense"
         _write_json(
             dense_folder / "config.json",

@@ -11,33 +11,10 @@ card and :mod:`cselab.st` ask a built objective (:func:`objective_papers`, :func
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import nn
 
 from ..core.datakind import SENTENCES, DataKind
-
-
-@dataclass(frozen=True)
-class Paper:
-    """A publication an objective part implements.
-
-    Attributes:
-        key: its BibTeX key (``gao2021simcse``).
-        name: its short name (``SimCSE``).
-        summary: one line saying what it contributes.
-        bibtex: the BibTeX entry, written from the paper's title page.
-        tag: a Hub tag for the paper's whole method, given to an objective that has every part
-            tag of ``method`` (``None``: its parts' tags say it all).
-        method: the part tags that together are the paper's method.
-    """
-
-    key: str
-    name: str
-    summary: str
-    bibtex: str
-    tag: str | None = None
-    method: tuple[str, ...] = ()
+from ..core.papers import Paper  # re-exported: the objectives name their papers with it
 
 
 class Cited:

@@ -37,8 +37,8 @@ from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
 from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
+from ..model.prompt import model_papers
 from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
-from ..objectives.config import ObjectiveConfig
 from ..training.metrics import read_metrics as read_metrics_table
 from .hardware import hardware_section
 from .hub_metadata import (
@@ -187,7 +187,8 @@ def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
     m, t = config.model, config.train
     rows = [
         ("base model", f"`{m.name_or_path}`"),
-        ("pooler", f"`{m.pooler}`" + (" (MLP head in training only)" if m.pooler == "cls" and m.mlp_only_train else "")),
+        ("pooler", f"`{m.pooler}`" + (" (MLP head in training only)" if m.pooler in ("cls", "prompt") and m.mlp_only_train else "")),
+        *([("prompt", f"`{m.prompt.template}` / `{m.prompt.template2 or m.prompt.template}`, denoising in training {m.prompt.denoise}, at inference {m.prompt.denoise_inference}")] if m.pooler == "prompt" else []),
         ("max_seq_len", m.max_seq_len),
         ("dropout", m.dropout if m.dropout is not None else "the base model's"),
         ("batch size", t.batch_size),
@@ -228,12 +229,17 @@ def _dimensions_section(results: Mapping[str, Any] | None, dev: Any) -> str:
     )
 
 
-def _citations(cfg: ObjectiveConfig, data: TrainingData) -> tuple[list[str], list[str], str]:
-    """The objective's Hub tags, its description and the BibTeX of its papers: asked of the
-    objective built for this data."""
-    objective = build_objective(cfg, data.kind)
-    bib = "\n\n".join(p.bibtex for p in objective_papers(objective))
-    return objective_tags(objective), describe_objective(objective, data.kind), bib
+def _citations(config: Config, data: TrainingData) -> tuple[list[str], list[str], str]:
+    """The Hub tags, the description and the BibTeX of the papers of the objective (asked of
+    the objective built for this data) and of the model section (its pooler's paper,
+    :func:`~cselab.model.prompt.model_papers`)."""
+    objective = build_objective(config.objective, data.kind)
+    pooler = model_papers(config.model)
+    bib = "\n\n".join(p.bibtex for p in (*objective_papers(objective), *pooler))
+    tags = objective_tags(objective) + [p.tag for p in pooler if p.tag]
+    lines = describe_objective(objective, data.kind)
+    lines += [f"- Pooler `{config.model.pooler}`, {p.name}: {p.summary}." for p in pooler]
+    return tags, lines, bib
 
 
 # ------------------------------------------------------------------------------------- the API
@@ -284,7 +290,7 @@ def write_model_card(
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
     as_path = Path(model_id)
     name = f"{as_path.parent.name}-{as_path.name}" if as_path.is_absolute() else model_id
-    tags, objective, bib = _citations(config.objective, data)
+    tags, objective, bib = _citations(config, data)
     card_data = front_matter(
         name, config.model, tags, eval_results(selection_score, dev, evaluation)
     )

@@ -10,6 +10,40 @@ from __future__ import annotations
 
 from ..model.config import ModelConfig
 from ..model.pooling import LAST_LAYER, POOLER_MEANINGS, inference_pooler_name
+from ..model.st_folder import PROMPT_NOT_REPRODUCED
+
+#: cselab's ``prompt`` pooler (PromptBERT) with ``transformers`` alone: the card's snippet and
+#: docs/objectives.md show this function as written (tested to give ``cselab.load``'s vectors).
+PROMPT_RECIPE = '''import torch
+
+
+def prompt_vectors(model, tokenizer, sentences, template, denoise=False, max_length=512):
+    """cselab's pooler "prompt" (PromptBERT) with transformers alone, a sentence at a time.
+
+    template: cselab.json's prompt.template; denoise: its prompt.denoise_inference;
+    max_length: sentence_bert_config.json's max_seq_length (the sentence with [CLS] and [SEP]).
+    """
+    before, after = template.replace("[MASK]", tokenizer.mask_token).split("[X]")
+    prefix = tokenizer(before, add_special_tokens=False)["input_ids"]
+    suffix = tokenizer(after, add_special_tokens=False)["input_ids"]
+    alone = [tokenizer.cls_token_id, *prefix, *suffix, tokenizer.sep_token_id]
+    at = alone.index(tokenizer.mask_token_id)  # the [MASK] column of the template alone
+    cut = 1 + len(prefix)  # where the sentence goes
+    vectors = []
+    with torch.no_grad():
+        for sentence in sentences:
+            ids = tokenizer(sentence, truncation=True, max_length=max_length)["input_ids"][1:-1]
+            row = torch.tensor([alone[:cut] + ids + alone[cut:]])
+            where = at if at < cut else at + len(ids)
+            vector = model(input_ids=row).last_hidden_state[0, where]
+            if denoise:  # the template alone, its positions after the sentence shifted by len(ids)
+                positions = torch.arange(len(alone))
+                positions[cut:] += len(ids)
+                noise = model(input_ids=torch.tensor([alone]), position_ids=positions[None])
+                vector = vector - noise.last_hidden_state[0, at]
+            vectors.append(vector)
+    return torch.stack(vectors)
+'''
 
 
 def _pooling_lines(kind: str) -> str:
@@ -43,6 +77,8 @@ def _pooling_lines(kind: str) -> str:
 def usage_snippets(model_id: str, model: ModelConfig) -> str:
     """Snippets that run as written (tested by executing them against a saved model)."""
     kind = inference_pooler_name(model.pooler, model.mlp_only_train)
+    if POOLER_MEANINGS[kind].token == "mask":
+        return _prompt_snippets(model_id, model)
     st = f'''```python
 model_id = "{model_id}"
 from sentence_transformers import SentenceTransformer
@@ -68,7 +104,15 @@ with torch.no_grad():
 cosine = torch.nn.functional.normalize(vectors, dim=-1) @ torch.nn.functional.normalize(vectors, dim=-1).T
 print(vectors.shape, cosine)
 ```'''
-    cs = f'''```python
+    return (
+        f"With sentence-transformers (pooling `{kind}`, as trained):\n\n{st}\n\n"
+        f"With `transformers` only:\n\n{hf}\n\n"
+        f"With cselab:\n\n{_cselab_snippet(model_id)}"
+    )
+
+
+def _cselab_snippet(model_id: str) -> str:
+    return f'''```python
 model_id = "{model_id}"
 import cselab
 
@@ -76,8 +120,25 @@ model = cselab.load(model_id)
 vectors = model.encode(["A man is playing a guitar.", "Someone is playing music."])
 print(vectors.shape)
 ```'''
+
+
+def _prompt_snippets(model_id: str, model: ModelConfig) -> str:
+    """The ``prompt`` pooler: cselab, or ``transformers`` with :data:`PROMPT_RECIPE`;
+    sentence-transformers cannot reproduce it."""
+    p = model.prompt
+    hf = f'''```python
+model_id = "{model_id}"
+from transformers import AutoModel, AutoTokenizer
+
+{PROMPT_RECIPE}
+tokenizer = AutoTokenizer.from_pretrained(model_id)
+model = AutoModel.from_pretrained(model_id).eval()
+sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
+vectors = prompt_vectors(model, tokenizer, sentences, {p.template!r}, denoise={p.denoise_inference})
+print(vectors.shape)
+```'''
     return (
-        f"With sentence-transformers (pooling `{kind}`, as trained):\n\n{st}\n\n"
-        f"With `transformers` only:\n\n{hf}\n\n"
-        f"With cselab:\n\n{cs}"
+        f"**sentence-transformers cannot compute this model's vectors**: {PROMPT_NOT_REPRODUCED}."
+        f"\n\nWith cselab:\n\n{_cselab_snippet(model_id)}\n\n"
+        f"With `transformers` only (PromptBERT's template around each sentence):\n\n{hf}"
     )

@@ -12,6 +12,11 @@ negatives, ``negative.*`` columns, :mod:`cselab.data.pairs`): ``z1`` are the anc
 positives and ``neg`` the given hard negatives ``(B, K, D)``, all from one forward pass over the
 columns stacked (``2B + B·K`` rows, padded to the widest column), with dropout on as the paper
 trains. The off-dropout view is not defined for pairs (rejected by the objective's config).
+
+With the ``prompt`` pooler (PromptBERT, Jiang et al. 2022, Sec. 5.2) the anchors are read
+through ``model.prompt.template`` and every other row of the pass (positives, hard negatives)
+through ``template2``, as the authors' ``prepare_features`` builds its two copies; the
+off-dropout view is the anchors' and takes ``template``.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def compute_views(
         return pair_views(encoder, batch, names)
     n = batch["input_ids"].shape[0]
     doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
-    both = encoder(**doubled)
+    both = encoder(**doubled, **_templates(encoder, n, 2 * n))
     views = {VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]}
     if VIEW_OFF_DROPOUT in names:
         with dropout_disabled(encoder.backbone):
@@ -78,8 +83,19 @@ def pair_views(
     if VIEW_HARD_NEGATIVE in names:
         k = negatives["input_ids"].shape[1]
         parts.append({key: v.reshape(n * k, -1) for key, v in negatives.items()})
-    out = encoder(**stack_rows(parts))
+    out = encoder(**stack_rows(parts), **_templates(encoder, n, n * (2 + k)))
     views = {VIEW_ANCHOR: out[:n], VIEW_POSITIVE: out[n : 2 * n]}
     if k:
         views[VIEW_HARD_NEGATIVE] = out[2 * n :].reshape(n, k, -1)
     return views
+
+
+def _templates(encoder: SentenceEncoder, anchors: int, rows: int) -> dict[str, Tensor]:
+    """The ``template`` argument of a ``prompt`` encoder's pass over ``rows`` rows whose first
+    ``anchors`` are the anchors (none for other poolers)."""
+    prompt = getattr(encoder, "prompt", None)
+    if prompt is None:
+        return {}
+    template = torch.full((rows,), prompt.second(), dtype=torch.long)
+    template[:anchors] = 0
+    return {"template": template}

@@ -1,0 +1,208 @@
+"""PromptBERT's prompt-based representation (Jiang et al., EMNLP 2022, Sec. 4 and 5).
+
+A sentence's vector is the last layer's state at the ``[MASK]`` of a template such as
+``This sentence of "[X]" means [MASK].``, with the sentence at ``[X]``. As in the authors' code
+(``kongds/Prompt-BERT``, ``train.py`` ``prepare_features``), the sentence is tokenised alone and
+its ids are spliced between the template's two pieces, each tokenised alone::
+
+    [CLS] <prefix ids> <sentence ids> <suffix ids> [SEP]
+
+The splice works on token ids (:func:`splice`), so training keeps its one token store (the
+sentences tokenised with their special tokens once, whatever the template) and each view can
+use its own template: unsupervised PromptBERT takes ``template`` for the anchors and
+``template2`` for the positives.
+
+**Template denoising** (Sec. 5, "template denoising"; ``models.py`` ``get_delta``): the template
+is run alone, ``[CLS] <prefix> <suffix> [SEP]``, with the position ids of the suffix (and
+``[SEP]``) shifted by the sentence's length ``k``, as if the ``k`` sentence tokens were there;
+its ``[MASK]`` state is subtracted from the sentence's ``[MASK]`` state. In training the
+template's pass runs in training mode with gradients (the authors' default,
+``mask_embedding_sentence_delta_freeze=False``); :func:`template_alone` gives its inputs for the
+lengths present in a batch (the authors compute lengths 0..49 and index them: the same values).
+
+The splice uses the tokenizer's ``cls``/``sep`` ids, so a row must be one sentence tokenised
+with its special tokens (what :meth:`SentenceEncoder.tokenize` and the token store give).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..core.errors import ConfigError
+from ..core.papers import Paper
+from .config import MASK_SLOT, SENTENCE_SLOT, ModelConfig, PromptConfig
+
+PROMPTBERT = Paper(
+    key="jiang2022promptbert",
+    name="PromptBERT",
+    summary="a sentence's vector is the [MASK] state of a template around it, with template "
+    "denoising, and two templates as the two views of unsupervised training",
+    bibtex="""@inproceedings{jiang2022promptbert,
+  title     = {{PromptBERT}: Improving {BERT} Sentence Embeddings with Prompts},
+  author    = {Jiang, Ting and Jiao, Jian and Huang, Shaohan and Zhang, Zihan and Wang, Deqing and Zhuang, Fuzhen and Wei, Furu and Huang, Haizhen and Deng, Denvy and Zhang, Qi},
+  booktitle = {Proceedings of the 2022 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
+  pages     = {8826--8837},
+  year      = {2022}
+}""",
+    tag="promptbert",
+)
+
+
+def model_papers(model: ModelConfig) -> tuple[Paper, ...]:
+    """The papers a ``model`` section implements (the objective names its own): the model card
+    cites both."""
+    return (PROMPTBERT,) if model.pooler == "prompt" else ()
+
+
+@dataclass(frozen=True)
+class Template:
+    """A template's token ids around the sentence.
+
+    Attributes:
+        prefix: the ids between ``[CLS]`` and the sentence.
+        suffix: the ids between the sentence and ``[SEP]``.
+        mask_in_prefix: whether ``[MASK]`` is in ``prefix`` (else in ``suffix``).
+        mask_offset: its index in that piece.
+    """
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    mask_in_prefix: bool
+    mask_offset: int
+
+    @property
+    def extra(self) -> int:
+        """How many tokens the template adds to a sentence."""
+        return len(self.prefix) + len(self.suffix)
+
+    def mask_index(self, length: int) -> int:
+        """The ``[MASK]`` column of a spliced row whose sentence has ``length`` tokens."""
+        if self.mask_in_prefix:
+            return 1 + self.mask_offset
+        return 1 + len(self.prefix) + length + self.mask_offset
+
+
+def tokenize_template(text: str, tokenizer: Any, key: str = "model.prompt.template") -> Template:
+    """Tokenise the two pieces of ``text`` around ``[X]`` alone, without special tokens
+    (``[MASK]`` becomes the tokenizer's mask token). Raises :class:`ConfigError` naming ``key``
+    when the tokenizer has no mask token or the template's ``[MASK]`` is not one token."""
+    mask = getattr(tokenizer, "mask_token", None)
+    if mask is None or tokenizer.mask_token_id is None:
+        raise ConfigError(
+            f"{key}: the tokenizer has no mask token, which pooler 'prompt' reads; use a "
+            "masked-language-model tokenizer (BERT, RoBERTa, MiniLM)"
+        )
+    before, after = text.replace(MASK_SLOT, mask).split(SENTENCE_SLOT)
+    prefix = tuple(tokenizer(before, add_special_tokens=False)["input_ids"])
+    suffix = tuple(tokenizer(after, add_special_tokens=False)["input_ids"])
+    found = [(True, i) for i, t in enumerate(prefix) if t == tokenizer.mask_token_id]
+    found += [(False, i) for i, t in enumerate(suffix) if t == tokenizer.mask_token_id]
+    if len(found) != 1:
+        raise ConfigError(f"{key}: {MASK_SLOT} must be one token of the template, got {text!r}")
+    return Template(prefix, suffix, *found[0])
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """Rows spliced into templates: ``input_ids``/``attention_mask`` ``(N, L')``,
+    ``mask_index`` ``(N,)`` (the ``[MASK]`` column), ``length`` ``(N,)`` (the sentence's tokens)
+    and ``template`` ``(N,)`` (each row's template)."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    mask_index: Tensor
+    length: Tensor
+    template: Tensor
+
+
+class Prompt:
+    """The templates of a model and its denoising settings, tokenised for its tokenizer.
+
+    Args:
+        config: the ``model.prompt`` section.
+        tokenizer: the model's tokenizer (it must add ``cls ... sep`` around one sentence and
+            have a mask token).
+    """
+
+    def __init__(self, config: PromptConfig, tokenizer: Any) -> None:
+        config.validate()
+        self.config = config
+        keys = ("model.prompt.template", "model.prompt.template2")
+        self.templates = tuple(
+            tokenize_template(text, tokenizer, key)
+            for text, key in zip(config.templates(), keys, strict=False)
+        )
+        self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        if self.cls_id is None or self.sep_id is None:
+            raise ConfigError(
+                "model.pooler: 'prompt' needs a tokenizer with cls and sep tokens around a sentence"
+            )
+
+    @property
+    def extra(self) -> int:
+        """The most tokens a template adds to a sentence."""
+        return max(t.extra for t in self.templates)
+
+    def second(self) -> int:
+        """The index of the second view's template (0 when it is the anchor's)."""
+        return len(self.templates) - 1
+
+    def denoises(self, training: bool) -> bool:
+        return self.config.denoise if training else self.config.denoise_inference
+
+    def splice(
+        self, input_ids: Tensor, attention_mask: Tensor, template: Tensor | None = None
+    ) -> Spliced:
+        """Put each row's sentence (its ids between ``cls`` and ``sep``, right padding) into
+        template ``template[i]`` (default: all ``0``); pads to the longest spliced row."""
+        n = input_ids.shape[0]
+        which = [0] * n if template is None else [int(t) for t in template.tolist()]
+        lengths = attention_mask.sum(1).tolist()
+        rows, masks, sent = [], [], []
+        for i, (ids, real) in enumerate(zip(input_ids.tolist(), lengths, strict=True)):
+            if real < 2 or ids[0] != self.cls_id or ids[real - 1] != self.sep_id:
+                raise ValueError(
+                    "pooler 'prompt' splices one sentence tokenised with its special tokens; "
+                    f"row {i} does not start with cls and end with sep"
+                )
+            t = self.templates[which[i]]
+            body = ids[1 : real - 1]
+            rows.append([self.cls_id, *t.prefix, *body, *t.suffix, self.sep_id])
+            masks.append(t.mask_index(len(body)))
+            sent.append(len(body))
+        width = max(len(r) for r in rows)
+        device = input_ids.device
+        ids_out = torch.full((n, width), self.pad_id, dtype=input_ids.dtype)
+        att = torch.zeros((n, width), dtype=attention_mask.dtype)
+        for i, r in enumerate(rows):
+            ids_out[i, : len(r)] = torch.tensor(r, dtype=input_ids.dtype)
+            att[i, : len(r)] = 1
+        return Spliced(
+            ids_out.to(device),
+            att.to(device),
+            torch.tensor(masks, device=device),
+            torch.tensor(sent, device=device),
+            torch.tensor(which, device=device),
+        )
+
+    def template_alone(
+        self, template: int, lengths: Sequence[int], device: torch.device | str = "cpu"
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Inputs of template ``template`` run alone for sentence lengths ``lengths``:
+        ``input_ids`` and ``position_ids`` ``(K, T)`` and the ``[MASK]`` column ``(K,)``.
+
+        Row ``k`` is ``[CLS] prefix suffix [SEP]`` with the positions after the prefix shifted
+        by ``lengths[k]`` (``get_delta``: ``position_ids[:, len(bs)+1:] += k``)."""
+        t = self.templates[template]
+        ids = torch.tensor([self.cls_id, *t.prefix, *t.suffix, self.sep_id], device=device)
+        shift = torch.tensor(list(lengths), device=device).unsqueeze(1)
+        positions = torch.arange(ids.shape[0], device=device).expand(len(lengths), -1).clone()
+        positions[:, 1 + len(t.prefix) :] += shift
+        mask_at = t.mask_index(0)
+        return ids.expand(len(lengths), -1), positions, torch.full_like(shift[:, 0], mask_at)
