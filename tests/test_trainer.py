@@ -63,9 +63,26 @@ def test_same_seed_same_weights_and_logs(tiny_bert: Path, tmp_path: Path) -> Non
         assert_same_weights(tmp_path / "a/out/last", tmp_path / "c/out/last")
 
 
-def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Path) -> None:
+#: Objectives with state across steps (ESimCSE's queue and momentum encoder, Wu et al. 2022):
+#: their state travels in the checkpoint, so a resume stays bit-exact.
+STATEFUL_OBJECTIVES = {
+    "simcse": [],
+    "esimcse": [
+        "--objective.word_repetition.enabled=true",
+        "--objective.momentum_queue.enabled=true",
+        "--objective.momentum_queue.queue_size=20",
+        "--model.dropout=0.1",
+    ],
+}
+
+
+@pytest.mark.parametrize("objective", sorted(STATEFUL_OBJECTIVES))
+def test_resume_after_kill_gives_identical_weights(
+    tiny_bert: Path, tmp_path: Path, objective: str
+) -> None:
     """Kill a run with SIGKILL right after step 7 (checkpoint at 6), resume, compare."""
-    ref = tiny_config(tiny_bert, tmp_path / "ref", "--train.save_steps=3")
+    extra = STATEFUL_OBJECTIVES[objective]
+    ref = tiny_config(tiny_bert, tmp_path / "ref", "--train.save_steps=3", *extra)
     build_trainer(ref).train()
     run_dir = tmp_path / "killed"
     overrides = [
@@ -74,7 +91,7 @@ def test_resume_after_kill_gives_identical_weights(tiny_bert: Path, tmp_path: Pa
         f"--data.cache_dir={run_dir / 'cache'}",
         f"--train.output_dir={run_dir / 'out'}",
         "--train.batch_size=8", "--train.max_steps=12", "--train.lr=1e-3",
-        "--train.eval_steps=0", "--train.log_steps=2", "--train.save_steps=3",
+        "--train.eval_steps=0", "--train.log_steps=2", "--train.save_steps=3", *extra,
     ]  # fmt: skip
     script = textwrap.dedent(
         f"""

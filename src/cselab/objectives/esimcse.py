@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
 from .base import VIEW_MOMENTUM, NegativeBlock, NegativeSource, Pair, upcast
+from .config import MomentumQueueConfig, WordRepetitionConfig
 from .context import ObjectiveContext
 from .papers import Cited, Paper
 from .spaces import DROPOUT_SPACE, NegativeSpace
@@ -86,7 +87,7 @@ class WordRepetition(Cited, nn.Module):
     papers = (ESIMCSE,)
     tags = ("word-repetition",)
 
-    def __init__(self, dup_rate: float) -> None:
+    def __init__(self, dup_rate: float = WordRepetitionConfig.dup_rate) -> None:
         super().__init__()
         self.dup_rate = float(dup_rate)
 
@@ -128,7 +129,10 @@ class MomentumQueue(NegativeSource):
     tags = ("momentum-contrast",)
 
     def __init__(
-        self, queue_size: int, momentum: float, space: NegativeSpace = DROPOUT_SPACE
+        self,
+        queue_size: int = MomentumQueueConfig.queue_size,
+        momentum: float = MomentumQueueConfig.momentum,
+        space: NegativeSpace = DROPOUT_SPACE,
     ) -> None:
         super().__init__()
         self.queue_size = int(queue_size)
