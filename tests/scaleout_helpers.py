@@ -465,9 +465,13 @@ def esimcse_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
                 t = v.clone()
                 dist.all_reduce(t)
                 means[k] = t / world
-            rec[label + "loss_diff"] = max(float((means[k] - ref_terms[k]).abs()) for k in ref_terms)
+            rec[label + "loss_diff"] = max(
+                float((means[k] - ref_terms[k]).abs()) for k in ref_terms
+            )
             rec[label + "param_grad_diff"] = max_diff(param_grads(encoder), reference)
-            rec[label + "queue_diff"] = float((queue_of(task.objective) - queue_of(ref.objective)).abs().max())
+            rec[label + "queue_diff"] = float(
+                (queue_of(task.objective) - queue_of(ref.objective)).abs().max()
+            )
         rec["loss_scale"] = max(float(v.abs()) for v in ref_terms.values())
         rec["param_grad_scale"] = max_abs(reference)
         rec["queue_rows"] = float(queue_of(ref.objective).shape[0])

@@ -81,7 +81,9 @@ REPEAT = {"word_repetition": {"enabled": True, "dup_rate": 0.32}}
 def test_repetition_matches_the_authors_loop_row_by_row() -> None:
     rows, lengths = [], [1, 2, 3, 4, 7, 12, 20, 32, 32, 31]
     for length in lengths:
-        rows.append([101] + [1000 + 7 * j for j in range(length - 2)] + [102] if length > 1 else [101])
+        rows.append(
+            [101] + [1000 + 7 * j for j in range(length - 2)] + [102] if length > 1 else [101]
+        )
     width = max(lengths)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -249,7 +251,9 @@ def test_momentum_encoder_and_queue_follow_the_authors_order(tiny_bert: Path) ->
         ref_opt.zero_grad()
         n = b["input_ids"].shape[0]
         both = ref(**{k: torch.cat([v, v]) for k, v in b.items()})
-        for param, param_m in zip(ref.backbone.parameters(), momentum_model.parameters()):
+        for param, param_m in zip(
+            ref.backbone.parameters(), momentum_model.parameters(), strict=True
+        ):
             param_m.data = param_m.data * m + param.data * (1.0 - m)
         loss = authors_loss(both[:n], both[n:], pre_z1)
         with torch.no_grad():
@@ -258,7 +262,7 @@ def test_momentum_encoder_and_queue_follow_the_authors_order(tiny_bert: Path) ->
         loss.backward()
         ref_opt.step()
     # The authors' next step would average once more before encoding: cselab did it already.
-    for param, param_m in zip(ref.backbone.parameters(), momentum_model.parameters()):
+    for param, param_m in zip(ref.backbone.parameters(), momentum_model.parameters(), strict=True):
         param_m.data = param_m.data * m + param.data * (1.0 - m)
 
     # float64: the two loss formulas (log-sum-exp, cross-entropy) differ by roundoff only, which
@@ -294,7 +298,9 @@ def test_gradcache_equals_the_plain_step_and_enqueues_once(tiny_bert: Path) -> N
         else:
             terms = task(Batch(2, batch))
             total_loss(terms).backward()
-        results.append((terms, param_grads(enc), task.state_dict()["objective.negatives.1.entries"]))
+        results.append(
+            (terms, param_grads(enc), task.state_dict()["objective.negatives.1.entries"])
+        )
     (t0, g0, q0), (t1, g1, q1) = results
     assert q0.shape[0] == q1.shape[0] == 12  # 5 + 8 rows, the last 12: once, not per chunk
     torch.testing.assert_close(t1["infonce"], t0["infonce"], rtol=1e-10, atol=0)
@@ -328,7 +334,11 @@ def test_two_ranks_equal_one_process_and_hold_the_same_queue(ddp: list[dict], va
     [
         (REPEAT, DataKind(pairs=True), "word_repetition makes the positive view of one sentence"),
         (REPEAT, DataKind(pairs=True, negatives=1), "disable it for pairs data"),
-        ({"word_repetition": {"enabled": True, "dup_rate": 1.0}}, None, r"dup_rate must be in \[0, 1\)"),
+        (
+            {"word_repetition": {"enabled": True, "dup_rate": 1.0}},
+            None,
+            r"dup_rate must be in \[0, 1\)",
+        ),
         ({"momentum_queue": {"enabled": True, "queue_size": -1}}, None, "queue_size must be >= 0"),
         ({"momentum_queue": {"momentum": 1.5}}, None, r"momentum must be in \[0, 1\]"),
         ({**QUEUE, "noise": {"enabled": True, "side": "negative"}}, None, "half noisy"),
