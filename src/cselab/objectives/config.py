@@ -243,8 +243,8 @@ class ObjectiveConfig:
     Attributes:
         temperature: τ of the InfoNCE family, applied once to every column's energy.
         symmetric: average the loss over both directions (view 2 as anchor too).
-        focal, gaussian, off_dropout, dcl, barlow_twins, mixcse, noise, word_repetition,
-            momentum_queue: see their classes.
+        focal, gaussian, off_dropout, dcl, barlow_twins, mixcse, noise: see their classes.
+        word_repetition, momentum_queue: ESimCSE's two parts (Wu et al. 2022); see their classes.
         hard_negative_weight: supervised SimCSE's log-weight on each anchor's own given hard
             negative(s) (Gao et al. 2021, Sec. 4 and Appendix; their code's
             ``hard_negative_weight``): the column enters the denominator as ``e^w · e^{s/τ}``.
