@@ -339,7 +339,9 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
 
     # The objective's generated vectors at steps 0, 1 and 0 again, drawn through the trainer's
     # own task (its per-step seeding of the context's generator) on this rank.
-    class Draw(torch.nn.Module):
+    from cselab.objectives import Objective
+
+    class Draw(Objective):  # the interface the task calls (forward, then on_step_end)
         def forward(self, views: dict, ctx: ObjectiveContext) -> dict:
             return {"g": ctx.normal(3, 4, views["z1"])}
 
