@@ -59,6 +59,18 @@ OBJECTIVES: dict[str, tuple[str, list[str]]] = {
             "objective.dcl.enabled=true",
         ],
     ),
+    "esimcse": (
+        "ESimCSE (dup_rate 0.32, queue 160, momentum 0.995)",
+        ["objective.word_repetition.enabled=true", "objective.momentum_queue.enabled=true"],
+    ),
+    "esimcse+focal": (
+        "ESimCSE + Focal",
+        [
+            "objective.word_repetition.enabled=true",
+            "objective.momentum_queue.enabled=true",
+            "objective.focal.enabled=true",
+        ],
+    ),
 }
 
 
@@ -193,19 +205,23 @@ def interleaved_timing(
     """Per-objective step costs, measured round-robin so that machine-load drift affects every
     objective alike.
 
-    ``step_s``: median seconds of one training forward+backward (views + objective) on a fixed
-    batch of 64 wiki sentences, objectives alternating step by step for ``rounds`` rounds.
+    ``step_s``: median seconds of one training forward+backward (the task's step: views +
+    objective, and its after-step work such as ESimCSE's momentum update) on a fixed batch of 64
+    wiki sentences, objectives alternating step by step for ``rounds`` rounds.
     ``loss_ms``: median milliseconds of the objective's own forward+backward on fixed
-    ``(64, 384)`` views, objectives alternating call by call for ``loss_rounds`` rounds: the cost
-    the objective adds on top of the encoder passes it requests.
+    ``(64, 384)`` views (a stateful objective with its queue full), objectives alternating call by
+    call for ``loss_rounds`` rounds: the cost the objective adds on top of the encoder passes it
+    requests. ``state_mb``: what the task keeps across steps (ESimCSE: the queue and the momentum
+    encoder's weights), in MiB, as saved in the checkpoint.
     """
     import torch
 
+    load_start = harness.load1()
     from cselab.config import ModelConfig
     from cselab.data import collate, tokenize_corpus
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import ObjectiveContext, build_objective, total_loss
-    from cselab.training.views import compute_views
+    from cselab.training.task import Batch, Task
 
     torch.manual_seed(0)
     encoder = SentenceEncoder.from_config(
@@ -221,7 +237,11 @@ def interleaved_timing(
     }
     gen = torch.Generator()
 
-    fixed = {k: torch.randn(64, encoder.dim, generator=gen) for k in ("z1", "z2", "off")}
+    views = ("z1", "z2", "off", "momentum")
+    fixed = {k: torch.randn(64, encoder.dim, generator=gen) for k in views}
+    for obj in objectives.values():  # a queue as after a few steps (others keep nothing)
+        for _ in range(4):
+            obj.on_step_end(fixed, ObjectiveContext())
     loss: dict[str, list[float]] = {n: [] for n in names}
     for r in range(loss_rounds + 5):
         for name, obj in objectives.items():
@@ -234,22 +254,32 @@ def interleaved_timing(
             if r >= 5:
                 loss[name].append((time.perf_counter() - t0) * 1e3)
 
+    tasks = {
+        n: Task(encoder, obj, ObjectiveContext(generator=gen), seed=0)
+        for n, obj in objectives.items()
+    }
     step: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds + warmup):
-        for name, obj in objectives.items():
-            gen.manual_seed(r)
+        for name, task in tasks.items():
             t0 = time.perf_counter()
-            views = compute_views(encoder, batch, obj.required_views)
-            total_loss(obj(views, ObjectiveContext(generator=gen))).backward()
+            total_loss(task(Batch(r, batch))).backward()
+            task.after_step()
             elapsed = time.perf_counter() - t0
             encoder.zero_grad(set_to_none=True)
             if r >= warmup:
                 step[name].append(elapsed)
     return {
+        "cpu": harness.cpu_model(),
+        "load1_at_start": load_start,
+        "load1_at_end": harness.load1(),
         "rounds": rounds,
         "loss_rounds": loss_rounds,
         "step_s": {n: harness.median(t) for n, t in step.items()},
         "loss_ms": {n: harness.median(t) for n, t in loss.items()},
+        "state_mb": {
+            n: sum(v.numel() * v.element_size() for v in t.state_dict().values()) / 2**20
+            for n, t in tasks.items()
+        },
     }
 
 

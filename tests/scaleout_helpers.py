@@ -374,7 +374,9 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
 
     # The objective's generated vectors at steps 0, 1 and 0 again, drawn through the trainer's
     # own task (its per-step seeding of the context's generator) on this rank.
-    class Draw(torch.nn.Module):
+    from cselab.objectives import Objective
+
+    class Draw(Objective):  # the interface the task calls (forward, then on_step_end)
         def forward(self, views: dict, ctx: ObjectiveContext) -> dict:
             return {"g": ctx.normal(3, 4, views["z1"])}
 
@@ -411,4 +413,104 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
     out["restored"] = ckpt.restore(tensors, meta, model, opt, sched, rank=rank)
     out["next_after_restore"] = torch.rand(4)
     out["missing_rank"] = ckpt.rng_record(tensors, meta, world) is None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker of ESimCSE's DDP tests (a queue and word-repeated positives: test_esimcse.py)
+# ---------------------------------------------------------------------------------------------
+
+ESIMCSE_ON = {
+    "word_repetition": {"enabled": True, "dup_rate": 0.32},
+    "momentum_queue": {"enabled": True, "queue_size": 10, "momentum": 0.9},
+}
+#: ESimCSE alone and composed with the other papers' parts.
+ESIMCSE_VARIANTS: dict[str, dict[str, Any]] = {
+    "esimcse": ESIMCSE_ON,
+    "esimcse+everything": {
+        **ESIMCSE_ON,
+        "symmetric": True,
+        "focal": {"enabled": True},
+        "off_dropout": {"enabled": True},
+        "gaussian": {"enabled": True},
+        "mixcse": {"enabled": True},
+        "dcl": {"enabled": True},
+        "barlow_twins": {"enabled": True, "padding": 4},
+    },
+}
+ESIMCSE_SEED = 7
+
+
+def esimcse_objective(name: str, queue: torch.Tensor) -> torch.nn.Module:
+    """The variant's objective with its queue holding ``queue`` (as after earlier steps)."""
+    from cselab.objectives import MomentumQueue
+
+    obj = build_objective(from_dict(ObjectiveConfig, ESIMCSE_VARIANTS[name]))
+    for source in obj.negatives:
+        if isinstance(source, MomentumQueue):
+            source.load_run_state({"entries": queue})
+    return obj
+
+
+def queue_of(obj: torch.nn.Module) -> torch.Tensor:
+    (state,) = obj.run_state().values()
+    return state
+
+
+def esimcse_worker(rank: int, world: int, tiny_bert: str) -> dict[str, Any]:
+    """One step of every ESimCSE variant on 2 ranks and on one process (the same global batch):
+    loss terms, parameter gradients (also with GradCache) and the queue after the step."""
+    import torch.distributed as dist
+
+    from cselab.training.distributed import average_gradients, gather_with_grad
+    from cselab.training.gradcache import cached_forward_backward
+    from cselab.training.task import Batch, Task
+
+    n_local = GLOBAL_BATCH // world
+    lo, hi = rank * n_local, (rank + 1) * n_local
+    encoder = tiny_encoder(tiny_bert, dropout=0.0).double()
+    batch = tiny_batch(encoder, GLOBAL_BATCH)
+    queue = torch.randn(5, encoder.dim, generator=generator(3), dtype=torch.float64)
+
+    def ddp_ctx() -> ObjectiveContext:
+        return ObjectiveContext(
+            gather=gather_with_grad, rank=rank, world_size=world, offset=lo, generator=generator()
+        )
+
+    def step(task: Task, inputs: dict[str, torch.Tensor], chunk: int = 0) -> dict[str, float]:
+        encoder.zero_grad(set_to_none=True)
+        if chunk:
+            terms = cached_forward_backward(task, Batch(3, inputs), chunk, verify=True)
+        else:
+            terms = task(Batch(3, inputs))
+            total_loss(terms).backward()
+        return {k: v.detach() for k, v in terms.items()}
+
+    out: dict[str, Any] = {}
+    for name in ESIMCSE_VARIANTS:
+        rec: dict[str, float] = {}
+        ref = Task(encoder, esimcse_objective(name, queue), seed=ESIMCSE_SEED)
+        ref.ctx = ObjectiveContext(generator=generator())
+        ref_terms = step(ref, batch)
+        reference = param_grads(encoder)
+        for label, chunk in (("", 0), ("cached_", CHUNK)):
+            task = Task(encoder, esimcse_objective(name, queue), ddp_ctx(), seed=ESIMCSE_SEED)
+            terms = step(task, rows(batch, lo, hi), chunk)
+            average_gradients(list(encoder.parameters()))
+            means = {}
+            for k, v in terms.items():
+                t = v.clone()
+                dist.all_reduce(t)
+                means[k] = t / world
+            rec[label + "loss_diff"] = max(
+                float((means[k] - ref_terms[k]).abs()) for k in ref_terms
+            )
+            rec[label + "param_grad_diff"] = max_diff(param_grads(encoder), reference)
+            rec[label + "queue_diff"] = float(
+                (queue_of(task.objective) - queue_of(ref.objective)).abs().max()
+            )
+        rec["loss_scale"] = max(float(v.abs()) for v in ref_terms.values())
+        rec["param_grad_scale"] = max_abs(reference)
+        rec["queue_rows"] = float(queue_of(ref.objective).shape[0])
+        out[name] = rec
     return out

@@ -49,6 +49,7 @@ GENERIC = {
     "cselab.objectives.VIEW_POSITIVE",
     "cselab.objectives.VIEW_OFF_DROPOUT",
     "cselab.objectives.VIEW_HARD_NEGATIVE",
+    "cselab.objectives.VIEW_MOMENTUM",
 }
 
 

@@ -39,6 +39,7 @@ PARTS = {
     "noise": ({"AdditiveNoise"}, {"xu2023imsimcse"}),
     "barlow": ({"BarlowTwinsTerm"}, {"xu2023imsimcse", "zbontar2021barlow"}),
     "mixcse": ({"MixedNegatives"}, {"zhang2022mixcse"}),
+    "esimcse": ({"WordRepetition", "MomentumQueue"}, {"wu2022esimcse"}),
 }
 
 
@@ -155,6 +156,8 @@ def test_the_card_cites_every_paper_of_a_combined_objective(
         ("mixcse", "MixedNegatives", objective_config.MixCSEConfig),
         ("noise", "AdditiveNoise", objective_config.NoiseConfig),
         ("off_dropout", "OffDropoutNegatives", objective_config.OffDropoutConfig),
+        ("esimcse", "WordRepetition", objective_config.WordRepetitionConfig),
+        ("esimcse", "MomentumQueue", objective_config.MomentumQueueConfig),
     ],
 )
 def test_part_defaults_are_their_config_sections(module: str, cls: str, section: type) -> None:

@@ -302,7 +302,8 @@ def test_nested_objective_keys_load_from_yaml_and_overrides(tmp_path: Path) -> N
 PAPER_PRESETS = sorted(
     p
     for p in (REPO / "configs").glob("*.yaml")
-    if p.name.split("-")[0] in {"focal", "gs", "offdropout", "dcl", "imsimcse", "barlow", "mixcse"}
+    if p.name.split("-")[0]
+    in {"focal", "gs", "offdropout", "dcl", "imsimcse", "barlow", "mixcse", "esimcse"}
 )
 
 
@@ -317,6 +318,7 @@ def test_paper_presets_exist() -> None:
         "barlow-bert-base",
         "barlow-pad704-bert-base",
         "mixcse-bert-base",
+        "esimcse-bert-base",
     ):
         assert expected in names
 
@@ -343,6 +345,12 @@ def test_paper_presets_load_and_build(path: Path) -> None:
         assert o.dcl.enabled and o.dcl.weight == 0.1 and o.dcl.temperature == 5.0
     if family == "mixcse":
         assert o.mixcse.enabled and o.mixcse.mix_ratio == 0.2
+    if family == "esimcse":  # the authors' run.sh for bert-base-uncased
+        assert o.word_repetition.enabled and o.word_repetition.dup_rate == 0.32
+        q = o.momentum_queue
+        assert q.enabled and q.queue_size == 160 and q.momentum == 0.995
+        assert obj.positive_repetition == 0.32 and "momentum" in obj.required_views
+        assert cfg.model.dropout == 0.1 and cfg.model.max_seq_len == 32
     if path.stem == "barlow-pad704-bert-base":
         assert o.barlow_twins.padding == 704 and cfg.train.batch_size + 704 == 768
     if path.stem.endswith("-bert-base"):

@@ -64,6 +64,7 @@ from .model.dropout import dropout_disabled
 from .objectives import (
     VIEW_ANCHOR,
     VIEW_HARD_NEGATIVE,
+    VIEW_MOMENTUM,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
     DCLConfig,
@@ -145,6 +146,17 @@ class CSELoss(nn.Module):
         # Validates the config (objective.matryoshka.dims against the model's width too).
         self.width = _width(model)
         self.objective = build_objective(self.config, width=self.width)
+        for key, on in (
+            ("word_repetition", self.objective.positive_repetition > 0),
+            ("momentum_queue", VIEW_MOMENTUM in self.objective.required_views),
+        ):
+            if on:  # ESimCSE's parts need cselab's own step: token ids and a momentum encoder
+                raise ConfigError(
+                    f"objective.{key} is not available as a sentence-transformers loss (it needs "
+                    "cselab's training step: the batch's token ids, the momentum encoder updated "
+                    "after each optimiser step, the queue in the checkpoint); train with "
+                    "`cselab train` instead"
+                )
         # cselab's step: the objective on the views, its generator re-seeded per call.
         self.task = Task(model, self.objective, seed=seed)
         # Three columns: the objective of cselab's pairs task with hard negatives, built at the

@@ -7,7 +7,8 @@ context and the per-step cache; :mod:`.spaces` the negative spaces. The papers' 
 each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_dropout` and
 :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
 (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation), :mod:`.hard_negatives` (supervised
-SimCSE's given hard negatives). :mod:`.matryoshka` wraps any of them at several prefix
+SimCSE's given hard negatives), :mod:`.esimcse` (ESimCSE's word repetition and momentum
+queue). :mod:`.matryoshka` wraps any of them at several prefix
 dimensions (Matryoshka Representation Learning). :mod:`.config` is the ``objective:``
 section of a run config and the one place it is validated. :mod:`.papers`: each part names the
 papers it implements and describes itself; :func:`objective_papers`, :func:`objective_tags` and
@@ -21,6 +22,7 @@ from .barlow import BarlowTwinsTerm, barlow_twins_loss, cross_correlation
 from .base import (
     VIEW_ANCHOR,
     VIEW_HARD_NEGATIVE,
+    VIEW_MOMENTUM,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
     AuxiliaryTerm,
@@ -40,12 +42,15 @@ from .config import (
     GaussianConfig,
     MatryoshkaConfig,
     MixCSEConfig,
+    MomentumQueueConfig,
     NoiseConfig,
     ObjectiveConfig,
     OffDropoutConfig,
+    WordRepetitionConfig,
 )
 from .context import ObjectiveContext, StepCache
 from .dcl import DimensionContrastive, dcl_loss
+from .esimcse import MomentumQueue, WordRepetition
 from .focal import FocalScore
 from .gaussian import GaussianNegatives
 from .hard_negatives import HardNegatives
@@ -118,6 +123,12 @@ def build_objective(
             MixedNegatives(x.mix_ratio, x.partner, x.columns, x.stop_gradient, space=space)
         )
 
+    q = cfg.momentum_queue
+    if q.enabled and q.queue_size > 0:
+        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space))
+    r = cfg.word_repetition
+    repetition = WordRepetition(r.dup_rate) if r.enabled and r.dup_rate > 0 else None
+
     score: Score = FocalScore(cfg.focal.hardness) if cfg.focal.enabled else Score()
     if off.enabled and off.variant == "authors_code":
         score = PositiveRatioScore(score, off.tradeoff)
@@ -140,6 +151,7 @@ def build_objective(
         positive_views=(VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY)
         if noisy_positive
         else (VIEW_ANCHOR, VIEW_POSITIVE),
+        repetition=repetition,
     )
     # --- Matryoshka: wraps the objective assembled above ---
     if cfg.matryoshka.enabled:
@@ -154,6 +166,7 @@ __all__ = [
     "VIEW_ANCHOR",
     "VIEW_ANCHOR_NOISY",
     "VIEW_HARD_NEGATIVE",
+    "VIEW_MOMENTUM",
     "VIEW_OFF_DROPOUT",
     "VIEW_POSITIVE",
     "VIEW_POSITIVE_NOISY",
@@ -179,6 +192,8 @@ __all__ = [
     "MatryoshkaPrefixes",
     "MixCSEConfig",
     "MixedNegatives",
+    "MomentumQueue",
+    "MomentumQueueConfig",
     "NegativeBlock",
     "NegativeSource",
     "NegativeSpace",
@@ -194,6 +209,8 @@ __all__ = [
     "Score",
     "StepCache",
     "ViewTransform",
+    "WordRepetition",
+    "WordRepetitionConfig",
     "barlow_twins_loss",
     "build_objective",
     "cross_correlation",

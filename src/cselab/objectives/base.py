@@ -10,6 +10,13 @@ every one. Objectives declare the *views* they need (:attr:`Objective.required_v
     batch stacked twice, a different dropout mask per row; SimCSE, Gao et al. 2021, Sec. 3).
 ``"off"``
     the same batch encoded with every dropout switched off (ImSimCSE, Xu et al. 2023, Sec. 3.2).
+``"momentum"``
+    the batch encoded by the run's momentum encoder (an exponential moving average of the
+    encoder's weights, dropout off, no gradient; ESimCSE, Wu et al. 2022, Sec. 3.2), asked for by
+    objectives with :attr:`Objective.encoder_momentum` ``> 0``. With
+    :attr:`Objective.positive_repetition` ``> 0``, ``"z2"`` is encoded from the batch with some
+    tokens repeated (ESimCSE's word repetition, :mod:`cselab.data.repetition`) instead of the same
+    tokens.
 ``"neg"``
     the given hard negatives of a pair batch, ``(B, K, D)``: the ``K`` negatives of row ``i``
     on row ``i`` (supervised SimCSE, Gao et al. 2021, Sec. 4). For pairs, ``z1`` are the anchors
@@ -39,6 +46,7 @@ VIEW_ANCHOR = "z1"
 VIEW_POSITIVE = "z2"
 VIEW_OFF_DROPOUT = "off"
 VIEW_HARD_NEGATIVE = "neg"
+VIEW_MOMENTUM = "momentum"
 BASE_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE})
 
 LossTerms = dict[str, Tensor]
@@ -65,11 +73,30 @@ class Objective(Cited, nn.Module):
     """
 
     required_views: frozenset[str] = BASE_VIEWS
+    #: ESimCSE's ``dup_rate``: the positive view ``z2`` is encoded from the batch with tokens
+    #: repeated at this rate (:mod:`cselab.data.repetition`); ``0``: from the same tokens.
+    positive_repetition: float = 0.0
+    #: EMA coefficient of the momentum encoder that produces the ``momentum`` view (asked for in
+    #: :attr:`required_views`); the training layer owns that encoder and updates it after every
+    #: optimiser step.
+    encoder_momentum: float = 0.0
 
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
     ) -> LossTerms:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
+        """Called once per training step, after the step's loss was computed on ``views`` (the
+        whole local batch, also under GradCache), with the step's context: where an objective
+        with state (a queue of earlier batches) takes in this step. The default keeps nothing."""
+
+    def run_state(self) -> dict[str, Tensor]:
+        """Tensors an objective keeps across steps (saved in the checkpoint; none by default)."""
+        return {}
+
+    def load_run_state(self, state: Mapping[str, Tensor]) -> None:
+        """Restore what :meth:`run_state` returned (an empty mapping: a fresh state)."""
 
 
 class Score(Cited, nn.Module):
@@ -118,9 +145,24 @@ class Pair:
 
 
 class NegativeSource(Cited, nn.Module):
-    """Produces one :class:`NegativeBlock` for a :class:`Pair`."""
+    """Produces one :class:`NegativeBlock` for a :class:`Pair`.
+
+    A source with state across steps (ESimCSE's queue) overrides :meth:`on_step_end`,
+    :meth:`run_state` and :meth:`load_run_state`, which :class:`Objective` hands down.
+    """
 
     required_views: frozenset[str] = BASE_VIEWS
+    #: see :attr:`Objective.encoder_momentum` (``0``: this source needs no momentum encoder)
+    encoder_momentum: float = 0.0
+
+    def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
+        """See :meth:`Objective.on_step_end` (default: nothing)."""
+
+    def run_state(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_run_state(self, state: Mapping[str, Tensor]) -> None:
+        """See :meth:`Objective.load_run_state`."""
 
     def forward(self, pair: Pair, ctx: ObjectiveContext) -> NegativeBlock:  # pragma: no cover
         raise NotImplementedError

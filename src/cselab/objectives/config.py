@@ -18,6 +18,8 @@ distinct names::
       barlow_twins: {enabled: true, padding: 704}                  # Xu et al. 2023, Eq. 4
       mixcse: {enabled: true, mix_ratio: 0.2}                      # Zhang et al. 2022
       noise: {enabled: true, side: negative}                       # Xu et al. 2023, Table 1
+      word_repetition: {enabled: true, dup_rate: 0.32}             # Wu et al. 2022, Sec. 3.1
+      momentum_queue: {enabled: true, queue_size: 160, momentum: 0.995}  # Wu et al. 2022, Sec. 3.2
       hard_negative_weight: 0.0          # pairs with hard negatives: Gao et al. 2021, Sec. 4
       matryoshka: {dims: [384, 256, 128, 64]}                      # Kusupati et al. 2022, Eq. 1
 """
@@ -242,6 +244,51 @@ class MatryoshkaConfig:
 
 
 @dataclass
+class WordRepetitionConfig:
+    """ESimCSE's word repetition (Wu et al. 2022, Sec. 3.1): the positive view of a sentence is
+    the sentence with some of its subword tokens written twice, so the pair differs in length.
+
+    Done as the authors' code does (``--dup_type bpe``): on the token ids after truncation,
+    ``randrange(min(10, int(dup_rate · L)))`` tokens (``L`` counts ``[CLS]``/``[SEP]``, which are
+    never repeated), positions without replacement; the paper's text differs (words,
+    ``[0, max(2, int(dup_rate · len))]``), see ``docs/objectives.md``. Sentences only: with given
+    pairs the positive is another sentence.
+
+    Attributes:
+        enabled: encode the positive view ``z2`` from the repeated tokens (re-drawn every step).
+        dup_rate: the repetition rate, in ``[0, 1)``; the authors' scripts: 0.32 (BERT-base and
+            -large), 0.3 (RoBERTa-base), 0.28 (RoBERTa-large). ``0`` repeats nothing (SimCSE).
+    """
+
+    enabled: bool = False
+    dup_rate: float = 0.32
+
+
+@dataclass
+class MomentumQueueConfig:
+    """ESimCSE's momentum contrast (Wu et al. 2022, Sec. 3.2): a queue of the last
+    ``queue_size`` sentences encoded by a momentum encoder, each an extra negative of every anchor.
+
+    The momentum encoder is a copy of the backbone updated after every optimiser step as
+    ``θ_m ← momentum · θ_m + (1 - momentum) · θ``; it encodes each batch's sentences with dropout
+    off and no gradient (through the live pooler, as the authors' code does), and after the
+    step's loss the global batch's rows enter the queue, the oldest leaving. The queue and the
+    momentum weights are saved in the checkpoint.
+
+    Attributes:
+        enabled: add the queued negatives.
+        queue_size: how many earlier sentences the queue keeps (the authors' ``neg_size``:
+            160 at batch 64 for BERT-base/-large and RoBERTa-base, 128 for RoBERTa-large);
+            ``0`` keeps none (SimCSE).
+        momentum: the EMA coefficient, in ``[0, 1]`` (the authors' scripts: 0.995).
+    """
+
+    enabled: bool = False
+    queue_size: int = 160
+    momentum: float = 0.995
+
+
+@dataclass
 class ObjectiveConfig:
     """Which loss to train with.
 
@@ -254,6 +301,7 @@ class ObjectiveConfig:
         focal, gaussian, off_dropout, dcl, barlow_twins, mixcse, noise: see their classes.
         matryoshka: the loss at several prefix dimensions (:class:`MatryoshkaConfig`); it wraps
             whatever the other keys describe.
+        word_repetition, momentum_queue: ESimCSE's two parts (Wu et al. 2022); see their classes.
         hard_negative_weight: supervised SimCSE's log-weight on each anchor's own given hard
             negative(s) (Gao et al. 2021, Sec. 4 and Appendix; their code's
             ``hard_negative_weight``): the column enters the denominator as ``e^w · e^{s/τ}``.
@@ -269,6 +317,8 @@ class ObjectiveConfig:
     barlow_twins: BarlowTwinsConfig = field(default_factory=BarlowTwinsConfig)
     mixcse: MixCSEConfig = field(default_factory=MixCSEConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
+    word_repetition: WordRepetitionConfig = field(default_factory=WordRepetitionConfig)
+    momentum_queue: MomentumQueueConfig = field(default_factory=MomentumQueueConfig)
     hard_negative_weight: float = 0.0
     matryoshka: MatryoshkaConfig = field(default_factory=MatryoshkaConfig)
 
@@ -334,6 +384,14 @@ class ObjectiveConfig:
         check(finite(n.variance) and n.variance >= 0, f"{p}.noise.variance must be >= 0",
                n.variance)  # fmt: skip
 
+        r = self.word_repetition
+        check(finite(r.dup_rate) and 0 <= r.dup_rate < 1,
+              f"{p}.word_repetition.dup_rate must be in [0, 1)", r.dup_rate)  # fmt: skip
+        q = self.momentum_queue
+        check(q.queue_size >= 0, f"{p}.momentum_queue.queue_size must be >= 0", q.queue_size)
+        check(finite(q.momentum) and 0 <= q.momentum <= 1,
+              f"{p}.momentum_queue.momentum must be in [0, 1]", q.momentum)  # fmt: skip
+
         check(finite(self.hard_negative_weight), f"{p}.hard_negative_weight must be finite",
               self.hard_negative_weight)  # fmt: skip
 
@@ -357,6 +415,12 @@ class ObjectiveConfig:
                 f"{p}.off_dropout scores the negatives on noise-free off-dropout representations; "
                 "enable only one of them, or use noise.side='positive'"
             )
+        if n.enabled and n.side in ("negative", "both") and q.enabled:
+            raise ConfigError(
+                f"{p}.noise.side='{n.side}' adds noise to the negatives, but the entries of "
+                f"{p}.momentum_queue are momentum-encoded sentences without a noise view, so the "
+                "negative side would be half noisy: use noise.side='positive' with the queue"
+            )
 
     def _check_data(self, pairs: bool | None, hard_negatives: bool | None) -> None:
         """The combinations that depend on the training data (see ``docs/objectives.md``); a
@@ -375,6 +439,12 @@ class ObjectiveConfig:
                 "Xu et al. 2023, Sec. 3.2: the negatives are the batch's sentences encoded "
                 "without dropout); with given pairs the positive is another sentence and the "
                 "paper defines no off-dropout objective for it: disable it for pairs data"
+            )
+        if (pairs or hard_negatives) and self.word_repetition.enabled:
+            raise ConfigError(
+                f"{p}.word_repetition makes the positive view of one sentence (ESimCSE, Wu et al. "
+                "2022, Sec. 3.1: the sentence with some tokens repeated); with given pairs the "
+                "positive is another sentence: disable it for pairs data"
             )
         n = self.noise
         if hard_negatives and n.enabled and n.side in ("negative", "both"):

@@ -127,6 +127,8 @@ class InfoNCE(Objective):
         transforms: derive extra raw views before normalisation (the noise ablation).
         positive_views: the two view names whose similarity is the positive column.
         name: the name of the contrastive loss term.
+        repetition: ESimCSE's word repetition, declared (``z2`` is then encoded from repeated
+            tokens by the training layer; :attr:`positive_repetition`).
 
     Inputs:
         ``views["z1"]``, ``views["z2"]``: ``(B, D)`` embeddings, plus whatever the parts require
@@ -152,6 +154,7 @@ class InfoNCE(Objective):
         transforms: Sequence[ViewTransform] = (),
         positive_views: tuple[str, str] = (VIEW_ANCHOR, VIEW_POSITIVE),
         name: str = "infonce",
+        repetition: nn.Module | None = None,
     ) -> None:
         super().__init__()
         negatives = list(negatives) if negatives is not None else [InBatchNegatives()]
@@ -164,6 +167,9 @@ class InfoNCE(Objective):
         self.transforms = nn.ModuleList(transforms)
         self.positive_views = positive_views
         self.name = name
+        self.repetition = repetition
+        self.positive_repetition = float(getattr(repetition, "dup_rate", 0.0))
+        self.encoder_momentum = max((float(n.encoder_momentum) for n in negatives), default=0.0)
         views = set(positive_views)
         for part in [*negatives, *auxiliary]:
             views |= set(part.required_views)
@@ -182,6 +188,24 @@ class InfoNCE(Objective):
             "each sentence is encoded twice with different dropout masks and the two views form "
             f"the positive pair; temperature τ = {self.temperature:g}, {sym}."
         )
+
+    def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
+        for source in self.negatives:
+            source.on_step_end(views, ctx)
+
+    def run_state(self) -> dict[str, Tensor]:
+        return {
+            f"negatives.{i}.{k}": v
+            for i, source in enumerate(self.negatives)
+            for k, v in source.run_state().items()
+        }
+
+    def load_run_state(self, state: Mapping[str, Tensor]) -> None:
+        for i, source in enumerate(self.negatives):
+            prefix = f"negatives.{i}."
+            source.load_run_state(
+                {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+            )
 
     def anchor_loss(self, pair: Pair, ctx: ObjectiveContext) -> Tensor:
         """Per-anchor loss ``(B,)`` for one direction."""

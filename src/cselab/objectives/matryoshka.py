@@ -150,6 +150,19 @@ class Matryoshka(Objective):
         self.inner = inner
         self.prefixes = MatryoshkaPrefixes(dims, weights)
         self.required_views = inner.required_views
+        # What the training layer asks of an objective with state (ESimCSE's parts) is the
+        # inner objective's: the wrapper changes widths, not steps.
+        self.positive_repetition = inner.positive_repetition
+        self.encoder_momentum = inner.encoder_momentum
+
+    def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
+        self.inner.on_step_end(views, ctx)
+
+    def run_state(self) -> dict[str, Tensor]:
+        return self.inner.run_state()
+
+    def load_run_state(self, state: Mapping[str, Tensor]) -> None:
+        self.inner.load_run_state(state)
 
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None

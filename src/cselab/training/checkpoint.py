@@ -1,7 +1,8 @@
 """Resumable checkpoints in one safetensors file, written atomically.
 
-A checkpoint holds the model weights, the optimizer state, the scheduler state, the RNG states of
-every rank (each rank draws its own dropout masks, so each resumes its own stream), the data
+A checkpoint holds the model weights, the optimizer state, the scheduler state, the task's state
+across steps (an objective's queue and the momentum encoder's weights, ESimCSE;
+:meth:`Task.state_dict <cselab.training.task.Task.state_dict>`), the RNG states of every rank (each rank draws its own dropout masks, so each resumes its own stream), the data
 position (the step), the best dev score so far and the resolved config. Tensors go in
 the safetensors body, everything else as JSON in its metadata: no pickle anywhere, so loading a
 checkpoint never executes code. The file is written to a temporary name and ``os.replace``-d over
@@ -17,7 +18,7 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,15 @@ def rng_record(
     return rec, per_rank[rank]
 
 
+#: Prefix of the task's state (:func:`save_checkpoint`'s ``state``) among a checkpoint's tensors.
+TASK_PREFIX = "task."
+
+
+def task_state(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The task's state saved with a checkpoint (``state`` of :func:`save_checkpoint`)."""
+    return {k.removeprefix(TASK_PREFIX): v for k, v in tensors.items() if k.startswith(TASK_PREFIX)}
+
+
 def _split_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, Any] = {}
@@ -111,6 +121,7 @@ def save_checkpoint(
     step: int,
     extra: dict[str, Any],
     rng: list[RNGRecord] | None = None,
+    state: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write the checkpoint file (:attr:`RunFolder.CHECKPOINT_FILE
     <cselab.io.runfolder.RunFolder.CHECKPOINT_FILE>`) into the folder ``path`` atomically;
@@ -126,6 +137,8 @@ def save_checkpoint(
     }
     opt_tensors, opt_meta = _split_optimizer(optimizer.state_dict())
     tensors.update({k: v.detach().cpu().contiguous() for k, v in opt_tensors.items()})
+    for k, v in (state or {}).items():
+        tensors[f"{TASK_PREFIX}{k}"] = v.detach().cpu().clone().contiguous()
     records = rng if rng is not None else [RNGState.capture(host=True).to_record()]
     for r, (rng_tensors, _) in enumerate(records):
         tensors.update({f"rng.{r}.{k}": v.cpu().contiguous() for k, v in rng_tensors.items()})

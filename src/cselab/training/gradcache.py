@@ -92,6 +92,7 @@ def cached_forward_backward(
     Returns:
         The objective's loss terms (detached), the same values as without caching.
     """
+    batch = task.prepare(batch)  # once per step, on the whole batch (ESimCSE's repeated rows)
     bounds = chunk_bounds(len(batch), chunk_size)
     device = batch.inputs["input_ids"].device
     if first_pass_graph is None:

@@ -1,12 +1,14 @@
 """Random state: the seeds of a run, and snapshots of the generators a step draws from.
 
-Three streams, each with its own seed (so none depends on how many numbers another consumed):
+Four streams, each with its own seed (so none depends on how many numbers another consumed):
 
 * **dropout** — the global torch generators (CPU, and the CUDA device's), seeded per rank by
   :func:`dropout_seed` after the model is built;
 * **generated negatives** — the objective's own generator, re-seeded before every step from
   :func:`objective_seed` (identical on every rank, and in a resumed run);
-* **data order** — :class:`cselab.data.BatchOrder`'s per-epoch permutation.
+* **data order** — :class:`cselab.data.BatchOrder`'s per-epoch permutation;
+* **word repetition** (ESimCSE) — one Python ``random.Random`` per global row of a step, seeded
+  from :func:`repetition_seed`.
 
 :class:`RNGState` is the one snapshot of them: GradCache captures the torch generators before a
 chunk and restores them before the chunk's replay; a checkpoint stores each rank's full state
@@ -46,6 +48,13 @@ def objective_seed(seed: int, step: int) -> int:
     one would.
     """
     return (seed * 1_000_033 + step * 7_919 + 0x5EED) % (2**63 - 1)
+
+
+def repetition_seed(seed: int, step: int, row: int) -> int:
+    """Seed of the word-repetition draw of global row ``row`` at ``step`` (ESimCSE's positive,
+    :mod:`cselab.data.repetition`): a row's draw depends on neither the number of ranks nor
+    GradCache's chunks, and a resumed run draws what an uninterrupted one would."""
+    return (objective_seed(seed, step) * 1_000_003 + row * 104_729 + 0xD0B) % (2**63 - 1)
 
 
 #: ``(tensors, json-able metadata)``: how an :class:`RNGState` travels in a checkpoint.

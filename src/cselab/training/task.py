@@ -7,6 +7,15 @@ call it; none of them repeats the sequence. The trainer owns everything around i
 backward, the optimiser, checkpoints), so a new kind of step — pairs with hard negatives, a
 different set of views — is a new task, never a trainer change.
 
+Two hooks serve objectives with state across steps (ESimCSE, Wu et al. 2022): the task owns the
+momentum encoder of the ``momentum`` view (:mod:`.momentum`), which the trainer advances with
+:meth:`Task.after_step` after every optimiser step; and :meth:`Task.losses` calls the
+objective's ``on_step_end`` once per step, after the loss (the queue takes in the step's batch
+there, once per step also under GradCache). :meth:`Task.state_dict` is what the checkpoint keeps
+of both. :meth:`Task.prepare` adds a sentence batch's word-repeated positive columns when the
+objective asks for them (:mod:`cselab.data.repetition`), drawn per global row from
+``(seed, step)``: the same on every rank, under GradCache and after a resume.
+
 Example::
 
     >>> task = Task(encoder, build_objective(ObjectiveConfig()))  # doctest: +SKIP
@@ -17,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,8 +34,11 @@ import torch
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
-from ..objectives import LossTerms, Objective, ObjectiveContext
-from .rng import objective_seed
+from ..data.pairs import POSITIVE_PREFIX, is_pair_batch
+from ..data.repetition import repeat_tokens
+from ..objectives import VIEW_MOMENTUM, LossTerms, Objective, ObjectiveContext
+from .momentum import MomentumEncoder
+from .rng import objective_seed, repetition_seed
 from .views import check_views, compute_views
 
 
@@ -83,6 +96,10 @@ class Task:
         self.ctx = ctx or ObjectiveContext()
         self.seed = seed
         self.amp_dtype = amp_dtype
+        self.momentum: MomentumEncoder | None = None
+        if VIEW_MOMENTUM in objective.required_views:
+            raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
+            self.momentum = MomentumEncoder(raw, objective.encoder_momentum)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the encoder passes."""
@@ -91,16 +108,60 @@ class Task:
         device = next(self.encoder.parameters()).device
         return torch.autocast(device.type, dtype=self.amp_dtype)
 
+    def prepare(self, batch: Batch) -> Batch:
+        """``batch`` with what the step's views need besides its tokens: the word-repeated
+        positive (``positive.*`` columns) when the objective asks for one. Called once per step
+        on the whole local batch, before any encoding (GradCache chunks the result)."""
+        rate = self.objective.positive_repetition
+        if rate <= 0 or self.kind.pairs or is_pair_batch(dict(batch.inputs)):
+            return batch
+        seed = self.seed if self.seed is not None else 0
+        rngs = [
+            random.Random(repetition_seed(seed, batch.step, self.ctx.offset + i))
+            for i in range(len(batch))
+        ]
+        repeated = repeat_tokens(batch.inputs, rate, rngs)
+        inputs = {**batch.inputs, **{POSITIVE_PREFIX + k: v for k, v in repeated.items()}}
+        return Batch(batch.step, inputs)
+
     def encode(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """The views the objective asks for, of ``inputs`` (all rows, or one GradCache chunk)."""
+        names = self.objective.required_views
         with self.autocast():
-            return compute_views(self.encoder, inputs, self.objective.required_views, self.kind)
+            return compute_views(self.encoder, inputs, names, self.kind, self.momentum)
 
     def losses(self, views: Mapping[str, Tensor], step: int) -> LossTerms:
-        """The objective's named terms for the views of step ``step``."""
+        """The objective's named terms for the views of step ``step`` (the whole local batch);
+        then the objective's ``on_step_end`` (once per step)."""
         if self.seed is not None and self.ctx.generator is not None:
             self.ctx.generator.manual_seed(objective_seed(self.seed, step))
-        return self.objective(views, self.ctx)
+        terms = self.objective(views, self.ctx)
+        self.objective.on_step_end(views, self.ctx)
+        return terms
+
+    def after_step(self) -> None:
+        """After the optimiser step: advance the momentum encoder (if any)."""
+        if self.momentum is not None:
+            self.momentum.update()
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """What the task keeps across steps besides the model: the objective's run state and
+        the momentum encoder's weights (empty for most objectives)."""
+        state = {f"objective.{k}": v for k, v in self.objective.run_state().items()}
+        if self.momentum is not None:
+            state.update({f"momentum.{k}": v for k, v in self.momentum.state_dict().items()})
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Restore :meth:`state_dict`'s tensors."""
+
+        def part(prefix: str) -> dict[str, Tensor]:
+            return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+
+        self.objective.load_run_state(part("objective."))
+        if self.momentum is not None:
+            self.momentum.load_state_dict(part("momentum."))
 
     def __call__(self, batch: Batch) -> LossTerms:
+        batch = self.prepare(batch)
         return self.losses(self.encode(batch.inputs), batch.step)

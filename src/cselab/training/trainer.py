@@ -40,6 +40,7 @@ from .checkpoint import (
     restore,
     save_checkpoint,
     save_model_folder,
+    task_state,
 )
 from .distributed import (
     DistInfo,
@@ -170,6 +171,7 @@ class Trainer:
 
     def optimizer_step(self) -> None:
         self.optim.step()
+        self.task.after_step()  # e.g. the momentum encoder follows the new weights
 
     # ----------------------------------------------------------------------- what a run keeps
     def save_model(self, name: str) -> Path:
@@ -199,8 +201,9 @@ class Trainer:
             "elapsed": self._elapsed(),
         }
         save_checkpoint(
-            self.folder.checkpoint, self.encoder, o.optimizer, o.scheduler, self.step, extra, rng
-        )
+            self.folder.checkpoint, self.encoder, o.optimizer, o.scheduler, self.step, extra, rng,
+            self.task.state_dict(),
+        )  # fmt: skip
 
     def resume(self) -> bool:
         """Continue from ``output_dir/checkpoint`` if it exists."""
@@ -220,6 +223,7 @@ class Trainer:
                 "is re-seeded, so this resumed run is not bit-identical to an uninterrupted one",
                 path, self.dist.rank,
             )  # fmt: skip
+        self.task.load_state_dict(task_state(tensors))  # every rank: the same global queue
         self.step = int(meta["step"])
         self.selection.load_state_dict(extra["selection"])
         self._elapsed_before = float(extra["elapsed"])

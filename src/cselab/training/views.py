@@ -17,6 +17,12 @@ With the ``prompt`` pooler (PromptBERT, Jiang et al. 2022, Sec. 5.2) the anchors
 through ``model.prompt.template`` and every other row of the pass (positives, hard negatives)
 through ``template2``, as the authors' ``prepare_features`` builds its two copies; the
 off-dropout view is the anchors' and takes ``template``.
+
+ESimCSE (Wu et al. 2022): a sentence batch may carry its word-repeated copy as ``positive.*``
+columns (added by :meth:`Task.prepare <cselab.training.task.Task.prepare>`); then ``z2`` is
+encoded from them, in the same forward pass as ``z1`` (rows stacked, padded to the widest).
+``momentum``: the batch's sentences (the anchors of pairs) encoded by the task's
+:class:`~cselab.training.momentum.MomentumEncoder`, dropout off, no gradient.
 """
 
 from __future__ import annotations
@@ -27,11 +33,20 @@ import torch
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
-from ..data.pairs import split_inputs, stack_rows
+from ..data.pairs import is_pair_batch, split_inputs, stack_rows
 from ..model.encoder import SentenceEncoder, dropout_disabled
-from ..objectives import VIEW_ANCHOR, VIEW_HARD_NEGATIVE, VIEW_OFF_DROPOUT, VIEW_POSITIVE
+from ..objectives import (
+    VIEW_ANCHOR,
+    VIEW_HARD_NEGATIVE,
+    VIEW_MOMENTUM,
+    VIEW_OFF_DROPOUT,
+    VIEW_POSITIVE,
+)
+from .momentum import MomentumEncoder
 
-KNOWN_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE})
+KNOWN_VIEWS = frozenset(
+    {VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE, VIEW_MOMENTUM}
+)
 
 
 def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
@@ -54,20 +69,27 @@ def compute_views(
     batch: Mapping[str, Tensor],
     names: Iterable[str],
     kind: DataKind = SENTENCES,
+    momentum: MomentumEncoder | None = None,
 ) -> dict[str, Tensor]:
     """Encode ``batch`` (``B`` rows of token ids of data of ``kind``) into the requested views,
-    each ``(B, D)`` (``neg``: ``(B, K, D)``)."""
+    each ``(B, D)`` (``neg``: ``(B, K, D)``); ``momentum`` encodes the ``momentum`` view."""
     names = set(names)
     check_views(names, kind)
-    if kind.pairs:
-        return pair_views(encoder, batch, names)
-    n = batch["input_ids"].shape[0]
-    doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
-    both = encoder(**doubled, **_templates(encoder, n, 2 * n))
-    views = {VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]}
+    if VIEW_MOMENTUM in names and momentum is None:
+        raise ValueError("the objective asks for the momentum view, but no momentum encoder")
+    if kind.pairs or is_pair_batch(dict(batch)):  # given pairs, or a repeated positive (ESimCSE)
+        views = pair_views(encoder, batch, names)
+    else:
+        n = batch["input_ids"].shape[0]
+        doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
+        both = encoder(**doubled, **_templates(encoder, n, 2 * n))
+        views = {VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]}
+    sentences = split_inputs(dict(batch))[0]
     if VIEW_OFF_DROPOUT in names:
         with dropout_disabled(encoder.backbone):
-            views[VIEW_OFF_DROPOUT] = encoder(**batch)
+            views[VIEW_OFF_DROPOUT] = encoder(**sentences)
+    if momentum is not None and VIEW_MOMENTUM in names:
+        views[VIEW_MOMENTUM] = momentum(sentences)
     return views
 
 
