@@ -323,30 +323,32 @@ def collection_from_sts(
     a pair scored at least ``threshold`` is a query, the pair's ``sentence2`` a relevant
     document (relevance 1); the corpus is every sentence of the pairs that is not a query.
 
-    A pair whose ``sentence2`` is itself a query (or equals its ``sentence1``) is left out, so
-    no query finds its own text. Ids are ``q<N>`` and ``d<N>`` in file order. Returns ``folder``.
+    A pair whose ``sentence2`` is itself the ``sentence1`` of such a pair (or equals its own
+    ``sentence1``) is left out, so no query finds its own text in the corpus. Ids are ``q<N>``
+    and ``d<N>`` in file order. Returns ``folder``.
     """
     import json
 
     root = Path(folder)
     high = [(a, b) for a, b, s in zip(pairs.sent1, pairs.sent2, pairs.scores, strict=True)
-            if s >= threshold]  # fmt: skip
-    queries = list(dict.fromkeys(a for a, _ in high))
+            if s >= threshold and a != b]  # fmt: skip
+    candidates = {a for a, _ in high}
+    judged_pairs = list(dict.fromkeys((a, b) for a, b in high if b not in candidates))
+    queries = list(dict.fromkeys(a for a, _ in judged_pairs))
     is_query = set(queries)
     corpus = [s for s in dict.fromkeys([*pairs.sent1, *pairs.sent2]) if s not in is_query]
     doc_id = {s: f"d{i}" for i, s in enumerate(corpus)}
     query_id = {s: f"q{i}" for i, s in enumerate(queries)}
-    judged = list(dict.fromkeys((query_id[a], doc_id[b]) for a, b in high if b in doc_id))
-    used = dict.fromkeys(q for q, _ in judged)
+    judged = [(query_id[a], doc_id[b]) for a, b in judged_pairs]
     if not judged:
         raise ConfigError(f"{pairs.name}: no pair scores {threshold} or more; lower the threshold")
     (root / "qrels").mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"_id": doc_id[s], "title": "", "text": s}) for s in corpus]
     write_text_atomic(root / "corpus.jsonl", "\n".join(lines) + "\n", "BEIR corpus")
-    lines = [json.dumps({"_id": query_id[s], "text": s}) for s in queries if query_id[s] in used]
+    lines = [json.dumps({"_id": query_id[s], "text": s}) for s in queries]
     write_text_atomic(root / "queries.jsonl", "\n".join(lines) + "\n", "BEIR queries")
     rows = ["\t".join(BEIR_QRELS_COLUMNS), *(f"{q}\t{d}\t1" for q, d in judged)]
     write_text_atomic(root / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n", "BEIR qrels")
-    log.info("%s: %d queries, %d documents, %d judgements", root, len(used), len(corpus),
+    log.info("%s: %d queries, %d documents, %d judgements", root, len(queries), len(corpus),
              len(judged))  # fmt: skip
     return root
