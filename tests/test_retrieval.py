@@ -351,12 +351,12 @@ def test_config_checks_dev_metric_against_dev(tmp_path: Path) -> None:
     from cselab.config import load_config
 
     folder = write_beir(tmp_path / "b")
-    assert load_config(None, [f"eval.dev={folder}"]).eval.dev_metric == "ndcg@10"
-    assert load_config(None, []).eval.dev_metric == "spearman"
-    assert (
-        load_config(None, [f"eval.dev={folder}", "eval.dev_metric=MAP@100"]).eval.dev_metric
-        == "map@100"
-    )
+    from cselab.config import dev_metric_for
+
+    assert load_config(None, [f"eval.dev={folder}"]).eval.dev_metric is None  # the default
+    assert dev_metric_for(str(folder), None) == "ndcg@10"
+    assert dev_metric_for("stsb", None) == "spearman"
+    assert dev_metric_for(str(folder), "MAP@100") == "map@100"
     for dev, metric, message in (
         (folder, "spearman", "eval.dev_metric=spearman is a correlation of STS pairs"),
         ("stsb", "ndcg@10", "eval.dev_metric=ndcg@10 is a retrieval measure; eval.dev=stsb is not"),

@@ -193,7 +193,7 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        self.eval.dev_metric = dev_metric_for(self.eval.dev, self.eval.dev_metric)
+        dev_metric_for(self.eval.dev, self.eval.dev_metric)  # None stays: resolved where used
         _check_device(t.device)
         if t.device != "auto":  # auto is resolved, and checked, when the run starts
             check_precision(t.precision, t.device.partition(":")[0], f"train.device={t.device}")
