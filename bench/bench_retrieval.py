@@ -1,7 +1,7 @@
 """Benchmark: retrieval evaluation, cselab vs sentence-transformers' InformationRetrievalEvaluator.
 
 Collection: STS-B pairs scored 4 or more (``--split``, default ``dev``: 259 queries over
-2,647 sentences; ``train``: 1,332 over 9,140), written as a BEIR folder by
+2,650 sentences; ``train``: 1,332 over 9,186), written as a BEIR folder by
 :func:`cselab.evaluation.retrieval.collection_from_sts`. Model: the packaged all-MiniLM-L6-v2,
 loaded by each side its own way (cselab's loader; ``SentenceTransformer``). In one process the
 two sides alternate ``--rounds`` times (ABBA), each round a whole evaluation from texts to

@@ -202,6 +202,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             "--split goes with --mteb or --retrieval; the SentEval tasks choose their split with "
             f"--mode ({', '.join(MODES)})"
         )
+    if not args.retrieval and (args.k != 10 or args.backend != "exact"):
+        raise ConfigError("--k and --backend go with --retrieval FOLDER")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
     dims = parse_dims(args.dims)
