@@ -19,11 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``evaluate`` and ``compare``; each sets ``func(args) -> int`` (the exit code)."""
     ev = subparsers.add_parser(
         "evaluate",
-        help="SentEval STS and transfer tasks (SimCSE's numbers)",
+        help="SentEval STS and transfer tasks (SimCSE's numbers), BEIR retrieval",
         description=(
             "Evaluate a sentence encoder on STS12-16, STS-B, SICK-R and the SentEval transfer "
-            "tasks, as SentEval + SimCSE's evaluation.py do. Prints markdown tables; --output "
-            "writes every number as JSON."
+            "tasks, as SentEval + SimCSE's evaluation.py do, or retrieval on a BEIR folder "
+            "(--retrieval). Prints markdown tables; --output writes every number as JSON."
         ),
     )
     ev.add_argument("model", help="cselab output folder, sentence-transformers folder, or HF model")
