@@ -63,14 +63,17 @@ OBJECTIVES: dict[str, tuple[str, list[str]]] = {
         "ESimCSE (dup_rate 0.32, queue 160, momentum 0.995)",
         ["objective.word_repetition.enabled=true", "objective.momentum_queue.enabled=true"],
     ),
-    "esimcse+focal": (
-        "ESimCSE + Focal",
+    "esimcse_focal": (
+        "ESimCSE + Focal (the queue's columns scored by Focal)",
         [
             "objective.word_repetition.enabled=true",
             "objective.momentum_queue.enabled=true",
             "objective.focal.enabled=true",
         ],
     ),
+    # PromptBERT is a pooler: the [MASK] of two templates as the two views, both denoised (the
+    # authors' unsupervised setting); max_seq_len stays 32 like every row of the table.
+    "promptbert": ("PromptBERT (prompt pooler, template denoising)", ["model.pooler=prompt"]),
 }
 
 

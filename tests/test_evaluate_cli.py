@@ -124,8 +124,8 @@ def test_evaluate_prints_progress_unless_quiet(model_folder: Path, tmp_path: Pat
 def test_split_needs_mteb(model_folder: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["evaluate", str(model_folder), "--split", "test"]) == 2
     assert error_line(capsys) == (
-        "cselab evaluate: error: --split goes with --mteb; the SentEval tasks choose their split "
-        "with --mode (test, dev, fasttest)"
+        "cselab evaluate: error: --split goes with --mteb or --retrieval; the SentEval tasks "
+        "choose their split with --mode (test, dev, fasttest)"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import os
 from pathlib import Path
 
@@ -11,17 +12,18 @@ from ..evaluation.api import MODES
 from ..evaluation.custom import read_sts_file
 from ..evaluation.download import ensure_data
 from ..model.pooling import POOLERS
+from ..search.index import SEARCH_BACKENDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``evaluate`` and ``compare``; each sets ``func(args) -> int`` (the exit code)."""
     ev = subparsers.add_parser(
         "evaluate",
-        help="SentEval STS and transfer tasks (SimCSE's numbers)",
+        help="SentEval STS and transfer tasks (SimCSE's numbers), BEIR retrieval",
         description=(
             "Evaluate a sentence encoder on STS12-16, STS-B, SICK-R and the SentEval transfer "
-            "tasks, as SentEval + SimCSE's evaluation.py do. Prints markdown tables; --output "
-            "writes every number as JSON."
+            "tasks, as SentEval + SimCSE's evaluation.py do, or retrieval on a BEIR folder "
+            "(--retrieval). Prints markdown tables; --output writes every number as JSON."
         ),
     )
     ev.add_argument("model", help="cselab output folder, sentence-transformers folder, or HF model")
@@ -77,6 +79,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --mteb: evaluate this split of each task (one the task evaluates, e.g. dev or "
         "test for SentEvalSTSBenchmark; default: the task's own splits, dev for "
         "SentEvalSTSBenchmark)",
+    )
+    # --- retrieval and Matryoshka dimensions (cselab.evaluation.retrieval)
+    ev.add_argument(
+        "--retrieval",
+        metavar="FOLDER",
+        help="evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv, "
+        "or the same parts as datasets folders): nDCG@k, MRR@k, Recall@1/k/100, MAP@100; "
+        "SentEval tasks then run only when --tasks or --sts-file asks for them",
+    )
+    ev.add_argument("--k", type=int, default=10, help="with --retrieval: the cut-off k (10)")
+    ev.add_argument(
+        "--backend",
+        choices=SEARCH_BACKENDS,
+        default="exact",
+        help="with --retrieval: exact search (default) or a FAISS index built on the corpus "
+        "(flat, hnsw, ivf; needs cselab[faiss])",
+    )
+    ev.add_argument(
+        "--dims",
+        metavar="D1,D2,...",
+        help="also evaluate at these Matryoshka dimensions (the first D coordinates, "
+        "re-normalised), encoding once; results keyed per dimension",
     )
     ev.set_defaults(func=run_evaluate)
 
@@ -144,19 +168,45 @@ def check_model(model: str) -> None:
     resolve_model(model)
 
 
+def parse_dims(text: str | None) -> list[int] | None:
+    """``--dims 64,128`` -> ``[64, 128]``; a value that is not a positive integer is refused."""
+    if text is None:
+        return None
+    try:
+        dims = [int(d) for d in text.split(",") if d.strip()]
+    except ValueError:
+        dims = []
+    if not dims or min(dims) < 1:
+        raise ConfigError(f"--dims {text!r}: expected positive integers separated by commas")
+    return list(dict.fromkeys(dims))
+
+
+def check_dims(dims: list[int] | None, encoder: object) -> None:
+    """Refuse a ``--dims`` entry wider than the model's vectors (before any encoding)."""
+    width = getattr(encoder, "dim", None)
+    if dims and isinstance(width, int) and max(dims) > width:
+        raise ConfigError(f"--dims {max(dims)} is more than the model's {width} dimensions")
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     if args.mteb:  # refused rather than silently ignored: the user expects them to act
         ignored = [option for option, attr in SENTEVAL_ONLY if getattr(args, attr)]
+        ignored += ["--retrieval"] * bool(args.retrieval) + ["--dims"] * bool(args.dims)
         if ignored:
             raise ConfigError(
                 f"--mteb does not take {', '.join(ignored)} (SentEval options); drop them, or "
                 "run the SentEval tasks without --mteb"
             )
-    elif args.split is not None:
+    elif args.split is not None and not args.retrieval:
         raise ConfigError(
-            "--split goes with --mteb; the SentEval tasks choose their split with --mode "
-            f"({', '.join(MODES)})"
+            "--split goes with --mteb or --retrieval; the SentEval tasks choose their split with "
+            f"--mode ({', '.join(MODES)})"
         )
+    if not args.retrieval and (args.k != 10 or args.backend != "exact"):
+        raise ConfigError("--k and --backend go with --retrieval FOLDER")
+    if args.k < 1:
+        raise ConfigError(f"--k must be at least 1, not {args.k}")
+    dims = parse_dims(args.dims)
     for option, path in (("--output", args.output), ("--csv", args.csv)):
         if path:
             check_output_path(path, option)
@@ -171,28 +221,41 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     if args.update_card and not Path(args.model).is_dir():
         raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
+    senteval = args.tasks is not None or args.sts_file or not args.retrieval
     spec = args.tasks if args.tasks is not None or args.sts_file else "sts"
-    tasks = api.parse_tasks(spec, args.mode) if spec is not None else None
+    tasks = api.parse_tasks(spec, args.mode) if spec is not None and senteval else None
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.
     files = [read_sts_file(f, columns) for f in args.sts_file]
+    collection = None
+    if args.retrieval:
+        from ..io.readers import read_beir
+
+        collection = read_beir(args.retrieval, args.split or "test")
     check_model(args.model)
     if tasks:
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from ..model.encoder import load  # lazy: model loading pulls in transformers
 
     encoder = load(args.model, pooler=args.pooler)
-    out = api.evaluate(
-        encoder,
-        tasks=tasks,
-        mode=args.mode,
-        data_dir=args.data_dir,
-        batch_size=args.batch_size,
-        download=not args.no_download,
-        model_name=args.model,
-        sts_files=files,
-    )
+    check_dims(dims, encoder)
+    out = (
+        evaluate_senteval(encoder, args, tasks, files, dims)
+        if senteval
+        else {"model": args.model, "pooler": None, "mode": args.split or "test", "tasks": [],
+              "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "results": {}}
+    )  # fmt: skip
+    if collection is not None:
+        from ..evaluation.retrieval import evaluate_retrieval
+        from ..search.index import vector_search
+
+        result = evaluate_retrieval(
+            encoder, collection, k=args.k, dims=dims, search=vector_search(args.backend),
+            backend=args.backend, batch_size=args.batch_size,
+        )  # fmt: skip
+        out["results"][f"retrieval:{Path(args.retrieval).name}"] = result
     if args.pooler:
         out["pooler"] = args.pooler
     from ..data.pairs import (
@@ -203,7 +266,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     # own files) carries none.
     if "SICKRelatedness" in out["results"] and (notes := model_folder_notes(args.model)):
         out["notes"] = notes
-    print(report.markdown(out))
+    print(evaluate_markdown(out))
     if args.output:
         report.save_json(out, args.output)
         print(f"\nresults: {args.output}")
@@ -214,6 +277,57 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         print(f"model card: {update_model_card(args.model, out)}")
     return 0
+
+
+def evaluate_senteval(
+    encoder: object,
+    args: argparse.Namespace,
+    tasks: list[str] | None,
+    files: list,
+    dims: list[int] | None,
+) -> dict:
+    """The SentEval tasks and STS files of ``cselab evaluate``; with ``--dims`` also at each
+    dimension (``out["dims"]["64"]``: that dimension's ``results`` and ``headline``), every
+    distinct sentence encoded once for all of them."""
+    from ..evaluation import api
+    from ..evaluation.embed import EmbeddingCache, at_dimension
+
+    def run(model: object) -> dict:
+        return api.evaluate(
+            model,
+            tasks=tasks,
+            mode=args.mode,
+            data_dir=args.data_dir,
+            batch_size=args.batch_size,
+            download=not args.no_download,
+            model_name=args.model,
+            sts_files=files,
+        )
+
+    if not dims:
+        return run(encoder)
+    cache = EmbeddingCache(encoder, args.batch_size)
+    out = run(cache.embed)
+    out["pooler"] = getattr(getattr(encoder, "pooler", None), "kind", None)
+    out["dims"] = {}
+    for dim in dims:
+        at = run(at_dimension(cache.embed, dim))
+        out["dims"][str(dim)] = {"results": at["results"], "headline": at["headline"]}
+    return out
+
+
+def evaluate_markdown(out: dict) -> str:
+    """What ``cselab evaluate`` prints: the headline tables (per ``--dims`` dimension too), then
+    each retrieval evaluation's table."""
+    from ..evaluation import report
+    from ..evaluation.retrieval import KIND
+    from ..evaluation.retrieval import markdown as retrieval_markdown
+
+    parts = [report.markdown(out)]
+    for dim, at in out.get("dims", {}).items():
+        parts.append(f"**Dimension {dim}**\n\n" + report.compare([{**out, **at}]))
+    parts += [retrieval_markdown(r) for r in out["results"].values() if r.get("kind") == KIND]
+    return "\n\n".join(p for p in parts if p)
 
 
 def run_compare(args: argparse.Namespace) -> int:

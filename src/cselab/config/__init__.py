@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES, STS_DEV_METRICS, retrieval_metric
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
@@ -84,6 +85,44 @@ class TrainConfig:
     report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
 
 
+def dev_metric_for(dev: str, metric: str | None) -> str:
+    """``eval.dev_metric`` checked against ``eval.dev`` (a BEIR folder takes a retrieval measure,
+    STS pairs a correlation); ``None`` is ``ndcg@10`` for a BEIR folder, else ``spearman``.
+
+    Raises:
+        ConfigError: naming the key, the value and what ``dev`` takes instead.
+    """
+    from ..io.readers import is_beir_folder
+
+    beir = dev.lower() not in ("stsb", "none") and is_beir_folder(dev)
+    if metric is None:
+        return "ndcg@10" if beir else "spearman"
+    measures = ", ".join(f"{m}@K" for m in RETRIEVAL_MEASURES)
+    parsed = retrieval_metric(metric)
+    if metric in STS_DEV_METRICS:
+        if beir:
+            raise ConfigError(
+                f"eval.dev_metric={metric} is a correlation of STS pairs, but eval.dev={dev} is a "
+                f"BEIR retrieval folder; use {measures}"
+            )
+        return metric
+    if parsed is None:
+        raise ConfigError(
+            f"eval.dev_metric: unknown metric {metric!r}; expected spearman, pearson or (for a "
+            f"BEIR eval.dev folder) {measures}"
+        )
+    if not beir:
+        raise ConfigError(
+            f"eval.dev_metric={metric} is a retrieval measure; eval.dev={dev} is not a BEIR folder "
+            "(corpus.jsonl, queries.jsonl, qrels/); use spearman or pearson"
+        )
+    if parsed[1] not in DEV_CUTOFFS:
+        raise ConfigError(
+            f"eval.dev_metric={metric}: K must be one of {', '.join(map(str, DEV_CUTOFFS))}"
+        )
+    return f"{parsed[0]}@{parsed[1]}"
+
+
 @dataclass
 class EvalConfig:
     """Model selection during training.
@@ -94,9 +133,13 @@ class EvalConfig:
         enabled: evaluate during training (STS-B dev Spearman, ×100; best checkpoint kept).
         dev: what model selection scores: ``stsb`` (STS-B dev, as SimCSE), the path of your own
             STS-format pairs (``.tsv``/``.csv`` with a header, ``.jsonl``, or a ``datasets``
-            ``save_to_disk`` folder; see :mod:`cselab.evaluation.custom`), or ``none`` (no
-            selection: the last model is kept).
-        dev_metric: ``spearman`` or ``pearson`` correlation of cosine vs the gold score (×100).
+            ``save_to_disk`` folder; see :mod:`cselab.evaluation.custom`), a BEIR retrieval
+            folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/dev.tsv``; see
+            :mod:`cselab.evaluation.retrieval`), or ``none`` (no selection: the last model is kept).
+        dev_metric: for STS pairs ``spearman`` or ``pearson`` correlation of cosine vs the gold
+            score (×100); for a BEIR folder ``ndcg@K``, ``mrr@K``, ``recall@K`` or ``map@K``
+            (×100; K one of 1, 3, 5, 10, 20, 50, 100, 1000). Default: ``spearman``, or
+            ``ndcg@10`` for a BEIR folder.
         dev_columns: the two sentence columns and the score column of a ``dev`` file.
     """
 
@@ -104,7 +147,7 @@ class EvalConfig:
     batch_size: int = 128
     enabled: bool = True
     dev: str = "stsb"
-    dev_metric: Literal["spearman", "pearson"] = "spearman"
+    dev_metric: str | None = None
     dev_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2", "score"])
 
 
@@ -158,6 +201,7 @@ class Config:
                     "head is used in training only (the authors' unsupervised recipe), and "
                     "sentence-transformers and the transformers recipe read the [MASK] state alone"
                 )
+        dev_metric_for(self.eval.dev, self.eval.dev_metric)  # None stays: resolved where used
         _check_device(t.device)
         if t.device != "auto":  # auto is resolved, and checked, when the run starts
             check_precision(t.precision, t.device.partition(":")[0], f"train.device={t.device}")

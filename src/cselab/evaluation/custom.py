@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES
 from ..core.schema import ConfigError
 from ..io.readers import open_table
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
@@ -45,15 +46,18 @@ KIND = "sts-file"
 
 def dev_score_name(dev: str, metric: str = "spearman") -> str:
     """The name of the ``eval.dev`` score in ``metrics.csv``, ``results.json`` and the callbacks:
-    ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, and ``dev_spearman`` /
-    ``dev_pearson`` for a file."""
+    ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, ``dev_spearman`` /
+    ``dev_pearson`` for a file, and ``dev_ndcg@10`` (the metric's name) for a BEIR folder."""
     if dev.lower() == "stsb":
         return "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
     return f"dev_{metric}"
 
 
-#: Every name :func:`dev_score_name` gives.
-DEV_SCORE_NAMES = tuple(dev_score_name(dev, m) for dev in ("stsb", "file") for m in METRICS)
+#: Every name :func:`dev_score_name` gives (a BEIR folder's at the cut-offs selection accepts).
+DEV_SCORE_NAMES = (
+    *(dev_score_name(dev, m) for dev in ("stsb", "file") for m in METRICS),
+    *(dev_score_name("beir", f"{m}@{k}") for m in RETRIEVAL_MEASURES for k in DEV_CUTOFFS),
+)
 #: The ``metrics.csv`` columns an evaluation writes: the dev score, and alignment and uniformity
 #: (Wang & Isola 2020) of STS-B dev; every other column of a row is a training metric.
 EVAL_COLUMNS = (*DEV_SCORE_NAMES, "align", "uniform")
@@ -157,14 +161,19 @@ def dev_evaluator(
     STS-B dev also ``align`` and ``uniform`` (:func:`~cselab.evaluation.sts.stsb_dev_measures`),
     logged at every evaluation next to the score.
 
-    ``dev``: ``stsb`` (STS-B dev, as SimCSE), ``none`` (no selection: returns ``None``) or the
-    path of an STS-format file / saved dataset, read and validated here, before training.
-    The name is :func:`dev_score_name`'s; the value is the correlation x 100.
+    ``dev``: ``stsb`` (STS-B dev, as SimCSE), ``none`` (no selection: returns ``None``), the
+    path of an STS-format file / saved dataset, or a BEIR folder (scored on its ``dev`` qrels,
+    else on its one split, named in the log; ``metric`` ``ndcg@10``, ``mrr@10``...: see
+    :mod:`cselab.evaluation.retrieval`), read and validated here, before training.
+    The name is :func:`dev_score_name`'s; the value is the correlation or measure x 100.
     """
-    if metric not in METRICS:
-        raise ConfigError(f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}")
     if dev.lower() == "none":
         return None
+    from ..config import dev_metric_for  # lazily: the config pulls in torch
+
+    metric = dev_metric_for(dev, metric)
+    if "@" in metric:
+        return _retrieval_dev_evaluator(dev, metric, batch_size)
     if dev.lower() == "stsb":
         from .sts import stsb_dev_measures
 
@@ -186,3 +195,29 @@ def dev_evaluator(
     evaluate_file.name = dev_score_name(dev, metric)  # type: ignore[attr-defined]
     evaluate_file.source = str(dev)  # type: ignore[attr-defined]
     return evaluate_file
+
+
+def _retrieval_dev_evaluator(
+    dev: str, metric: str, batch_size: int
+) -> Callable[[EncoderLike], dict[str, float]]:
+    """``eval.dev`` a BEIR folder: the ``metric`` (x 100) of exact search on the dev split."""
+    import logging
+
+    from ..io.readers import beir_splits
+    from .retrieval import RetrievalScorer
+
+    splits = beir_splits(dev)
+    split = "dev" if "dev" in splits or len(splits) != 1 else splits[0]
+    if split != "dev":
+        logging.getLogger(__name__).warning(
+            "eval.dev=%s has no qrels/dev.tsv; model selection uses its one split, %s", dev, split
+        )
+    scorer = RetrievalScorer(dev, split, [metric], batch_size=batch_size)
+    name = dev_score_name(dev, metric)
+
+    def evaluate_beir(encoder: EncoderLike) -> dict[str, float]:
+        return {name: scorer(encoder)[metric]}
+
+    evaluate_beir.name = name  # type: ignore[attr-defined]
+    evaluate_beir.source = f"{dev} ({split})"  # type: ignore[attr-defined]
+    return evaluate_beir

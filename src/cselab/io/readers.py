@@ -650,3 +650,169 @@ def read_json(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise DataFormatError(path, None, f"expected a JSON object, found {type(data).__name__}")
     return data
+
+
+# ------------------------------------------------------------------------------------ BEIR
+
+#: The three parts of a BEIR retrieval collection (Thakur et al. 2021, "BEIR: A Heterogeneous
+#: Benchmark for Zero-shot Evaluation of Information Retrieval Models", Sec. 3 / its data loader).
+BEIR_CORPUS, BEIR_QUERIES, BEIR_QRELS = "corpus", "queries", "qrels"
+#: The qrels columns (the header line of ``qrels/<split>.tsv``).
+BEIR_QRELS_COLUMNS = ("query-id", "corpus-id", "score")
+
+
+@dataclass(frozen=True)
+class BeirCollection:
+    """One split of a BEIR collection: the whole corpus, the queries the split's qrels judge,
+    and the judgements as ``(query index, document index, relevance)`` triples."""
+
+    folder: Path
+    split: str
+    doc_ids: tuple[str, ...]
+    doc_texts: tuple[str, ...]
+    query_ids: tuple[str, ...]
+    query_texts: tuple[str, ...]
+    qrels: tuple[tuple[int, int, int], ...]
+
+
+def _beir_part(folder: Path, name: str) -> Path | None:
+    """``folder/name.jsonl``, else a saved ``datasets`` folder ``folder/name``, else ``None``."""
+    file = folder / f"{name}.jsonl"
+    if file.is_file():
+        return file
+    return folder / name if (folder / name).is_dir() else None
+
+
+def beir_splits(folder: str | os.PathLike[str]) -> list[str]:
+    """The splits with qrels in a BEIR folder: ``qrels/<split>.tsv`` files or ``qrels/<split>``
+    saved-dataset folders, sorted."""
+    qrels = Path(folder) / BEIR_QRELS
+    if not qrels.is_dir():
+        return []
+    return sorted(
+        {p.stem for p in qrels.glob("*.tsv")}
+        | {p.name for p in qrels.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    )
+
+
+def is_beir_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is laid out as a BEIR collection: a folder with ``corpus`` and
+    ``queries`` (``.jsonl`` files or saved ``datasets`` folders) and a ``qrels`` folder. The one
+    check of that layout (``eval.dev``, ``cselab evaluate --retrieval``)."""
+    p = Path(path)
+    return (
+        p.is_dir()
+        and _beir_part(p, BEIR_CORPUS) is not None
+        and _beir_part(p, BEIR_QUERIES) is not None
+        and (p / BEIR_QRELS).is_dir()
+    )
+
+
+def _beir_id(row: Row, column: str) -> str:
+    """An id as text: BEIR's ids are strings, but a JSON integer is taken as its digits."""
+    value = row.values.get(column, _ABSENT)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return row.text(column)
+
+
+def _beir_optional_text(row: Row, column: str) -> str:
+    value = row.values.get(column)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise row.error(f"column '{column}' holds {describe(value)}, not text")
+    return value
+
+
+def _beir_rows(path: Path, columns: Sequence[str]) -> Iterator[Row]:
+    table = open_table(path)
+    table.require(columns, "a BEIR file has these columns")
+    seen: dict[str, str] = {}
+    for row in table:
+        key = _beir_id(row, columns[0])
+        if key in seen:
+            raise row.error(f"{columns[0]} '{key}' appears twice (first on {seen[key]})")
+        seen[key] = f"line {row.line}" if row.index is None else f"row {row.index}"
+        yield row
+
+
+def read_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirCollection:
+    """One split of a BEIR folder: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``,
+    or the same parts as saved ``datasets`` folders (``corpus/``, ``queries/``,
+    ``qrels/<split>/``).
+
+    ``corpus`` rows have ``_id``, ``text`` and an optional ``title``; a document's text is
+    ``title + " " + text`` stripped, as BEIR's dense models (``models.SentenceBERT``) join them
+    (so an empty title gives the text alone). ``queries`` rows have ``_id`` and ``text``. The
+    qrels have the columns ``query-id``, ``corpus-id`` and ``score`` (the header BEIR writes),
+    ``score`` a non-negative integer relevance. Only the queries the split's qrels name are
+    returned, in the order they first appear there.
+
+    Raises:
+        DataFormatError: naming the file and line: a missing part or split, an id given twice, a
+            qrels line naming a document or query the collection does not have, a judgement
+            given twice, a relevance that is not a non-negative integer, a document without text.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise DataFormatError(root, None, "BEIR folder not found")
+    parts = {}
+    for name in (BEIR_CORPUS, BEIR_QUERIES):
+        parts[name] = _beir_part(root, name)
+        if parts[name] is None:
+            raise DataFormatError(
+                root / f"{name}.jsonl", None, f"file not found (a BEIR folder has {name}.jsonl)"
+            )
+    qrels_path = root / BEIR_QRELS / f"{split}.tsv"
+    if not qrels_path.is_file():
+        if (root / BEIR_QRELS / split).is_dir():
+            qrels_path = root / BEIR_QRELS / split
+        else:
+            have = ", ".join(beir_splits(root)) or "none"
+            raise DataFormatError(
+                qrels_path, None, f"file not found: no qrels for split '{split}' (splits: {have})"
+            )
+    doc_ids: list[str] = []
+    doc_texts: list[str] = []
+    for row in _beir_rows(parts[BEIR_CORPUS], ("_id", "text")):
+        text = (_beir_optional_text(row, "title") + " " + _beir_optional_text(row, "text")).strip()
+        if not text:
+            raise row.error("the document has no text (columns 'title' and 'text' are empty)")
+        doc_ids.append(_beir_id(row, "_id"))
+        doc_texts.append(text)
+    queries = {
+        _beir_id(row, "_id"): row.text("text")
+        for row in _beir_rows(parts[BEIR_QUERIES], ("_id", "text"))
+    }
+    doc_index = {d: i for i, d in enumerate(doc_ids)}
+    query_index: dict[str, int] = {}
+    judged: set[tuple[int, int]] = set()
+    qrels: list[tuple[int, int, int]] = []
+    table = open_table(qrels_path)
+    table.require(BEIR_QRELS_COLUMNS, "BEIR's qrels header is 'query-id<TAB>corpus-id<TAB>score'")
+    for row in table:
+        qid, did = _beir_id(row, "query-id"), _beir_id(row, "corpus-id")
+        if qid not in queries:
+            raise row.error(f"query-id '{qid}' is not in {parts[BEIR_QUERIES].name}")
+        if did not in doc_index:
+            raise row.error(f"corpus-id '{did}' is not in {parts[BEIR_CORPUS].name}")
+        score = row.number("score")
+        if not score.is_integer() or score < 0:
+            raise row.error(f"score {row.values.get('score')!r:.40} is not a non-negative integer")
+        q = query_index.setdefault(qid, len(query_index))
+        if (q, doc_index[did]) in judged:
+            raise row.error(f"query '{qid}' and document '{did}' are judged twice")
+        judged.add((q, doc_index[did]))
+        qrels.append((q, doc_index[did], int(score)))
+    if not qrels:
+        raise DataFormatError(qrels_path, None, "no judgements in the qrels")
+    return BeirCollection(
+        folder=root,
+        split=split,
+        doc_ids=tuple(doc_ids),
+        doc_texts=tuple(doc_texts),
+        query_ids=tuple(query_index),
+        query_texts=tuple(queries[q] for q in query_index),
+        qrels=tuple(qrels),
+    )

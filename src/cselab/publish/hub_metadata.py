@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import EvalConfig
+from ..config import EvalConfig, dev_metric_for
 from ..evaluation.custom import KIND, dev_score_name
 from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
 from ..model.config import ModelConfig
@@ -43,7 +43,7 @@ class DevScore(NamedTuple):
 def dev_score(ec: EvalConfig) -> DevScore:
     """The run's model-selection score, named from its ``eval`` section as model selection
     names it."""
-    dev, metric = ec.dev, ec.dev_metric
+    dev, metric = ec.dev, dev_metric_for(ec.dev, ec.dev_metric)  # None: the dev set's default
     name = dev_score_name(dev, metric)
     if dev.lower() == "stsb":
         return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")

@@ -49,7 +49,11 @@ from ..io.files import (  # the corpus digest is training's
     write_json_atomic,
 )
 from ..io.readers import Lines, reraise_as
-from ..model.similarity import check_prefix, normalize_rows
+from ..model.similarity import (  # exact_topk: the one exact search
+    check_prefix,
+    exact_topk,
+    normalize_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +67,6 @@ PROGRESS_FILE = "progress.json"
 BUILD_BACKENDS = ("exact", "hnsw", "ivf")
 SEARCH_BACKENDS = ("exact", "flat", "hnsw", "ivf")
 DEFAULT_CHUNK = 8192
-# Rows of the vector matrix scored per block in exact search: 64 queries x 65,536 rows of
-# float32 scores is 16 MiB, small next to the 96 MiB block of width-384 vectors it reads.
-EXACT_BLOCK_ROWS = 1 << 16
 
 
 # ---------------------------------------------------------------------------------- metadata
@@ -201,37 +202,6 @@ class Hit:
     text: str
 
 
-def exact_topk(
-    queries: np.ndarray, vectors: np.ndarray, k: int, block_rows: int = EXACT_BLOCK_ROWS
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` rows of ``vectors`` by dot product with each query; ``(scores, rows)``.
-
-    Block by block over ``vectors`` (a memory map need not fit in RAM): each block's scores are
-    one matrix product, its ``k`` best are kept with ``argpartition`` and merged with the best so
-    far. Results are sorted by score, ties by row (lower first).
-    """
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    n = int(vectors.shape[0])
-    k = min(k, n)
-    best_s = np.full((len(q), 0), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(q), 0), dtype=np.int64)
-    for start in range(0, n, block_rows):
-        block = np.asarray(vectors[start : start + block_rows], dtype=np.float32)
-        scores = q @ block.T
-        if scores.shape[1] > k:
-            part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        else:
-            part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-        best_s = np.concatenate([best_s, np.take_along_axis(scores, part, 1)], axis=1)
-        best_i = np.concatenate([best_i, part + start], axis=1)
-        if best_s.shape[1] > k:
-            keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
-            best_s = np.take_along_axis(best_s, keep, 1)
-            best_i = np.take_along_axis(best_i, keep, 1)
-    order = np.lexsort((best_i, -best_s), axis=1)
-    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
-
-
 # ------------------------------------------------------------------------------------- faiss
 def _faiss() -> Any:
     try:
@@ -301,6 +271,33 @@ def _set_search_params(index: Any, backend: str, params: dict[str, int]) -> None
         index.hnsw.efSearch = int(params["ef_search"])
     if backend == "ivf" and params.get("nprobe"):
         index.nprobe = int(params["nprobe"])
+
+
+TopK = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+
+
+def vector_search(backend: str = "exact", **given: int | None) -> TopK:
+    """``(queries, vectors, k) -> (scores, rows)`` over unit vectors held in memory, best first,
+    as :meth:`Index.search_vectors` searches an index: ``exact`` (:func:`exact_topk`) or a FAISS
+    index built on the vectors of each call (``flat``, ``hnsw``, ``ivf``; :func:`ann_params`
+    fills the settings not ``given``). Retrieval evaluation takes it (``cselab evaluate
+    --retrieval --backend``). A place FAISS leaves empty has row ``-1`` and score ``-inf``.
+    """
+    if backend not in SEARCH_BACKENDS:
+        raise SearchIndexError(
+            f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
+        )
+    if backend == "exact":
+        return exact_topk
+
+    def search(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        params = ann_params(backend, len(vectors), **given)
+        index = build_faiss(vectors, backend, params)
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        scores, rows = index.search(q, min(k, len(vectors)))
+        return np.where(rows < 0, -np.inf, scores).astype(np.float32), rows.astype(np.int64)
+
+    return search
 
 
 # ------------------------------------------------------------------------------------- index

@@ -1,0 +1,22 @@
+"""The names of the dev metrics model selection and ``cselab evaluate`` know: correlations of STS
+pairs and retrieval measures at a cut-off (``ndcg@10``). Here because the config (which checks
+``eval.dev_metric``) and the evaluation (which computes them) both need them; no torch."""
+
+from __future__ import annotations
+
+#: The correlations an STS-format ``eval.dev`` is scored by.
+STS_DEV_METRICS = ("spearman", "pearson")
+#: The retrieval measures (``name@K``) a BEIR ``eval.dev`` is scored by
+#: (:mod:`cselab.evaluation.retrieval` defines them).
+RETRIEVAL_MEASURES = ("ndcg", "mrr", "recall", "map")
+#: The cut-offs ``K`` model selection accepts (a closed set: each ``dev_<name>@<K>`` is a
+#: ``metrics.csv`` column that the callbacks and plots must know as an evaluation column).
+DEV_CUTOFFS = (1, 3, 5, 10, 20, 50, 100, 1000)
+
+
+def retrieval_metric(name: str) -> tuple[str, int] | None:
+    """``"ndcg@10"`` -> ``("ndcg", 10)`` (any K >= 1); ``None`` for a name of another form."""
+    measure, at, cutoff = str(name).lower().partition("@")
+    if not at or measure not in RETRIEVAL_MEASURES or not cutoff.isdigit() or int(cutoff) < 1:
+        return None
+    return measure, int(cutoff)
