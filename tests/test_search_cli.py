@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from conftest import write_corpus
 from cselab.cli import main
 from cselab.model.encoder import SentenceEncoder
+from cselab.model.pooling import POOLERS
 from cselab.search.index import META_FILE, Index, SearchIndexError, check_queries
 
 DIM = 8
@@ -82,8 +83,7 @@ def _meta(index: Path) -> dict:
         (lambda m: m.update(model=["a"]), "key 'model' must be a model name or path or null, not ['a']"),
         (
             lambda m: m.update(pooler="max"),
-            "key 'pooler' must be one of cls, cls_before_pooler, avg, avg_top2, avg_first_last, "
-            "not 'max'",
+            f"key 'pooler' must be one of {', '.join(POOLERS)}, not 'max'",
         ),
         (
             lambda m: m.update(ann={"hnsw": {"m": "32"}}),
