@@ -397,3 +397,11 @@ def test_training_selects_on_a_beir_folder(
 
     again = retrieval.RetrievalScorer(folder, "dev", ["mrr@10"])(load(str(out / "best")))
     assert again["mrr@10"] == pytest.approx(results["best_dev_mrr@10"], abs=1e-6)
+    # the card names the score as a retrieval measure, in its text and its model-index
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "best" / "README.md")
+    assert f"retrieval dev set `{folder.name}` MRR@10" in card.text
+    (result,) = [r for r in card.data.eval_results if r.dataset_split == "validation"]
+    assert (result.task_type, result.metric_type) == ("retrieval", "mrr_at_10")
+    assert result.metric_value == round(results["best_dev_mrr@10"], 2)

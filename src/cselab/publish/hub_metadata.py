@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..config import EvalConfig, dev_metric_for
+from ..core.metrics import retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
 from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
 from ..model.config import ModelConfig
@@ -38,6 +39,11 @@ class DevScore(NamedTuple):
     #: the dataset's type and name in the Hub's ``model-index``
     hub_type: str
     hub_name: str
+    #: the ``model-index`` task (STS pairs: sentence similarity; a BEIR folder: retrieval)
+    task_type: str = "sentence-similarity"
+    task_name: str = "Semantic Textual Similarity"
+    #: the ``model-index`` metric type (MTEB's spelling for retrieval: ``ndcg_at_10``)
+    metric_type: str = ""
 
 
 def dev_score(ec: EvalConfig) -> DevScore:
@@ -48,7 +54,19 @@ def dev_score(ec: EvalConfig) -> DevScore:
     if dev.lower() == "stsb":
         return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")
     file = Path(dev).name
+    measure = retrieval_metric(metric)
+    if measure is not None:  # a BEIR folder: a retrieval measure at a cut-off
+        what, k = measure
+        shown = f"{RETRIEVAL_NAMES[what]}@{k}"
+        return DevScore(
+            name, f"retrieval dev set `{file}`", shown, "retrieval", f"{file} (own retrieval set)",
+            "retrieval", "Retrieval", f"{what}_at_{k}",
+        )  # fmt: skip
     return DevScore(name, f"dev set `{file}`", metric.capitalize(), KIND, f"{file} (own pairs)")
+
+
+#: How a card writes each retrieval measure (the names of docs/evaluation.md).
+RETRIEVAL_NAMES = {"ndcg": "nDCG", "mrr": "MRR", "recall": "Recall", "map": "MAP"}
 
 
 def base_model_license(name_or_path: str) -> str | None:
@@ -114,12 +132,12 @@ def eval_results(
     if score is not None and math.isfinite(score):
         results.append(
             EvalResult(
-                task_type="sentence-similarity",
-                task_name="Semantic Textual Similarity",
+                task_type=dev.task_type,
+                task_name=dev.task_name,
                 dataset_type=dev.hub_type,
                 dataset_name=dev.hub_name,
                 dataset_split="validation",
-                metric_type=f"{dev.metric.lower()}_cosine",
+                metric_type=dev.metric_type or f"{dev.metric.lower()}_cosine",
                 metric_name=f"{dev.metric} (cosine) x 100",
                 metric_value=round(float(score), 2),
             )
