@@ -27,8 +27,12 @@ def _read_back(path: Path, header: list[str]) -> list[list[str]]:
     return [[row.text(name) for name in header] for row in table]
 
 
-@pytest.mark.parametrize(("suffix", "cell"), [(".tsv", TSV_CELL), (".csv", CSV_CELL), (".jsonl", CELL)])
-def test_rows_read_back_unchanged(tmp_path_factory: pytest.TempPathFactory, suffix: str, cell) -> None:
+@pytest.mark.parametrize(
+    ("suffix", "cell"), [(".tsv", TSV_CELL), (".csv", CSV_CELL), (".jsonl", CELL)]
+)
+def test_rows_read_back_unchanged(
+    tmp_path_factory: pytest.TempPathFactory, suffix: str, cell
+) -> None:
     folder = tmp_path_factory.mktemp("tables")
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
