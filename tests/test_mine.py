@@ -209,3 +209,27 @@ def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra,
 def test_unknown_output_format_is_refused_before_any_work(tiny_bert: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"o\.txt: the output must end in"):
         mine_hard_negatives(str(tiny_bert), [("a b", "c d")], tmp_path / "o.txt")
+
+
+def test_a_corpus_file_adds_candidates_once_and_never_the_anchor_itself(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    pairs = [("red cat runs", "a red cat is running"), ("blue dog sleeps", "the dog sleeps")]
+    corpus = tmp_path / "corpus.txt"
+    # the anchors themselves, a positive and a text twice: each is one candidate
+    corpus.write_text("red cat runs\nblue dog sleeps\nthe dog sleeps\ngreen bird\ngreen bird\n")
+    report = mine_hard_negatives(str(tiny_bert), pairs, None, corpus=corpus, num_negatives=5)
+    assert report.corpus == 5  # 3 distinct corpus lines + "a red cat is running" + "green bird"
+    negatives = {a: [n for a2, _, n in report.rows if a2 == a] for a, _ in pairs}
+    assert sorted(negatives["red cat runs"]) == ["blue dog sleeps", "green bird", "the dog sleeps"]
+    assert sorted(negatives["blue dog sleeps"]) == [
+        "a red cat is running",
+        "green bird",
+        "red cat runs",
+    ]
+    assert report.short == 2  # 5 asked, 3 there
+
+
+def test_output_in_a_missing_folder_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="its folder does not exist"):
+        mine_hard_negatives("no-model", [("a b", "c d")], tmp_path / "nope" / "o.tsv")

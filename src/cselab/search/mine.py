@@ -267,6 +267,8 @@ def mine_hard_negatives(
         raise ConfigError(
             f"{output}: the output must end in {', '.join(TABLE_WRITE_SUFFIXES)} (the format)"
         )
+    if output is not None and not Path(output).expanduser().resolve().parent.is_dir():
+        raise ConfigError(f"{output}: its folder does not exist")
     cols = PairColumns(
         anchor=(columns or PairColumns()).anchor,
         positive=(columns or PairColumns()).positive,
