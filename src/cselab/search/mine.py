@@ -67,6 +67,10 @@ OUTPUT_FORMATS = ("triplet", "n-tuple")
 #: A candidate at least this close to the anchor has its text compared with the anchor's (the
 #: same text has cosine 1 up to float rounding; comparing only these keeps the check cheap).
 SAME_TEXT_SCORE = 0.99
+#: Anchors per search call: exact search scores them against 65,536 rows at a time, so 256
+#: anchors hold 64 MiB of scores (and twice that of argpartition's indices), not the GiBs a
+#: whole chunk of anchors would.
+SEARCH_BATCH = 256
 
 
 @dataclass
@@ -368,7 +372,12 @@ def _mine(
 
     def flush() -> Iterator[tuple[str, ...]]:
         vectors = encoder.encode([a for a, _ in pending], batch_size=batch_size, normalize=True)
-        scores, found = index.search_vectors(vectors, k, backend=backend)
+        found_parts = [
+            index.search_vectors(vectors[i : i + SEARCH_BATCH], k, backend=backend)
+            for i in range(0, len(vectors), SEARCH_BATCH)
+        ]
+        scores = np.concatenate([s for s, _ in found_parts])
+        found = np.concatenate([r for _, r in found_parts])
         for i, (anchor, own) in enumerate(pending):
             own_scores = np.asarray(index.vectors[sorted(own)], dtype=np.float32) @ vectors[i]
             chosen = select_negatives(
