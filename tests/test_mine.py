@@ -64,6 +64,7 @@ SETTINGS = {
     "absolute_margin": {"absolute_margin": 0.1, "num_negatives": 2},
     "relative_margin": {"relative_margin": 0.2, "num_negatives": 2},
     "n-tuple": {"relative_margin": 0.05, "output_format": "n-tuple", "num_negatives": 2},
+    "faiss": {"range_min": 1, "max_score": 0.6, "use_faiss": True},  # cselab: backend flat
 }
 
 
@@ -81,7 +82,12 @@ def test_same_negatives_as_sentence_transformers(models, name: str) -> None:
             pytest.skip("this sentence-transformers has no relative_margin")
         if "absolute_margin" in st_kwargs:
             st_kwargs["margin"] = st_kwargs.pop("absolute_margin")
-    ours = mine_hard_negatives(encoder, pairs, None, **kwargs)
+    backend = "exact"
+    if st_kwargs.pop("use_faiss", False):
+        pytest.importorskip("faiss")
+        backend, st_kwargs["use_faiss"] = "flat", True
+        kwargs = {k: v for k, v in kwargs.items() if k != "use_faiss"}
+    ours = mine_hard_negatives(encoder, pairs, None, backend=backend, **kwargs)
     data = Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})
     if "cache_folder" in inspect.signature(st_mine).parameters:  # the same texts, encoded once
         st_kwargs["cache_folder"] = str(cache)
