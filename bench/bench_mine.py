@@ -140,7 +140,10 @@ def memory_check(args: argparse.Namespace, work: Path) -> str:
     return f"""
 ## Streaming: {args.memory:,} pairs
 
-`--memory {args.memory}`: {result["anchors"]:,} distinct anchors, {result["corpus"]:,} distinct
+Command: `{harness.command("bench_mine.py", prefix="PYTHONPATH=src python")}`
+(1-minute load average {os.getloadavg()[0]:.1f} at the end).
+
+The file: {result["anchors"]:,} distinct anchors, {result["corpus"]:,} distinct
 positives (a pairs file of {result["pairs_mib"]:.0f} MiB), mined with a stand-in encoder (a fixed
 random 32-d vector per text, so the model's memory is not in the figure; {args.num_negatives}
 negatives, no margin) into
