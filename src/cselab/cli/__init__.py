@@ -19,6 +19,7 @@ from ..model.pooling import POOLERS
 from .config import register as register_config
 from .evaluate import register as register_evaluation
 from .insight import register as register_insight
+from .mine import register as register_mine
 from .search import register as register_index
 
 log = logging.getLogger("cselab")
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_evaluation(sub)
     register_insight(sub)
     register_index(sub)  # `index build` and `search`
+    register_mine(sub)
     return parser
 
 

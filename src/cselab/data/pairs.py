@@ -53,6 +53,9 @@ ROWS_VERSION = 1
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
 NEGATIVE_PREFIX = "negative."
+#: The hard-negative column read when ``data.columns.negative`` is null (and written by
+#: ``cselab mine``'s triplets, so that training reads them as they are).
+DEFAULT_NEGATIVE_COLUMN = "negative"
 
 
 @dataclass
@@ -122,7 +125,7 @@ def iter_pairs(path: str | Path, columns: PairColumns | None = None) -> Iterator
 def _negative_columns(columns: PairColumns, header: Sequence[str]) -> list[str]:
     if columns.negative is not None:
         return list(columns.negative)
-    return ["negative"] if "negative" in header else []
+    return [DEFAULT_NEGATIVE_COLUMN] if DEFAULT_NEGATIVE_COLUMN in header else []
 
 
 def sick_triplets(path: str | Path) -> PairRecords:

@@ -11,12 +11,13 @@ and the cause, and leaves the previous file as it was.
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,92 @@ def reserve(fd: int, size: int, path: str | os.PathLike[str], what: str = "file"
             os.ftruncate(fd, size)
             return
         raise write_error(path, err, what) from err
+
+
+# ---------------------------------------------------------------------------------- tables
+#: Table formats :func:`write_table` writes, by file ending (those :func:`~cselab.io.readers.open_table`
+#: reads back as text tables).
+TABLE_WRITE_SUFFIXES = (".tsv", ".tab", ".csv", ".jsonl")
+
+
+def write_table(
+    path: str | os.PathLike[str],
+    header: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    what: str = "table",
+) -> int:
+    """Write text rows under ``header`` to ``path`` atomically, in the format its ending names,
+    by the rule :func:`cselab.io.readers.open_table` reads it with; returns the rows written.
+
+    * ``.tsv`` / ``.tab``: fields joined by tabs, no quoting (the readers' TSV rule), so a field
+      holding a tab, a line break or a carriage return cannot be written and is refused;
+    * ``.csv``: RFC 4180 (Python's :mod:`csv`, lines ended by ``"\\n"``, a field quoted when it
+      holds a comma, quote or line break, a row with a ``"\\r"`` quoted whole); a ``"\\r\\n"`` inside a field is refused, as the
+      plain-line rule drops a ``"\\r"`` before a line end;
+    * ``.jsonl``: one JSON object per line, keys in header order, UTF-8 text unescaped.
+
+    ``rows`` may be a generator: rows are written as they come, into a temporary file renamed
+    at the end (:func:`atomic_path`), so an error part-way (a refused field, an exception in
+    the generator, a full disk) leaves no output and the previous file as it was.
+
+    Raises:
+        WriteError: an unknown ending, a bad header, a row of the wrong width, a field the
+            format cannot hold (naming the row and column), or a failed write.
+    """
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix not in TABLE_WRITE_SUFFIXES:
+        raise WriteError(
+            f"cannot write the {what} {target}: unknown table format {suffix or '(no ending)'!r}; "
+            f"use one of {', '.join(TABLE_WRITE_SUFFIXES)}"
+        )
+    names = list(header)
+    if not names or len(set(names)) != len(names) or any(n != n.strip() or not n for n in names):
+        raise WriteError(
+            f"cannot write the {what} {target}: column names must be unique, non-empty and "
+            f"without surrounding spaces, not {names!r}"
+        )
+    kind = "jsonl" if suffix == ".jsonl" else "csv" if suffix == ".csv" else "tsv"
+    count = 0
+    with atomic_path(target, what) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n") if kind == "csv" else None
+        # csv quotes a field with a "\n" (the line terminator) but not one with a lone "\r",
+        # which the reader would then refuse: such rows are written with every field quoted.
+        quoted = csv.writer(fh, lineterminator="\n", quoting=csv.QUOTE_ALL)
+        if kind != "jsonl":
+            _check_fields(target, what, 0, names, names, kind)
+            fh.write("\t".join(names) + "\n") if writer is None else writer.writerow(names)
+        for row in rows:
+            count += 1
+            fields = list(row)
+            if len(fields) != len(names):
+                raise WriteError(
+                    f"cannot write the {what} {target}: row {count} has {len(fields)} fields, "
+                    f"the header {len(names)}"
+                )
+            _check_fields(target, what, count, names, fields, kind)
+            if kind == "jsonl":
+                fh.write(json.dumps(dict(zip(names, fields, strict=True)), ensure_ascii=False))
+                fh.write("\n")
+            elif writer is None:
+                fh.write("\t".join(fields) + "\n")
+            else:
+                (quoted if any("\r" in f for f in fields) else writer).writerow(fields)
+    return count
+
+
+def _check_fields(
+    target: Path, what: str, row: int, names: Sequence[str], fields: Sequence[str], kind: str
+) -> None:
+    """Refuse a field the format cannot carry back to the readers unchanged."""
+    for name, value in zip(names, fields, strict=True):
+        if not isinstance(value, str):
+            bad = f"holds {type(value).__name__}, not text"
+        elif kind == "tsv" and ("\t" in value or "\n" in value or "\r" in value):
+            bad = "holds a tab or a line break, which TSV (no quoting) cannot carry; write .csv or .jsonl"
+        elif kind == "csv" and "\r\n" in value:
+            bad = "holds a CRLF line break, which does not read back from CSV; write .jsonl"
+        else:
+            continue
+        where = "the header" if row == 0 else f"row {row}"
+        raise WriteError(f"cannot write the {what} {target}: {where}, column '{name}' {bad}")

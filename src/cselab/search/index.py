@@ -45,7 +45,6 @@ from ..io.files import (  # the corpus digest is training's
     atomic_path,
     file_digest,
     reserve,
-    write_bytes_atomic,
     write_json_atomic,
 )
 from ..io.readers import Lines, reraise_as
@@ -456,6 +455,32 @@ class Index:
         write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 1}, what="index progress")
         return cls(out)
 
+    @classmethod
+    def from_texts(
+        cls,
+        path: str | Path,
+        texts: Sequence[str],
+        encoder: Any,
+        *,
+        chunk_size: int = DEFAULT_CHUNK,
+        batch_size: int = 128,
+        show_progress: bool = False,
+    ) -> Index:
+        """An index over texts the caller holds (any text, line breaks included: e.g. the
+        positives of a pairs file), encoded with a loaded ``encoder`` chunk by chunk into the
+        memory-mapped vector file; row ``i`` is ``texts[i]``. The index records the encoder's
+        ``source`` as its model (``None`` for an encoder built in Python)."""
+        if not texts:
+            raise SearchIndexError("no texts to index")
+        want = {"format": INDEX_FORMAT, "model": getattr(encoder, "source", None),
+                "pooler": encoder.pooler.kind, "corpus": None, "corpus_sha256": None,
+                "dim": int(encoder.dim), "chunk_size": int(chunk_size)}  # fmt: skip
+        out = Path(path)
+        meta = _write_layout(out, texts, range(1, len(texts) + 1), want)
+        total = -(-len(texts) // chunk_size)
+        _encode_chunks(out, meta, encoder, 0, total, batch_size, show_progress)
+        return cls(out, encoder=encoder)
+
     def build_ann(self, backend: str, params: dict[str, int]) -> None:
         """Build and save a FAISS ``hnsw`` or ``ivf`` index over the vectors (kept if present
         with the same parameters)."""
@@ -662,12 +687,15 @@ def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want:
         (out / name).unlink(missing_ok=True)  # a half-written old build must not be resumed
     for old in out.glob("faiss-*.index"):
         old.unlink()
-    encoded = [t.encode("utf-8") for t in texts]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
     # the vectors first: the largest file, so a full disk stops the build before anything else
     _allocate_vectors(out / VECTORS_FILE, len(texts), int(want["dim"]))
-    write_bytes_atomic(out / TEXTS_FILE, b"".join(encoded), "index texts")
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    # text by text, so the corpus is never held a second time as bytes (a 1M-text corpus)
+    with atomic_path(out / TEXTS_FILE, "index texts") as tmp, tmp.open("wb") as fh:
+        end = 0
+        for i, text in enumerate(texts, start=1):
+            end += fh.write(text.encode("utf-8"))
+            offsets[i] = end
     with atomic_path(out / OFFSETS_FILE, "index offsets") as tmp:
         np.save(tmp, offsets)
     with atomic_path(out / LINES_FILE, "index line numbers") as tmp:

@@ -1,0 +1,89 @@
+"""``cselab mine``: hard negatives for a pairs file, written as triplets ``cselab train`` reads."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..data.config import PairColumns
+from ..model.pooling import POOLERS
+from ..search.index import SEARCH_BACKENDS
+from ..search.mine import OUTPUT_FORMATS, SAMPLING, MineSettings, mine_hard_negatives
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``mine`` to the main CLI."""
+    p = subparsers.add_parser(
+        "mine",
+        help="mine hard negatives for (anchor, positive) pairs",
+        description="Encode the distinct positives of PAIRS (and --corpus), search them with "
+        "each anchor and write (anchor, positive, negative) rows that `cselab train` reads as "
+        "they are. The filters are those of sentence-transformers' mine_hard_negatives.",
+    )
+    p.add_argument("pairs", help="pairs file (.tsv/.csv/.jsonl/.parquet or a saved dataset)")
+    p.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
+    p.add_argument("-o", "--output", required=True, help="output table: .tsv, .csv or .jsonl")
+    p.add_argument("--corpus", default=None, help="text file of more candidates, one per line")
+    p.add_argument("--anchor-column", default=PairColumns.anchor,
+                   help=f"column of the anchors ({PairColumns.anchor})")  # fmt: skip
+    p.add_argument("--positive-column", default=PairColumns.positive,
+                   help=f"column of the positives ({PairColumns.positive})")  # fmt: skip
+    d = MineSettings()
+    p.add_argument("--num-negatives", type=int, default=d.num_negatives,
+                   help=f"negatives per anchor ({d.num_negatives})")  # fmt: skip
+    p.add_argument("--range-min", type=int, default=d.range_min,
+                   help="skip this many best candidates (0)")  # fmt: skip
+    p.add_argument("--range-max", type=int, default=None,
+                   help="negatives rank below this (default: range-min + num-negatives + the "
+                   "most positives of an anchor; x10 negatives with a score filter)")  # fmt: skip
+    p.add_argument("--max-score", type=float, default=None,
+                   help="highest cosine a negative may have with its anchor")  # fmt: skip
+    p.add_argument("--margin", type=float, default=None, dest="absolute_margin",
+                   help="a negative's cosine is at most the positive's minus this")  # fmt: skip
+    p.add_argument("--relative-margin", type=float, default=None,
+                   help="a negative's cosine is at most pos - |pos| x this (NV-Retriever's "
+                   "TopK-PercPos 95%%: 0.05)")  # fmt: skip
+    p.add_argument("--sampling", choices=SAMPLING, default=d.sampling,
+                   help="top: the best of the window; random: a sample of it (top)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of random sampling (0)")
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default=d.output_format,
+                   help="triplet: a row per negative; n-tuple: a row per positive with "
+                   "negative_1..negative_K (train with --data.columns.negative=[...])")  # fmt: skip
+    p.add_argument("--backend", choices=SEARCH_BACKENDS, default="exact",
+                   help="exact (default) | flat (FAISS) | hnsw | ivf (approximate)")  # fmt: skip
+    p.add_argument("--index", default=None, help="keep the corpus index in this folder")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--chunk-size", type=int, default=4096, help="anchors searched at a time")
+    p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.set_defaults(func=cmd_mine)
+
+
+def cmd_mine(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    report = mine_hard_negatives(
+        args.model, args.pairs, args.output, corpus=args.corpus,
+        range_min=args.range_min, range_max=args.range_max, max_score=args.max_score,
+        absolute_margin=args.absolute_margin, relative_margin=args.relative_margin,
+        num_negatives=args.num_negatives, sampling=args.sampling, seed=args.seed,
+        output_format=args.output_format,
+        columns=PairColumns(anchor=args.anchor_column, positive=args.positive_column),
+        backend=args.backend, batch_size=args.batch_size, chunk_size=args.chunk_size,
+        index_dir=args.index, pooler=args.pooler, device=args.device, show_progress=True,
+    )  # fmt: skip
+    print(
+        f"mined {report.written} rows for {report.anchors} anchors ({report.pairs} pairs, "
+        f"corpus {report.corpus} texts, ranks {args.range_min}..{report.range_max}) to "
+        f"{args.output}"
+    )
+    if report.short:
+        print(
+            f"note: {report.short} anchors got fewer than {args.num_negatives} negatives"
+            + (" and were left out" if args.output_format == "n-tuple" else "")
+            + "; a larger --range-max or looser filters find more"
+        )
+    if args.output_format == "n-tuple":
+        names = ",".join(report.header[2:])
+        print(f"train on it with --data.columns.negative=[{names}]")
+    return 0

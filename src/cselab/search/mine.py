@@ -1,0 +1,471 @@
+"""Hard-negative mining: (anchor, positive) pairs in, (anchor, positive, negative) rows out.
+
+For each anchor the corpus (the distinct positives of the pairs, plus the lines of a
+``corpus`` file when one is given) is searched with the anchor's vector, and negatives are
+picked among the nearest texts that pass filters against false negatives:
+
+* never the anchor's own positive(s) (every positive of an anchor that occurs on several rows)
+  nor a text equal to the anchor (the corpus holds each text once, so no duplicate either);
+* a rank window ``range_min <= rank < range_max``, counted among the candidates that pass the
+  filters (``range_max`` defaults to ``range_min + num_negatives + P``, or ``range_min +
+  10 * num_negatives + P`` with a score filter, ``P`` the most positives of an anchor);
+* ``max_score``: a negative's cosine with the anchor is at most this;
+* ``absolute_margin``: at most the positive's cosine minus the margin; ``relative_margin``: at
+  most ``pos - |pos| * r`` (NV-Retriever's positive-aware "TopK-PercPos", Moreira et al. 2024,
+  "NV-Retriever: Improving text embedding models with effective hard-negative mining", Sec. 3:
+  95% of the positive's score is ``relative_margin=0.05``); with several positives the lowest
+  positive score is the reference;
+* ``num_negatives`` per anchor, the ``top`` ones of the window or a ``random`` sample of it
+  (``seed``), kept in score order.
+
+These are the semantics of ``sentence_transformers.util.mine_hard_negatives`` (v5+, where
+``margin`` became ``absolute_margin``), and with the same model, corpus and filters the same
+negatives come out for ``top`` sampling (tested), with one difference: a candidate whose text
+equals the anchor is excluded here (sentence-transformers keeps it, so a corpus that holds the
+anchors gives each anchor itself as its hardest "negative"); to keep the pool as large as
+sentence-transformers' when that happens, the pool is the ``range_max + P`` best rows other
+than the anchor's own text. ``random`` sampling draws from the same window with a numpy
+generator seeded by ``seed`` (sentence-transformers draws with Python's global ``random``).
+The output is in sentence-transformers' order too: anchors by first appearance, each
+anchor's distinct positives in order, each positive's negatives best first. ``triplet`` gives
+one row per negative (an anchor with fewer negatives gives fewer rows); ``n-tuple`` gives one
+row with ``negative_1 .. negative_K`` per positive, and leaves out anchors with fewer than K.
+
+Memory: the file is read twice as a stream. The first pass keeps one copy of each distinct
+corpus text (a dict from text to row) and, per distinct anchor, a 64-bit digest and its
+positives' rows; the texts are then written to a :class:`~cselab.search.index.Index` folder
+(texts back to back, vectors encoded chunk by chunk into a memory-mapped float32 matrix) and
+dropped. The second pass encodes ``chunk_size`` new anchors at a time, searches the index
+(exact top-k over the memory map, or FAISS), filters and writes rows as they come to a
+temporary file renamed at the end (:func:`cselab.io.files.write_table`): a failure leaves no
+partial output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..core.errors import ConfigError, CorpusError
+from ..data.config import DataFormat, PairColumns
+from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, stream_pairs
+from ..io.files import TABLE_WRITE_SUFFIXES, write_table
+from ..io.readers import Lines, open_table, reraise_as
+from .index import SEARCH_BACKENDS, Index, ann_params
+
+SAMPLING = ("top", "random")
+#: What a missing-column error suggests.
+COLUMNS_HINT = "name the columns with --anchor-column/--positive-column (columns= in Python)"
+OUTPUT_FORMATS = ("triplet", "n-tuple")
+#: A candidate at least this close to the anchor has its text compared with the anchor's (the
+#: same text has cosine 1 up to float rounding; comparing only these keeps the check cheap).
+SAME_TEXT_SCORE = 0.99
+#: Anchors per search call: exact search scores them against 65,536 rows at a time, so 256
+#: anchors hold 64 MiB of scores (and twice that of argpartition's indices), not the GiBs a
+#: whole chunk of anchors would.
+SEARCH_BATCH = 256
+
+
+@dataclass
+class MineSettings:
+    """The filters of hard-negative mining (see the module docstring for their meaning).
+
+    Attributes:
+        range_min: candidates skipped at the top (rank counted among those passing the filters).
+        range_max: the rank a negative must be below; ``None``: derived as sentence-transformers
+            does (``range_min + num_negatives + P``, times 10 for the negatives with a score
+            filter).
+        max_score: the highest cosine a negative may have with its anchor.
+        absolute_margin: a negative's cosine is at most the positive's minus this.
+        relative_margin: a negative's cosine is at most ``pos - |pos| * relative_margin``.
+        num_negatives: negatives per anchor.
+        sampling: ``top`` (the best of the window) or ``random`` (a sample of it).
+        seed: the seed of ``random`` sampling.
+        output_format: ``triplet`` (a row per negative) or ``n-tuple`` (a row per positive with
+            ``num_negatives`` negative columns).
+    """
+
+    range_min: int = 0
+    range_max: int | None = None
+    max_score: float | None = None
+    absolute_margin: float | None = None
+    relative_margin: float | None = None
+    num_negatives: int = 3
+    sampling: Literal["top", "random"] = "top"
+    seed: int = 0
+    output_format: Literal["triplet", "n-tuple"] = "triplet"
+
+    def validate(self) -> None:
+        """Refuse a setting that makes no sense, naming it (one line)."""
+        if self.num_negatives < 1:
+            raise ConfigError(f"num_negatives must be at least 1, not {self.num_negatives}")
+        if self.range_min < 0:
+            raise ConfigError(f"range_min must be 0 or more, not {self.range_min}")
+        if self.range_max is not None and self.range_max - self.range_min < self.num_negatives:
+            raise ConfigError(
+                f"range_max {self.range_max} leaves {max(0, self.range_max - self.range_min)} "
+                f"candidates after range_min {self.range_min}, fewer than num_negatives "
+                f"{self.num_negatives}"
+            )
+        for name in ("max_score", "absolute_margin", "relative_margin"):
+            value = getattr(self, name)
+            if value is not None and not np.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, not {value}")
+        if self.relative_margin is not None and not 0 <= self.relative_margin < 1:
+            raise ConfigError(f"relative_margin must be in [0, 1), not {self.relative_margin}")
+        if self.sampling not in SAMPLING:
+            raise ConfigError(
+                f"sampling must be one of {', '.join(SAMPLING)}, not {self.sampling!r}"
+            )
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigError(
+                f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, "
+                f"not {self.output_format!r}"
+            )
+
+    def window_end(self, max_positives: int) -> int:
+        """``range_max``, or the default sentence-transformers derives from the settings."""
+        if self.range_max is not None:
+            return self.range_max
+        scored = (self.max_score, self.absolute_margin, self.relative_margin)
+        per = 10 if any(v is not None for v in scored) else 1
+        return self.range_min + per * self.num_negatives + max_positives
+
+    def header(self) -> list[str]:
+        """The output columns, named as ``cselab train`` reads them (``data.columns`` defaults;
+        an ``n-tuple`` file needs ``--data.columns.negative=[negative_1,...]``)."""
+        base = [PairColumns.anchor, PairColumns.positive]
+        if self.output_format == "triplet":
+            return [*base, DEFAULT_NEGATIVE_COLUMN]
+        return [
+            *base,
+            *(f"{DEFAULT_NEGATIVE_COLUMN}_{i}" for i in range(1, self.num_negatives + 1)),
+        ]
+
+
+@dataclass
+class MineReport:
+    """What a mining run did: rows read, distinct anchors, corpus size, rows written, anchors
+    that got fewer than ``num_negatives`` negatives; ``rows`` holds the output when no file
+    was asked for."""
+
+    pairs: int = 0
+    anchors: int = 0
+    corpus: int = 0
+    written: int = 0
+    short: int = 0
+    range_max: int = 0
+    header: list[str] = field(default_factory=list)
+    rows: list[tuple[str, ...]] | None = None
+
+
+PairsSource = str | os.PathLike[str] | Sequence[Sequence[str]]
+
+
+def _digest(text: str) -> int:
+    """A distinct anchor's key: 64 bits of BLAKE2b (a collision among a million anchors has odds
+    of about 3e-8), so the anchors are not held in memory between the two passes."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def _pair_rows(
+    pairs: PairsSource, columns: PairColumns, data_format: DataFormat
+) -> Iterator[tuple[str, str]]:
+    """``(anchor, positive)`` of each row: a file through the training pair reader (the same
+    formats and columns as ``cselab train``), or rows given in Python."""
+    if isinstance(pairs, str | os.PathLike):
+        if data_format != "sick" and Path(pairs).expanduser().exists():
+            # the columns first, with this command's way of naming them (training's says data.columns)
+            with reraise_as(CorpusError):
+                table = open_table(Path(pairs).expanduser(), prefer_split="train")
+                table.require((columns.anchor, columns.positive), COLUMNS_HINT)
+        for anchor, positive, *_ in stream_pairs(pairs, data_format, columns):
+            yield anchor, positive
+        return
+    for i, row in enumerate(pairs):
+        if len(row) < 2 or not all(isinstance(t, str) and t.strip() for t in row[:2]):
+            raise CorpusError(f"pair {i}: expected (anchor, positive) texts, not {row!r:.80}")
+        yield row[0], row[1]
+
+
+def _bar(show: bool, **kwargs: Any) -> Any:
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(**kwargs)
+
+
+def mine_hard_negatives(
+    model: Any,
+    pairs: PairsSource,
+    output: str | os.PathLike[str] | None = None,
+    *,
+    corpus: str | os.PathLike[str] | None = None,
+    range_min: int = 0,
+    range_max: int | None = None,
+    max_score: float | None = None,
+    absolute_margin: float | None = None,
+    relative_margin: float | None = None,
+    num_negatives: int = 3,
+    sampling: Literal["top", "random"] = "top",
+    seed: int = 0,
+    output_format: Literal["triplet", "n-tuple"] = "triplet",
+    columns: PairColumns | None = None,
+    data_format: DataFormat = "auto",
+    backend: str = "exact",
+    batch_size: int = 128,
+    chunk_size: int = 4096,
+    index_dir: str | os.PathLike[str] | None = None,
+    pooler: str | None = None,
+    device: str | None = None,
+    show_progress: bool = False,
+) -> MineReport:
+    """Mine hard negatives for the ``(anchor, positive)`` pairs of ``pairs`` and write them to
+    ``output`` (``.tsv``, ``.csv`` or ``.jsonl``, columns ``anchor, positive, negative``:
+    ``cselab train`` reads the file as it is), or return the rows when ``output`` is ``None``.
+
+    Args:
+        model: a model folder or name (loaded with :func:`cselab.model.encoder.load`) or a
+            loaded cselab encoder; anchors and corpus are encoded with it, L2-normalised.
+        pairs: a pairs file (tsv/csv/jsonl/parquet/saved datasets, read as ``cselab train``
+            reads it, ``columns`` naming the anchor and positive), or ``(anchor, positive)`` rows.
+        corpus: a text file, one candidate per line, searched besides the positives.
+        range_min, range_max, max_score, absolute_margin, relative_margin, num_negatives,
+            sampling, seed, output_format: the filters (:class:`MineSettings`).
+        backend: ``exact`` (top-k over the memory-mapped vectors), ``flat`` (FAISS, exact),
+            ``hnsw`` or ``ivf`` (FAISS, approximate).
+        chunk_size: anchors encoded and searched at a time (and corpus texts per encoded chunk).
+        index_dir: keep the corpus index in this folder (default: a temporary folder beside
+            ``output``, removed at the end).
+
+    Example::
+
+        >>> report = mine_hard_negatives(  # doctest: +SKIP
+        ...     "all-MiniLM-L6-v2", "pairs.jsonl", "triplets.jsonl",
+        ...     relative_margin=0.05, num_negatives=5)  # NV-Retriever's TopK-PercPos (95%)
+
+    Raises:
+        ConfigError: a setting out of range (one line naming it).
+        CorpusError: the pairs file is missing, lacks a column or has a bad row.
+        WriteError: the output cannot be written (the previous file is kept).
+    """
+    settings = MineSettings(
+        range_min=range_min, range_max=range_max, max_score=max_score,
+        absolute_margin=absolute_margin, relative_margin=relative_margin,
+        num_negatives=num_negatives, sampling=sampling, seed=seed, output_format=output_format,
+    )  # fmt: skip
+    settings.validate()
+    if backend not in SEARCH_BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(SEARCH_BACKENDS)}, not {backend!r}")
+    if batch_size < 1 or chunk_size < 1:
+        raise ConfigError("batch_size and chunk_size must be at least 1")
+    if output is not None and Path(output).suffix.lower() not in TABLE_WRITE_SUFFIXES:
+        raise ConfigError(
+            f"{output}: the output must end in {', '.join(TABLE_WRITE_SUFFIXES)} (the format)"
+        )
+    if output is not None and not Path(output).expanduser().resolve().parent.is_dir():
+        raise ConfigError(f"{output}: its folder does not exist")
+    cols = PairColumns(
+        anchor=(columns or PairColumns()).anchor,
+        positive=(columns or PairColumns()).positive,
+        negative=[],  # given negatives are not read: they are what is being mined
+    )
+
+    # pass 1: one copy of each corpus text, the positives' rows of each distinct anchor
+    rows: dict[str, int] = {}
+    if corpus is not None:
+        with reraise_as(CorpusError):
+            for _, text in Lines(Path(corpus), what="corpus file"):
+                rows.setdefault(text, len(rows))
+    positives: dict[int, int | list[int]] = {}
+    report = MineReport(header=settings.header())
+    bar = _bar(show_progress, desc="read pairs", unit="pair")
+    try:
+        for anchor, positive in _pair_rows(pairs, cols, data_format):
+            report.pairs += 1
+            row = rows.setdefault(positive, len(rows))
+            key = _digest(anchor)
+            have = positives.get(key)
+            if have is None:
+                positives[key] = row
+            elif isinstance(have, int):
+                if have != row:
+                    positives[key] = [have, row]
+            elif row not in have:
+                have.append(row)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not report.pairs:
+        raise CorpusError(
+            f"{pairs}: no pairs" if isinstance(pairs, str | os.PathLike) else "no pairs"
+        )
+    max_positives = max(1 if isinstance(v, int) else len(v) for v in positives.values())
+    report.anchors, report.corpus = len(positives), len(rows)
+    report.range_max = settings.window_end(max_positives)
+    if settings.num_negatives > report.range_max - settings.range_min:
+        raise ConfigError(
+            f"range_max {report.range_max} leaves fewer than num_negatives "
+            f"{settings.num_negatives} candidates after range_min {settings.range_min}"
+        )
+
+    settings = replace(settings, range_max=report.range_max)
+    encoder = model
+    if isinstance(model, str | os.PathLike):
+        from ..model.encoder import load
+
+        encoder = load(str(model), pooler=pooler, device=device)
+
+    where = Path(output).expanduser().resolve().parent if output is not None else None
+    with tempfile.TemporaryDirectory(prefix=".cselab-mine-", dir=where) as tmp:
+        folder = Path(index_dir) if index_dir is not None else Path(tmp) / "corpus.index"
+        texts = list(rows)  # the dict's own strings: no second copy of the texts
+        index = Index.from_texts(
+            folder, texts, encoder, chunk_size=max(chunk_size, 1024), batch_size=batch_size,
+            show_progress=show_progress,
+        )  # fmt: skip
+        del texts, rows
+        if backend in ("hnsw", "ivf"):
+            index.build_ann(backend, ann_params(backend, len(index)))
+        mined = _mine(index, encoder, pairs, cols, data_format, positives, settings,
+                      report, max_positives, backend, batch_size, chunk_size, show_progress)  # fmt: skip
+        if output is None:
+            report.rows = list(mined)
+            report.written = len(report.rows)
+        else:
+            report.written = write_table(output, report.header, mined, "mined triplets")
+        del index
+    return report
+
+
+def _mine(
+    index: Index,
+    encoder: Any,
+    pairs: PairsSource,
+    columns: PairColumns,
+    data_format: DataFormat,
+    positives: dict[int, int | list[int]],
+    settings: MineSettings,
+    report: MineReport,
+    max_positives: int,
+    backend: str,
+    batch_size: int,
+    chunk_size: int,
+    show_progress: bool,
+) -> Iterator[tuple[str, ...]]:
+    """Pass 2: the output rows, anchors in order of first appearance, ``chunk_size`` at a time."""
+    rng = np.random.default_rng(settings.seed)
+    pool = report.range_max + max_positives  # sentence-transformers' pool: room for positives
+    k = min(pool + 1, len(index))  # one more, in case the anchor's own text is in the pool
+    bar = _bar(show_progress, total=report.pairs, desc="mine", unit="pair")
+    pending: list[tuple[str, list[int]]] = []
+
+    def flush() -> Iterator[tuple[str, ...]]:
+        vectors = encoder.encode([a for a, _ in pending], batch_size=batch_size, normalize=True)
+        found_parts = [
+            index.search_vectors(vectors[i : i + SEARCH_BATCH], k, backend=backend)
+            for i in range(0, len(vectors), SEARCH_BATCH)
+        ]
+        scores = np.concatenate([s for s, _ in found_parts])
+        found = np.concatenate([r for _, r in found_parts])
+        for i, (anchor, own) in enumerate(pending):
+            own_scores = np.asarray(index.vectors[sorted(own)], dtype=np.float32) @ vectors[i]
+            chosen = select_negatives(
+                scores[i], found[i], own, float(own_scores.min()), pool, settings, rng,
+                same_text=lambda row, anchor=anchor: index.text(row) == anchor,
+            )  # fmt: skip
+            if len(chosen) < settings.num_negatives:
+                report.short += 1
+                if settings.output_format == "n-tuple":
+                    continue
+            negatives = [index.text(int(r)) for r in chosen]
+            for p in own:
+                positive = index.text(p)
+                if settings.output_format == "n-tuple":
+                    yield (anchor, positive, *negatives)
+                else:
+                    for negative in negatives:
+                        yield (anchor, positive, negative)
+        pending.clear()
+
+    try:
+        for anchor, _ in _pair_rows(pairs, columns, data_format):
+            if bar is not None:
+                bar.update(1)
+            own = positives.pop(_digest(anchor), None)
+            if own is None:
+                continue  # a repeated anchor: mined, with all its positives, at its first row
+            pending.append((anchor, [own] if isinstance(own, int) else own))
+            if len(pending) >= chunk_size:
+                yield from flush()
+        if pending:
+            yield from flush()
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def select_negatives(
+    scores: np.ndarray,
+    rows: np.ndarray,
+    own: Iterable[int],
+    positive_score: float,
+    pool: int,
+    settings: MineSettings,
+    rng: np.random.Generator | None = None,
+    same_text: Any = None,
+) -> np.ndarray:
+    """The negatives of one anchor from its search results (``scores``, ``rows``: best first,
+    row ``-1`` for a place an approximate search left empty).
+
+    ``own`` are the anchor's positives' rows, ``positive_score`` the lowest positive cosine
+    (the margins' reference), ``pool`` how many results are candidates (``range_max`` + the
+    most positives of an anchor), ``same_text(row)`` whether a row's text is the anchor's.
+    Returns the chosen rows, best first.
+    """
+    scores = np.asarray(scores, dtype=np.float32)
+    rows = np.asarray(rows)
+    keep = (rows >= 0) & ~np.isin(rows, np.fromiter(own, dtype=np.int64))
+    if same_text is not None:
+        for j in np.flatnonzero(keep & (scores >= SAME_TEXT_SCORE)):
+            if same_text(int(rows[j])):
+                keep[j] = False
+                if j < pool:
+                    pool += 1  # the anchor itself takes no place in the pool
+                break  # the corpus holds each text once
+    keep[pool:] = False
+    # the same float32 comparisons as sentence-transformers (the score + margin > positive test)
+    pos = np.float32(positive_score)
+    if settings.absolute_margin is not None:
+        keep &= ~(scores + np.float32(settings.absolute_margin) > pos)
+    if settings.relative_margin is not None:
+        keep &= ~(scores > pos - abs(pos) * np.float32(settings.relative_margin))
+    if settings.max_score is not None:
+        keep &= ~(scores > np.float32(settings.max_score))
+    end = settings.range_max if settings.range_max is not None else settings.window_end(1)
+    window = np.flatnonzero(keep)[settings.range_min : end]
+    n = settings.num_negatives
+    if settings.sampling == "random" and len(window) > n:
+        rng = rng if rng is not None else np.random.default_rng(settings.seed)
+        window = np.sort(window[rng.choice(len(window), size=n, replace=False)])
+    return rows[window[:n]]
+
+
+__all__ = [
+    "OUTPUT_FORMATS",
+    "SAMPLING",
+    "MineReport",
+    "MineSettings",
+    "mine_hard_negatives",
+    "select_negatives",
+]

@@ -1,0 +1,248 @@
+"""search.mine / `cselab mine`: the same negatives as sentence-transformers' miner, each filter
+on a hand-made example, and the output read by training as it is."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import WIKI
+from cselab.cli import main
+from cselab.core.errors import ConfigError
+from cselab.data.config import PairColumns
+from cselab.data.pairs import read_pairs
+from cselab.search.mine import MineSettings, mine_hard_negatives, select_negatives
+
+
+# ------------------------------------------------------------------ against sentence-transformers
+def _wiki_pairs(n: int) -> list[tuple[str, str]]:
+    """Anchors are the first half of a wiki line, positives the line; every 10th anchor is
+    repeated with a second positive (an anchor with two positives). No anchor is a corpus text,
+    where sentence-transformers and cselab differ on purpose (see search.mine)."""
+    if not WIKI.is_file():
+        pytest.skip("shared wiki sentences not found")
+    lines = [t.strip() for t in WIKI.read_text(encoding="utf-8").splitlines()]
+    lines = [t for t in lines if len(t.split()) >= 8][: n + n // 10]
+    pairs = [(" ".join(t.split()[: len(t.split()) // 2]), t) for t in lines[:n]]
+    extra = [(pairs[i][0], lines[n + j]) for j, i in enumerate(range(0, n, 10))]
+    return pairs + extra
+
+
+class _Cached:
+    """A cselab encoder whose vectors are computed once per text (the settings below search the
+    same texts: encoding them again would only cost time)."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder, self.vectors = encoder, {}
+        self.pooler, self.dim, self.source = encoder.pooler, encoder.dim, encoder.source
+
+    def encode(self, texts, batch_size: int = 128, normalize: bool = False) -> np.ndarray:
+        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if new:
+            vectors = self.encoder.encode(new, batch_size=batch_size, normalize=normalize)
+            self.vectors.update(zip(new, vectors, strict=True))
+        return np.stack([self.vectors[t] for t in texts])
+
+
+@pytest.fixture(scope="module")
+def models(minilm_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    st = pytest.importorskip("sentence_transformers")
+    from cselab.model.encoder import load
+
+    st_model = st.SentenceTransformer(str(minilm_path), device="cpu")
+    return _Cached(load(str(minilm_path))), st_model, tmp_path_factory.mktemp("st-cache")
+
+
+SETTINGS = {
+    "plain": {},
+    "range": {"range_min": 2, "range_max": 9},
+    "max_score": {"max_score": 0.55},
+    "absolute_margin": {"absolute_margin": 0.1, "num_negatives": 2},
+    "relative_margin": {"relative_margin": 0.2, "num_negatives": 2},
+    "n-tuple": {"relative_margin": 0.05, "output_format": "n-tuple", "num_negatives": 2},
+    "faiss": {"range_min": 1, "max_score": 0.6, "use_faiss": True},  # cselab: backend flat
+}
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_same_negatives_as_sentence_transformers(models, name: str) -> None:
+    from datasets import Dataset
+    from sentence_transformers.util import mine_hard_negatives as st_mine
+
+    encoder, st_model, cache = models
+    pairs = _wiki_pairs(60)
+    kwargs = SETTINGS[name]
+    st_kwargs = dict(kwargs)
+    if "absolute_margin" not in inspect.signature(st_mine).parameters:  # before v5: `margin`
+        if "relative_margin" in kwargs:
+            pytest.skip("this sentence-transformers has no relative_margin")
+        if "absolute_margin" in st_kwargs:
+            st_kwargs["margin"] = st_kwargs.pop("absolute_margin")
+    backend = "exact"
+    if st_kwargs.pop("use_faiss", False):
+        pytest.importorskip("faiss")
+        backend, st_kwargs["use_faiss"] = "flat", True
+        kwargs = {k: v for k, v in kwargs.items() if k != "use_faiss"}
+    ours = mine_hard_negatives(encoder, pairs, None, backend=backend, **kwargs)
+    data = Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})
+    if "cache_folder" in inspect.signature(st_mine).parameters:  # the same texts, encoded once
+        st_kwargs["cache_folder"] = str(cache)
+    theirs = st_mine(data, st_model, verbose=False, batch_size=64, **st_kwargs)
+    expected = [tuple(r[c] for c in theirs.column_names) for r in theirs]
+    assert list(theirs.column_names) == ours.header
+    assert ours.rows == expected
+    assert len(expected) > 20  # the filters leave something to compare
+
+
+# ------------------------------------------------------------------------ each filter, by hand
+def _select(settings: MineSettings, own=(7,), positive=0.8, pool=None, **kw):
+    # candidates 0..9 with cosines 0.9, 0.85, ..., 0.45; row 7 (score 0.55) is the positive
+    scores = np.array([0.9 - 0.05 * i for i in range(10)], dtype=np.float32)
+    rows = np.arange(10)
+    pool = pool if pool is not None else 10
+    return select_negatives(scores, rows, own, positive, pool, settings, **kw).tolist()
+
+
+def test_each_filter_on_a_hand_made_example() -> None:
+    assert _select(MineSettings(num_negatives=3, range_max=10)) == [0, 1, 2]
+    # the anchor's positives never, whatever their score
+    assert _select(MineSettings(num_negatives=3, range_max=10), own=(0, 2)) == [1, 3, 4]
+    # ranks counted among the candidates that pass: 0, 1 skipped, then 2 (0 and 1 were 'own')
+    assert _select(MineSettings(num_negatives=2, range_min=1, range_max=10), own=(0,)) == [2, 3]
+    assert _select(MineSettings(num_negatives=5, range_min=2, range_max=4)) == [2, 3]
+    assert _select(MineSettings(num_negatives=2, max_score=0.8, range_max=10)) == [2, 3]
+    # absolute: score <= 0.8 - 0.1; relative: score <= 0.8 - 0.8 * 0.25 = 0.6
+    assert _select(MineSettings(num_negatives=2, absolute_margin=0.1, range_max=10)) == [4, 5]
+    assert _select(MineSettings(num_negatives=2, relative_margin=0.25, range_max=10)) == [6, 8]
+    # a negative positive score: the threshold is pos - |pos| * r, below pos (not above it)
+    got = _select(MineSettings(num_negatives=1, relative_margin=0.5, range_max=10), positive=-0.1)
+    assert got == []
+    # the pool: only the first `pool` results are candidates
+    assert _select(MineSettings(num_negatives=5, range_max=10), pool=3) == [0, 1, 2]
+
+
+def test_the_anchors_own_text_is_never_a_negative_and_takes_no_place_in_the_pool() -> None:
+    scores = np.array([1.0, 0.7, 0.6, 0.5], dtype=np.float32)
+    rows = np.array([3, 1, 2, 0])
+    settings = MineSettings(num_negatives=3, range_max=10)
+    got = select_negatives(scores, rows, [9], 0.9, 2, settings, same_text={3}.__contains__)
+    assert got.tolist() == [1, 2]  # row 3 is the anchor; the pool of 2 grew by its place
+    assert select_negatives(scores, rows, [9], 0.9, 2, settings).tolist() == [3, 1]
+
+
+def test_random_sampling_is_a_seeded_sample_of_the_window_in_score_order() -> None:
+    settings = MineSettings(num_negatives=3, range_max=10, sampling="random", seed=1)
+    draws = {tuple(_select(settings, rng=np.random.default_rng(s))) for s in range(20)}
+    assert len(draws) > 5
+    for draw in draws:
+        assert len(draw) == 3 and list(draw) == sorted(draw) and 7 not in draw
+    again = _select(settings, rng=np.random.default_rng(3))
+    assert again == _select(settings, rng=np.random.default_rng(3))
+
+
+def test_options_are_refused_with_their_name() -> None:
+    for kwargs, message in [
+        ({"num_negatives": 0}, "num_negatives must be at least 1"),
+        ({"range_min": -1}, "range_min must be 0 or more"),
+        ({"range_min": 3, "range_max": 4, "num_negatives": 2}, "range_max 4 leaves 1 candidates"),
+        ({"relative_margin": 1.5}, r"relative_margin must be in \[0, 1\)"),
+        ({"max_score": float("nan")}, "max_score must be a finite number"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            MineSettings(**kwargs).validate()
+
+
+# ------------------------------------------------------------------------------ the command
+def _write_pairs(path: Path, n: int = 24) -> Path:
+    words = ["red", "blue", "green", "cat", "dog", "bird", "runs", "sleeps", "sings", "fast"]
+    rows = [
+        {"q": f"{words[i % 10]} {words[(i * 3) % 10]} {i}",
+         "doc": f"the {words[(i * 7) % 10]} {words[i % 10]} thing number {i}"}
+        for i in range(n)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_cli_writes_triplets_that_training_reads_as_they_are(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    pairs = _write_pairs(tmp_path / "pairs.jsonl")
+    out = tmp_path / "triplets.tsv"
+    argv = ["-q", "mine", str(pairs), "--model", str(tiny_bert), "-o", str(out),
+            "--anchor-column", "q", "--positive-column", "doc", "--num-negatives", "2"]  # fmt: skip
+    assert main(argv) == 0
+    records = read_pairs(out)
+    assert len(records) == 48 and len(records.negatives) == 1
+    for a, p, n in zip(records.anchors, records.positives, records.negatives[0], strict=True):
+        assert n != p and n != a
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    train = ["-q", "train", f"--model.name_or_path={tiny_bert}", "--model.pooler=avg",
+             f"--data.train_file={out}", f"--data.cache_dir={tmp_path / 'cache'}",
+             f"--train.output_dir={tmp_path / 'run'}", "--train.batch_size=8",
+             "--train.max_steps=2", "--train.eval_steps=0", "--train.device=cpu",
+             "--objective.hard_negative_weight=0"]  # fmt: skip
+    assert main(train) == 0
+
+    ntuple = tmp_path / "tuples.csv"
+    argv = [*argv[:6], str(ntuple), *argv[7:], "--output-format", "n-tuple"]
+    assert main(argv) == 0
+    columns = PairColumns(negative=["negative_1", "negative_2"])
+    assert len(read_pairs(ntuple, columns).negatives) == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--num-negatives", "0"], "num_negatives must be at least 1"),
+        (
+            ["--anchor-column", "query"],
+            "no column 'query' in the first object (the file has columns: q, doc); name the columns with --anchor-column",
+        ),
+        (["--relative-margin", "2"], "relative_margin must be in [0, 1)"),
+    ],
+)
+def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra, message) -> None:
+    pairs = _write_pairs(tmp_path / "pairs.jsonl")
+    argv = ["mine", str(pairs), "--model", str(tiny_bert), "-o", str(tmp_path / "o.tsv"),
+            "--positive-column", "doc", *extra]  # fmt: skip
+    if "--anchor-column" not in extra:
+        argv += ["--anchor-column", "q"]
+    assert main(argv) == 2
+    # stderr also carries the progress bars; the error is one line of its own
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert len(err) == 1 and err[0].startswith("cselab mine: error: ") and message in err[0]
+    assert not (tmp_path / "o.tsv").exists()
+
+
+def test_unknown_output_format_is_refused_before_any_work(tiny_bert: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"o\.txt: the output must end in"):
+        mine_hard_negatives(str(tiny_bert), [("a b", "c d")], tmp_path / "o.txt")
+
+
+def test_a_corpus_file_adds_candidates_once_and_never_the_anchor_itself(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    pairs = [("red cat runs", "a red cat is running"), ("blue dog sleeps", "the dog sleeps")]
+    corpus = tmp_path / "corpus.txt"
+    # the anchors themselves, a positive and a text twice: each is one candidate
+    corpus.write_text("red cat runs\nblue dog sleeps\nthe dog sleeps\ngreen bird\ngreen bird\n")
+    report = mine_hard_negatives(str(tiny_bert), pairs, None, corpus=corpus, num_negatives=5)
+    assert report.corpus == 5  # 3 distinct corpus lines + "a red cat is running" + "green bird"
+    negatives = {a: [n for a2, _, n in report.rows if a2 == a] for a, _ in pairs}
+    assert sorted(negatives["red cat runs"]) == ["blue dog sleeps", "green bird", "the dog sleeps"]
+    assert sorted(negatives["blue dog sleeps"]) == [
+        "a red cat is running",
+        "green bird",
+        "red cat runs",
+    ]
+    assert report.short == 2  # 5 asked, 3 there
+
+
+def test_output_in_a_missing_folder_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="its folder does not exist"):
+        mine_hard_negatives("no-model", [("a b", "c d")], tmp_path / "nope" / "o.tsv")
