@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | config | encode | evaluate | compare | push | index build | search | plot | sweep | report``.
+"""Command line: ``cselab train | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.

@@ -52,6 +52,7 @@ from ..model.similarity import (  # exact_topk: the one exact search
     check_prefix,
     exact_topk,
     normalize_rows,
+    truncate_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -632,9 +633,7 @@ class Index:
         if not texts:
             return []
         check_queries(texts)
-        vectors = self.encoder.encode(
-            texts, batch_size=batch_size, normalize=True, dim=self.query_dim()
-        )
+        vectors = encode_at(self.encoder, texts, batch_size, self.query_dim())
         scores, rows = self.search_vectors(vectors, k, backend=backend, **kwargs)
         hits = [
             [
@@ -649,6 +648,14 @@ class Index:
 
 
 # ------------------------------------------------------------------------------- build steps
+def encode_at(encoder: Any, texts: Sequence[str], batch_size: int, dim: int | None) -> np.ndarray:
+    """Unit vectors of ``texts`` at prefix ``dim`` (``None``: the full width). The prefix is cut
+    here (:func:`~cselab.model.similarity.truncate_rows`), so any object with
+    ``encode(texts, batch_size=, normalize=)`` serves as the index's encoder."""
+    vectors = encoder.encode(list(texts), batch_size=batch_size, normalize=True)
+    return vectors if dim is None else truncate_rows(vectors, dim)
+
+
 def _progress(path: Path, meta: dict) -> tuple[int, int]:
     total = -(-int(meta["count"]) // int(meta["chunk_size"]))
     file = path / PROGRESS_FILE
@@ -756,10 +763,9 @@ def _encode_chunks(
         for chunk in range(done, total):
             texts = _chunk_texts(out, meta, chunk)
             start = chunk * size
-            vectors[start : start + len(texts)] = encoder.encode(
-                texts, batch_size=batch_size, normalize=True,
-                dim=int(meta["dim"]) if "model_dim" in meta else None,
-            )  # fmt: skip
+            vectors[start : start + len(texts)] = encode_at(
+                encoder, texts, batch_size, int(meta["dim"]) if "model_dim" in meta else None
+            )
             vectors.flush()  # the rows reach the file before the progress record says so
             write_json_atomic(
                 out / PROGRESS_FILE, {"chunks_done": chunk + 1}, what="index progress"
