@@ -111,9 +111,9 @@ def test_one_kind_reaches_the_objective_views_trainer_and_card(
     )  # fmt: skip
     real_views = task_module.compute_views
 
-    def views(encoder, inputs, names, kind):  # noqa: ANN001, ANN202
+    def views(encoder, inputs, names, kind, momentum=None):  # noqa: ANN001, ANN202
         view_kinds.append(kind)
-        return real_views(encoder, inputs, names, kind)
+        return real_views(encoder, inputs, names, kind, momentum)
 
     monkeypatch.setattr(task_module, "compute_views", views)
     real_card = ModelCardCallback.on_model_save
