@@ -196,11 +196,12 @@ def test_cls_last_layer_applies_dropout_where_the_full_layer_does(tiny_bert64, m
     gives the full forward's [CLS] state and gradients: dropout sits in the same three places."""
     from cselab.model import attention, dropout
 
-    def constant(shape, p, dtype, device="cpu", generator=None):
-        return torch.full(tuple(shape), 0.5, dtype=dtype, device=device)
+    def keep_all(shape, p, device="cpu", generator=None, seed=None):
+        return torch.ones(tuple(shape), dtype=torch.bool, device=device)
 
-    monkeypatch.setattr(dropout, "dropout_multiplier", constant)
-    monkeypatch.setattr(attention, "dropout_multiplier", constant)
+    # every dropout is then the constant factor 1 / (1 - p): one missing or extra changes values
+    monkeypatch.setattr(dropout, "keep_mask", keep_all)
+    monkeypatch.setattr(attention, "keep_mask", keep_all)
     enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="cls", dropout=0.3).double()
     enc.train()
     ids, mask = _batch()
