@@ -282,10 +282,11 @@ def packed_attention(
     to PyTorch's fused ``scaled_dot_product_attention`` instead, in the inputs' own dtype: with
     nothing to save for a backward the fused kernel is the faster one, and it is what the padded
     model runs. Inference mode, not merely ``no_grad``: GradCache's first pass runs without
-    gradients and must compute exactly what its replay with gradients computes.
+    gradients and must compute exactly what its replay with gradients computes (in a compiled
+    graph, ``no_grad``: see :func:`_inference`).
     """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if dropout_p == 0.0 and torch.is_inference_mode_enabled():
+    if dropout_p == 0.0 and _inference():
         return _inference_attention(q, k, v, pack, scale)
     # the seed is one draw from torch's generator, as the mask of cselab's Dropout: seeding,
     # RNG snapshots and GradCache's replays see the same masks
@@ -297,6 +298,15 @@ def packed_attention(
 
 
 _NO_SEED = torch.zeros((), dtype=torch.int64)
+
+
+def _inference() -> bool:
+    """Whether no backward can follow: inference mode in eager; no grad in a compiled graph
+    (Dynamo cannot read inference mode, and a compiled encoder's GradCache passes both run
+    with gradients on)."""
+    if torch.compiler.is_compiling():
+        return not torch.is_grad_enabled()
+    return torch.is_inference_mode_enabled()
 
 
 def _inference_attention(q: Tensor, k: Tensor, v: Tensor, pack: PackInfo, scale: float) -> Tensor:

@@ -40,9 +40,10 @@ _BITS = 2**32  # the mask compares 32 uniform bits per element
 def draw_seed(generator: torch.Generator | None = None) -> Tensor:
     """One 63-bit draw from ``generator`` (default: torch's CPU generator): a mask's seed.
 
-    A tensor, so a compiled graph takes it as an input (a new value does not recompile).
+    A tensor, drawn out of place, so that ``torch.compile`` traces it into the graph (a new
+    value is a new input, not a recompile).
     """
-    return torch.empty((), dtype=torch.int64).random_(generator=generator)
+    return torch.randint(0, 2**63 - 1, (), dtype=torch.int64, generator=generator)
 
 
 def random_int32(
