@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from saved_tensors import SavedTensorMeter
 from torch._dynamo.utils import counters
 
 from conftest import encoder_sum_terms, float_tolerance
 from cselab.model.attention import PackInfo, _attention_op, packed_attention
 from cselab.model.encoder import SentenceEncoder, compile_encoder
-from saved_tensors import SavedTensorMeter
 
 LENGTHS = [5, 2, 1, 4]
 B, L, H, D = len(LENGTHS), 5, 2, 4
@@ -68,11 +68,23 @@ def _tiny_encoder(path, pooler: str, dropout: float | None = None) -> SentenceEn
 
 
 def _batches(enc: SentenceEncoder) -> list[dict[str, torch.Tensor]]:
-    words = "the cat sat on a mat while it rained over the old town".split()
-    sizes = [(3, 4), (5, 9), (2, 2), (7, 6)]  # (sentences, longest) differ from batch to batch
-    return [
-        enc.tokenize([" ".join(words[: max(1, w - i)]) for i in range(n)]) for n, w in sizes
+    words = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "while",
+        "it",
+        "rained",
+        "over",
+        "the",
+        "old",
+        "town",
     ]
+    sizes = [(3, 4), (5, 9), (2, 2), (7, 6)]  # (sentences, longest) differ from batch to batch
+    return [enc.tokenize([" ".join(words[: max(1, w - i)]) for i in range(n)]) for n, w in sizes]
 
 
 @pytest.mark.parametrize(("pooler", "dropout"), [("cls", None), ("avg", 0.0)])
