@@ -9,18 +9,24 @@ mask with ``bernoulli_`` (see :mod:`cselab.model.dropout`), keeps several ``(B, 
 intermediates and copies non-contiguous layouts on the way. In a profile of a MiniLM training
 step at batch 64 on a 2-core Xeon that bookkeeping took more time than the attention products.
 
-:class:`PackedAttention` computes exactly the same function (softmax(QKᵀ·scale + mask) with
-dropout on the probabilities, times V) in a handful of large operations:
+:func:`packed_attention` computes exactly the same function (softmax(QKᵀ·scale + mask) with
+dropout on the probabilities, times V) in a handful of large operations, as the custom operator
+``cselab::packed_attention`` with its backward ``cselab::packed_attention_backward``:
 
 * forward: the packed ``(T, H, d)`` queries (times the scale), keys and values are copied into
   one ``(3, H, B·L, d)`` grid with zeros at padding (the padded layout, heads first, so each
   head's sentences are one batched matrix product); the scores are one ``bmm`` plus, in place,
   the additive key mask (built once per batch, shared by all layers); then the softmax, the
-  dropout multiplier (:func:`cselab.model.dropout.dropout_multiplier`), one ``bmm`` with V and
-  one gather of the real rows back to ``(T, H, d)``.
+  dropout mask (:func:`cselab.model.dropout.keep_mask`, a ``bool`` per probability), one ``bmm``
+  with V and one gather of the real rows back to ``(T, H, d)``.
 * backward: the textbook gradients of those steps (``dV = P̃ᵀ dO``, ``dP̃ = dO Vᵀ``,
   ``dS = P ⊙ (dP − rowsum(dP ⊙ P))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``), each
-  gathered back to the packed rows.
+  gathered back to the packed rows. It reads the grid, ``P`` and the ``bool`` mask: 5 bytes per
+  probability in float32 where the dropped probabilities and a float multiplier made it 12.
+
+Being a registered operator with a fake (shape) implementation and a registered backward, it is
+traced by ``torch.compile`` as one node of the model's graph (:func:`cselab.model.unpad.compile_encoder`;
+``tests/test_compile.py``), and eager calls run the very same operator.
 
 Half-precision inputs are computed in float32, as PyTorch's math path does on the CPU, and the
 result is cast back; float32 and float64 inputs are computed in their own dtype. Under
