@@ -131,40 +131,26 @@ def _attention_op(
     applied to the ``(·, L, d)`` products rather than to the ``(·, L, L)`` probabilities.
     """
     with torch.autocast(q.device.type, enabled=False):  # the products in compute_dtype
-        return _attention_forward(q, k, v, index, pad_index, key_bias, seed, dropout_p, scale)
-
-
-def _attention_forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    index: Tensor,
-    pad_index: Tensor,
-    key_bias: Tensor,
-    seed: Tensor,
-    dropout_p: float,
-    scale: float,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    heads, head_dim = q.shape[1], q.shape[3]
-    batch, width = _grid_shape(key_bias)
-    hb = heads * batch
-    qkv = torch.cat((q, k, v)).to(compute_dtype(q.dtype))  # a new tensor in every dtype
-    qkv[0].mul_(scale)  # the grid holds scale·Q: the scores need no extra pass
-    grid = _to_grid(qkv, index, pad_index, batch * width)  # (3, H, B·L, d)
-    qg, kg, vg = (g.view(hb, width, head_dim) for g in grid)
-    scores = torch.bmm(qg, kg.transpose(1, 2))
-    scores.view(heads, batch, width, width).add_(key_bias)
-    probs = scores.softmax(-1)
-    del scores
-    if dropout_p > 0.0:  # P̃ = P ⊙ keep / (1 - p)
-        keep = keep_mask(probs.shape, dropout_p, probs.device, seed=seed)
-        out = torch.bmm(probs * keep, vg).mul_(1.0 / (1.0 - dropout_p))
-    else:
-        keep = probs.new_empty(0, dtype=torch.bool)
-        out = torch.bmm(probs, vg)
-    # (1, T, H, d), contiguous: the layout the caller reshapes to (1, T, H·d)
-    rows = out.view(heads, batch * width, head_dim).transpose(0, 1).index_select(0, index)
-    return rows.to(q.dtype).unsqueeze(0), grid, probs, keep
+        heads, head_dim = q.shape[1], q.shape[3]
+        batch, width = _grid_shape(key_bias)
+        hb = heads * batch
+        qkv = torch.cat((q, k, v)).to(compute_dtype(q.dtype))  # a new tensor in every dtype
+        qkv[0].mul_(scale)  # the grid holds scale·Q: the scores need no extra pass
+        grid = _to_grid(qkv, index, pad_index, batch * width)  # (3, H, B·L, d)
+        qg, kg, vg = (g.view(hb, width, head_dim) for g in grid)
+        scores = torch.bmm(qg, kg.transpose(1, 2))
+        scores.view(heads, batch, width, width).add_(key_bias)
+        probs = scores.softmax(-1)
+        del scores
+        if dropout_p > 0.0:  # P̃ = P ⊙ keep / (1 - p)
+            keep = keep_mask(probs.shape, dropout_p, probs.device, seed=seed)
+            out = torch.bmm(probs * keep, vg).mul_(1.0 / (1.0 - dropout_p))
+        else:
+            keep = probs.new_empty(0, dtype=torch.bool)
+            out = torch.bmm(probs, vg)
+        # (1, T, H, d), contiguous: the layout the caller reshapes to (1, T, H·d)
+        rows = out.view(heads, batch * width, head_dim).transpose(0, 1).index_select(0, index)
+        return rows.to(q.dtype).unsqueeze(0), grid, probs, keep
 
 
 @_attention_op.register_fake
@@ -199,45 +185,29 @@ def _attention_backward_op(
     applied to the three ``(H, T, d)`` results.
     """
     with torch.autocast(grad_out.device.type, enabled=False):
-        return _attention_backward(
-            grad_out, grid, probs, keep, index, pad_index, key_bias, dropout_p, scale
-        )
+        batch, width = _grid_shape(key_bias)
+        heads, head_dim = grid.shape[1], grid.shape[3]
+        hb = heads * batch
+        qg, kg, vg = (g.view(hb, width, head_dim) for g in grid)
+        # dO on the grid: (1, T, H, d) -> (H·B, L, d), zero at padding
+        d_out = _to_grid(grad_out.transpose(1, 2).to(grid.dtype), index, pad_index, batch * width)
+        d_out = d_out[0].view(hb, width, head_dim)
+        dropout = dropout_p > 0.0
+        dv = torch.bmm((probs * keep if dropout else probs).transpose(1, 2), d_out)  # P̃ᵀ dO
+        d_probs = torch.bmm(d_out, vg.transpose(1, 2))  # dP̃ = dO Vᵀ
+        if dropout:
+            d_probs.mul_(keep)
+        d_scores = torch._softmax_backward_data(d_probs, probs, -1, probs.dtype)
+        del d_probs
+        dk = torch.bmm(d_scores.transpose(1, 2), qg)  # dK = dSᵀ (scale·Q)
+        dq = torch.bmm(d_scores, kg)  # dQ = dS K · scale (the scale after the gather)
+        inv = 1.0 / (1.0 - dropout_p)
 
+        def packed(g: Tensor, factor: float) -> Tensor:  # (H·B, L, d) grid -> (1, H, T, d) rows
+            rows = g.view(heads, batch * width, head_dim).index_select(1, index).unsqueeze(0)
+            return (rows.mul_(factor) if factor != 1.0 else rows).to(grad_out.dtype)
 
-def _attention_backward(
-    grad_out: Tensor,
-    grid: Tensor,
-    probs: Tensor,
-    keep: Tensor,
-    index: Tensor,
-    pad_index: Tensor,
-    key_bias: Tensor,
-    dropout_p: float,
-    scale: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    batch, width = _grid_shape(key_bias)
-    heads, head_dim = grid.shape[1], grid.shape[3]
-    hb = heads * batch
-    qg, kg, vg = (g.view(hb, width, head_dim) for g in grid)
-    # dO on the grid: (1, T, H, d) -> (H·B, L, d), zero at padding
-    d_out = _to_grid(grad_out.transpose(1, 2).to(grid.dtype), index, pad_index, batch * width)
-    d_out = d_out[0].view(hb, width, head_dim)
-    dropout = dropout_p > 0.0
-    dv = torch.bmm((probs * keep if dropout else probs).transpose(1, 2), d_out)  # P̃ᵀ dO
-    d_probs = torch.bmm(d_out, vg.transpose(1, 2))  # dP̃ = dO Vᵀ
-    if dropout:
-        d_probs.mul_(keep)
-    d_scores = torch._softmax_backward_data(d_probs, probs, -1, probs.dtype)
-    del d_probs
-    dk = torch.bmm(d_scores.transpose(1, 2), qg)  # dK = dSᵀ (scale·Q)
-    dq = torch.bmm(d_scores, kg)  # dQ = dS K · scale (the scale after the gather)
-    inv = 1.0 / (1.0 - dropout_p)
-
-    def packed(g: Tensor, factor: float) -> Tensor:  # (H·B, L, d) grid -> (1, H, T, d) rows
-        rows = g.view(heads, batch * width, head_dim).index_select(1, index).unsqueeze(0)
-        return (rows.mul_(factor) if factor != 1.0 else rows).to(grad_out.dtype)
-
-    return packed(dq, scale * inv), packed(dk, inv), packed(dv, inv)
+        return packed(dq, scale * inv), packed(dk, inv), packed(dv, inv)
 
 
 @_attention_backward_op.register_fake
