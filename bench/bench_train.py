@@ -242,10 +242,12 @@ def cselab_trainer(args: argparse.Namespace, precision: str, out: Path, max_step
 
 
 def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
-               evaluate: bool) -> Run:  # fmt: skip
-    out = work / f"cselab-{precision}"
+               evaluate: bool, compiled: bool = False) -> Run:  # fmt: skip
+    who = "cselab-compiled" if compiled else "cselab"
+    out = work / f"{who}-{precision}"
     t_wall = time.perf_counter()
-    trainer = cselab_trainer(args, precision, out, max_steps, args.eval_steps if evaluate else 0)
+    trainer = cselab_trainer(args, precision, out, max_steps, args.eval_steps if evaluate else 0,
+                             compiled=compiled)  # fmt: skip
     widths: list[int] = []
     hook = trainer.encoder.register_forward_pre_hook(
         lambda m, a, kw: widths.append(int((kw["input_ids"] if "input_ids" in kw else a[0]).shape[1]))
@@ -260,7 +262,7 @@ def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: 
     window_rates = [r["sentences_per_s"] for r in rows if "sentences_per_s" in r]
     dev = {int(r["step"]): r["stsb_dev"] for r in rows if "stsb_dev" in r}
     return Run(
-        name=f"cselab {precision}",
+        name=f"{who} {precision}",
         precision=precision,
         steps=int(results["steps"]),
         sentences_per_s=float(results["sentences_per_s"]),
@@ -446,9 +448,9 @@ def throughput_table(rates: dict[str, list[float]]) -> str:
 
 
 def table(runs: list[Run]) -> str:
-    """The full runs. Speed targets are against the peer's fp32 run; the bf16 run's speed target
-    is against the peer's bf16 (the throughput table), so here it is judged on quality only:
-    STS-B dev within ``MAX_STS_DROP`` of cselab's fp32 run."""
+    """The full runs. Speed targets are against the peer's fp32 run; the bf16 and compiled runs'
+    speed targets are in the throughput table, so here they are judged on quality only: STS-B
+    dev within ``MAX_STS_DROP`` of cselab's eager fp32 run."""
     from cselab.evaluation.report import markdown_table
 
     peer = next((r for r in runs if r.name == "peer"), None)
@@ -468,8 +470,9 @@ def table(runs: list[Run]) -> str:
             if quality_ok is None:
                 met += " (speed only)"
         elif (
-            r.precision == "bf16"
+            (r.precision == "bf16" or r.name.startswith("cselab-compiled"))
             and fp32 is not None
+            and r is not fp32
             and r.after is not None
             and fp32.after is not None
         ):
@@ -601,7 +604,10 @@ def main(argv: list[str] | None = None) -> list[Run]:
     p.add_argument("--bf16-max-steps", type=int, default=6,
                    help="cap for the bf16 run on CPUs without native bf16 (0: no cap)")  # fmt: skip
     p.add_argument(
-        "--runs", default="peer,fp32,bf16", help="comma-separated subset of peer,fp32,bf16"
+        "--runs",
+        default="peer,fp32,bf16",
+        help="comma-separated subset of peer,fp32,bf16,compiled-fp32,compiled-bf16 "
+        "(compiled: train.compile=true; its STS-B dev is the quality check)",
     )
     p.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
@@ -726,12 +732,14 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
             print(f"--- {what} (load {harness.load1():.1f})", flush=True)
             if what == "peer":
                 run = run_peer(args, sentences, work)
-            elif what in ("fp32", "bf16"):
+            elif what.removeprefix("compiled-") in ("fp32", "bf16"):
+                precision = what.removeprefix("compiled-")
                 cap = args.max_steps
-                if what == "bf16" and not cpu["native_bf16"] and args.bf16_max_steps:
+                if precision == "bf16" and not cpu["native_bf16"] and args.bf16_max_steps:
                     cap = min(cap or args.bf16_max_steps, args.bf16_max_steps)
-                capped = what == "bf16" and cap != args.max_steps
-                run = run_cselab(args, what, work, cap, evaluate=args.eval and not capped)
+                capped = precision == "bf16" and cap != args.max_steps
+                run = run_cselab(args, precision, work, cap, evaluate=args.eval and not capped,
+                                 compiled=what.startswith("compiled-"))  # fmt: skip
                 if capped:
                     run.notes.append(
                         f"capped at {cap} steps (no native bf16 on this CPU: throughput only; "
@@ -739,7 +747,10 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
                     )
                     run.before = next((r.before for r in runs if r.name == "cselab fp32"), None)
             else:
-                raise SystemExit(f"unknown run {what!r}; choose from peer, fp32, bf16")
+                raise SystemExit(
+                    f"unknown run {what!r}; choose from peer, fp32, bf16, compiled-fp32, "
+                    "compiled-bf16"
+                )
             runs.append(run)
             print(json.dumps(asdict(run)), flush=True)
         profiles: dict[str, tuple[float, str]] = {}
