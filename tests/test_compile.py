@@ -145,3 +145,15 @@ def test_compiled_training_draws_dropout(tiny_bert):
     assert not torch.allclose(a, b)
     (a * b).sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in enc.parameters() if p.grad is not None)
+
+
+@pytest.mark.slow  # Inductor compiles the tiny BERT: ~1-2 min on a 2-core machine
+def test_bench_compile_smoke():
+    """``bench/bench_compile.py --smoke``: one graph, fewer operators than eager, a time each."""
+    import bench_compile
+
+    result = bench_compile.main(["--smoke", "--threads", "1"])
+    assert (result["graphs"], result["graph_breaks"]) == (1, 0)
+    assert 0 < result["ops_per_step"]["compiled"] < result["ops_per_step"]["eager"]
+    assert result["saved_for_backward_mib"] > 0
+    assert all(t > 0 for t in result["s_per_step"].values())
