@@ -105,7 +105,6 @@ def test_the_training_forward_has_no_graph_break(tiny_bert, pooler, dropout):
     assert "cselab.packed_attention.default" in names  # traced into, not around
 
 
-@pytest.mark.slow  # AOTAutograd traces forward and backward: ~30 s on a quiet 2-core machine
 def test_compiled_training_matches_eager_and_compiles_once(tiny_bert64):
     """No dropout, float64: the compiled forward and backward give the eager values and
     gradients; four batches of different shapes share one graph."""
