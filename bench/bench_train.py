@@ -35,7 +35,16 @@ precision. cselab sets glibc's malloc to keep freed memory (``retain_freed_memor
 ``--peer-glibc-retain`` gives the peer the same setting, ``--preload`` puts a library such as
 tcmalloc under every side.
 
+**Compiled** sides (``cselab-compiled fp32``/``bf16``): the same with ``train.compile=true``
+(:func:`cselab.model.encoder.compile_encoder`: the packed forward and its backward as one
+graph); their first steps (the compile) fall in the skipped warm-up.
+
+**Memory** (``--memory``): every side at batch 64 and 512 for ``--memory-steps`` steps in a
+fresh process; the table gives its resident memory when training starts and its peak
+(``VmHWM``), and their difference: what the training steps added.
+
     nice python bench/bench_train.py --throughput     # both tables, docs/results/train_benchmark.md
+    nice python bench/bench_train.py --memory --runs "" --no-eval   # peak memory, batch 64 / 512
     python bench/bench_train.py --smoke              # tiny random BERT, a few steps, < 60 s
 
 Needs ``sentence-transformers`` with its training extras (``datasets``, ``accelerate``).
@@ -60,9 +69,12 @@ from harness import make_smoke_assets  # also imported from here by bench_corpus
 
 DEFAULT_OUT = harness.RESULTS / "train_benchmark.md"
 TARGETS = {"cselab fp32": 1.8}  # x the peer's (fp32) sentences/s over a whole epoch
-THROUGHPUT_TARGETS = {"fp32": 1.8, "bf16": 2.0}  # x the peer's sentences/s, same precision
+THROUGHPUT_TARGETS = {"fp32": 2.2, "bf16": 2.5}  # x the peer's sentences/s (issue 23's targets)
 MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
-SIDES = ("peer fp32", "cselab fp32", "peer bf16", "cselab bf16")
+SIDES = ("peer fp32", "cselab fp32", "cselab-compiled fp32",
+         "peer bf16", "cselab bf16", "cselab-compiled bf16")  # fmt: skip
+#: ``--memory``: the batch sizes at which each side's peak resident memory is measured
+MEMORY_BATCHES = (64, 512)
 #: glibc settings equal to what ``cselab.training.runtime.retain_freed_memory`` sets in-process
 GLIBC_RETAIN = {
     "MALLOC_MMAP_MAX_": "0",
@@ -186,7 +198,7 @@ def run_peer(args: argparse.Namespace, sentences: list[str], work: Path,
 
 # -------------------------------------------------------------------------------------- cselab
 def cselab_overrides(args: argparse.Namespace, precision: str, out: Path, max_steps: int | None,
-                     eval_steps: int) -> list[str]:  # fmt: skip
+                     eval_steps: int, compiled: bool = False) -> list[str]:  # fmt: skip
     items = [
         f"model.name_or_path={args.model}",
         "model.pooler=cls",
@@ -211,25 +223,31 @@ def cselab_overrides(args: argparse.Namespace, precision: str, out: Path, max_st
     ]
     if max_steps:
         items.append(f"train.max_steps={max_steps}")
+    if compiled:
+        items.append("train.compile=true")
     return items
 
 
 def cselab_trainer(args: argparse.Namespace, precision: str, out: Path, max_steps: int | None,
-                   eval_steps: int, callbacks: list[Any] | None = None) -> Any:  # fmt: skip
-    """cselab's trainer for this recipe (a callback on every step: ``log_steps`` 1)."""
+                   eval_steps: int, callbacks: list[Any] | None = None,
+                   compiled: bool = False) -> Any:  # fmt: skip
+    """cselab's trainer for this recipe (a callback on every step: ``log_steps`` 1);
+    ``compiled``: ``train.compile=true``."""
     from cselab.config import load_config
     from cselab.training.run import build_trainer
 
     extra = ["train.log_steps=1"] if callbacks else []
-    items = cselab_overrides(args, precision, out, max_steps, eval_steps)
+    items = cselab_overrides(args, precision, out, max_steps, eval_steps, compiled)
     return build_trainer(load_config(None, [*items, *extra]), callbacks or ())
 
 
 def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: int | None,
-               evaluate: bool) -> Run:  # fmt: skip
-    out = work / f"cselab-{precision}"
+               evaluate: bool, compiled: bool = False) -> Run:  # fmt: skip
+    who = "cselab-compiled" if compiled else "cselab"
+    out = work / f"{who}-{precision}"
     t_wall = time.perf_counter()
-    trainer = cselab_trainer(args, precision, out, max_steps, args.eval_steps if evaluate else 0)
+    trainer = cselab_trainer(args, precision, out, max_steps, args.eval_steps if evaluate else 0,
+                             compiled=compiled)  # fmt: skip
     widths: list[int] = []
     hook = trainer.encoder.register_forward_pre_hook(
         lambda m, a, kw: widths.append(int((kw["input_ids"] if "input_ids" in kw else a[0]).shape[1]))
@@ -244,7 +262,7 @@ def run_cselab(args: argparse.Namespace, precision: str, work: Path, max_steps: 
     window_rates = [r["sentences_per_s"] for r in rows if "sentences_per_s" in r]
     dev = {int(r["step"]): r["stsb_dev"] for r in rows if "stsb_dev" in r}
     return Run(
-        name=f"cselab {precision}",
+        name=f"{who} {precision}",
         precision=precision,
         steps=int(results["steps"]),
         sentences_per_s=float(results["sentences_per_s"]),
@@ -308,15 +326,20 @@ def profile_peer(
 
 # ---------------------------------------------------------------------------------- throughput
 def worker(args: argparse.Namespace, side: str, work: Path) -> dict[str, Any]:
-    """One side trained for ``args.max_steps`` steps in this process; the end time of each step."""
+    """One side trained for ``args.max_steps`` steps in this process; the end time of each step,
+    the resident memory when training starts and this process's peak (``VmHWM``) at the end."""
     from cselab.data import read_corpus
 
     who, precision = side.split()
     ends: list[float] = []
+    start_rss: list[float] = []
     if who == "peer":
         from transformers import TrainerCallback
 
         class Ends(TrainerCallback):
+            def on_train_begin(self, *_a: Any, **_k: Any) -> None:
+                start_rss.append(harness.rss_mib()[0])
+
             def on_step_end(self, *_a: Any, **_k: Any) -> None:
                 ends.append(time.perf_counter())
 
@@ -330,17 +353,52 @@ def worker(args: argparse.Namespace, side: str, work: Path) -> dict[str, Any]:
             def on_step(self, step: int, metrics: Any) -> None:
                 ends.append(time.perf_counter())
 
-        cselab_trainer(args, precision, work / "cselab", args.max_steps, 0, [Ends()]).train()
-    return {"side": side, "ends": ends}
+        trainer = cselab_trainer(args, precision, work / "cselab", args.max_steps, 0, [Ends()],
+                                 compiled=who == "cselab-compiled")  # fmt: skip
+        start_rss.append(harness.rss_mib()[0])
+        trainer.train()
+    return {"side": side, "ends": ends, "start_rss_mib": start_rss[0],
+            "peak_rss_mib": harness.peak_rss_mib()}  # fmt: skip
 
 
 def run_throughput(args: argparse.Namespace, sides: list[str]) -> dict[str, list[float]]:
     """Each side in a fresh process, alternating, ``args.rounds`` rounds; rates per side."""
+    results = _run_workers(args, sides, args.batch_size, args.throughput_steps, args.rounds)
+    return {
+        side: [harness.window_rate(r["ends"], args.batch_size, args.skip_steps) for r in runs]
+        for side, runs in results.items()
+    }
+
+
+def run_memory(args: argparse.Namespace, sides: list[str]) -> list[list[str]]:
+    """Peak resident memory of each side at each of :data:`MEMORY_BATCHES` (``--memory-steps``
+    steps in a fresh process): rows for :func:`memory_table`."""
+    rows = []
+    for batch in MEMORY_BATCHES:
+        results = _run_workers(args, sides, batch, args.memory_steps, 1)
+        for side, (r,) in results.items():
+            step_peak = r["peak_rss_mib"] - r["start_rss_mib"]
+            rows.append([str(batch), side, f"{r['start_rss_mib']:.0f}",
+                         f"{r['peak_rss_mib']:.0f}", f"{step_peak:.0f}"])  # fmt: skip
+    return rows
+
+
+def memory_table(rows: list[list[str]]) -> str:
+    from cselab.evaluation.report import markdown_table
+
+    header = ["batch", "side", "RSS at start of training (MiB)", "peak RSS, VmHWM (MiB)",
+              "peak − start (MiB)"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def _run_workers(args: argparse.Namespace, sides: list[str], batch: int, steps: int,
+                 rounds: int) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Each side for ``steps`` steps at ``batch`` in a fresh process, alternating, ``rounds``."""
     common = [
         "--model", str(args.model), "--train-file", str(args.train_file),
-        "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+        "--batch-size", str(batch), "--lr", str(args.lr),
         "--max-seq-len", str(args.max_seq_len), "--seed", str(args.seed),
-        "--max-steps", str(args.throughput_steps),
+        "--max-steps", str(steps),
         *(["--threads", str(args.threads)] if args.threads else []),
     ]  # fmt: skip
 
@@ -352,20 +410,17 @@ def run_throughput(args: argparse.Namespace, sides: list[str]) -> dict[str, list
             env.update(GLIBC_RETAIN)
         return env
 
-    def rate(result: dict[str, Any]) -> float:
-        return harness.window_rate(result["ends"], args.batch_size, args.skip_steps)
-
     def done(rnd: int, side: str, result: dict[str, Any]) -> None:
-        load = harness.load1()
-        print(
-            f"round {rnd + 1} {side}: {rate(result):.1f} sentences/s (load {load:.1f})", flush=True
-        )
+        ends, skip = result["ends"], min(args.skip_steps, steps - 2)
+        rate = harness.window_rate(ends, batch, skip) if len(ends) >= skip + 2 else float("nan")
+        print(f"batch {batch} round {rnd + 1} {side}: {len(ends)} steps, {rate:.1f} sentences/s, "
+              f"peak RSS {result['peak_rss_mib']:.0f} MiB (load {harness.load1():.1f})",
+              flush=True)  # fmt: skip
 
     def argv(side: str, tmp: Path) -> list[str]:
         return ["--worker", side, "--work-dir", str(tmp), *common]
 
-    results = harness.run_sides(__file__, sides, args.rounds, argv, env, done)
-    return {side: [rate(r) for r in runs] for side, runs in results.items()}
+    return harness.run_sides(__file__, sides, rounds, argv, env, done)
 
 
 # ------------------------------------------------------------------------------------- report
@@ -378,23 +433,24 @@ def throughput_table(rates: dict[str, list[float]]) -> str:
 
     rows = []
     for precision in ("fp32", "bf16"):
-        peer, ours = rates.get(f"peer {precision}"), rates.get(f"cselab {precision}")
-        if not peer or not ours:
-            continue
-        r, target = harness.ratio(ours, peer), THROUGHPUT_TARGETS[precision]
-        rounds = ", ".join(f"{x:.2f}" for x in harness.round_ratios(ours, peer))
-        rows.append([precision, f"{harness.median(peer):.1f}", f"{harness.median(ours):.1f}",
-                     f"**{r:.2f}×**", rounds, f"≥ {target}×",
-                     "yes" if r >= target else "no"])  # fmt: skip
-    header = ["precision", "peer sent/s", "cselab sent/s", "ratio", "per-round ratios",
+        for who in ("cselab", "cselab-compiled"):
+            peer, ours = rates.get(f"peer {precision}"), rates.get(f"{who} {precision}")
+            if not peer or not ours:
+                continue
+            r, target = harness.ratio(ours, peer), THROUGHPUT_TARGETS[precision]
+            rounds = ", ".join(f"{x:.2f}" for x in harness.round_ratios(ours, peer))
+            rows.append([precision, who, f"{harness.median(peer):.1f}",
+                         f"{harness.median(ours):.1f}", f"**{r:.2f}×**", rounds, f"≥ {target}×",
+                         "yes" if r >= target else "no"])  # fmt: skip
+    header = ["precision", "side", "peer sent/s", "side sent/s", "ratio", "per-round ratios",
               "target", "met"]  # fmt: skip
     return markdown_table(header, rows)
 
 
 def table(runs: list[Run]) -> str:
-    """The full runs. Speed targets are against the peer's fp32 run; the bf16 run's speed target
-    is against the peer's bf16 (the throughput table), so here it is judged on quality only:
-    STS-B dev within ``MAX_STS_DROP`` of cselab's fp32 run."""
+    """The full runs. Speed targets are against the peer's fp32 run; the bf16 and compiled runs'
+    speed targets are in the throughput table, so here they are judged on quality only: STS-B
+    dev within ``MAX_STS_DROP`` of cselab's eager fp32 run."""
     from cselab.evaluation.report import markdown_table
 
     peer = next((r for r in runs if r.name == "peer"), None)
@@ -414,8 +470,9 @@ def table(runs: list[Run]) -> str:
             if quality_ok is None:
                 met += " (speed only)"
         elif (
-            r.precision == "bf16"
+            (r.precision == "bf16" or r.name.startswith("cselab-compiled"))
             and fp32 is not None
+            and r is not fp32
             and r.after is not None
             and fp32.after is not None
         ):
@@ -433,7 +490,8 @@ def table(runs: list[Run]) -> str:
 
 def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dict[str, Any],
                  vers: dict[str, str], profiles: dict[str, tuple[float, str]], total_s: float,
-                 argv: list[str], throughput: dict[str, list[float]] | None = None) -> None:  # fmt: skip
+                 argv: list[str], throughput: dict[str, list[float]] | None = None,
+                 memory: list[list[str]] | None = None) -> None:  # fmt: skip
     from cselab.evaluation.report import markdown_table
 
     parts = [
@@ -460,6 +518,13 @@ def write_report(path: Path, args: argparse.Namespace, runs: list[Run], cpu: dic
         "## Results",
         "",
     ]
+    if memory:
+        parts += [
+            f"### Peak memory per step ({args.memory_steps} steps in a fresh process per side)",
+            "",
+            memory_table(memory),
+            "",
+        ]
     if throughput:
         env = []
         if args.preload:
@@ -539,7 +604,10 @@ def main(argv: list[str] | None = None) -> list[Run]:
     p.add_argument("--bf16-max-steps", type=int, default=6,
                    help="cap for the bf16 run on CPUs without native bf16 (0: no cap)")  # fmt: skip
     p.add_argument(
-        "--runs", default="peer,fp32,bf16", help="comma-separated subset of peer,fp32,bf16"
+        "--runs",
+        default="peer,fp32,bf16",
+        help="comma-separated subset of peer,fp32,bf16,compiled-fp32,compiled-bf16 "
+        "(compiled: train.compile=true; its STS-B dev is the quality check)",
     )
     p.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
@@ -575,6 +643,10 @@ def main(argv: list[str] | None = None) -> list[Run]:
     p.add_argument(
         "--sides", default=",".join(SIDES), help="comma-separated subset of " + ", ".join(SIDES)
     )
+    p.add_argument("--memory", action="store_true",
+                   help="peak resident memory of every side at batch 64 and 512, each in a "
+                        "fresh process for --memory-steps steps")  # fmt: skip
+    p.add_argument("--memory-steps", type=int, default=4)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--throughput-steps", type=int, default=30)
     p.add_argument("--skip-steps", type=int, default=3, help="warm-up steps left out of the rate")
@@ -599,7 +671,8 @@ def main(argv: list[str] | None = None) -> list[Run]:
                 setattr(args, key, Path(value) if key in ("train_file", "data_dir") else value)
         profiles = {k: (v[0], v[1]) for k, v in saved["profiles"].items()}
         write_report(args.out or DEFAULT_OUT, args, runs, saved["cpu"], saved["versions"], profiles,
-                     saved["total_s"], saved["argv"], saved.get("throughput") or {})  # fmt: skip
+                     saved["total_s"], saved["argv"], saved.get("throughput") or {},
+                     saved.get("memory") or [])  # fmt: skip
         print(f"wrote {args.out or DEFAULT_OUT}")
         return runs
 
@@ -646,21 +719,27 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
         cpu, vers = harness.cpu_description(), harness.versions()
         print(f"device: {cpu}\nversions: {vers}", flush=True)
         throughput: dict[str, list[float]] = {}
+        memory: list[list[str]] = []
         if args.throughput:
             throughput = run_throughput(args, harness.pick_sides(args.sides, SIDES))
             print(throughput_table(throughput), flush=True)
+        if args.memory:
+            memory = run_memory(args, harness.pick_sides(args.sides, SIDES))
+            print(memory_table(memory), flush=True)
         wanted = [w.strip() for w in args.runs.split(",") if w.strip()]
         runs: list[Run] = []
         for what in wanted:
             print(f"--- {what} (load {harness.load1():.1f})", flush=True)
             if what == "peer":
                 run = run_peer(args, sentences, work)
-            elif what in ("fp32", "bf16"):
+            elif what.removeprefix("compiled-") in ("fp32", "bf16"):
+                precision = what.removeprefix("compiled-")
                 cap = args.max_steps
-                if what == "bf16" and not cpu["native_bf16"] and args.bf16_max_steps:
+                if precision == "bf16" and not cpu["native_bf16"] and args.bf16_max_steps:
                     cap = min(cap or args.bf16_max_steps, args.bf16_max_steps)
-                capped = what == "bf16" and cap != args.max_steps
-                run = run_cselab(args, what, work, cap, evaluate=args.eval and not capped)
+                capped = precision == "bf16" and cap != args.max_steps
+                run = run_cselab(args, precision, work, cap, evaluate=args.eval and not capped,
+                                 compiled=what.startswith("compiled-"))  # fmt: skip
                 if capped:
                     run.notes.append(
                         f"capped at {cap} steps (no native bf16 on this CPU: throughput only; "
@@ -668,7 +747,10 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
                     )
                     run.before = next((r.before for r in runs if r.name == "cselab fp32"), None)
             else:
-                raise SystemExit(f"unknown run {what!r}; choose from peer, fp32, bf16")
+                raise SystemExit(
+                    f"unknown run {what!r}; choose from peer, fp32, bf16, compiled-fp32, "
+                    "compiled-bf16"
+                )
             runs.append(run)
             print(json.dumps(asdict(run)), flush=True)
         profiles: dict[str, tuple[float, str]] = {}
@@ -694,13 +776,14 @@ def _run(args: argparse.Namespace, argv: list[str]) -> list[Run]:
         total_s = time.perf_counter() - t_start
         out = args.out if args.out else (None if args.smoke else DEFAULT_OUT)
         if out is not None:
-            write_report(out, args, runs, cpu, vers, profiles, total_s, argv, throughput)
+            write_report(out, args, runs, cpu, vers, profiles, total_s, argv, throughput, memory)
             print(f"wrote {out}")
         if args.json:
             harness.write_json(args.json, {
                 "runs": [asdict(r) for r in runs],
                 "profiles": {k: list(v) for k, v in profiles.items()},
                 "throughput": throughput,
+                "memory": memory,
                 "cpu": cpu,
                 "versions": vers,
                 "total_s": total_s,

@@ -131,11 +131,13 @@ def test_throughput_table_of_bench_train() -> None:
     sys.modules["bench_train"] = module  # dataclasses look their module up
     assert spec.loader is not None
     spec.loader.exec_module(module)
-    rates = {"peer fp32": [50.0, 40.0], "cselab fp32": [90.0, 80.0], "cselab bf16": [1.0]}
+    rates = {"peer fp32": [50.0, 40.0], "cselab fp32": [90.0, 80.0], "cselab bf16": [1.0],
+             "cselab-compiled fp32": [120.0, 80.0]}  # fmt: skip
     assert module.throughput_table(rates).splitlines() == [
-        "| precision | peer sent/s | cselab sent/s | ratio | per-round ratios | target | met |",
-        "|---|---|---|---|---|---|---|",
-        "| fp32 | 45.0 | 85.0 | **1.89×** | 1.80, 2.00 | ≥ 1.8× | yes |",
+        "| precision | side | peer sent/s | side sent/s | ratio | per-round ratios | target | met |",
+        "|---|---|---|---|---|---|---|---|",
+        "| fp32 | cselab | 45.0 | 85.0 | **1.89×** | 1.80, 2.00 | ≥ 2.2× | no |",
+        "| fp32 | cselab-compiled | 45.0 | 100.0 | **2.22×** | 2.40, 2.00 | ≥ 2.2× | yes |",
     ]
 
 

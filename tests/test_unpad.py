@@ -196,11 +196,12 @@ def test_cls_last_layer_applies_dropout_where_the_full_layer_does(tiny_bert64, m
     gives the full forward's [CLS] state and gradients: dropout sits in the same three places."""
     from cselab.model import attention, dropout
 
-    def constant(shape, p, dtype, device="cpu", generator=None):
-        return torch.full(tuple(shape), 0.5, dtype=dtype, device=device)
+    def keep_all(shape, p, device="cpu", generator=None, seed=None):
+        return torch.ones(tuple(shape), dtype=torch.bool, device=device)
 
-    monkeypatch.setattr(dropout, "dropout_multiplier", constant)
-    monkeypatch.setattr(attention, "dropout_multiplier", constant)
+    # every dropout is then the constant factor 1 / (1 - p): one missing or extra changes values
+    monkeypatch.setattr(dropout, "keep_mask", keep_all)
+    monkeypatch.setattr(attention, "keep_mask", keep_all)
     enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="cls", dropout=0.3).double()
     enc.train()
     ids, mask = _batch()
@@ -219,14 +220,19 @@ def test_cls_last_layer_applies_dropout_where_the_full_layer_does(tiny_bert64, m
         _close(g_first[name], g_full[name], GRAD_TERMS, msg=name)
 
 
-def test_left_padding_falls_back_to_the_full_last_layer(tiny_bert64):
-    """A batch whose column 0 is padding somewhere has no [CLS] at column 0 to keep."""
+def test_left_padding_gives_the_full_last_layers_first_column(tiny_bert64):
+    """Column 0 of a left-padded batch is padding in some rows: zero there, as the full
+    forward, and the first token's state in the rows that start at column 0 (no branch on the
+    data, so a compiled forward stays one graph)."""
     enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="cls", dropout=0.0).double()
     enc.eval()
     ids, mask = _batch()
     mask = mask.flip(1)  # left padding
     ids = ids.flip(1)
+    assert 0 < int(mask[:, 0].sum()) < len(mask)
     with torch.no_grad():
         full = unpad.unpadded_last_hidden(enc.backbone, ids, mask)
         first = unpad.unpadded_last_hidden(enc.backbone, ids, mask, first_token_only=True)
-    assert torch.equal(first, full)
+    _close(first[:, 0], full[:, 0], FORWARD_TERMS)
+    assert torch.all(first[mask[:, 0] == 0, 0] == 0)
+    assert torch.all(first[:, 1:] == 0)

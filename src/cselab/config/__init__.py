@@ -53,7 +53,11 @@ class TrainConfig:
         overwrite: replace a previous run in ``output_dir`` (nothing of it is kept). Without
             ``resume`` or ``overwrite`` a folder holding a run is refused.
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
-        compile: wrap the encoder in ``torch.compile``.
+        compile: wrap the encoder in ``torch.compile``
+            (:func:`cselab.model.encoder.compile_encoder`: the packed CPU forward, attention
+            operator included, is one graph, its backward another; dynamic shapes, so one
+            compile serves every batch). Off by default: it has not been measured
+            faster on every CPU kind (``bench/bench_compile.py``).
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).

@@ -37,11 +37,23 @@ from torch import Tensor, nn
 _BITS = 2**32  # the mask compares 32 uniform bits per element
 
 
+def draw_seed(generator: torch.Generator | None = None) -> Tensor:
+    """One 63-bit draw from ``generator`` (default: torch's CPU generator): a mask's seed.
+
+    A tensor, drawn out of place, so that ``torch.compile`` traces it into the graph (a new
+    value is a new input, not a recompile).
+    """
+    return torch.randint(0, 2**63 - 1, (), dtype=torch.int64, generator=generator)
+
+
 def random_int32(
-    shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None = None
+    shape: tuple[int, ...] | torch.Size,
+    generator: torch.Generator | None = None,
+    seed: Tensor | int | None = None,
 ) -> Tensor:
-    """Uniform ``int32`` values on ``[-2**31, 2**31)`` of ``shape`` (CPU), seeded from ``generator``."""
-    seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+    """Uniform ``int32`` values on ``[-2**31, 2**31)`` of ``shape`` (CPU), seeded from ``generator``
+    (or from ``seed``, a value of :func:`draw_seed`)."""
+    seed = int(draw_seed(generator) if seed is None else seed)
     n = math.prod(shape)
     raw = np.random.PCG64DXSM(seed).random_raw((n + 1) // 2)  # uint64: two elements each
     return torch.from_numpy(raw.view(np.int32)[:n]).view(shape)
@@ -52,10 +64,11 @@ def keep_mask(
     p: float,
     device: torch.device | str = "cpu",
     generator: torch.Generator | None = None,
+    seed: Tensor | int | None = None,
 ) -> Tensor:
     """A ``bool`` tensor of ``shape``; each element is ``False`` (dropped) with probability ``p``."""
     drop_below = round(p * _BITS) - 2**31  # P(bits < drop_below) = round(p * 2**32) / 2**32
-    return random_int32(shape, generator).to(device) >= drop_below
+    return random_int32(shape, generator, seed).to(device) >= drop_below
 
 
 def dropout_multiplier(

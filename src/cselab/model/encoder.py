@@ -9,7 +9,8 @@ users reach a model. Each job has its own module:
 * :mod:`.st_folder`: the saved folder (Hugging Face + sentence-transformers + ``cselab.json``)
   and what a sentence-transformers folder says about inference;
 * :mod:`.loader`: :func:`load`, opening a folder of any kind;
-* :mod:`.dropout`: :func:`dropout_disabled` (ImSimCSE's off-dropout view).
+* :mod:`.dropout`: :func:`dropout_disabled` (ImSimCSE's off-dropout view);
+* :mod:`.unpad`: :func:`compile_encoder` (``train.compile``: the packed forward as one graph).
 """
 
 from __future__ import annotations
@@ -19,5 +20,14 @@ from .inference import PRECISIONS
 from .loader import load
 from .sentence_encoder import SentenceEncoder
 from .st_folder import CSELAB_FILE, HEAD_FILE
+from .unpad import compile_encoder
 
-__all__ = ["CSELAB_FILE", "HEAD_FILE", "PRECISIONS", "SentenceEncoder", "dropout_disabled", "load"]
+__all__ = [
+    "CSELAB_FILE",
+    "HEAD_FILE",
+    "PRECISIONS",
+    "SentenceEncoder",
+    "compile_encoder",
+    "dropout_disabled",
+    "load",
+]

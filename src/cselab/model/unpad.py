@@ -112,6 +112,22 @@ def enable(backbone: nn.Module) -> bool:
     return True
 
 
+def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:
+    """``torch.compile(encoder, dynamic=True, **options)`` with the packed forward in one graph.
+
+    The packed forward's token count ``T`` comes from ``nonzero`` on the attention mask, a
+    data-dependent size: Dynamo is told to capture it as a symbolic size
+    (``capture_dynamic_output_shape_ops``, a process-wide setting that only turns what would be
+    a graph break into a traced size) instead of breaking the graph in every forward. With
+    ``dynamic=True`` the batch size and padded width are symbolic too, so batches of every shape
+    share one graph: one compile, no recompiles per width (``tests/test_compile.py``). The
+    attention is the custom operator ``cselab::packed_attention`` (:mod:`.attention`), which
+    Dynamo and AOTAutograd trace through.
+    """
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    return torch.compile(encoder, dynamic=True, **options)
+
+
 def unpadded_last_hidden(
     backbone: nn.Module,
     input_ids: Tensor,
@@ -144,12 +160,16 @@ def unpadded_last_hidden(
         "token_type_ids": torch.zeros_like(ids).unsqueeze(0),
     }
     layers = getattr(getattr(backbone, "encoder", None), "layer", None)
-    if first_token_only and layers is not None and bool(attention_mask[:, 0].all()):
+    if first_token_only and layers is not None:
         hidden = backbone.embeddings(**inputs)
         for layer in layers[:-1]:
             out = layer(hidden, None, cselab_unpad=pack)
             hidden = out[0] if isinstance(out, tuple) else out  # transformers 4 returns a tuple
         first = _first_token_layer(layers[-1], hidden[0], pack)  # (B, D)
+        # column 0 holds the first real token where it is real (right padding: every row) and
+        # zero where it is padding, as the full forward; no branch on the data, so a compiled
+        # forward is one graph
+        first = torch.where(pack.keep[:, :1], first, 0.0)
         grid = first.new_zeros(batch, width, first.shape[-1])
         return grid.index_copy(
             1, torch.zeros(1, dtype=torch.long, device=grid.device), first[:, None]
@@ -172,7 +192,10 @@ def _first_token_layer(layer: nn.Module, hidden: Tensor, pack: PackInfo) -> Tens
     heads, head_dim = att.num_attention_heads, att.attention_head_size
     scaling = getattr(att, "scaling", head_dim**-0.5)  # transformers 4 has no attribute
     batch, width = pack.batch, pack.width
-    first_rows = (pack.index % width == 0).nonzero().squeeze(1)  # column 0 of each sentence
+    # each sentence's first real token: its packed rows start after the earlier sentences'
+    # (an empty sentence, all padding, points at a valid row; the caller zeroes its result)
+    lengths = pack.keep.sum(1)
+    first_rows = (lengths.cumsum(0) - lengths).clamp(max=pack.index.shape[0] - 1)
     x = hidden.index_select(0, first_rows)  # (B, D)
     q = att.query(x)
     out_dtype = q.dtype

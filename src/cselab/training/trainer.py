@@ -31,7 +31,7 @@ from ..data import (
 )
 from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..io.runfolder import RunFolder
-from ..model.encoder import SentenceEncoder
+from ..model.encoder import SentenceEncoder, compile_encoder
 from ..objectives import Objective, ObjectiveContext, total_loss
 from .callbacks import Callback, CallbackList, SavedModel, report_callbacks, split_row
 from .checkpoint import (
@@ -117,7 +117,7 @@ class Trainer:
             offset=shard_bounds(tc.batch_size, self.dist.rank, self.dist.world_size)[0],
             generator=torch.Generator(device=self.device),
         )
-        forward = torch.compile(self.encoder) if tc.compile else self.encoder
+        forward = compile_encoder(self.encoder) if tc.compile else self.encoder
         self.task = Task(
             forward, objective.to(self.device), ctx, seed=tc.seed, amp_dtype=self.amp_dtype,
             kind=kind,
