@@ -205,6 +205,14 @@ class Config:
                     "head is used in training only (the authors' unsupervised recipe), and "
                     "sentence-transformers and the transformers recipe read the [MASK] state alone"
                 )
+            if t.compile and m.prompt.denoise:
+                # The template-alone pass groups the batch's rows by their template id (a value
+                # read from the data), which torch.compile cannot trace as one graph.
+                raise ConfigError(
+                    "train.compile=true does not support model.pooler=prompt with "
+                    "model.prompt.denoise=true (template denoising reads the batch's template ids); "
+                    "train eagerly (train.compile=false) or set model.prompt.denoise=false"
+                )
         dev_metric_for(self.eval.dev, self.eval.dev_metric)  # None stays: resolved where used
         _check_device(t.device)
         if t.device != "auto":  # auto is resolved, and checked, when the run starts

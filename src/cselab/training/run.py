@@ -29,11 +29,12 @@ import torch
 from ..config import Config, load_config
 from ..core.errors import ConfigError
 from ..data.pairs import source_digest
+from ..data.repetition import MAX_REPEATED
 from ..data.source import TrainingSource
 from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
-from ..objectives import build_objective
+from ..objectives import Objective, build_objective
 from ..publish.callbacks import ModelCardCallback, PushCallback
 from . import rundir
 from .callbacks import Callback
@@ -43,6 +44,27 @@ from .selection import make_dev_evaluator
 from .trainer import Trainer
 
 log = logging.getLogger("cselab")
+
+
+def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: Objective) -> None:
+    """That a training row fits the model's position embeddings: ``model.max_seq_len`` tokens,
+    plus what the step adds to a row: the prompt pooler's template tokens (counted by
+    ``encoder.accepted_max_len``) and up to ``MAX_REPEATED - 1`` repeated tokens of ESimCSE's
+    word repetition (a repeated row is not cut again, as the authors'). Otherwise the first
+    step would index past the position embeddings (a traceback on the CPU, a device assert on
+    a GPU); this is one line naming the key, before any training."""
+    grown = MAX_REPEATED - 1 if objective.positive_repetition > 0 else 0
+    room = encoder.accepted_max_len - grown
+    if config.model.max_seq_len > room:
+        parts = [f"{config.model.name_or_path} accepts {encoder.accepted_max_len} tokens a row"]
+        if encoder.prompt is not None:
+            parts.append(f"after the prompt template's {encoder.prompt.extra}")
+        if grown:
+            parts.append(f"and word repetition adds up to {grown}")
+        raise ConfigError(
+            f"model.max_seq_len={config.model.max_seq_len} is too long: {' '.join(parts)}; "
+            f"use model.max_seq_len <= {room}"
+        )
 
 
 def build_trainer(
@@ -84,6 +106,7 @@ def build_trainer(
         objective = build_objective(config.objective, source.kind)
         encoder = SentenceEncoder.from_config(config.model)
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
+        check_sequence_length(config, encoder, objective)
         corpus, data = source.tokenize(
             encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
         )

@@ -1,0 +1,59 @@
+"""Where two features meet: combinations that must run, or be refused in one line before work.
+
+Each case was found by a review of the merged features (the prompt pooler, ESimCSE's word
+repetition, Matryoshka, retrieval evaluation, mining, the compiled step); each test fails on the
+code before its fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cselab.cli import main
+
+
+def long_corpus(folder: Path, n: int = 8, words: int = 200) -> Path:
+    """Rows longer than the tiny BERT's 128 positions, so every row is cut at max_seq_len."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "long.txt"
+    path.write_text("\n".join(" ".join(["alpha", "beta"] * (words // 2)) for _ in range(n)) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--objective.word_repetition.enabled=true"], "word repetition adds up to 9"),
+        (["--model.pooler=prompt"], "after the prompt template's"),
+    ],
+)
+def test_a_row_longer_than_the_positions_is_refused_before_training(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, extra: list[str], said: str
+) -> None:
+    """``max_seq_len`` = the model's 128 positions leaves no room for what the step adds to a
+    row (ESimCSE's repeated tokens, PromptBERT's template): one line naming the key, not an
+    ``IndexError`` in the position embeddings at the first step."""
+    rc = main([
+        "train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={long_corpus(tmp_path)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--model.max_seq_len=128", "--train.batch_size=2", "--train.max_steps=1",
+        "--train.eval_steps=0", *extra,
+    ])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1
+    assert "model.max_seq_len=128 is too long" in err and said in err
+
+
+def test_compiled_training_with_template_denoising_is_refused(tmp_path: Path) -> None:
+    from cselab.config import load_config
+    from cselab.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train.compile=true does not support"):
+        load_config(None, ["--model.pooler=prompt", "--train.compile=true"])
+    # without denoising the prompt pooler compiles as one graph
+    load_config(
+        None, ["--model.pooler=prompt", "--train.compile=true", "--model.prompt.denoise=false"]
+    )
