@@ -57,3 +57,28 @@ def test_compiled_training_with_template_denoising_is_refused(tmp_path: Path) ->
     load_config(
         None, ["--model.pooler=prompt", "--train.compile=true", "--model.prompt.denoise=false"]
     )
+
+
+def test_mine_into_a_folder_holding_an_index_leaves_it_alone(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``cselab mine --index DIR`` on a built index: refused in one line, the index intact
+    (it was replaced by the mined corpus, at another width, without a word)."""
+    import json
+
+    from conftest import write_corpus
+
+    corpus = write_corpus(tmp_path, n=40)
+    index = tmp_path / "idx"
+    assert main(["-q", "index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(index),
+                 "--dim", "8"]) == 0  # fmt: skip
+    before = {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()}
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        "".join(json.dumps({"anchor": f"a {i}", "positive": f"p {i} q"}) + "\n" for i in range(6))
+    )
+    rc = main(["mine", str(pairs), "--model", str(tiny_bert), "-o", str(tmp_path / "t.tsv"),
+               "--index", str(index)])  # fmt: skip
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert rc == 2 and len(err) == 1 and "holds an index already" in err[0]
+    assert {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()} == before

@@ -473,6 +473,7 @@ class Index:
         ``source`` as its model (``None`` for an encoder built in Python)."""
         if not texts:
             raise SearchIndexError("no texts to index")
+        check_new_folder(path)
         want = {"format": INDEX_FORMAT, "model": getattr(encoder, "source", None),
                 "pooler": encoder.pooler.kind, "corpus": None, "corpus_sha256": None,
                 "dim": int(encoder.dim), "chunk_size": int(chunk_size)}  # fmt: skip
@@ -648,6 +649,16 @@ class Index:
 
 
 # ------------------------------------------------------------------------------- build steps
+def check_new_folder(path: str | Path) -> None:
+    """Refuse to write an index over texts the caller holds into a folder that holds an index
+    already (:meth:`Index.from_texts` has no corpus file to resume from, so it would replace
+    that index without a word); :meth:`Index.build` resumes or refuses by its own rules."""
+    if (Path(path) / META_FILE).is_file():
+        raise SearchIndexError(
+            f"{path} holds an index already ({META_FILE}); choose a new folder or remove it"
+        )
+
+
 def encode_at(encoder: Any, texts: Sequence[str], batch_size: int, dim: int | None) -> np.ndarray:
     """Unit vectors of ``texts`` at prefix ``dim`` (``None``: the full width). The prefix is cut
     here (:func:`~cselab.model.similarity.truncate_rows`), so any object with

@@ -58,7 +58,7 @@ from ..data.config import DataFormat, PairColumns
 from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, stream_pairs
 from ..io.files import TABLE_WRITE_SUFFIXES, write_table
 from ..io.readers import Lines, open_table, reraise_as
-from .index import SEARCH_BACKENDS, Index, ann_params
+from .index import SEARCH_BACKENDS, Index, ann_params, check_new_folder
 
 SAMPLING = ("top", "random")
 #: What a missing-column error suggests.
@@ -273,6 +273,8 @@ def mine_hard_negatives(
         )
     if output is not None and not Path(output).expanduser().resolve().parent.is_dir():
         raise ConfigError(f"{output}: its folder does not exist")
+    if index_dir is not None:
+        check_new_folder(index_dir)  # before any reading or encoding
     cols = PairColumns(
         anchor=(columns or PairColumns()).anchor,
         positive=(columns or PairColumns()).positive,
