@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> dict:
     cpu = harness.cpu_model()
     text = f"""# Retrieval evaluation: cselab vs InformationRetrievalEvaluator
 
-**Taken under load** (a shared machine: 1-minute load average {load_before:.1f} before,
-{load_after:.1f} after, on {torch.get_num_threads()} torch threads); ratios between the two sides,
-which alternate in one process, mean more than the seconds. CPU: {cpu}.
+1-minute load average {load_before:.1f} before the run and {load_after:.1f} after it (the run's own
+{torch.get_num_threads()} torch threads count in the second; on a shared machine compare the ratio,
+the two sides alternate in one process, more than the seconds). CPU: {cpu}.
 
 Collection: STS-B {args.split} pairs scored >= 4 as a BEIR folder
 (`collection_from_sts`): {len(c.query_ids)} queries, {len(c.doc_ids)} documents,

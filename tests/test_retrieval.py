@@ -286,7 +286,7 @@ def test_cli_evaluate_retrieval_table_and_json(
     assert main(["evaluate", "no/such/model", "--retrieval", str(folder), "--split", "dev"]) == 2
     assert "no qrels for split 'dev' (splits: test)" in capsys.readouterr().err
     assert main(["evaluate", str(tiny_bert), "--retrieval", str(folder), "--dims", "999"]) == 2
-    assert "--dims 999 is more than the model's 32 dimensions" in capsys.readouterr().err
+    assert "--dims 999 is outside 1..32" in capsys.readouterr().err
     assert main(["evaluate", str(tiny_bert), "--k", "5"]) == 2
     assert "--k and --backend go with --retrieval FOLDER" in capsys.readouterr().err
 

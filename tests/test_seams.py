@@ -82,3 +82,53 @@ def test_mine_into_a_folder_holding_an_index_leaves_it_alone(
     err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
     assert rc == 2 and len(err) == 1 and "holds an index already" in err[0]
     assert {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("option", ["--update-card", "--csv"])
+def test_retrieval_with_senteval_only_outputs_is_refused(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, option: str
+) -> None:
+    """``--update-card`` replaced the card's evaluation block with an empty one (the earlier
+    tables lost); ``--csv`` wrote the retrieval numbers as a Python dict. Both are refused in one
+    line before anything is encoded, and the card is left as it was."""
+    from test_retrieval import write_beir
+
+    card = tmp_path / "model" / "README.md"
+    card.parent.mkdir()
+    card.write_text("# a card\n")
+    target = {"--update-card": [], "--csv": [str(tmp_path / "out.csv")]}[option]
+    rc = main(["evaluate", str(card.parent), "--retrieval", str(write_beir(tmp_path / "b")),
+               "--split", "dev", option, *target])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and f"{option} carries the SentEval" in err
+    assert card.read_text() == "# a card\n" and not (tmp_path / "out.csv").exists()
+
+
+def test_mlflow_takes_a_retrieval_dev_score(tmp_path: Path, monkeypatch) -> None:
+    """``eval.dev=<BEIR folder>`` logs ``dev_ndcg@10``; MLflow refuses ``@`` in a metric name,
+    so the MLflow logger writes it as ``dev_ndcg_at_10`` (the other loggers keep the name)."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from cselab.training.callbacks import MLflowLogger
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    logger = MLflowLogger(tmp_path, {"eval": {"dev": "beir"}})
+    logger.on_evaluate(2, {"dev_ndcg@10": 51.5, "loss": 0.25})
+    logger.finish()
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
+    history = client.get_metric_history(logger.run_id, "dev_ndcg_at_10")
+    assert [(m.step, m.value) for m in history] == [(2, 51.5)]
+
+
+@pytest.mark.parametrize(("pooler", "library"), [("cls", "sentence-transformers"),
+                                                 ("prompt", "transformers")])  # fmt: skip
+def test_the_card_names_the_library_that_reproduces_the_vectors(pooler: str, library: str) -> None:
+    """sentence-transformers has no module for the prompt pooler (it would load the folder as a
+    [CLS] pooler and give other vectors), so a prompt model's card does not advertise it."""
+    from cselab.model.config import ModelConfig
+    from cselab.publish.hub_metadata import front_matter
+
+    data = front_matter("m", ModelConfig(name_or_path="org/base", pooler=pooler), ["simcse"], [])
+    assert data.library_name == library
+    assert ("sentence-transformers" in data.tags) == (library == "sentence-transformers")

@@ -183,9 +183,12 @@ def parse_dims(text: str | None) -> list[int] | None:
 
 def check_dims(dims: list[int] | None, encoder: object) -> None:
     """Refuse a ``--dims`` entry wider than the model's vectors (before any encoding)."""
+    from ..model.similarity import check_prefix
+
     width = getattr(encoder, "dim", None)
-    if dims and isinstance(width, int) and max(dims) > width:
-        raise ConfigError(f"--dims {max(dims)} is more than the model's {width} dimensions")
+    if dims and isinstance(width, int):
+        for dim in dims:
+            check_prefix(dim, width, "--dims")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -207,6 +210,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
     dims = parse_dims(args.dims)
+    if args.retrieval and (args.update_card or args.csv):
+        # Both carry the SentEval tables only: the card's evaluation block would be replaced by
+        # one without the earlier tables, the CSV would hold the retrieval numbers as text.
+        option = "--update-card" if args.update_card else "--csv"
+        raise ConfigError(
+            f"{option} carries the SentEval tables only, not --retrieval results; write them "
+            "with -o/--output (JSON), and run the SentEval tasks without --retrieval for "
+            f"{option}"
+        )
     for option, path in (("--output", args.output), ("--csv", args.csv)):
         if path:
             check_output_path(path, option)

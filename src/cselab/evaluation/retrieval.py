@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,16 +58,15 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.metrics import retrieval_metric
-from ..io.files import write_text_atomic
+from ..io.files import write_table
 from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
-from ..model.similarity import exact_topk, truncate_rows
+from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
 
 log = logging.getLogger(__name__)
 
 #: ``(queries, vectors, k) -> (scores, rows)``, best first (``exact_topk``'s signature).
-TopK = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 #: Marks a result entry as a retrieval evaluation.
 KIND = "retrieval"
 #: The least depth searched (recall@100 and map@100 are always reported).
@@ -327,8 +326,6 @@ def collection_from_sts(
     ``sentence1``) is left out, so no query finds its own text in the corpus. Ids are ``q<N>``
     and ``d<N>`` in file order. Returns ``folder``.
     """
-    import json
-
     root = Path(folder)
     high = [(a, b) for a, b, s in zip(pairs.sent1, pairs.sent2, pairs.scores, strict=True)
             if s >= threshold and a != b]  # fmt: skip
@@ -343,12 +340,13 @@ def collection_from_sts(
     if not judged:
         raise ConfigError(f"{pairs.name}: no pair scores {threshold} or more; lower the threshold")
     (root / "qrels").mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"_id": doc_id[s], "title": "", "text": s}) for s in corpus]
-    write_text_atomic(root / "corpus.jsonl", "\n".join(lines) + "\n", "BEIR corpus")
-    lines = [json.dumps({"_id": query_id[s], "text": s}) for s in queries]
-    write_text_atomic(root / "queries.jsonl", "\n".join(lines) + "\n", "BEIR queries")
-    rows = ["\t".join(BEIR_QRELS_COLUMNS), *(f"{q}\t{d}\t1" for q, d in judged)]
-    write_text_atomic(root / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n", "BEIR qrels")
+    # Through the one table writer: the files read back by read_beir's own rules.
+    write_table(root / "corpus.jsonl", ["_id", "title", "text"],
+                ([doc_id[s], "", s] for s in corpus), "BEIR corpus")  # fmt: skip
+    write_table(root / "queries.jsonl", ["_id", "text"],
+                ([query_id[s], s] for s in queries), "BEIR queries")  # fmt: skip
+    write_table(root / "qrels" / f"{split}.tsv", list(BEIR_QRELS_COLUMNS),
+                ([q, d, "1"] for q, d in judged), "BEIR qrels")  # fmt: skip
     log.info("%s: %d queries, %d documents, %d judgements", root, len(queries), len(corpus),
              len(judged))  # fmt: skip
     return root

@@ -5,11 +5,16 @@ search as the index does)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 # Rows of the vector matrix scored per block in exact search: 64 queries x 65,536 rows of
 # float32 scores is 16 MiB, small next to the 96 MiB block of width-384 vectors it reads.
 EXACT_BLOCK_ROWS = 1 << 16
+#: A top-k search over vectors held in memory: ``(queries, vectors, k) -> (scores, rows)``, best
+#: first (:func:`exact_topk`, or the index's FAISS search, ``cselab.search.index.vector_search``).
+TopK = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:

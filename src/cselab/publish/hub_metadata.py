@@ -111,10 +111,15 @@ def front_matter(
     from huggingface_hub import ModelCardData
 
     base = model.name_or_path
+    # The prompt pooler has no sentence-transformers module: the Hub's "use in
+    # sentence-transformers" snippet would give other vectors, so such a card names transformers
+    # (its text gives the transformers recipe).
+    st_reads_it = model.pooler != "prompt"
+    library_tags = [t for t in LIBRARY_TAGS if st_reads_it or t != "sentence-transformers"]
     return ModelCardData(
-        library_name="sentence-transformers",
+        library_name="sentence-transformers" if st_reads_it else "transformers",
         pipeline_tag="sentence-similarity",
-        tags=[*LIBRARY_TAGS, *objective_tags],
+        tags=[*library_tags, *objective_tags],
         base_model=base if not Path(base).is_dir() else None,  # a local folder is no Hub id
         license=base_model_license(base),
         model_name=name,

@@ -49,6 +49,7 @@ from ..io.files import (  # the corpus digest is training's
 )
 from ..io.readers import Lines, reraise_as
 from ..model.similarity import (  # exact_topk: the one exact search
+    TopK,
     check_prefix,
     exact_topk,
     normalize_rows,
@@ -271,9 +272,6 @@ def _set_search_params(index: Any, backend: str, params: dict[str, int]) -> None
         index.hnsw.efSearch = int(params["ef_search"])
     if backend == "ivf" and params.get("nprobe"):
         index.nprobe = int(params["nprobe"])
-
-
-TopK = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def vector_search(backend: str = "exact", **given: int | None) -> TopK:

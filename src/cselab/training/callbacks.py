@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,11 +277,17 @@ class MLflowLogger(Logger):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, step) for k, v in values.items()]
+        metrics = [Metric(mlflow_name(k), v, now, step) for k, v in values.items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
     def finish(self) -> None:
         self.client.set_terminated(self.run_id)
+
+
+def mlflow_name(key: str) -> str:
+    """``key`` as MLflow accepts a metric name (letters, digits and ``_ - . / :`` and spaces):
+    the retrieval dev scores carry ``@`` (``dev_ndcg@10`` is logged as ``dev_ndcg_at_10``)."""
+    return re.sub(r"[^\w./\- :]", "_", key.replace("@", "_at_"))
 
 
 #: ``train.report_to`` names -> loggers (the names are :data:`cselab.config.ReportTo`).
