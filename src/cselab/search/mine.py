@@ -8,7 +8,9 @@ picked among the nearest texts that pass filters against false negatives:
   nor a text equal to the anchor (the corpus holds each text once, so no duplicate either);
 * a rank window ``range_min <= rank < range_max``, counted among the candidates that pass the
   filters (``range_max`` defaults to ``range_min + num_negatives + P``, or ``range_min +
-  10 * num_negatives + P`` with a score filter, ``P`` the most positives of an anchor);
+  10 * num_negatives + P`` with a score filter, ``P`` the most distinct positives of an anchor;
+  sentence-transformers counts an anchor's rows, duplicated pairs included, so with duplicates
+  its default window is deeper: pass ``range_max`` for the same depth);
 * ``max_score``: a negative's cosine with the anchor is at most this;
 * ``absolute_margin``: at most the positive's cosine minus the margin; ``relative_margin``: at
   most ``pos - |pos| * r`` (NV-Retriever's positive-aware "TopK-PercPos", Moreira et al. 2024,
