@@ -210,7 +210,8 @@ def interleaved_timing(
 
     ``step_s``: median seconds of one training forward+backward (the task's step: views +
     objective, and its after-step work such as ESimCSE's momentum update) on a fixed batch of 64
-    wiki sentences, objectives alternating step by step for ``rounds`` rounds.
+    wiki sentences, objectives alternating step by step for ``rounds`` rounds; the encoder is
+    the run's (one per model setting: PromptBERT's prompt pooler is part of its step).
     ``loss_ms``: median milliseconds of the objective's own forward+backward on fixed
     ``(64, 384)`` views (a stateful objective with its queue full), objectives alternating call by
     call for ``loss_rounds`` rounds: the cost the objective adds on top of the encoder passes it
@@ -220,24 +221,21 @@ def interleaved_timing(
     import torch
 
     load_start = harness.load1()
-    from cselab.config import ModelConfig
     from cselab.data import collate, tokenize_corpus
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import ObjectiveContext, build_objective, total_loss
     from cselab.training.task import Batch, Task
 
-    torch.manual_seed(0)
-    encoder = SentenceEncoder.from_config(
-        ModelConfig(
-            name_or_path="sentence-transformers/all-MiniLM-L6-v2", pooler="cls", mlp_only_train=True
-        )
-    )
-    encoder.train()
+    configs = {n: make_config(n, 0, Path("/tmp/unused"), None, 0) for n in names}
+    encoders: dict[str, Any] = {}  # one encoder per model setting (PromptBERT's is its own)
+    for cfg in configs.values():
+        if repr(cfg.model) not in encoders:
+            torch.manual_seed(0)
+            encoders[repr(cfg.model)] = SentenceEncoder.from_config(cfg.model).train()
+    encoder = next(iter(encoders.values()))
     corpus, _ = tokenize_corpus(harness.WIKI, encoder.tokenizer, 32)
     batch = collate(corpus.rows(list(range(64))), int(encoder.tokenizer.pad_token_id or 0))
-    objectives = {
-        n: build_objective(make_config(n, 0, Path("/tmp/unused"), None, 0).objective) for n in names
-    }
+    objectives = {n: build_objective(cfg.objective) for n, cfg in configs.items()}
     gen = torch.Generator()
 
     views = ("z1", "z2", "off", "momentum")
@@ -258,7 +256,7 @@ def interleaved_timing(
                 loss[name].append((time.perf_counter() - t0) * 1e3)
 
     tasks = {
-        n: Task(encoder, obj, ObjectiveContext(generator=gen), seed=0)
+        n: Task(encoders[repr(configs[n].model)], obj, ObjectiveContext(generator=gen), seed=0)
         for n, obj in objectives.items()
     }
     step: dict[str, list[float]] = {n: [] for n in names}
@@ -268,7 +266,7 @@ def interleaved_timing(
             total_loss(task(Batch(r, batch))).backward()
             task.after_step()
             elapsed = time.perf_counter() - t0
-            encoder.zero_grad(set_to_none=True)
+            task.encoder.zero_grad(set_to_none=True)
             if r >= warmup:
                 step[name].append(elapsed)
     return {

@@ -10,6 +10,7 @@ for batches of every shape.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from saved_tensors import SavedTensorMeter
@@ -156,3 +157,49 @@ def test_bench_compile_smoke():
     assert 0 < result["ops_per_step"]["compiled"] < result["ops_per_step"]["eager"]
     assert result["saved_for_backward_mib"] > 0
     assert all(t > 0 for t in result["s_per_step"].values())
+
+
+def _sentences() -> list[str]:
+    """Sentences of 1 to 13 words: length-sorted batches of 3 get three different widths."""
+    words = "the cat sat on a mat while it rained over the old town".split()
+    return [" ".join(words[: 1 + (7 * i) % len(words)]) for i in range(9)]
+
+
+@pytest.mark.parametrize("pooler", ["avg", "cls_before_pooler"])
+def test_compiled_inference_matches_eager_and_compiles_once(tiny_bert64, pooler):
+    """``compile_inference``: ``encode`` through one graph (no break, one compile for batches of
+    three widths), vectors equal to eager's; the graph adds nothing to the weights."""
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler=pooler).double().eval()
+    assert enc.unpad_inference
+    keys = list(enc.state_dict())
+    sentences = _sentences()
+    eager = enc.encode(sentences, batch_size=3)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = enc.compile_inference(backend="aot_eager").encode(sentences, batch_size=3)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"]
+    # float64 forwards, float32 vectors: at most one float32 rounding step apart
+    np.testing.assert_allclose(compiled, eager, rtol=2.0**-22, atol=0)
+    assert list(enc.state_dict()) == keys
+    assert enc.compile_inference(False).inference_compile is None
+    np.testing.assert_array_equal(enc.encode(sentences, batch_size=3), eager)  # eager again
+
+
+def test_the_compile_flag_reaches_every_encoding_command(tiny_bert, tmp_path):
+    """``--compile`` on encode, evaluate, index build and mine: the model they open encodes
+    through the compiled graph (the flag is parsed, and ``load`` turns it on)."""
+    from cselab.cli import build_parser
+    from cselab.model.encoder import load
+
+    parser = build_parser()
+    for argv in (
+        ["encode", "m", "--input", "x", "--output", "y", "--compile"],
+        ["evaluate", "m", "--compile"],
+        ["index", "build", "c.txt", "--model", "m", "-o", "i", "--compile"],
+        ["mine", "p.tsv", "--model", "m", "-o", "t.tsv", "--compile"],
+    ):
+        assert parser.parse_args(argv).compile_inference, argv
+        assert not parser.parse_args([a for a in argv if a != "--compile"]).compile_inference
+    assert load(str(tiny_bert), compile_inference=True).inference_compile == {}
+    assert load(str(tiny_bert)).inference_compile is None

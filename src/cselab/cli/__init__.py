@@ -20,6 +20,7 @@ from .config import register as register_config
 from .evaluate import register as register_evaluation
 from .insight import register as register_insight
 from .mine import register as register_mine
+from .options import add_compile_flag
 from .search import register as register_index
 
 log = logging.getLogger("cselab")
@@ -66,7 +67,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     # model loads, so a bad input is reported at once.
     source = sys.stdin.buffer if args.input == "-" else args.input
     lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
-    encoder = load(args.model, pooler=args.pooler, device=args.device)
+    encoder = load(
+        args.model, pooler=args.pooler, device=args.device, compile_inference=args.compile_inference
+    )
     if args.dim is not None:
         check_prefix(args.dim, encoder.dim, "--dim")
     vectors = encoder.encode(
@@ -136,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compute precision; bf16 is faster on CPUs with AMX/AVX512-BF16 and on GPUs",
     )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_compile_flag(p)
     p.set_defaults(func=cmd_encode)
 
     p = sub.add_parser(

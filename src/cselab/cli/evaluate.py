@@ -13,6 +13,7 @@ from ..evaluation.custom import read_sts_file
 from ..evaluation.download import ensure_data
 from ..model.pooling import POOLERS
 from ..search.index import SEARCH_BACKENDS
+from .options import add_compile_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="override the saved pooler (plain HF models default to cls_before_pooler)",
     )
     ev.add_argument("--batch-size", type=int, default=128, help="encoding batch size (128)")
+    add_compile_flag(ev)
     ev.add_argument("--output", "-o", help="write the full results as JSON")
     ev.add_argument("--csv", help="write every number as long-format CSV")
     ev.add_argument(
@@ -250,7 +252,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from ..model.encoder import load  # lazy: model loading pulls in transformers
 
-    encoder = load(args.model, pooler=args.pooler)
+    encoder = load(args.model, pooler=args.pooler, compile_inference=args.compile_inference)
     check_dims(dims, encoder)
     out = (
         evaluate_senteval(encoder, args, tasks, files, dims)

@@ -8,6 +8,7 @@ from ..data.config import PairColumns
 from ..model.pooling import POOLERS
 from ..search.index import SEARCH_BACKENDS
 from ..search.mine import OUTPUT_FORMATS, SAMPLING, MineSettings, mine_hard_negatives
+from .options import add_compile_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-size", type=int, default=4096, help="anchors searched at a time")
     p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_compile_flag(p)
     p.set_defaults(func=cmd_mine)
 
 
@@ -71,6 +73,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
         columns=PairColumns(anchor=args.anchor_column, positive=args.positive_column),
         backend=args.backend, batch_size=args.batch_size, chunk_size=args.chunk_size,
         index_dir=args.index, pooler=args.pooler, device=args.device, show_progress=True,
+        compile_inference=args.compile_inference,
     )  # fmt: skip
     print(
         f"mined {report.written} rows for {report.anchors} anchors ({report.pairs} pairs, "

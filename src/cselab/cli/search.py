@@ -17,6 +17,7 @@ from ..search.index import (
     check_queries,
     read_lines,
 )
+from .options import add_compile_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "trained with objective.matryoshka.dims); queries are encoded so too")  # fmt: skip
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
     b.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_compile_flag(b)
     b.set_defaults(func=cmd_index_build)
 
     s = subparsers.add_parser(
@@ -74,6 +76,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size, batch_size=args.batch_size, hnsw_m=args.hnsw_m,
             ef_construction=args.ef_construction, nlist=args.nlist, overwrite=args.overwrite,
             device=args.device, show_progress=True, dim=args.dim,
+            compile_inference=args.compile_inference,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(

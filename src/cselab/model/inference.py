@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +23,34 @@ from .similarity import check_prefix, truncate_rows
 PRECISIONS = ("fp32", "bf16")
 
 
+#: where :func:`inference_graph` keeps a module's compiled forward: in the module's ``__dict__``,
+#: not as a submodule (which would add its weights a second time to ``state_dict``)
+_GRAPH = "_cselab_inference_graph"
+
+
+def inference_graph(model: nn.Module, **options: Any) -> nn.Module:
+    """``model``'s compiled inference forward (:func:`cselab.model.unpad.compile_encoder` with
+    ``options``), compiled on first use and kept with the module.
+
+    One graph for every batch shape (``dynamic=True``), so a corpus of any length distribution
+    compiles once; the first batches pay the compile (about a minute for MiniLM on 2 cores),
+    which is why it is opt-in (``load(..., compile_inference=True)``, ``--compile``) and worth it
+    for large corpora. ``docs/results/encode_benchmark.md`` measures it against eager.
+    """
+    graph = model.__dict__.get(_GRAPH)
+    if graph is None:
+        from .unpad import compile_encoder
+
+        graph = compile_encoder(model, **options)
+        model.__dict__[_GRAPH] = graph
+    return graph
+
+
+def drop_inference_graph(model: nn.Module) -> None:
+    """Forget ``model``'s compiled forward (:func:`inference_graph` compiles a new one)."""
+    model.__dict__.pop(_GRAPH, None)
+
+
 def inference_copy(encoder: nn.Module, dtype: torch.dtype) -> nn.Module:
     """A copy of ``encoder`` with its weights in ``dtype``, in eval mode (for inference).
 
@@ -31,7 +60,11 @@ def inference_copy(encoder: nn.Module, dtype: torch.dtype) -> nn.Module:
     folder's inference settings) and shares its tokenizer; ``encoder`` is left as it was.
     """
     tokenizer = encoder.tokenizer  # shared, not copied: it holds no weights
-    return copy.deepcopy(encoder, memo={id(tokenizer): tokenizer}).to(dtype).eval()
+    memo = {id(tokenizer): tokenizer}
+    graph = encoder.__dict__.get(_GRAPH)
+    if graph is not None:  # the fp32 graph is not the copy's: it compiles its own
+        memo[id(graph)] = None
+    return copy.deepcopy(encoder, memo=memo).to(dtype).eval()
 
 
 def encode_sentences(
@@ -64,6 +97,8 @@ def encode_sentences(
     order = np.argsort([-len(s) for s in sentences], kind="stable")
     out = np.empty((n, encoder.dim), dtype=np.float32)
     model = inference_copy(encoder, torch.bfloat16) if precision == "bf16" else encoder
+    options = getattr(encoder, "inference_compile", None)
+    forward = model if options is None else inference_graph(model, **options)
     was_training = encoder.training
     encoder.eval()
     try:
@@ -75,8 +110,13 @@ def encode_sentences(
         for start in starts:
             idx = order[start : start + batch_size]
             batch = encoder.tokenize([sentences[i] for i in idx], max_seq_len=limit)
+            types = batch.get("token_type_ids")
+            if types is not None and not types.any():
+                # all one segment: the model's default token types are these zeros, and a
+                # batch without them takes the packed forward with no check on the data
+                del batch["token_type_ids"]
             batch = {k: v.to(encoder.device) for k, v in batch.items()}
-            vec = model(**batch).float()
+            vec = forward(**batch).float()
             if normalize:
                 vec = torch.nn.functional.normalize(vec, dim=-1)
             out[idx] = vec.cpu().numpy()

@@ -29,6 +29,7 @@ def load(
     device: str | torch.device | None = None,
     *,
     fast_path: bool = ModelConfig.fast_path,
+    compile_inference: bool = False,
     **kwargs: Any,
 ) -> SentenceEncoder:
     """Open a cselab output folder, a sentence-transformers folder or an HF model, in eval mode.
@@ -44,7 +45,9 @@ def load(
       the model's own ``pooler_output``, as in SimCSE's evaluation).
 
     ``fast_path``: see :meth:`SentenceEncoder.from_pretrained` (``False``: the backbone exactly
-    as ``transformers`` loads it). Other ``kwargs`` go to ``from_pretrained``.
+    as ``transformers`` loads it). ``compile_inference``: :meth:`SentenceEncoder.encode` runs a
+    compiled graph (:meth:`SentenceEncoder.compile_inference`). Other ``kwargs`` go to
+    ``from_pretrained``.
     """
     local = Path(resolve_model(path, kwargs.pop("revision", None)))
     kwargs["fast_path"] = fast_path
@@ -73,6 +76,7 @@ def load(
             encoder.pooler.mlp = hf_pooler_head(encoder.backbone, local, path)
             encoder.pooler.mlp_only_train = False
     encoder.source = path
+    encoder.compile_inference(compile_inference)
     encoder.eval()
     if device is not None:
         encoder.to(device)

@@ -24,7 +24,7 @@ from .config import ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
 from .hub import resolve_model
-from .inference import encode_sentences, inference_copy
+from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler
 from .prompt import Prompt, Spliced
 from .similarity import cosine_matrix
@@ -81,6 +81,9 @@ class SentenceEncoder(nn.Module):
         self.fast_path = False
         self.unpad_training = False
         self.unpad_inference = False
+        # None: encode() runs eagerly; else the torch.compile options of the graph it runs
+        # (cselab.model.inference.inference_graph)
+        self.inference_compile: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------------------------- building
     @classmethod
@@ -313,6 +316,20 @@ class SentenceEncoder(nn.Module):
         return encode_sentences(
             self, sentences, batch_size, normalize, show_progress, max_seq_len, precision, dim
         )
+
+    def compile_inference(self, enabled: bool = True, **options: Any) -> SentenceEncoder:
+        """Encode through a compiled graph from now on (``enabled=False``: eager again); returns
+        ``self``. ``options`` go to ``torch.compile`` (e.g. ``backend="aot_eager"``).
+
+        :meth:`encode` (and with it evaluation, ``cselab index build`` and mining) then runs the
+        forward compiled by ``torch.compile`` (:func:`.inference.inference_graph`: one graph for
+        every batch shape, the packed attention traced as one operator). The vectors equal the
+        eager ones to float rounding. The first call pays the compile, so it pays off on large
+        corpora: ``docs/results/encode_benchmark.md`` has the figures.
+        """
+        self.inference_compile = dict(options) if enabled else None
+        drop_inference_graph(self)  # compiled with the old options, if any
+        return self
 
     def inference_copy(self, dtype: torch.dtype) -> SentenceEncoder:
         """A copy with its weights in ``dtype``, in eval mode (:func:`.inference.inference_copy`)."""

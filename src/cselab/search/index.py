@@ -356,6 +356,7 @@ class Index:
         device: str | None = None,
         show_progress: bool = False,
         dim: int | None = None,
+        compile_inference: bool = False,
     ) -> Index:
         """Encode every non-blank line of ``corpus`` into an index folder at ``path``.
 
@@ -370,6 +371,10 @@ class Index:
         <cselab.model.encoder.SentenceEncoder.encode>`'s ``dim``): a smaller, faster index.
         ``index.json`` records it (``dim`` and the model's width ``model_dim``), queries are
         encoded at the same prefix, and a query model of another width is refused.
+
+        ``compile_inference``: a model opened here encodes through a compiled graph
+        (:meth:`SentenceEncoder.compile_inference
+        <cselab.model.encoder.SentenceEncoder.compile_inference>`).
         """
         if backend not in BUILD_BACKENDS:
             raise SearchIndexError(
@@ -393,7 +398,9 @@ class Index:
         if encoder is None:
             from ..model.encoder import load
 
-            encoder = load(model_name, pooler=pooler, device=device)
+            encoder = load(
+                model_name, pooler=pooler, device=device, compile_inference=compile_inference
+            )
         width = int(encoder.dim)
         stored = width if dim is None else check_prefix(dim, width, "--dim")
         want = {

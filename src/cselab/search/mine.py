@@ -229,6 +229,7 @@ def mine_hard_negatives(
     pooler: str | None = None,
     device: str | None = None,
     show_progress: bool = False,
+    compile_inference: bool = False,
 ) -> MineReport:
     """Mine hard negatives for the ``(anchor, positive)`` pairs of ``pairs`` and write them to
     ``output`` (``.tsv``, ``.csv`` or ``.jsonl``, columns ``anchor, positive, negative``:
@@ -247,6 +248,8 @@ def mine_hard_negatives(
         chunk_size: anchors encoded and searched at a time (and corpus texts per encoded chunk).
         index_dir: keep the corpus index in this folder (default: a temporary folder beside
             ``output``, removed at the end).
+        compile_inference: a model opened here encodes through a compiled graph
+            (:meth:`~cselab.model.encoder.SentenceEncoder.compile_inference`).
 
     Example::
 
@@ -328,7 +331,9 @@ def mine_hard_negatives(
     if isinstance(model, str | os.PathLike):
         from ..model.encoder import load
 
-        encoder = load(str(model), pooler=pooler, device=device)
+        encoder = load(
+            str(model), pooler=pooler, device=device, compile_inference=compile_inference
+        )
 
     where = Path(output).expanduser().resolve().parent if output is not None else None
     with tempfile.TemporaryDirectory(prefix=".cselab-mine-", dir=where) as tmp:
