@@ -132,3 +132,25 @@ def test_the_card_names_the_library_that_reproduces_the_vectors(pooler: str, lib
     data = front_matter("m", ModelConfig(name_or_path="org/base", pooler=pooler), ["simcse"], [])
     assert data.library_name == library
     assert ("sentence-transformers" in data.tags) == (library == "sentence-transformers")
+
+
+def test_another_pooler_on_a_saved_head_folder_reads_its_own_vector(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """A folder saved with ``cls`` and its head used at inference (``mlp_only_train: false``),
+    opened with ``pooler="prompt"``: the [MASK] vector as the prompt pooler gives it, not the
+    ``cls`` head applied to it (the head was trained on the [CLS] vector)."""
+    import numpy as np
+    import torch
+
+    from cselab.model.encoder import SentenceEncoder, load
+
+    torch.manual_seed(0)
+    saved = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls", mlp_only_train=False)
+    saved.save(tmp_path / "cls")
+    sentences = ["a cat sat on the mat", "rain"]
+    got = load(str(tmp_path / "cls"), pooler="prompt").encode(sentences)
+    want = SentenceEncoder.from_pretrained(str(tmp_path / "cls"), pooler="prompt").encode(sentences)
+    np.testing.assert_array_equal(got, want)
+    again = load(str(tmp_path / "cls"))  # its own pooler keeps its head
+    np.testing.assert_array_equal(again.encode(sentences), saved.eval().encode(sentences))

@@ -35,7 +35,8 @@ def load(
     """Open a cselab output folder, a sentence-transformers folder or an HF model, in eval mode.
 
     * cselab folder (has ``cselab.json``): its pooler (and ``cls`` head, and ``prompt``
-      templates) unless ``pooler`` says otherwise;
+      templates) unless ``pooler`` says otherwise (another pooler does not take the saved head,
+      which was trained on the saved pooler's vector);
     * sentence-transformers folder: the Pooling module's mode (``cls`` → ``cls_before_pooler``,
       ``mean`` → ``avg``; other modes are refused) unless ``pooler`` says otherwise; its
       ``max_seq_length`` and ``do_lower_case`` apply to :meth:`~SentenceEncoder.encode`. Without
@@ -55,13 +56,20 @@ def load(
     if meta_file.is_file():
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
         kind = pooler or meta["pooler"]
-        mlp_only_train = bool(meta.get("mlp_only_train", False))
+        # the saved head was trained on the saved pooler's vector: another pooler (--pooler
+        # prompt on a cls folder) reads its own vector without it, as at inference after
+        # mlp_only_train training
+        mlp_only_train = bool(meta.get("mlp_only_train", False)) or kind != meta["pooler"]
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, mlp_only_train=mlp_only_train,
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
             **kwargs,
         )  # fmt: skip
-        if encoder.pooler.mlp is not None and (local / HEAD_FILE).is_file():
+        if (
+            encoder.pooler.mlp is not None
+            and kind == meta["pooler"]
+            and (local / HEAD_FILE).is_file()
+        ):
             encoder.pooler.mlp.load_state_dict(load_file(str(local / HEAD_FILE)))
         elif encoder.pooler.mlp is not None and not mlp_only_train:
             raise ModelFormatError(f"{local}: pooler 'cls' needs {HEAD_FILE}, which is missing")
