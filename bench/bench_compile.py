@@ -105,8 +105,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from cselab.model.encoder import compile_encoder
 
+    threads_before = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        return _run(args, compile_encoder)
+    finally:  # a caller (the smoke test) keeps its own thread count
+        torch.set_num_threads(threads_before)
+
+
+def _run(args: argparse.Namespace, compile_encoder: Any) -> dict[str, Any]:
+
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         if args.smoke:
             model_dir, train = harness.make_smoke_assets(Path(tmp))

@@ -68,24 +68,27 @@ def _tiny_encoder(path, pooler: str, dropout: float | None = None) -> SentenceEn
     return enc
 
 
+#: the words of every test sentence here
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "while",
+    "it",
+    "rained",
+    "over",
+    "the",
+    "old",
+    "town",
+]
+
+
 def _batches(enc: SentenceEncoder) -> list[dict[str, torch.Tensor]]:
-    words = [
-        "the",
-        "cat",
-        "sat",
-        "on",
-        "a",
-        "mat",
-        "while",
-        "it",
-        "rained",
-        "over",
-        "the",
-        "old",
-        "town",
-    ]
     sizes = [(3, 4), (5, 9), (2, 2), (7, 6)]  # (sentences, longest) differ from batch to batch
-    return [enc.tokenize([" ".join(words[: max(1, w - i)]) for i in range(n)]) for n, w in sizes]
+    return [enc.tokenize([" ".join(WORDS[: max(1, w - i)]) for i in range(n)]) for n, w in sizes]
 
 
 @pytest.mark.parametrize(("pooler", "dropout"), [("cls", None), ("avg", 0.0)])
@@ -161,8 +164,7 @@ def test_bench_compile_smoke():
 
 def _sentences() -> list[str]:
     """Sentences of 1 to 13 words: length-sorted batches of 3 get three different widths."""
-    words = "the cat sat on a mat while it rained over the old town".split()
-    return [" ".join(words[: 1 + (7 * i) % len(words)]) for i in range(9)]
+    return [" ".join(WORDS[: 1 + (7 * i) % len(WORDS)]) for i in range(9)]
 
 
 @pytest.mark.parametrize("pooler", ["avg", "cls_before_pooler"])

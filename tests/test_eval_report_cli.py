@@ -99,7 +99,7 @@ def test_evaluate_and_compare_commands(tmp_path, monkeypatch, capsys):
     ds.clear_cache()
     loaded = []
 
-    def fake_load(path, pooler=None):
+    def fake_load(path, pooler=None, **options):
         loaded.append((path, pooler))
         return HashingEncoder(dim=32, seed=len(loaded))
 
@@ -135,7 +135,9 @@ def test_evaluate_command_reports_missing_data(tmp_path, monkeypatch, capsys):
     import cselab.model.encoder
     from cselab.cli import main
 
-    monkeypatch.setattr(cselab.model.encoder, "load", lambda path, pooler=None: HashingEncoder())
+    monkeypatch.setattr(
+        cselab.model.encoder, "load", lambda path, pooler=None, **options: HashingEncoder()
+    )
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m").mkdir()  # the model is checked before the data: it must be a folder
     assert main(["evaluate", "m", "--tasks", "STS12", "--data-dir", str(tmp_path)]) == 2

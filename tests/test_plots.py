@@ -116,22 +116,26 @@ def test_trajectory_has_one_marker_per_eval_and_arrows_in_time_order(
 
 
 def test_kept_minilm_runs(tmp_path: Path) -> None:
-    """The committed metrics.csv of real MiniLM runs (9 objectives' seed 1) in one figure."""
+    """The committed metrics.csv of real MiniLM runs (11 objectives' seed 1) in one figure."""
     runs = sorted(KEPT.glob("*-seed1"))
-    assert len(runs) == 9
+    assert len(runs) == 11
     out = tmp_path / "minilm.png"
     fig = plot_runs(runs, out)
     # the runs made since alignment/uniformity are logged at each evaluation (ESimCSE's) add
     # the trajectory panel, with one line each
     ax_loss, ax_lr, ax_dev, ax_traj = fig.axes
     with_alignment = [r for r in runs if read_run(r).has_trajectory]
-    assert [r.name for r in with_alignment] == ["esimcse-seed1"]
+    assert [r.name for r in with_alignment] == [
+        "esimcse-seed1",
+        "esimcse_focal-seed1",
+        "promptbert-seed1",
+    ]
     assert len(ax_traj.lines) >= len(with_alignment)
-    assert len(ax_lr.lines) == len(ax_dev.lines) == 9
+    assert len(ax_lr.lines) == len(ax_dev.lines) == 11
     # single-term objectives draw only their total; the others add a line per term
     terms = [len(read_run(r).terms) for r in runs]
-    assert len(ax_loss.lines) == 9 + sum(t for t in terms if t > 1)
-    assert [ln.get_xdata()[-1] for ln in ax_dev.lines] == [186] * 9
+    assert len(ax_loss.lines) == 11 + sum(t for t in terms if t > 1)
+    assert [ln.get_xdata()[-1] for ln in ax_dev.lines] == [186] * 11
     assert_png(out, (1000, 800))
 
 

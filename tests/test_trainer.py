@@ -113,6 +113,8 @@ def test_resume_after_kill_gives_identical_weights(
     script = textwrap.dedent(
         f"""
         import os, signal, sys
+        import torch
+        torch.set_num_threads({torch.get_num_threads()})  # this process's: the same reductions
         from cselab.config import load_config
         from cselab.training.run import build_trainer
         from cselab.training.trainer import Trainer
