@@ -33,7 +33,7 @@ def inference_graph(model: nn.Module, **options: Any) -> nn.Module:
     ``options``), compiled on first use and kept with the module.
 
     One graph for every batch shape (``dynamic=True``), so a corpus of any length distribution
-    compiles once; the first batches pay the compile (about a minute for MiniLM on 2 cores),
+    compiles once; the first batches pay the compile (15-30 s for MiniLM on 2 cores),
     which is why it is opt-in (``load(..., compile_inference=True)``, ``--compile``) and worth it
     for large corpora. ``docs/results/encode_benchmark.md`` measures it against eager.
     """
