@@ -430,8 +430,13 @@ def test_index_built_at_a_dimension_searches_at_it(model_folder: Path, tmp_path:
     assert index.query_dim() == 8
     hits = index.search("alpha beta", k=5)
     query = enc.encode(["alpha beta"], dim=8)[0]
-    order = np.argsort(-(vectors @ query), kind="stable")[:5]
-    assert [h.row for h in hits] == order.tolist()
+    ref = np.asarray(index.vectors) @ query
+    rows = [h.row for h in hits]
+    # the five best rows at the 8-d prefix, best first; a near tie may order either way on
+    # another CPU's matrix product, so ranks are compared up to float rounding
+    np.testing.assert_allclose([h.score for h in hits], ref[rows], rtol=0, atol=1e-5)
+    assert all(a >= b - 1e-5 for a, b in zip(ref[rows][:-1], ref[rows][1:], strict=True))
+    assert ref[rows].min() >= np.sort(ref)[-6] - 1e-5
 
     assert main([*build, "--dim", "16"]) == 2  # an index at 8 is there: not resumed at 16
     wide = Index.open(out, model=_wider_model(tmp_path))

@@ -263,7 +263,6 @@ def test_cli_train_save_load_and_the_transformers_recipe(tiny_bert: Path, tmp_pa
         model.prompt.config = dataclasses.replace(model.prompt.config, denoise_inference=denoise)
         got = scope["prompt_vectors"](hf, tok, SENTENCES, PromptConfig.template, denoise=denoise)
         np.testing.assert_allclose(got.numpy(), model.encode(SENTENCES), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(got.numpy(), model.encode(SENTENCES), rtol=1e-4, atol=1e-5)
     assert not np.allclose(vectors, model.encode(SENTENCES))  # denoising moved them
     # the docs show the recipe as written; the folder says what sentence-transformers gives
     assert PROMPT_RECIPE in (REPO / "docs" / "objectives.md").read_text()
@@ -275,7 +274,7 @@ def test_saved_folder_round_trip_and_sentence_transformers_loads_it(
 ) -> None:
     enc = prompt_encoder(tiny_bert, denoise_inference=True).eval()
     enc.save(tmp_path / "m")
-    again = load(str(tmp_path / "m"))
+    again = load(str(tmp_path / "m"), fast_path=False)  # enc's forward: the same kernels
     assert again.prompt.config == enc.prompt.config
     np.testing.assert_array_equal(again.encode(SENTENCES), enc.encode(SENTENCES))
     st = pytest.importorskip("sentence_transformers")

@@ -66,7 +66,6 @@ from .embed import EmbeddingCache, EncoderLike
 
 log = logging.getLogger(__name__)
 
-#: ``(queries, vectors, k) -> (scores, rows)``, best first (``exact_topk``'s signature).
 #: Marks a result entry as a retrieval evaluation.
 KIND = "retrieval"
 #: The least depth searched (recall@100 and map@100 are always reported).

@@ -123,7 +123,12 @@ def cached_forward_backward(
     try:
         for (start, end), state in zip(bounds, states, strict=True):
             state.restore()
-            views = task.encode(batch.rows(start, end))
+            # only the views the loss differentiates: the momentum view has no gradient, and the
+            # views after the dropout pass draw no random numbers, so leaving them out keeps the
+            # replay's masks those of pass 1
+            views = task.encode(
+                batch.rows(start, end), names={n for n, g in grads.items() if g is not None}
+            )
             outputs, output_grads = [], []
             for name, value in views.items():
                 g = grads.get(name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -124,9 +124,12 @@ class Task:
         inputs = {**batch.inputs, **{POSITIVE_PREFIX + k: v for k, v in repeated.items()}}
         return Batch(batch.step, inputs)
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """The views the objective asks for, of ``inputs`` (all rows, or one GradCache chunk)."""
-        names = self.objective.required_views
+    def encode(
+        self, inputs: Mapping[str, Tensor], names: Collection[str] | None = None
+    ) -> dict[str, Tensor]:
+        """The views the objective asks for (``names``: only these of them), of ``inputs`` (all
+        rows, or one GradCache chunk)."""
+        names = self.objective.required_views if names is None else names
         with self.autocast():
             return compute_views(self.encoder, inputs, names, self.kind, self.momentum)
 

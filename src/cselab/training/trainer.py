@@ -342,7 +342,9 @@ class Trainer:
             "world_size": self.dist.world_size,
         }
         if dims := self.config.objective.matryoshka.dims:  # the card's table per dimension
-            results["dev_at_dims"] = sel.at_dimensions(self._best_encoder(), dims)
+            # the best model is loaded only where it is scored (rank 0, with a dev set)
+            scored = sel.evaluator is not None and sel.is_main
+            results["dev_at_dims"] = sel.at_dimensions(self._best_encoder(), dims) if scored else []
         if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
             results["notes"] = notes
             log.info("%s", "; ".join(notes))  # kept in results.json; evaluations repeat it

@@ -84,12 +84,11 @@ def compute_views(
         doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
         both = encoder(**doubled, **_templates(encoder, n, 2 * n))
         views = {VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]}
-    sentences = split_inputs(dict(batch))[0]
     if VIEW_OFF_DROPOUT in names:
         with dropout_disabled(encoder.backbone):
-            views[VIEW_OFF_DROPOUT] = encoder(**sentences)
+            views[VIEW_OFF_DROPOUT] = encoder(**split_inputs(dict(batch))[0])
     if momentum is not None and VIEW_MOMENTUM in names:
-        views[VIEW_MOMENTUM] = momentum(sentences)
+        views[VIEW_MOMENTUM] = momentum(split_inputs(dict(batch))[0])
     return views
 
 
