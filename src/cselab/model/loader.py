@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..core.errors import ModelFormatError
+from . import backbones
 from .config import ModelConfig
 from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
@@ -42,8 +43,9 @@ def load(
       ``max_seq_length`` and ``do_lower_case`` apply to :meth:`~SentenceEncoder.encode`. Without
       ``pooler``, a folder whose modules cselab cannot reproduce (a ``Dense`` layer, ...) is
       refused;
-    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``; ``cls`` is
-      the model's own ``pooler_output``, as in SimCSE's evaluation).
+    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``, or for a
+      decoder its default in the table of backbones, ``avg``; ``cls`` is the model's own
+      ``pooler_output``, as in SimCSE's evaluation).
 
     ``fast_path``: see :meth:`SentenceEncoder.from_pretrained` (``False``: the backbone exactly
     as ``transformers`` loads it). ``compile_inference``: :meth:`SentenceEncoder.encode` runs a
@@ -63,6 +65,8 @@ def load(
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, mlp_only_train=mlp_only_train,
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
+            bidirectional=kwargs.pop("bidirectional", bool(meta.get("bidirectional", False))),
+            dtype=kwargs.pop("dtype", meta.get("dtype", "float32")),
             **kwargs,
         )  # fmt: skip
         if (
@@ -76,7 +80,7 @@ def load(
     else:
         if pooler is None:
             check_reproducible(local)
-        kind = pooler or st_pooler_name(local) or "cls_before_pooler"
+        kind = pooler or st_pooler_name(local) or _plain_default_pooler(local)
         if kind not in POOLERS:
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
@@ -89,3 +93,18 @@ def load(
     if device is not None:
         encoder.to(device)
     return encoder
+
+
+def _plain_default_pooler(folder: Path) -> str:
+    """A plain HF folder's pooler: the raw [CLS] vector, or a decoder's default from the table
+    of backbones (a causal decoder's first token has seen nothing of the sentence)."""
+    config_file = folder / "config.json"
+    if config_file.is_file():
+        try:
+            model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            model_type = None
+        row = backbones.BACKBONES.get(str(model_type))
+        if row is not None and row.is_decoder:
+            return row.default_pooler
+    return "cls_before_pooler"

@@ -8,6 +8,7 @@ guessed from the model's name. Batched inference is :mod:`.inference`, the folde
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,18 +18,21 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..core.errors import ModelFormatError
+from ..core.errors import ConfigError, ModelFormatError
 from ..core.schema import from_dict
-from . import unpad
+from . import backbones, unpad
 from .config import ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
 from .hub import resolve_model
 from .inference import drop_inference_graph, encode_sentences, inference_copy
-from .pooling import Pooler
+from .pooling import Pooler, with_end_token
 from .prompt import Prompt, Spliced
 from .similarity import cosine_matrix
 from .st_folder import FolderSettings, read_folder_settings, write_model_folder
+
+#: ``model.dtype`` -> the weights' dtype
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class SentenceEncoder(nn.Module):
@@ -84,6 +88,20 @@ class SentenceEncoder(nn.Module):
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
+        # model.bidirectional: the decoder's causal mask removed (kept in the saved folder)
+        self.bidirectional = False
+        # the token the ``last`` pooler reads, appended where the tokenizer did not add it
+        self.end_id: int | None = None
+        if pooler.meaning.token == "lasttoken":
+            config = getattr(backbone, "config", None)
+            self.end_id = backbones.end_token_id(tokenizer, config)
+            if self.end_id is None:
+                raise ConfigError(
+                    "model.pooler: 'last' reads the token that ends a sentence, and the "
+                    "tokenizer has neither an EOS nor a SEP token"
+                )
+        # whether the backbone's forward takes token_type_ids (decoders do not)
+        self._takes_token_types = "token_type_ids" in inspect.signature(backbone.forward).parameters
 
     # ---------------------------------------------------------------------------------- building
     @classmethod
@@ -99,14 +117,22 @@ class SentenceEncoder(nn.Module):
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
+        bidirectional: bool = ModelConfig.bidirectional,
+        dtype: str = ModelConfig.dtype,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
         The defaults are :class:`~cselab.model.config.ModelConfig`'s (SimCSE's unsupervised
         recipe).
 
-        ``dropout`` overrides the hidden and attention dropout probabilities (GS-InfoNCE's scripts
-        use 0.2 for BERT).
+        ``dropout`` sets every dropout probability of the architecture (its row of
+        :data:`cselab.model.backbones.BACKBONES`; GS-InfoNCE's scripts use 0.2 for BERT, LLM2Vec
+        0.3 for decoders) and logs the keys it set.
+
+        ``bidirectional``: remove a decoder's causal mask
+        (:func:`cselab.model.backbones.make_bidirectional`); an architecture that cannot is
+        refused with :class:`~cselab.core.errors.ConfigError`. ``dtype``: ``float32`` or
+        ``bfloat16`` weights (the pooler's head too).
 
         ``fast_path`` (default on): cselab's CPU fast path for this backbone: its plain
         ``nn.Dropout`` modules become :class:`cselab.model.dropout.Dropout` (the same
@@ -129,12 +155,16 @@ class SentenceEncoder(nn.Module):
 
         path = resolve_model(name_or_path, revision)
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
         if dropout is not None:
-            for attr in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
-                         "attention_dropout", "hidden_dropout"):  # fmt: skip
-                if hasattr(config, attr):
-                    setattr(config, attr, dropout)
-        kwargs: dict[str, Any] = {"config": config, "trust_remote_code": trust_remote_code}
+            backbones.set_dropout(config, dropout)
+        if dtype not in DTYPES:
+            raise ConfigError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
+        kwargs: dict[str, Any] = {
+            "config": config,
+            "trust_remote_code": trust_remote_code,
+            "dtype": DTYPES[dtype],
+        }
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         try:
@@ -151,13 +181,30 @@ class SentenceEncoder(nn.Module):
                 raise ModelFormatError(_pickled_weights_refused(Path(path))) from None
             raise
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token  # decoders have none; the mask hides it
+        if bidirectional and not backbones.make_bidirectional(backbone):
+            raise ConfigError(
+                f"model.bidirectional: cselab cannot remove the causal mask of "
+                f"{config.model_type} (not a decoder of cselab's table of backbones)"
+            )
+        causal = backbones.is_decoder(config) and not bidirectional
+        if causal and pooler in ("cls", "cls_before_pooler"):
+            default = row.default_pooler if row is not None else "avg"
+            raise ConfigError(
+                f"model.pooler={pooler}: {config.model_type} is a causal decoder, whose first "
+                f"token sees no other token; use model.pooler: {default} (its default), last or "
+                "weighted_mean, or model.bidirectional: true"
+            )
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
+        head.to(DTYPES[dtype])
         templates = None
         if head.meaning.token == "mask":
             if isinstance(prompt, Mapping):
                 prompt = from_dict(PromptConfig, dict(prompt), prefix="model.prompt")
             templates = Prompt(prompt or PromptConfig(), tokenizer)
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates)
+        encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
         encoder.source = name_or_path
         encoder.folder_settings = read_folder_settings(Path(path))
         if fast_path:
@@ -170,6 +217,25 @@ class SentenceEncoder(nn.Module):
     def from_config(cls, model_cfg: ModelConfig) -> SentenceEncoder:
         """Build from the ``model`` section of a run config."""
         return cls.from_pretrained(**dataclasses.asdict(model_cfg))
+
+    def gradient_checkpointing(self, enabled: bool = True) -> SentenceEncoder:
+        """Recompute each backbone layer in the backward instead of keeping its activations
+        (``train.gradient_checkpointing``); returns ``self``.
+
+        Non-reentrant checkpoints (``use_reentrant=False``): the recomputation restores the
+        random state of the forward, so dropout draws the same masks and the gradients are
+        those of the plain forward. Training then runs the padded forward (the packed one
+        calls the layers' parts directly).
+        """
+        if enabled:
+            self.backbone.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            self.unpad_training = False
+        else:
+            self.backbone.gradient_checkpointing_disable()
+            self.unpad_training = self.fast_path and unpad.enable(self.backbone)
+        return self
 
     @property
     def device(self) -> torch.device:
@@ -229,6 +295,14 @@ class SentenceEncoder(nn.Module):
         :meth:`~cselab.model.prompt.Prompt.denoises` says for the current mode.
         """
         extra: dict[str, Tensor] = {}  # the prompt pooler's [MASK] columns and offsets
+        if token_type_ids is not None and not self._takes_token_types:
+            token_type_ids = None  # a decoder has no segments
+        if self.end_id is not None:  # `last` reads the end token: append it where missing
+            pad = self.tokenizer.pad_token_id
+            input_ids, attention_mask = with_end_token(
+                input_ids, attention_mask, self.end_id, self.end_id if pad is None else pad
+            )
+            token_type_ids = None
         if self.prompt is not None:
             spliced = self.prompt.splice(input_ids, attention_mask, template)
             if self.prompt.denoises(self.training):  # first, as the authors' cl_forward does
@@ -267,12 +341,13 @@ class SentenceEncoder(nn.Module):
             ids, positions, at = self.prompt.template_alone(
                 t, lengths.tolist(), spliced.input_ids.device
             )
+            types = {"token_type_ids": torch.zeros_like(ids)} if self._takes_token_types else {}
             hidden = self.backbone(
                 input_ids=ids,
                 position_ids=positions,
                 attention_mask=torch.ones_like(ids),
-                token_type_ids=torch.zeros_like(ids),
                 return_dict=True,
+                **types,
             ).last_hidden_state
             states = hidden[torch.arange(ids.shape[0], device=ids.device), at]
             if out is None:
@@ -370,17 +445,29 @@ class SentenceEncoder(nn.Module):
             "max_seq_len": self.max_seq_len,
             "source": self.source,
         }
+        if self.bidirectional:
+            meta["bidirectional"] = True
+        weights = getattr(self.backbone, "dtype", torch.float32)
+        if weights != torch.float32 and weights in DTYPES.values():
+            meta["dtype"] = next(k for k, v in DTYPES.items() if v == weights)
         if self.prompt is not None:
             meta["prompt"] = dataclasses.asdict(self.prompt.config)
         settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
-        write_model_folder(
-            Path(path),
-            backbone=self.backbone,
-            tokenizer=self.tokenizer,
-            pooler=self.pooler,
-            meta=meta,
-            settings=settings,
-        )
+        # the folder's config.json stays the architecture's own (causal as transformers loads
+        # it); cselab.json says bidirectional and cselab.load applies it
+        causal = self.backbone.config.__dict__.pop("is_causal", None)
+        try:
+            write_model_folder(
+                Path(path),
+                backbone=self.backbone,
+                tokenizer=self.tokenizer,
+                pooler=self.pooler,
+                meta=meta,
+                settings=settings,
+            )
+        finally:
+            if causal is not None:
+                self.backbone.config.is_causal = causal
 
 
 def _unpickling_failed(err: BaseException) -> bool:

@@ -27,11 +27,13 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
+from ..core.datakind import DataKind
 from ..core.errors import ConfigError
 from ..data.pairs import source_digest
 from ..data.repetition import MAX_REPEATED
 from ..data.source import TrainingSource
 from ..io.runfolder import RunFolder
+from ..model.backbones import noise_free
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import Objective, build_objective
@@ -65,6 +67,22 @@ def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: O
             f"model.max_seq_len={config.model.max_seq_len} is too long: {' '.join(parts)}; "
             f"use model.max_seq_len <= {room}"
         )
+
+
+def check_dropout_noise(encoder: SentenceEncoder, kind: DataKind) -> None:
+    """That a run whose positive is a second dropout view has dropout to draw.
+
+    On sentences, SimCSE's positive (and that of every objective built on it: Focal, GS, DCL,
+    MixCSE, ESimCSE, ...) is the same sentence encoded again under another dropout mask (Gao
+    et al. 2021, Sec. 3). A backbone without dropout (ModernBERT, and decoders, as released)
+    makes it the anchor itself: the loss is about 0 from the first step and nothing is learnt.
+    Refused in one line before step 1; pairs runs have a given positive and are not refused.
+    """
+    if kind.pairs:
+        return
+    message = noise_free(encoder.backbone.config)
+    if message is not None:
+        raise ConfigError(message)
 
 
 def build_trainer(
@@ -107,6 +125,9 @@ def build_trainer(
         encoder = SentenceEncoder.from_config(config.model)
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         check_sequence_length(config, encoder, objective)
+        check_dropout_noise(encoder, source.kind)
+        if tc.gradient_checkpointing:
+            encoder.gradient_checkpointing(True)
         corpus, data = source.tokenize(
             encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
         )
