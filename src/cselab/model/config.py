@@ -94,8 +94,9 @@ class ModelConfig:
         bidirectional: remove a decoder's causal mask, so every token attends to every token
             (LLM2Vec, BehnamGhader et al. 2024); encoders already are. The saved folder keeps
             the setting (``cselab.load`` applies it; sentence-transformers cannot).
-        dtype: the backbone's weights: ``float32`` or ``bfloat16`` (half the memory; with
-            AdamW on bf16 weights, as LLM2Vec trains its 8B models).
+        dtype: the backbone's weights: ``float32`` (a half-precision checkpoint is upcast; a
+            float64 one is kept) or ``bfloat16`` (half the memory; AdamW on bf16 weights, as
+            LLM2Vec trains its 8B models).
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.

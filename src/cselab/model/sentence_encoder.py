@@ -160,11 +160,9 @@ class SentenceEncoder(nn.Module):
             backbones.set_dropout(config, dropout)
         if dtype not in DTYPES:
             raise ConfigError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
-        kwargs: dict[str, Any] = {
-            "config": config,
-            "trust_remote_code": trust_remote_code,
-            "dtype": DTYPES[dtype],
-        }
+        kwargs: dict[str, Any] = {"config": config, "trust_remote_code": trust_remote_code}
+        if dtype != "float32":  # float32: the saved dtype, half precision upcast below
+            kwargs["dtype"] = DTYPES[dtype]
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         try:
@@ -180,6 +178,8 @@ class SentenceEncoder(nn.Module):
             if _unpickling_failed(err):
                 raise ModelFormatError(_pickled_weights_refused(Path(path))) from None
             raise
+        if dtype == "float32" and backbone.dtype in (torch.bfloat16, torch.float16):
+            backbone.float()  # a half-precision checkpoint trains in float32 unless asked
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         if tokenizer.pad_token is None and tokenizer.eos_token is not None:
             tokenizer.pad_token = tokenizer.eos_token  # decoders have none; the mask hides it
@@ -197,7 +197,7 @@ class SentenceEncoder(nn.Module):
                 "weighted_mean, or model.bidirectional: true"
             )
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
-        head.to(DTYPES[dtype])
+        head.to(backbone.dtype)
         templates = None
         if head.meaning.token == "mask":
             if isinstance(prompt, Mapping):
@@ -227,13 +227,21 @@ class SentenceEncoder(nn.Module):
         those of the plain forward. Training then runs the padded forward (the packed one
         calls the layers' parts directly).
         """
+        # transformers 5 renamed gradient_* to activation_checkpointing_* (the old names warn)
+        new = hasattr(self.backbone, "activation_checkpointing_enable")
         if enabled:
-            self.backbone.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            if new:
+                self.backbone.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                self.backbone.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
             self.unpad_training = False
         else:
-            self.backbone.gradient_checkpointing_disable()
+            if new:
+                self.backbone.activation_checkpointing_disable()
+            else:
+                self.backbone.gradient_checkpointing_disable()
             self.unpad_training = self.fast_path and unpad.enable(self.backbone)
         return self
 
