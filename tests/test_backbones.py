@@ -83,7 +83,11 @@ def test_each_dropout_key_is_noise_the_model_applies(family: str, tmp_path: Path
     from transformers import AutoModel
 
     folder = make_tiny(family, tmp_path / family)
-    ids = torch.tensor([[1, 3, 4, 5, 6]]) if family != "modernbert" else torch.tensor([[101, 2000, 2001, 2002, 102]])
+    ids = (
+        torch.tensor([[1, 3, 4, 5, 6]])
+        if family != "modernbert"
+        else torch.tensor([[101, 2000, 2001, 2002, 102]])
+    )
     for key in backbones.BACKBONES[family].dropout_keys:
         model = AutoModel.from_pretrained(folder, **{key: 0.5}).train()
         a, b = (model(input_ids=ids).last_hidden_state for _ in range(2))
@@ -119,7 +123,9 @@ def test_model_dropout_sets_every_key_and_logs_them(
     cfg = enc.backbone.config
     assert (cfg.attention_dropout, cfg.mlp_dropout, cfg.embedding_dropout) == (0.1, 0.1, 0.1)
     line = [r.getMessage() for r in caplog.records if "model.dropout=0.1 set" in r.getMessage()]
-    assert line == ["model.dropout=0.1 set attention_dropout, mlp_dropout, embedding_dropout of modernbert"]
+    assert line == [
+        "model.dropout=0.1 set attention_dropout, mlp_dropout, embedding_dropout of modernbert"
+    ]
     enc.train()
     batch = enc.tokenize(["alpha beta gamma", "delta"])
     assert (enc(**batch) - enc(**batch)).abs().max() > 1e-4  # two views differ
@@ -140,7 +146,9 @@ def test_dropout_refusal_fires_on_modernbert_defaults_and_not_with_dropout(
     assert str(err.value) == expected
     with pytest.raises(ConfigError, match=r"^qwen3 applies no dropout \(attention_dropout is 0\)"):
         build_trainer(run_config(models["qwen3"], tmp_path / "b", "--model.pooler=avg"))
-    cfg = run_config(models["modernbert"], tmp_path / "c", "--model.pooler=avg", "--model.dropout=0.1")
+    cfg = run_config(
+        models["modernbert"], tmp_path / "c", "--model.pooler=avg", "--model.dropout=0.1"
+    )
     results = build_trainer(cfg).train()
     assert math.isfinite(results["final_loss"]) if "final_loss" in results else True
 
@@ -185,7 +193,9 @@ def reference_llama(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     n, length, _ = h.shape
     heads, kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     pos = torch.arange(length, dtype=torch.float64)
-    inv = 1.0 / (cfg.rope_parameters["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv = 1.0 / (
+        cfg.rope_parameters["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    )
     ang = torch.cat([pos[:, None] * inv[None]] * 2, -1)  # (L, hd)
     cos, sin = ang.cos(), ang.sin()
 
@@ -212,7 +222,9 @@ def reference_llama(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
         h = h + lin(att.o_proj, out)
         x = rms(h, layer.post_attention_layernorm.weight)
         mlp = layer.mlp
-        h = h + lin(mlp.down_proj, torch.nn.functional.silu(lin(mlp.gate_proj, x)) * lin(mlp.up_proj, x))
+        h = h + lin(
+            mlp.down_proj, torch.nn.functional.silu(lin(mlp.gate_proj, x)) * lin(mlp.up_proj, x)
+        )
     return rms(h, model.norm.weight)
 
 
@@ -246,7 +258,9 @@ def test_bidirectional_forward_equals_attention_without_causal_mask(
         assert bool((a - b).abs().max() > 1e-9) == changes
 
 
-def test_bidirectional_leaves_the_saved_config_causal(models: dict[str, Path], tmp_path: Path) -> None:
+def test_bidirectional_leaves_the_saved_config_causal(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
     enc = SentenceEncoder.from_pretrained(str(models["qwen3"]), pooler="avg", bidirectional=True)
     enc.save(tmp_path / "saved")
     import json
@@ -262,9 +276,13 @@ def test_causal_decoder_with_a_first_token_pooler_is_refused(models: dict[str, P
     with pytest.raises(ConfigError, match="model.bidirectional: cselab cannot remove"):
         from transformers import GPT2Config, GPT2Model
 
-        GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2)).save_pretrained(models["llama"].parent / "gpt2")
+        GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2)).save_pretrained(
+            models["llama"].parent / "gpt2"
+        )
         tiny_decoder_tokenizer().save_pretrained(models["llama"].parent / "gpt2")
-        SentenceEncoder.from_pretrained(str(models["llama"].parent / "gpt2"), pooler="avg", bidirectional=True)
+        SentenceEncoder.from_pretrained(
+            str(models["llama"].parent / "gpt2"), pooler="avg", bidirectional=True
+        )
 
 
 # --------------------------------------------------------------------------------------- poolers
@@ -330,7 +348,9 @@ def test_mask_prompt_on_a_tokenizer_without_mask_is_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         Prompt(PromptConfig(), tiny_decoder_tokenizer())
     message = str(err.value)
-    assert "\n" not in message and message.startswith("model.prompt.template: the tokenizer has no mask")
+    assert "\n" not in message and message.startswith(
+        "model.prompt.template: the tokenizer has no mask"
+    )
     assert "PromptEOL" in message
 
 
@@ -386,3 +406,19 @@ def test_presets_hold_the_authors_settings() -> None:
         assert lora.r == 16
     mb = load_config(REPO / "configs" / "simcse-modernbert-base.yaml").model
     assert (mb.pooler, mb.dropout) == ("avg", 0.1)
+
+
+@pytest.mark.parametrize("pooler", ["last", "weighted_mean"])
+def test_sentence_transformers_loads_the_new_poolers_with_cselab_s_vectors(
+    pooler: str, models: dict[str, Path], tmp_path: Path
+) -> None:
+    """On an encoder whose tokenizer ends every sentence in [SEP] (nothing appended),
+    sentence-transformers' lasttoken / weightedmean modes give cselab's vectors."""
+    from sentence_transformers import SentenceTransformer
+
+    enc = SentenceEncoder.from_pretrained(str(models["bert"]), pooler=pooler).eval()
+    enc.save(tmp_path / pooler)
+    sentences = ["alpha beta gamma delta", "epsilon", "zeta eta"]
+    st = SentenceTransformer(str(tmp_path / pooler), device="cpu")
+    np.testing.assert_allclose(st.encode(sentences), enc.encode(sentences), rtol=0, atol=1e-5)
+    assert load(str(tmp_path / pooler)).pooler.kind == pooler

@@ -47,6 +47,18 @@ PROMPT_NOT_REPRODUCED = (
     "use cselab.load(folder) or the transformers recipe of cselab's docs/objectives.md (PromptBERT)"
 )
 
+#: what ``cselab.json`` says of a decoder made bidirectional (``model.bidirectional``)
+BIDIRECTIONAL_NOT_REPRODUCED = (
+    "model.bidirectional: this decoder runs without its causal mask in cselab; "
+    "SentenceTransformer(folder) and AutoModel load it causal, which gives other vectors; use "
+    "cselab.load(folder)"
+)
+#: what ``cselab.json`` says of the ``last`` pooler when the tokenizer adds no end token
+LAST_TOKEN_NOT_REPRODUCED = (
+    "pooler 'last': cselab appends the end token (EOS) where the tokenizer does not; "
+    "sentence-transformers' lasttoken pooling reads the last token as tokenised"
+)
+
 
 @dataclass(frozen=True)
 class FolderSettings:
@@ -158,8 +170,13 @@ def write_model_folder(
     out.mkdir(parents=True, exist_ok=True)
     backbone.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    if pooler.meaning.token == "mask":
-        meta = {**meta, "sentence_transformers": PROMPT_NOT_REPRODUCED}
+    notes = [PROMPT_NOT_REPRODUCED] if pooler.meaning.token == "mask" else []
+    if meta.get("bidirectional"):
+        notes.append(BIDIRECTIONAL_NOT_REPRODUCED)
+    if pooler.meaning.token == "lasttoken" and _adds_no_end_token(tokenizer):
+        notes.append(LAST_TOKEN_NOT_REPRODUCED)
+    if notes:
+        meta = {**meta, "sentence_transformers": "; ".join(notes)}
     _write_json(out / CSELAB_FILE, meta)
     if pooler.mlp is not None:
         save_file(
@@ -177,6 +194,14 @@ def write_model_folder(
         out / ST_CONFIG_FILE,
         {"max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case},
     )
+
+
+def _adds_no_end_token(tokenizer: Any) -> bool:
+    """Whether a sentence tokenised with its special tokens ends in something other than the
+    EOS (or SEP) token, so that cselab's ``last`` pooler appends one."""
+    end = getattr(tokenizer, "eos_token_id", None) or getattr(tokenizer, "sep_token_id", None)
+    ids = tokenizer("probe")["input_ids"]
+    return end is None or not ids or ids[-1] != end
 
 
 def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> list[dict[str, Any]]:
@@ -226,6 +251,8 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
             "pooling_mode_mean_tokens": pooling_mode == "mean",
             "pooling_mode_max_tokens": False,
             "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": pooling_mode == "weightedmean",
+            "pooling_mode_lasttoken": pooling_mode == "lasttoken",
         },
     )
     add(pool_folder, _ST + "Pooling")

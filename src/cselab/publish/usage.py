@@ -62,6 +62,19 @@ def _pooling_lines(kind: str) -> str:
                 'vectors = torch.tanh(vectors @ head["linear.weight"].T + head["linear.bias"])'
             )
         return pool
+    if meaning.token == "lasttoken":
+        return (
+            'mask = batch["attention_mask"]\n'
+            "last = mask.shape[1] - 1 - mask.flip(1).argmax(1)  # the last real token\n"
+            "vectors = out.last_hidden_state[torch.arange(len(last)), last]"
+        )
+    if meaning.token == "weightedmean":
+        return (
+            'mask = batch["attention_mask"].to(out.last_hidden_state.dtype)\n'
+            "weights = mask.cumsum(1) * mask  # SGPT: the i-th real token weighs i\n"
+            "weights = weights / weights.sum(1, keepdim=True)\n"
+            "vectors = (out.last_hidden_state * weights.unsqueeze(-1)).sum(1)"
+        )
     if meaning.layers == LAST_LAYER:
         layers = "out.last_hidden_state"
     else:
