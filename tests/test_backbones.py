@@ -97,9 +97,16 @@ def test_each_dropout_key_is_noise_the_model_applies(family: str, tmp_path: Path
         assert torch.equal(a, b), key
 
 
-def test_docs_hold_the_table() -> None:
+def test_docs_and_cselab_config_hold_the_table(capsys: pytest.CaptureFixture) -> None:
+    from cselab.cli import main
+    from cselab.evaluation.report import markdown_table
+
     text = (REPO / "docs" / "backbones.md").read_text(encoding="utf-8")
-    assert backbones.markdown_table() in text
+    assert markdown_table(backbones.TABLE_HEADER, backbones.table_rows()) in text
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out  # the header is wrapped into comment lines
+    header = " ".join(line[2:] for line in out.splitlines() if line.startswith("# "))
+    assert backbones.summary() in header
 
 
 def test_unknown_type_takes_the_plain_path_with_one_note(caplog: pytest.LogCaptureFixture) -> None:

@@ -135,6 +135,7 @@ def _leading_comments(path: Path) -> list[str]:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from ..config import Config, load_config
+    from ..model.backbones import summary as backbones_summary
 
     folder = presets_dir(args.presets)
     names = preset_names(folder)
@@ -158,6 +159,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         f"--presets DIR or set ${PRESETS_ENV})",
         "Show a preset's values: cselab config NAME; train with it: cselab train "
         f"{folder / 'NAME.yaml' if folder is not None else 'configs/NAME.yaml'}",
+        backbones_summary(),
     ]
     print(render(config, header), end="")
     return 0

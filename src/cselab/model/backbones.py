@@ -3,7 +3,7 @@
 One home for every per-architecture fact the model layer acts on, read by the encoder
 (:mod:`.sentence_encoder`), by the CPU fast path (:data:`FAST_PATH_MODEL_TYPES`, used by
 :mod:`.unpad`), by ``cselab config`` (the ``model`` keys' help) and by ``docs/backbones.md``
-(whose table ``tests/test_backbones.py`` checks against :func:`markdown_table`):
+(whose table ``tests/test_backbones.py`` checks against :func:`table_rows`):
 
 * which config keys are its dropout probabilities (``model.dropout`` sets all of them, and an
   objective whose positive is a second dropout view refuses a backbone where all are 0);
@@ -253,20 +253,43 @@ def make_bidirectional(backbone: Any) -> bool:
     return True
 
 
-def markdown_table(rows: Mapping[str, Backbone] = BACKBONES) -> str:
-    """The table as markdown (``docs/backbones.md`` holds this text; a test compares)."""
-    head = (
-        "| model_type | dropout keys (`model.dropout`) | attention | CPU fast path | "
-        "default pooler | decoder | bidirectional | `last` reads |\n"
-        "|---|---|---|---|---|---|---|---|"
-    )
-    lines = [head]
-    for b in rows.values():
-        lines.append(
-            f"| {b.model_type} | {', '.join(b.dropout_keys)} | {', '.join(b.attention)} | "
-            f"{'yes' if b.fast_path else 'no'} | {b.default_pooler} | "
-            f"{'yes' if b.is_decoder else 'no'} | "
-            f"{'yes' if b.bidirectional == ALREADY else 'with model.bidirectional'} | "
-            f"{b.end_token.removesuffix('_token').upper()} |"
+#: the columns of :func:`table_rows`
+TABLE_HEADER = (
+    "model_type",
+    "dropout keys (`model.dropout`)",
+    "attention",
+    "CPU fast path",
+    "default pooler",
+    "decoder",
+    "bidirectional",
+    "`last` reads",
+)
+
+
+def table_rows(rows: Mapping[str, Backbone] = BACKBONES) -> list[tuple[str, ...]]:
+    """The table as rows of text under :data:`TABLE_HEADER` (``docs/backbones.md`` holds them
+    as a markdown table, ``cselab config`` names the architectures; a test compares)."""
+    return [
+        (
+            b.model_type,
+            ", ".join(b.dropout_keys),
+            ", ".join(b.attention),
+            "yes" if b.fast_path else "no",
+            b.default_pooler,
+            "yes" if b.is_decoder else "no",
+            "yes" if b.bidirectional == ALREADY else "with model.bidirectional",
+            b.end_token.removesuffix("_token").upper(),
         )
-    return "\n".join(lines)
+        for b in rows.values()
+    ]
+
+
+def summary() -> str:
+    """One line naming the architectures of the table (``cselab config``'s header)."""
+    encoders = [k for k, b in BACKBONES.items() if not b.is_decoder]
+    decoders = [k for k, b in BACKBONES.items() if b.is_decoder]
+    return (
+        f"Backbones cselab knows (cselab.model.backbones, docs/backbones.md): encoders "
+        f"{', '.join(encoders)}; decoders (model.bidirectional, pooler avg/last/weighted_mean) "
+        f"{', '.join(decoders)}; any other AutoModel runs the plain forward."
+    )
