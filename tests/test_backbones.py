@@ -429,3 +429,22 @@ def test_sentence_transformers_loads_the_new_poolers_with_cselab_s_vectors(
     st = SentenceTransformer(str(tmp_path / pooler), device="cpu")
     np.testing.assert_allclose(st.encode(sentences), enc.encode(sentences), rtol=0, atol=1e-5)
     assert load(str(tmp_path / pooler)).pooler.kind == pooler
+
+
+def test_a_sentence_transformers_lasttoken_folder_is_read_as_it_reads_it(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A third-party folder with lasttoken pooling on a tokenizer that adds no EOS: cselab.load
+    reads the last token as tokenised (sentence-transformers' vectors), appending nothing."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import models as st_models
+
+    module = st_models.Transformer(str(models["llama"]))
+    module.tokenizer.pad_token = module.tokenizer.eos_token
+    pooling = st_models.Pooling(module.get_embedding_dimension(), pooling_mode="lasttoken")
+    SentenceTransformer(modules=[module, pooling], device="cpu").save(str(tmp_path / "st"))
+    sentences = ["alpha beta gamma", "delta"]
+    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(sentences)
+    got = load(str(tmp_path / "st"))
+    assert got.pooler.kind == "last" and got.end_id is None
+    np.testing.assert_allclose(got.encode(sentences), want, rtol=0, atol=1e-5)

@@ -128,8 +128,12 @@ def test_bibtex_entries_are_well_formed() -> None:
 @pytest.mark.parametrize(
     ("pooler", "mlp_only_train"),
     [
-        ("cls", True), ("cls", False), ("avg", False), ("avg_first_last", False),
-        ("last", False), ("weighted_mean", False),
+        ("cls", True),
+        ("cls", False),
+        ("avg", False),
+        ("avg_first_last", False),
+        ("last", False),
+        ("weighted_mean", False),
     ],  # fmt: skip
 )
 def test_usage_snippets_run_and_agree(

@@ -69,20 +69,25 @@ def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: O
         )
 
 
-def check_dropout_noise(encoder: SentenceEncoder, kind: DataKind) -> None:
+def check_dropout_noise(encoder: SentenceEncoder, kind: DataKind, dropout: float | None) -> None:
     """That a run whose positive is a second dropout view has dropout to draw.
 
     On sentences, SimCSE's positive (and that of every objective built on it: Focal, GS, DCL,
     MixCSE, ESimCSE, ...) is the same sentence encoded again under another dropout mask (Gao
     et al. 2021, Sec. 3). A backbone without dropout (ModernBERT, and decoders, as released)
     makes it the anchor itself: the loss is about 0 from the first step and nothing is learnt.
-    Refused in one line before step 1; pairs runs have a given positive and are not refused.
+    Refused in one line before step 1. Pairs runs have a given positive and are not refused;
+    an explicit ``model.dropout: 0`` is the user's choice (equivalence tests use it) and is
+    only logged.
     """
     if kind.pairs:
         return
     message = noise_free(encoder.backbone.config)
-    if message is not None:
+    if message is None:
+        return
+    if dropout is None:
         raise ConfigError(message)
+    log.warning("model.dropout=%s: the two views of each sentence are the same vector", dropout)
 
 
 def build_trainer(
@@ -125,7 +130,7 @@ def build_trainer(
         encoder = SentenceEncoder.from_config(config.model)
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         check_sequence_length(config, encoder, objective)
-        check_dropout_noise(encoder, source.kind)
+        check_dropout_noise(encoder, source.kind, config.model.dropout)
         if tc.gradient_checkpointing:
             encoder.gradient_checkpointing(True)
         corpus, data = source.tokenize(
