@@ -448,3 +448,30 @@ def test_a_sentence_transformers_lasttoken_folder_is_read_as_it_reads_it(
     got = load(str(tmp_path / "st"))
     assert got.pooler.kind == "last" and got.end_id is None
     np.testing.assert_allclose(got.encode(sentences), want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pooler", ["avg", "weighted_mean"])
+def test_card_of_a_bidirectional_decoder_says_so_and_its_snippets_give_cselab_s_vectors(
+    pooler: str, models: dict[str, Path], tmp_path: Path
+) -> None:
+    from cselab.model.st_folder import BIDIRECTIONAL_NOT_REPRODUCED
+    from cselab.publish.card import CARD_FILE, code_blocks, write_model_card
+
+    cfg = run_config(
+        models["llama"], tmp_path, f"--model.pooler={pooler}", "--model.bidirectional=true"
+    )
+    enc = SentenceEncoder.from_config(cfg.model).eval()
+    folder = tmp_path / "model"
+    enc.save(folder)
+    write_model_card(folder, cfg)
+    text = (folder / CARD_FILE).read_text()
+    assert BIDIRECTIONAL_NOT_REPRODUCED in text
+    blocks = code_blocks(text)
+    assert len(blocks) == 2 and "SentenceTransformer" not in text.split("With cselab")[1]
+    spaces = []
+    for block in blocks:
+        ns: dict = {}
+        exec(compile(block, f"{folder}/README.md", "exec"), ns)  # noqa: S102 - the test's point
+        spaces.append(ns)
+    cs, hf = spaces[0]["vectors"], spaces[1]["vectors"].numpy()
+    np.testing.assert_allclose(hf[:2], cs, rtol=0, atol=1e-5)

@@ -134,7 +134,7 @@ def test_bibtex_entries_are_well_formed() -> None:
         ("avg_first_last", False),
         ("last", False),
         ("weighted_mean", False),
-    ],  # fmt: skip
+    ],
 )
 def test_usage_snippets_run_and_agree(
     tiny_bert: Path, tmp_path: Path, pooler: str, mlp_only_train: bool, one_thread
