@@ -475,3 +475,28 @@ def test_card_of_a_bidirectional_decoder_says_so_and_its_snippets_give_cselab_s_
         spaces.append(ns)
     cs, hf = spaces[0]["vectors"], spaces[1]["vectors"].numpy()
     np.testing.assert_allclose(hf[:2], cs, rtol=0, atol=1e-5)
+
+
+def test_cli_refuses_a_noise_free_backbone_in_one_line(
+    models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from cselab.cli import main
+
+    args = [
+        "train", f"--model.name_or_path={models['qwen3']}", "--model.pooler=avg",
+        f"--data.train_file={write_corpus(tmp_path, 16)}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.max_steps=1", "--train.batch_size=4", "--train.report_to=[]",
+        "--train.eval_steps=0", f"--data.cache_dir={tmp_path / 'cache'}",
+    ]  # fmt: skip
+    assert main(args) == 2
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "cselab train: error: qwen3 applies no dropout (attention_dropout is 0): set "
+        "model.dropout (SimCSE: 0.1; LLM2Vec uses 0.3 for decoders)"
+    )
+
+
+def test_a_plain_decoder_folder_loads_with_its_default_pooler(models: dict[str, Path]) -> None:
+    assert load(str(models["mistral"])).pooler.kind == "avg"
+    assert load(str(models["bert"])).pooler.kind == "cls_before_pooler"
