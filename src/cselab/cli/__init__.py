@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -161,9 +162,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: A config override, ``--section.key=value`` (a dotted key, then ``=``). Overrides are taken
+#: out of the command line before argparse sees it: argparse reads any argument that holds a
+#: space as a positional one, so ``--train.output_dir='a b'`` would become the config file.
+OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+=")
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` without its ``--section.key=value`` overrides, and the overrides in order
+    (everything after a ``--`` stays where it is)."""
+    rest: list[str] = []
+    overrides: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        (overrides if OVERRIDE.match(arg) else rest).append(arg)
+    return rest, overrides
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
     args, rest = parser.parse_known_args(argv)
+    rest = overrides + rest
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
