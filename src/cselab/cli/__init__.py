@@ -125,7 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output .npy path")
     p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="L2-normalise the vectors (always done for a folder whose modules end in Normalize)",
+    )
     p.add_argument(
         "--dim",
         type=int,

@@ -28,7 +28,12 @@ from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler
 from .prompt import Prompt, Spliced
 from .similarity import cosine_matrix
-from .st_folder import FolderSettings, read_folder_settings, write_model_folder
+from .st_folder import (
+    FolderSettings,
+    read_folder_settings,
+    transformer_folder,
+    write_model_folder,
+)
 
 
 class SentenceEncoder(nn.Module):
@@ -127,7 +132,9 @@ class SentenceEncoder(nn.Module):
         """
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        path = resolve_model(name_or_path, revision)
+        root = resolve_model(name_or_path, revision)
+        # the backbone of an older sentence-transformers folder sits in 0_Transformer/
+        path = str(transformer_folder(Path(root)))
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         if dropout is not None:
             for attr in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
@@ -159,7 +166,7 @@ class SentenceEncoder(nn.Module):
             templates = Prompt(prompt or PromptConfig(), tokenizer)
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates)
         encoder.source = name_or_path
-        encoder.folder_settings = read_folder_settings(Path(path))
+        encoder.folder_settings = read_folder_settings(Path(root))
         if fast_path:
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
@@ -297,6 +304,11 @@ class SentenceEncoder(nn.Module):
         Sentences are sorted by length so each batch pads little; the result is put back in the
         input order. The module's train/eval state is restored afterwards.
 
+        ``normalize``: L2-normalise each vector. A folder whose sentence-transformers modules
+        end in ``Normalize`` (:attr:`folder_settings`, e.g. all-MiniLM-L6-v2 and the folders
+        cselab trains from it) always gives unit vectors, the vectors
+        ``SentenceTransformer(folder).encode`` gives.
+
         ``max_seq_len`` defaults to :attr:`inference_max_len` (the folder's ``max_seq_length``,
         else the most the model accepts: inference should not truncate at the training length);
         pass a value to truncate elsewhere (capped by what the model accepts).
@@ -311,7 +323,9 @@ class SentenceEncoder(nn.Module):
         (:func:`~cselab.model.similarity.truncate_rows`): a model trained with
         ``objective.matryoshka.dims`` (Kusupati et al. 2022) is meant to be used so, at one of
         those dimensions. With ``dim`` the vectors are always unit length (``normalize`` is
-        implied), as a prefix is only defined up to its scale. ``None``: the full width.
+        implied), as a prefix is only defined up to its scale; the prefix is cut from the
+        vector before any normalisation, so ``dim=`` the full width equals ``normalize=True``.
+        ``None``: the full width.
         """
         return encode_sentences(
             self, sentences, batch_size, normalize, show_progress, max_seq_len, precision, dim
