@@ -207,3 +207,43 @@ def test_index_json_property(base_index: tuple[Path, dict]) -> None:
     finally:
         (index / META_FILE).write_text(json.dumps(valid))
     assert len(Index.open(index)) == 12
+
+
+def test_a_second_index_build_into_the_same_folder_is_refused_at_once(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Two builds into one folder both encoded everything (issue 31): a build holds the
+    folder's lock (``RunFolder.lock``, as ``cselab train`` does), and a second one is refused in
+    one line before its model loads."""
+    import subprocess
+    import sys
+
+    corpus = write_corpus(tmp_path / "data", 20)
+    out = tmp_path / "idx"
+    holder = subprocess.Popen(  # the first build, as another process holding the folder
+        [sys.executable, "-c", "import sys, time\nfrom cselab.io.runfolder import RunFolder\n"
+         f"with RunFolder({str(out)!r}).lock():\n    print('held', flush=True)\n"
+         "    sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        argv = [
+            "index",
+            "build",
+            str(corpus),
+            "--model",
+            str(tmp_path / "no-model"),
+            "-o",
+            str(out),
+        ]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"cselab index: error: {out} is in use by another cselab process (it holds "
+            f"{out / '.cselab.lock'}); wait for it to finish or choose another folder"
+        ]
+    finally:
+        holder.communicate("\n", timeout=60)
+    argv = ["-q", "index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]
+    assert main(argv) == 0
+    assert len(Index.open(out)) == 20
