@@ -115,3 +115,23 @@ def test_override_values_with_spaces_reach_the_config(tiny_bert: Path, tmp_path:
     # other commands take no overrides, with or without spaces
     with pytest.raises(SystemExit, match="2"):
         main(["encode", str(tiny_bert), "--input", "x", "--output", "y", "--a.b=c d"])
+
+
+def test_train_on_a_float64_checkpoint(tiny_bert64: Path, tmp_path: Path) -> None:
+    """The ``cls`` head was float32 beside a float64 backbone: ``mat1 and mat2 must have the
+    same dtype`` (issue 31). The head follows the backbone's dtype."""
+    from safetensors.torch import load_file
+
+    from conftest import write_corpus
+
+    out = tmp_path / "run"
+    argv = ["-q", "train", f"--model.name_or_path={tiny_bert64}", "--model.pooler=cls",
+            f"--data.train_file={write_corpus(tmp_path / 'data', 32)}",
+            f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={out}",
+            "--train.batch_size=8", "--train.max_steps=2", "--train.eval_steps=0",
+            "--train.device=cpu"]  # fmt: skip
+    assert main(argv) == 0
+    head = load_file(str(out / "last" / "pooler_head.safetensors"))
+    assert {str(t.dtype) for t in head.values()} == {"torch.float64"}
+    vectors = SentenceEncoder.from_pretrained(str(out / "last"), pooler="cls").encode(["a b c"])
+    assert vectors.shape == (1, 32) and np.isfinite(vectors).all()

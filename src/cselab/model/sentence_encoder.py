@@ -159,6 +159,8 @@ class SentenceEncoder(nn.Module):
             raise
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
+        # the head computes in the backbone's dtype (a float64 or bf16 checkpoint loads as such)
+        head.to(dtype=next(backbone.parameters()).dtype)
         templates = None
         if head.meaning.token == "mask":
             if isinstance(prompt, Mapping):
