@@ -341,8 +341,11 @@ def test_two_ranks_equal_one_process_and_hold_the_same_queue(ddp: list[dict], va
         ),
         ({"momentum_queue": {"enabled": True, "queue_size": -1}}, None, "queue_size must be >= 0"),
         ({"momentum_queue": {"momentum": 1.5}}, None, r"momentum must be in \[0, 1\]"),
-        ({"momentum_queue": {"init": "zero"}}, None,
-         "momentum_queue.init must be one of pretrained, random"),
+        (
+            {"momentum_queue": {"init": "zero"}},
+            None,
+            "momentum_queue.init must be one of pretrained, random",
+        ),
         ({**QUEUE, "noise": {"enabled": True, "side": "negative"}}, None, "half noisy"),
     ],
 )
@@ -381,9 +384,9 @@ def test_the_momentum_encoder_starts_pretrained_or_random_as_the_authors_code(
     from safetensors.torch import load_file
     from transformers import BertConfig, BertModel
 
+    from conftest import write_corpus
     from cselab.cli import main
     from cselab.io.runfolder import RunFolder
-    from conftest import write_corpus
 
     out = tmp_path / "run"
     argv = ["-q", "train", f"--model.name_or_path={tiny_bert}", "--model.pooler=cls",
