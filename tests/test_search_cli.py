@@ -247,3 +247,21 @@ def test_a_second_index_build_into_the_same_folder_is_refused_at_once(
     argv = ["-q", "index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]
     assert main(argv) == 0
     assert len(Index.open(out)) == 20
+
+
+def test_a_long_query_is_not_echoed_in_full(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A 10 MB query was printed back whole above its hits (issue 31)."""
+    corpus = write_corpus(tmp_path / "data", 8)
+    out = tmp_path / "idx"
+    assert (
+        main(["-q", "index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]) == 0
+    )
+    capsys.readouterr()
+    query = "alpha beta " * 100_000  # 1.1 MB
+    assert main(["search", str(out), query, "-k", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert len(printed) < 2000
+    assert printed.splitlines()[0] == f"# {query[:200]}… (1,100,000 characters)"
+    assert len(printed.splitlines()) == 3  # the echo and two hits
