@@ -79,7 +79,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
-    with atomic_path(output, "vectors") as tmp:
+    # the .npy header (a multiple of 64 bytes, 128 for a 2-D float32 array) and the vectors
+    needed = 128 + vectors.nbytes
+    with atomic_path(output, "vectors", needed) as tmp:
         np.save(tmp, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
     return 0
