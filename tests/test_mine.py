@@ -319,3 +319,39 @@ def test_a_killed_runs_working_folder_is_removed_and_a_live_one_kept(
         assert live.is_dir()
     assert not dead.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "pairs.jsonl", "t.tsv"]
+
+
+def test_a_rerun_after_sigkill_removes_the_killed_runs_working_folder(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """A ``cselab mine`` killed while encoding leaves its ``.cselab-mine-*`` folder (nothing
+    can clean up after SIGKILL); the next run beside the same output removes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pairs = _write_pairs(tmp_path / "pairs.jsonl", n=3000)
+    out = tmp_path / "t.tsv"
+    argv = ["mine", str(pairs), "--model", str(tiny_bert), "-o", str(out), "--anchor-column",
+            "q", "--positive-column", "doc", "--num-negatives", "1", "--batch-size", "1"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cselab", "-q", *argv],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".cselab-mine-*/corpus.index")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = tmp_path.glob(".cselab-mine-*")
+    assert not out.exists()
+    assert main(["-q", *argv[:-2], "--batch-size", "128"]) == 0
+    assert not left.exists() and out.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl", "t.tsv"]

@@ -17,7 +17,7 @@ from conftest import write_corpus
 from cselab.cli import main
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.pooling import POOLERS
-from cselab.search.index import META_FILE, Index, SearchIndexError, check_queries
+from cselab.search.index import META_FILE, PROGRESS_FILE, Index, SearchIndexError, check_queries
 
 DIM = 8
 
@@ -265,3 +265,39 @@ def test_a_long_query_is_not_echoed_in_full(
     assert len(printed) < 2000
     assert printed.splitlines()[0] == f"# {query[:200]}… (1,100,000 characters)"
     assert len(printed.splitlines()) == 3  # the echo and two hits
+
+
+def test_two_concurrent_index_builds_the_second_is_refused(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Two real ``cselab index build`` processes into one folder: the second is refused in one
+    line while the first runs, and the first finishes its index."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    corpus = write_corpus(tmp_path / "data", 3000)
+    out = tmp_path / "idx"
+    argv = ["index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out),
+            "--chunk-size", "64"]  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "-m", "cselab", "-q", *argv, "--batch-size", "1"],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / PROGRESS_FILE).is_file():  # encoding: the lock is held
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"cselab index: error: {out} is in use by another cselab process (it holds "
+            f"{out / '.cselab.lock'}); wait for it to finish or choose another folder"
+        )
+        assert first.poll() is None  # still encoding
+    finally:
+        first.kill()
+        first.wait()
+    assert main(["-q", *argv]) == 0  # the killed build's lock is free: the next one resumes
+    assert len(Index.open(out)) == 3000
