@@ -14,11 +14,11 @@ checkpoint, so their momentum encoder starts from the architecture's random init
 (their logs list every ``momentum_model.*`` weight as newly initialised); cselab copies the
 pretrained backbone when the task is built (``init="pretrained"``, the default) or, with
 ``init="random"``, starts from a fresh random initialisation of the same architecture drawn from
-the run's seed (the authors' start). The backbone is its output goes through the **live** pooler (a
-``cls`` MLP head is the trained one, applied as in training), with every dropout of the backbone
-off and no gradient. The authors average at the start of each step's forward pass with the
-weights that pass uses; averaging right after the optimiser step with the new weights is the
-same sequence of averages (the first, with the initial weights, changes nothing).
+the run's seed (the authors' start). The pooler is the live one (a ``cls`` MLP head is the
+trained one, applied as in training), with every dropout of the backbone off and no gradient.
+The authors average at the start of each step's forward pass with the weights that pass uses;
+averaging right after the optimiser step with the new weights is the same sequence of averages
+(the first, with the initial weights, changes nothing).
 """
 
 from __future__ import annotations
