@@ -543,8 +543,9 @@ def test_configs_without_a_shared_seed_say_why_there_is_no_paired_row(
     out = capsys.readouterr().out
     assert "| config | task |" not in out  # no empty table
     assert (
-        "No pair to compare.\nother: no paired comparison: its seeds (2) share none with "
-        "simcse's (1); run both configurations with the same seeds."
+        "**Paired difference to simcse (same seed)**: no pair to compare.\n\nother: no paired "
+        "comparison: its seeds (2) share none with simcse's (1); run both configurations with "
+        "the same seeds."
     ) in out
 
 

@@ -343,7 +343,8 @@ def markdown(report: Report) -> str:
             cell = _num(mean) if math.isnan(std) else f"{mean:.2f} ± {std:.2f}"
             # a task scored on fewer seeds than the row's n (one cell evaluated on another file)
             cells.append(cell if count == n else f"{cell} (n={count})")
-        shown = n if min(counts, default=0) == n else f"{min(c for c in counts if c)}–{n}"
+        fewest = min((c for c in counts if c), default=0)  # a task never scored shows "–"
+        shown = n if fewest == n else f"{fewest}–{n}"
         name = f"{config} {UNTRAINED}" if config in report.untrained else config
         rows.append([name, shown, *cells])
     lines = [
@@ -364,7 +365,12 @@ def markdown(report: Report) -> str:
     if report.baseline is None:
         lines += ["", "No baseline given: no paired comparison (use --baseline NAME)."]
         return "\n".join(lines) + "\n"
-    level = next(iter(report.paired.values())).confidence if report.paired else 0.95
+    unpaired = _unpaired(report)
+    if not report.paired:  # no table to explain, only why it is empty
+        lines += ["", f"**Paired difference to {report.baseline} (same seed)**: no pair to "
+                  "compare.", "", *unpaired]  # fmt: skip
+        return "\n".join(lines) + "\n"
+    level = next(iter(report.paired.values())).confidence
     pct = f"{100 * level:g}%"
     lines += [
         "",
@@ -382,11 +388,9 @@ def markdown(report: Report) -> str:
          _p(d.t_p), _p(d.wilcoxon_p), "⚠" if d.weak else ""]
         for (config, task), d in report.paired.items()
     ]  # fmt: skip
-    if paired:
-        lines.append(markdown_table(header, paired))
-    unpaired = _unpaired(report)
+    lines.append(markdown_table(header, paired))
     if unpaired:
-        lines += ["" if paired else "No pair to compare.", *unpaired]
+        lines += ["", *unpaired]
     return "\n".join(lines) + "\n"
 
 
