@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -78,7 +79,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
-    with atomic_path(output, "vectors") as tmp:
+    # the .npy header (a multiple of 64 bytes, 128 for a 2-D float32 array) and the vectors
+    needed = 128 + vectors.nbytes
+    with atomic_path(output, "vectors", needed) as tmp:
         np.save(tmp, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
     return 0
@@ -124,7 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output .npy path")
     p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="L2-normalise the vectors (always done for a folder whose modules end in Normalize)",
+    )
     p.add_argument(
         "--dim",
         type=int,
@@ -161,9 +168,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: A config override, ``--section.key=value`` (a dotted key, then ``=``). Overrides are taken
+#: out of the command line before argparse sees it: argparse reads any argument that holds a
+#: space as a positional one, so ``--train.output_dir='a b'`` would become the config file.
+OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+=")
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` without its ``--section.key=value`` overrides, and the overrides in order
+    (everything after a ``--`` stays where it is)."""
+    rest: list[str] = []
+    overrides: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        (overrides if OVERRIDE.match(arg) else rest).append(arg)
+    return rest, overrides
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
     args, rest = parser.parse_known_args(argv)
+    rest = overrides + rest
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",

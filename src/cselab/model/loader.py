@@ -21,7 +21,7 @@ from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
 from .pooling import POOLERS
 from .sentence_encoder import SentenceEncoder
-from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible
+from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible, transformer_folder
 
 
 def load(
@@ -87,7 +87,7 @@ def load(
         if kind == "last" and pooler is None:  # a folder's lasttoken mode reads the last token
             encoder.end_id = None  # as tokenised, as sentence-transformers does: nothing appended
         if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
-            encoder.pooler.mlp = hf_pooler_head(encoder.backbone, local, path)
+            encoder.pooler.mlp = hf_pooler_head(encoder.backbone, transformer_folder(local), path)
             encoder.pooler.mlp_only_train = False
     encoder.source = path
     encoder.compile_inference(compile_inference)

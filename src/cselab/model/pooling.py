@@ -140,7 +140,8 @@ class MLPHead(nn.Module):
         self.activation = nn.Tanh()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.activation(self.dense(x))
+        # a backbone cast after the head was made (model.to(dtype)) still meets a head it fits
+        return self.activation(self.dense(x.to(self.dense.weight.dtype)))
 
 
 class Pooler(nn.Module):

@@ -29,7 +29,12 @@ from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler, with_end_token
 from .prompt import Prompt, Spliced
 from .similarity import cosine_matrix
-from .st_folder import FolderSettings, read_folder_settings, write_model_folder
+from .st_folder import (
+    FolderSettings,
+    read_folder_settings,
+    transformer_folder,
+    write_model_folder,
+)
 
 #: ``model.dtype`` -> the weights' dtype
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -153,7 +158,9 @@ class SentenceEncoder(nn.Module):
         """
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        path = resolve_model(name_or_path, revision)
+        root = resolve_model(name_or_path, revision)
+        # the backbone of an older sentence-transformers folder sits in 0_Transformer/
+        path = str(transformer_folder(Path(root)))
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
         if dropout is not None:
@@ -197,6 +204,7 @@ class SentenceEncoder(nn.Module):
                 "weighted_mean, or model.bidirectional: true"
             )
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
+        # the head computes in the backbone's dtype (a float64 or bf16 checkpoint loads as such)
         head.to(backbone.dtype)
         templates = None
         if head.meaning.token == "mask":
@@ -206,7 +214,7 @@ class SentenceEncoder(nn.Module):
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates)
         encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
         encoder.source = name_or_path
-        encoder.folder_settings = read_folder_settings(Path(path))
+        encoder.folder_settings = read_folder_settings(Path(root))
         if fast_path:
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
@@ -380,6 +388,11 @@ class SentenceEncoder(nn.Module):
         Sentences are sorted by length so each batch pads little; the result is put back in the
         input order. The module's train/eval state is restored afterwards.
 
+        ``normalize``: L2-normalise each vector. A folder whose sentence-transformers modules
+        end in ``Normalize`` (:attr:`folder_settings`, e.g. all-MiniLM-L6-v2 and the folders
+        cselab trains from it) always gives unit vectors, the vectors
+        ``SentenceTransformer(folder).encode`` gives.
+
         ``max_seq_len`` defaults to :attr:`inference_max_len` (the folder's ``max_seq_length``,
         else the most the model accepts: inference should not truncate at the training length);
         pass a value to truncate elsewhere (capped by what the model accepts).
@@ -394,7 +407,9 @@ class SentenceEncoder(nn.Module):
         (:func:`~cselab.model.similarity.truncate_rows`): a model trained with
         ``objective.matryoshka.dims`` (Kusupati et al. 2022) is meant to be used so, at one of
         those dimensions. With ``dim`` the vectors are always unit length (``normalize`` is
-        implied), as a prefix is only defined up to its scale. ``None``: the full width.
+        implied), as a prefix is only defined up to its scale; the prefix is cut from the
+        vector before any normalisation, so ``dim=`` the full width equals ``normalize=True``.
+        ``None``: the full width.
         """
         return encode_sentences(
             self, sentences, batch_size, normalize, show_progress, max_seq_len, precision, dim

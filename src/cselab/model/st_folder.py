@@ -101,6 +101,25 @@ def read_modules(folder: Path) -> list[dict[str, Any]] | None:
     return modules
 
 
+def transformer_folder(folder: Path) -> Path:
+    """The folder of a sentence-transformers folder's ``Transformer`` module: where its
+    backbone's ``config.json``, weights and tokenizer are. The root for folders written since
+    2021 (and for a plain Hugging Face folder); ``0_Transformer/`` in the older layout, which
+    ``SentenceTransformer`` loads too. A path that leaves ``folder`` is refused."""
+    modules = read_modules(folder)
+    transformer = next((m for m in modules or [] if _module_kind(m) == "Transformer"), None)
+    sub = str((transformer or {}).get("path", "") or "")
+    if not sub:
+        return folder
+    inner = (folder / sub).resolve()
+    if not inner.is_relative_to(folder.resolve()) or not inner.is_dir():
+        raise ModelFormatError(
+            f"{folder / MODULES_FILE}: the Transformer module's path {sub!r} is not a folder "
+            "inside the model folder"
+        )
+    return inner
+
+
 def read_folder_settings(folder: Path) -> FolderSettings:
     """The :class:`FolderSettings` of a model folder (the defaults for a plain HF folder).
 

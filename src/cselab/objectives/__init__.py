@@ -125,7 +125,7 @@ def build_objective(
 
     q = cfg.momentum_queue
     if q.enabled and q.queue_size > 0:
-        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space))
+        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space, init=q.init))
     r = cfg.word_repetition
     repetition = WordRepetition(r.dup_rate) if r.enabled and r.dup_rate > 0 else None
 

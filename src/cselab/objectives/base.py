@@ -80,6 +80,8 @@ class Objective(Cited, nn.Module):
     #: :attr:`required_views`); the training layer owns that encoder and updates it after every
     #: optimiser step.
     encoder_momentum: float = 0.0
+    #: where that encoder starts: ``pretrained`` (a copy of the encoder) or ``random``
+    momentum_init: str = "pretrained"
 
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
@@ -154,6 +156,8 @@ class NegativeSource(Cited, nn.Module):
     required_views: frozenset[str] = BASE_VIEWS
     #: see :attr:`Objective.encoder_momentum` (``0``: this source needs no momentum encoder)
     encoder_momentum: float = 0.0
+    #: see :attr:`Objective.momentum_init`
+    momentum_init: str = "pretrained"
 
     def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
         """See :meth:`Objective.on_step_end` (default: nothing)."""

@@ -264,6 +264,10 @@ class WordRepetitionConfig:
     dup_rate: float = 0.32
 
 
+#: ``objective.momentum_queue.init``: the momentum encoder's starting weights.
+MOMENTUM_INITS = ("pretrained", "random")
+
+
 @dataclass
 class MomentumQueueConfig:
     """ESimCSE's momentum contrast (Wu et al. 2022, Sec. 3.2): a queue of the last
@@ -281,11 +285,16 @@ class MomentumQueueConfig:
             160 at batch 64 for BERT-base/-large and RoBERTa-base, 128 for RoBERTa-large);
             ``0`` keeps none (SimCSE).
         momentum: the EMA coefficient, in ``[0, 1]`` (the authors' scripts: 0.995).
+        init: the momentum encoder's starting weights: ``pretrained`` (a copy of the backbone
+            as training starts) or ``random`` (the architecture's own random initialisation,
+            drawn from ``train.seed``: what the authors' code does, since its copy is made
+            before the checkpoint loads).
     """
 
     enabled: bool = False
     queue_size: int = 160
     momentum: float = 0.995
+    init: str = "pretrained"
 
 
 @dataclass
@@ -391,6 +400,8 @@ class ObjectiveConfig:
         check(q.queue_size >= 0, f"{p}.momentum_queue.queue_size must be >= 0", q.queue_size)
         check(finite(q.momentum) and 0 <= q.momentum <= 1,
               f"{p}.momentum_queue.momentum must be in [0, 1]", q.momentum)  # fmt: skip
+        check(q.init in MOMENTUM_INITS,
+              f"{p}.momentum_queue.init must be one of {', '.join(MOMENTUM_INITS)}", q.init)  # fmt: skip
 
         check(finite(self.hard_negative_weight), f"{p}.hard_negative_weight must be finite",
               self.hard_negative_weight)  # fmt: skip

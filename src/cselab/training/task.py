@@ -99,7 +99,9 @@ class Task:
         self.momentum: MomentumEncoder | None = None
         if VIEW_MOMENTUM in objective.required_views:
             raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
-            self.momentum = MomentumEncoder(raw, objective.encoder_momentum)
+            self.momentum = MomentumEncoder(
+                raw, objective.encoder_momentum, init=objective.momentum_init, seed=seed
+            )
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the encoder passes."""
