@@ -212,9 +212,10 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
         )
         save_file({"layer_weights": weights}, str(folder / "model.safetensors"))
         add(folder.name, _ST + "WeightedLayerPooling")
-        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
-        cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
-        _write_json(out / "config.json", cfg)
+        if (out / "config.json").is_file():  # an adapter folder has none: its base's config
+            cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+            cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
+            _write_json(out / "config.json", cfg)
     prompt = meaning.token == "mask"
     pooling_mode = "cls" if prompt else meaning.token
     pool_folder = f"{len(modules)}_Pooling"
