@@ -202,6 +202,11 @@ class Config:
             if not ok:
                 raise ConfigError(message)
         m.lora.validate()
+        if t.cache_chunk_size and self.objective.mntp.enabled:
+            raise ConfigError(
+                "train.cache_chunk_size (GradCache) caches sentence vectors for in-batch "
+                "negatives; objective.mntp predicts tokens and has none: leave it null"
+            )
         if t.save_merged and not m.lora.enabled:
             raise ConfigError(
                 "train.save_merged=true merges LoRA adapters, but model.lora.r is 0 (no adapters)"

@@ -34,7 +34,7 @@ from ..data.source import TrainingSource
 from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
-from ..objectives import Objective, build_objective
+from ..objectives import VIEW_TOKEN_LOGITS, Objective, build_objective
 from ..publish.callbacks import ModelCardCallback, PushCallback
 from . import rundir
 from .callbacks import Callback
@@ -104,7 +104,9 @@ def build_trainer(
         # Its kind is decided here, once; a pairs file's columns are checked before the model.
         source = TrainingSource(train_file, config.data)
         objective = build_objective(config.objective, source.kind)
-        encoder = SentenceEncoder.from_config(config.model)
+        # token prediction (MNTP) reads the causal LM head, loaded only then
+        lm_head = VIEW_TOKEN_LOGITS in objective.required_views
+        encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         check_sequence_length(config, encoder, objective)
         corpus, data = source.tokenize(
