@@ -109,7 +109,11 @@ def test_adapter_folder_merged_folder_and_sentence_transformers_agree(
     merged_dir = tmp_path / "out/merged"  # train.save_merged
     assert (merged_dir / "model.safetensors").is_file()
     assert not (merged_dir / "adapter_config.json").exists()
-    assert (merged_dir / "README.md").is_file()  # the model card
+    card = (tmp_path / "out/best/README.md").read_text(encoding="utf-8")
+    assert f"LoRA adapters for `{tiny_llama.resolve()}`" in card and "cselab merge" in card
+    assert "| LoRA | r 4, alpha 8, dropout 0.05" in card and "a 32-dimensional vector" in card
+    merged_card = (merged_dir / "README.md").read_text(encoding="utf-8")  # the model card
+    assert "LoRA adapters for" not in merged_card and "a 32-dimensional vector" in merged_card
     assert cli_main(["merge", str(tmp_path / "out"), "-o", str(tmp_path / "cli")]) == 0
     for folder in (merged_dir, tmp_path / "cli"):
         merged = load(str(folder))
