@@ -139,3 +139,15 @@ def test_mntp_refuses_what_does_not_compose(tmp_path: Path) -> None:
         load_config(None, ["--objective.mntp.enabled=true", "--train.cache_chunk_size=4"])
     with pytest.raises(ConfigError, match="objective.mntp.mask_ratio"):
         load_config(None, ["--objective.mntp.enabled=true", "--objective.mntp.mask_ratio=0"])
+
+
+def test_mntp_is_not_a_sentence_transformers_loss(minilm_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from cselab.objectives import ObjectiveConfig
+    from cselab.objectives.mntp import MNTPConfig
+    from cselab.st import CSELoss
+
+    model = SentenceTransformer(str(minilm_path), device="cpu")
+    with pytest.raises(ConfigError, match="objective.mntp is not available"):
+        CSELoss(model, ObjectiveConfig(mntp=MNTPConfig(enabled=True)))
