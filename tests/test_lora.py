@@ -148,3 +148,29 @@ def test_lora_on_bert_targets_its_projections(tiny_bert: Path) -> None:
         SentenceEncoder.from_pretrained(
             str(tiny_bert), pooler="avg", lora={"r": 2, "target_modules": ["nope"]}
         )
+
+
+def test_cli_run_with_model_selection_keeps_the_best_adapters(
+    tiny_llama: Path, tmp_path: Path, fresh_eval_cache: None
+) -> None:
+    """`cselab train` with a dev file: best/ is saved (adapters) when the score improves, and
+    read back at the end for the Matryoshka table (a load of the adapter folder)."""
+    rows = [("a man plays a guitar", "a man plays music", 4.5), ("a cat sleeps", "dogs run", 0.5),
+            ("the sun is hot", "the sun is warm", 4.0),
+        ("birds fly south", "birds migrate", 3.5), ("he eats", "a car drives", 0.2)]  # fmt: skip
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows)
+    )
+    args = [
+        "train", f"--model.name_or_path={tiny_llama}", "--model.pooler=avg", "--model.dropout=0.1",
+        "--model.lora.r=4", f"--data.train_file={write_corpus(tmp_path)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=4", "--train.eval_steps=1", "--train.lr=1e-2",
+        f"--eval.dev={dev}", "--train.report_to=[]", "--objective.matryoshka.dims=[32,16]",
+    ]  # fmt: skip
+    assert cli_main(args) == 0
+    results = json.loads((tmp_path / "out/results.json").read_text())
+    assert [r["dim"] for r in results["dev_at_dims"]] == [32, 16]
+    best = load(str(tmp_path / "out/best"))
+    assert best.has_adapters and (tmp_path / "out/best/adapter_model.safetensors").is_file()
