@@ -132,10 +132,19 @@ def test_merge_refuses_what_it_cannot_merge(tiny_bert: Path, tmp_path: Path) -> 
 
         merge_folder(tiny_bert, tmp_path / "x")
     assert cli_main(["merge", str(tiny_bert), "-o", str(tmp_path / "y")]) == 2
-    with pytest.raises(ConfigError, match="train.save_merged"):
-        load_config(None, ["--train.save_merged=true"])
     with pytest.raises(ConfigError, match="model.lora.r"):
         load_config(None, ["--model.lora.r=-1"])
+    with pytest.raises(ConfigError, match="train.save_merged"):
+        load_config(None, ["--train.save_merged=true"])
+
+
+def test_new_adapters_on_saved_adapters_are_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_llama), pooler="avg", lora={"r": 2})
+    enc.save(tmp_path / "adapters")
+    with pytest.raises(ModelFormatError, match="merge them first"):
+        SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg", lora={"r": 2})
+    again = SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg")
+    assert again.has_adapters and not any(p.requires_grad for p in again.parameters())
 
 
 def test_lora_on_bert_targets_its_projections(tiny_bert: Path) -> None:

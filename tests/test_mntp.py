@@ -132,6 +132,20 @@ def test_the_unsupervised_recipe_runs_as_two_runs(tmp_path: Path) -> None:
     assert adapters and load(str(tmp_path / "simcse/out/best")).encode(["a b"]).shape == (1, 32)
 
 
+def test_mntp_without_lora_trains_every_weight_and_the_head(tmp_path: Path) -> None:
+    llama = make_tiny_decoder(tmp_path / "llama", family="qwen2")
+    config = recipe_config(
+        llama, tmp_path / "run", "--model.lora.r=0", "--objective.mntp.enabled=true"
+    )
+    trainer = build_trainer(config)
+    head = trainer.encoder.lm_head.weight.detach().clone()
+    held = {id(p) for g in trainer.optim.optimizer.param_groups for p in g["params"]}
+    assert id(trainer.encoder.lm_head.weight) in held
+    trainer.train()
+    assert not torch.equal(trainer.encoder.lm_head.weight, head)
+    assert (tmp_path / "run/out/best/model.safetensors").is_file()  # the base model, no head
+
+
 def test_mntp_refuses_what_does_not_compose(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="objective.focal"):
         load_config(None, ["--objective.mntp.enabled=true", "--objective.focal.enabled=true"])
