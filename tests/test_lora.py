@@ -145,6 +145,9 @@ def test_new_adapters_on_saved_adapters_are_refused(tiny_llama: Path, tmp_path: 
         SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg", lora={"r": 2})
     again = SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg")
     assert again.has_adapters and not any(p.requires_grad for p in again.parameters())
+    with pytest.raises(ConfigError, match="holds LoRA adapters; merge them"):
+        config = lora_config(tmp_path / "adapters", tmp_path / "run", "--model.lora.r=0")
+        build_trainer(config)
 
 
 def test_lora_on_bert_targets_its_projections(tiny_bert: Path) -> None:

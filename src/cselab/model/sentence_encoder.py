@@ -154,9 +154,12 @@ class SentenceEncoder(nn.Module):
                     "train new adapters on top"
                 )
             base = adapters.adapter_base(adapter_folder)
+            # every setting but the adapters (and the base's revision) applies to the base model
             encoder = cls.from_pretrained(
-                base, pooler, mlp_only_train, max_seq_len, dropout, attn_implementation,
-                trust_remote_code, None, fast_path, prompt, None, lm_head,
+                base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
+                dropout=dropout, attn_implementation=attn_implementation,
+                trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
+                lm_head=lm_head,
             )  # fmt: skip
             encoder.backbone = adapters.load_adapters(encoder.backbone, adapter_folder)
             encoder.lora_base = base

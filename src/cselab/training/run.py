@@ -107,6 +107,11 @@ def build_trainer(
         # token prediction (MNTP) reads the causal LM head, loaded only then
         lm_head = VIEW_TOKEN_LOGITS in objective.required_views
         encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
+        if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
+            raise ConfigError(
+                f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "
+                "into the weights first (cselab merge FOLDER -o DIR) and train DIR"
+            )
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         check_sequence_length(config, encoder, objective)
         corpus, data = source.tokenize(
