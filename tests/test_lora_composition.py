@@ -99,3 +99,43 @@ def test_momentum_averages_the_adapters_only(tmp_path: Path) -> None:
     with torch.no_grad():
         live = enc.eval()(**inputs)
     assert (got - live).abs().max() > 1e-4  # the averaged adapters differ from the live ones
+
+
+def test_two_ranks_with_lora_and_esimcse_train_like_one_process(tmp_path: Path) -> None:
+    """``torchrun --nproc_per_node=2`` (batch 8 = 2 × 4) on a float64 Llama with LoRA and
+    ESimCSE (the queue gathered over ranks, the momentum encoder averaging the adapters on each
+    rank) gives the adapters of one process with batch 8. No dropout anywhere (the ranks draw
+    their own masks), so the two runs compute the same thing."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from cselab.config import load_config
+    from cselab.training.run import train
+    from test_distributed import WEIGHT_TOL, corpus, free_port, overrides
+
+    llama = make_tiny_decoder(tmp_path / "llama", dtype=torch.float64)
+    data = corpus(tmp_path / "data")
+    extra = [
+        "--model.lora.r=4", "--model.lora.dropout=0.0",
+        "--objective.word_repetition.enabled=true", "--objective.momentum_queue.enabled=true",
+        "--objective.momentum_queue.queue_size=8", "--objective.momentum_queue.momentum=0.5",
+    ]  # fmt: skip
+    ddp_run, single_run = tmp_path / "ddp", tmp_path / "single"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "-m", "cselab", "-q", "train", *overrides(llama, ddp_run, data, *extra),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    train(load_config(None, overrides(llama, single_run, data, *extra)))
+    a = load_file(str(ddp_run / "out/last/adapter_model.safetensors"))
+    b = load_file(str(single_run / "out/last/adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(v.dtype == torch.float64 for v in a.values())
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=WEIGHT_TOL, msg=k)
+    assert any(v.abs().max() > 0 for k, v in a.items() if "lora_B" in k)  # they trained
