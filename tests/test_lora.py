@@ -17,6 +17,7 @@ from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
+from cselab.training.checkpoint import load_checkpoint
 from cselab.training.run import build_trainer
 
 SENTENCES = ["alpha beta gamma", "a man plays a guitar .", "delta", "the cat sat on the mat"]
@@ -95,6 +96,12 @@ def test_only_the_adapters_train(tiny_llama: Path, tmp_path: Path) -> None:
     assert meta["lora"]["r"] == 4 and meta["lora"]["base"] == str(tiny_llama.resolve())
     saved = load_file(str(best / "adapter_model.safetensors"))
     assert saved and all(".lora_" in k for k in saved)
+    # the checkpoint: the adapters and their AdamW moments, not the frozen base model
+    tensors, _ = load_checkpoint(tmp_path / "out/checkpoint")
+    model = {k.removeprefix("model.") for k in tensors if k.startswith("model.")}
+    assert model == adapters
+    moments = [k for k in tensors if k.startswith("optim.") and k.endswith(".exp_avg")]
+    assert len(moments) == len(adapters)
 
 
 def test_adapter_folder_merged_folder_and_sentence_transformers_agree(
