@@ -1,6 +1,7 @@
 """Resumable checkpoints in one safetensors file, written atomically.
 
-A checkpoint holds the model weights, the optimizer state, the scheduler state, the task's state
+A checkpoint holds the model weights (with LoRA, the trainable tensors only:
+:func:`model_state`), the optimizer state, the scheduler state, the task's state
 across steps (an objective's queue and the momentum encoder's weights, ESimCSE;
 :meth:`Task.state_dict <cselab.training.task.Task.state_dict>`), the RNG states of every rank (each rank draws its own dropout masks, so each resumes its own stream), the data
 position (the step), the best dev score so far and the resolved config. Tensors go in
