@@ -193,3 +193,34 @@ def test_cli_run_with_model_selection_keeps_the_best_adapters(
     assert [r["dim"] for r in results["dev_at_dims"]] == [32, 16]
     best = load(str(tmp_path / "out/best"))
     assert best.has_adapters and (tmp_path / "out/best/adapter_model.safetensors").is_file()
+
+
+def test_adapter_folder_of_a_several_layer_pooler_says_sentence_transformers_differs(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    """sentence-transformers loads an adapter folder's base without its hidden states, so a
+    pooler over several layers is not reproduced there: cselab.json says so; the merged folder
+    (which has config.json with output_hidden_states) is reproduced."""
+    from sentence_transformers import SentenceTransformer
+
+    from cselab.model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED
+    from cselab.training.merge import merge_folder
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_llama), pooler="avg_first_last", lora={"r": 2})
+    with torch.no_grad():
+        for name, p in enc.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    enc.save(tmp_path / "adapters")
+    meta = json.loads((tmp_path / "adapters/cselab.json").read_text())
+    assert meta["sentence_transformers"] == ADAPTER_LAYERS_NOT_REPRODUCED
+    from cselab.publish.card import _adapters_note
+
+    assert "sentence-transformers cannot compute its vectors" in _adapters_note(
+        tmp_path / "adapters"
+    )
+    want = load(str(tmp_path / "adapters")).encode(SENTENCES)
+    merged = merge_folder(tmp_path / "adapters", tmp_path / "merged")
+    assert "sentence_transformers" not in json.loads((merged / "cselab.json").read_text())
+    st = SentenceTransformer(str(merged), device="cpu")
+    np.testing.assert_allclose(st.encode(SENTENCES), want, rtol=0, atol=1e-5)

@@ -47,6 +47,13 @@ PROMPT_NOT_REPRODUCED = (
     "use cselab.load(folder) or the transformers recipe of cselab's docs/objectives.md (PromptBERT)"
 )
 
+#: what ``cselab.json`` says of a folder of LoRA adapters whose pooler reads several layers
+ADAPTER_LAYERS_NOT_REPRODUCED = (
+    "a pooler over several layers on LoRA adapters: SentenceTransformer(folder) loads the base "
+    "model without its hidden states and gives other vectors; use cselab.load(folder), or merge "
+    "the adapters (cselab merge) and load the merged folder"
+)
+
 
 @dataclass(frozen=True)
 class FolderSettings:
@@ -160,6 +167,9 @@ def write_model_folder(
     tokenizer.save_pretrained(out)
     if pooler.meaning.token == "mask":
         meta = {**meta, "sentence_transformers": PROMPT_NOT_REPRODUCED}
+    layers = POOLER_MEANINGS[inference_pooler_name(pooler.kind, pooler.mlp_only_train)].layers
+    if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
+        meta = {**meta, "sentence_transformers": ADAPTER_LAYERS_NOT_REPRODUCED}
     _write_json(out / CSELAB_FILE, meta)
     if pooler.mlp is not None:
         save_file(

@@ -39,6 +39,7 @@ from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
+from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
 from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
 from ..training.metrics import read_metrics as read_metrics_table
 from .hardware import hardware_section
@@ -369,11 +370,20 @@ def _adapters_note(folder: Path) -> str:
     """For a folder of LoRA adapters: what loading it needs, and how to merge it."""
     if not is_adapter_folder(folder):
         return ""
+    meta = json.loads((folder / CSELAB_FILE).read_text(encoding="utf-8"))
+    st = meta.get("sentence_transformers") == ADAPTER_LAYERS_NOT_REPRODUCED
+    loads = (
+        "**sentence-transformers cannot compute its vectors** (its pooler reads several "
+        "layers, which an adapter folder does not return); `transformers` loads it with `peft` "
+        "installed"
+        if st
+        else "sentence-transformers and `transformers` load it with `peft` installed (they "
+        "fetch the base model)"
+    )
     return (
-        f"This folder holds LoRA adapters for `{adapter_base(folder)}`: sentence-transformers "
-        "and `transformers` load it with `peft` installed (they fetch the base model), cselab "
-        "as any folder. `cselab merge FOLDER -o MERGED` writes a plain model folder with the "
-        "adapters folded into the weights.\n\n"
+        f"This folder holds LoRA adapters for `{adapter_base(folder)}`: {loads}, cselab as any "
+        "folder. `cselab merge FOLDER -o MERGED` writes a plain model folder with the adapters "
+        "folded into the weights, which every library loads.\n\n"
     )
 
 
