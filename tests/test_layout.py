@@ -50,6 +50,8 @@ GENERIC = {
     "cselab.objectives.VIEW_OFF_DROPOUT",
     "cselab.objectives.VIEW_HARD_NEGATIVE",
     "cselab.objectives.VIEW_MOMENTUM",
+    "cselab.objectives.VIEW_TOKEN_LOGITS",  # token prediction (MNTP)
+    "cselab.objectives.VIEW_TOKEN_LABELS",
 }
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
+"""Command line: ``cselab train | merge | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -87,6 +87,14 @@ def cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    from ..training.merge import merge_folder
+
+    out = merge_folder(args.source, args.output)
+    print(f"wrote the merged model (LoRA adapters folded into the weights) to {out}")
+    return 0
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     from ..publish.push import push_folder
 
@@ -118,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     register_config(sub)
+
+    p = sub.add_parser(
+        "merge",
+        help="merge a model's LoRA adapters into its weights (a plain model folder)",
+        description="Fold the LoRA adapters of SOURCE (a model folder saved with model.lora, or "
+        "a run folder: its best/) into the base weights and write a plain Hugging Face and "
+        "sentence-transformers folder that needs neither peft nor the base model.",
+    )
+    p.add_argument("source", help="a run folder or a model folder holding adapters")
+    p.add_argument("-o", "--output", required=True, help="the new folder (must not exist)")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("encode", help="encode sentences (one per line) to a .npy file")
     p.add_argument("model", help="cselab output folder, sentence-transformers folder or HF model")

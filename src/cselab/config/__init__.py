@@ -67,6 +67,9 @@ class TrainConfig:
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
             ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
+        save_merged: with ``model.lora``, also write ``output_dir/merged``: the best model with
+            its adapters merged into the weights, a plain model folder (as ``cselab merge``);
+            ``best/`` and ``last/`` keep the adapters.
     """
 
     output_dir: str = "outputs/run"
@@ -92,6 +95,7 @@ class TrainConfig:
     fused_adamw: bool = True
     push_to_hub: str | None = None
     report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
+    save_merged: bool = False
 
 
 def dev_metric_for(dev: str, metric: str | None) -> str:
@@ -204,6 +208,16 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        m.lora.validate()
+        if t.cache_chunk_size and self.objective.mntp.enabled:
+            raise ConfigError(
+                "train.cache_chunk_size (GradCache) caches sentence vectors for in-batch "
+                "negatives; objective.mntp predicts tokens and has none: leave it null"
+            )
+        if t.save_merged and not m.lora.enabled:
+            raise ConfigError(
+                "train.save_merged=true merges LoRA adapters, but model.lora.r is 0 (no adapters)"
+            )
         if m.pooler == "prompt":
             m.prompt.validate()
             if not m.mlp_only_train:

@@ -56,6 +56,9 @@ class Backbone:
             causal mask cselab removes with ``model.bidirectional``).
         end_token: the tokenizer attribute of the token that ends a sentence, read by the
             ``last`` pooler (appended to a row whose tokenizer did not add it).
+        lora_targets: the modules that get LoRA adapters when ``model.lora.target_modules`` is
+            null: the attention and MLP projections (for decoders LLM2Vec's list,
+            ``initialize_peft`` of ``McGill-NLP/llm2vec``).
     """
 
     model_type: str
@@ -66,11 +69,14 @@ class Backbone:
     is_decoder: bool
     bidirectional: str
     end_token: str
+    lora_targets: tuple[str, ...]
 
 
 _BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 _ALL_ATTENTION = ("sdpa", "eager", "flash_attention_2", "flex_attention")
 _DECODER_DROPOUT = ("attention_dropout",)
+_BERT_LORA = ("query", "key", "value", "dense")
+_DECODER_LORA = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _encoder(kind: str, dropout: tuple[str, ...] = _BERT_DROPOUT, **kw: Any) -> Backbone:
@@ -83,6 +89,7 @@ def _encoder(kind: str, dropout: tuple[str, ...] = _BERT_DROPOUT, **kw: Any) -> 
         "is_decoder": False,
         "bidirectional": ALREADY,
         "end_token": "sep_token",
+        "lora_targets": _BERT_LORA,
     }
     return Backbone(**{**fields, **kw})
 
@@ -97,6 +104,7 @@ def _decoder(kind: str, **kw: Any) -> Backbone:
         "is_decoder": True,
         "bidirectional": SWITCHABLE,
         "end_token": "eos_token",
+        "lora_targets": _DECODER_LORA,
     }
     return Backbone(**{**fields, **kw})
 
@@ -109,14 +117,23 @@ BACKBONES: dict[str, Backbone] = {
         _encoder("bert", fast_path=True),
         _encoder("roberta"),
         _encoder("xlm-roberta"),
-        _encoder("mpnet", attention=("eager",)),
-        _encoder("deberta-v2", attention=("eager",)),
+        _encoder("mpnet", attention=("eager",), lora_targets=("q", "k", "v", "o", "dense")),
+        _encoder(
+            "deberta-v2",
+            attention=("eager",),
+            lora_targets=("query_proj", "key_proj", "value_proj", "dense"),
+        ),
         _encoder("electra"),
-        _encoder("distilbert", dropout=("dropout", "attention_dropout")),
+        _encoder(
+            "distilbert",
+            dropout=("dropout", "attention_dropout"),
+            lora_targets=("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
+        ),
         _encoder(
             "modernbert",
             dropout=("attention_dropout", "mlp_dropout", "embedding_dropout"),
             default_pooler="avg",
+            lora_targets=("Wqkv", "Wo", "Wi"),
         ),
         _decoder("llama"),
         _decoder("mistral"),

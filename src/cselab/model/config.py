@@ -77,6 +77,50 @@ class PromptConfig:
 
 
 @dataclass
+class LoRAConfig:
+    """LoRA adapters (Hu et al. 2022) through ``peft``, read from ``model.lora``.
+
+    ``W x`` becomes ``W x + (alpha / r) · B A x`` in every target module, with ``A`` (``r × in``)
+    random, ``B`` (``out × r``) zero at the start; the backbone's own weights are frozen and only
+    ``A``, ``B`` (and the pooler's head, if any) train. Off while ``r`` is 0 (the default).
+
+    Attributes:
+        r: the adapters' rank; ``0``: no LoRA (every weight trains). LLM2Vec: 16.
+        alpha: the scale's numerator; ``null``: ``2 · r`` (LLM2Vec's ``lora_alpha = 2 · lora_r``).
+        dropout: dropout on the adapters' input (LLM2Vec: 0.05).
+        target_modules: the module names that get adapters; ``null``: the architecture's
+            default (:data:`cselab.model.backbones.BACKBONES`' ``lora_targets``: attention and MLP
+            projections), or ``peft``'s own table for an architecture not listed there.
+    """
+
+    r: int = 0
+    alpha: float | None = None
+    dropout: float = 0.05
+    target_modules: list[str] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0
+
+    @property
+    def scale_alpha(self) -> float:
+        """``alpha``, or ``2 · r`` when unset."""
+        return float(self.alpha) if self.alpha is not None else 2.0 * self.r
+
+    def validate(self, prefix: str = "model.lora") -> LoRAConfig:
+        """Ranges of the keys; raises :class:`ConfigError` naming the key."""
+        if self.r < 0:
+            raise ConfigError(f"{prefix}.r must be >= 0 (0: no LoRA), got {self.r}")
+        if self.alpha is not None and not self.alpha > 0:
+            raise ConfigError(f"{prefix}.alpha must be > 0 or null (2 * r), got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"{prefix}.dropout must be in [0, 1), got {self.dropout}")
+        if self.target_modules is not None and not self.target_modules:
+            raise ConfigError(f"{prefix}.target_modules must name at least one module, or be null")
+        return self
+
+
+@dataclass
 class ModelConfig:
     """The encoder.
 
@@ -100,6 +144,7 @@ class ModelConfig:
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.
+        lora: LoRA adapters (:class:`LoRAConfig`); off while ``lora.r`` is 0.
         fast_path: cselab's CPU fast path for the backbone: the forward on the real tokens only
             (for the architectures of :data:`cselab.model.unpad.FAST_PATH_MODEL_TYPES`; others
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
@@ -119,3 +164,4 @@ class ModelConfig:
     revision: str | None = None
     fast_path: bool = True
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)

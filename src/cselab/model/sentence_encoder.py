@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from ..core.errors import ConfigError, ModelFormatError
 from ..core.schema import from_dict
 from . import backbones, unpad
-from .config import ModelConfig, PromptConfig
+from . import lora as adapters
+from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
 from .hub import resolve_model
@@ -93,6 +94,10 @@ class SentenceEncoder(nn.Module):
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
+        # the causal LM head, loaded only for objectives that predict tokens (MNTP)
+        self.lm_head: nn.Module | None = None
+        # the model the LoRA adapters sit on (what the adapter folder names as its base)
+        self.lora_base: str | None = None
         # model.bidirectional: the decoder's causal mask removed (kept in the saved folder)
         self.bidirectional = False
         # the token the ``last`` pooler reads, appended where the tokenizer did not add it
@@ -124,6 +129,8 @@ class SentenceEncoder(nn.Module):
         prompt: PromptConfig | Mapping[str, Any] | None = None,
         bidirectional: bool = ModelConfig.bidirectional,
         dtype: str = ModelConfig.dtype,
+        lora: LoRAConfig | Mapping[str, Any] | None = None,
+        lm_head: bool = False,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
@@ -151,16 +158,51 @@ class SentenceEncoder(nn.Module):
         ``prompt``: the templates of ``pooler="prompt"`` (a
         :class:`~cselab.model.config.PromptConfig` or its mapping; default: its defaults).
 
+        ``lora``: LoRA adapters on the backbone (a :class:`~cselab.model.config.LoRAConfig` or
+        its mapping; off while ``r`` is 0): its own weights are frozen and only the adapters and
+        the pooler's head train (:mod:`cselab.model.lora`). ``name_or_path`` may also be a
+        folder of adapters saved by cselab: they are put back on their base model (frozen).
+
+        ``lm_head``: load the model with its causal language-modelling head
+        (``AutoModelForCausalLM``) and keep the head as :attr:`lm_head`, for objectives that
+        predict tokens (MNTP, :meth:`token_logits`); the backbone is the same base model.
+
         A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
         are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
         loaded as tensors only; one that holds code or objects is refused with
         :class:`~cselab.core.errors.ModelFormatError` and nothing in it runs.
         """
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
         root = resolve_model(name_or_path, revision)
         # the backbone of an older sentence-transformers folder sits in 0_Transformer/
         path = str(transformer_folder(Path(root)))
+        if isinstance(lora, Mapping):
+            lora = from_dict(LoRAConfig, dict(lora), prefix="model.lora")
+        adapter_folder = Path(root) if adapters.is_adapter_folder(Path(root)) else None
+        if adapter_folder is not None:  # saved adapters: the base model first, then them
+            if lora is not None and lora.enabled:
+                raise ModelFormatError(
+                    f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
+                    "train new adapters on top"
+                )
+            base = adapters.adapter_base(adapter_folder)
+            # every setting but the adapters (and the base's revision) applies to the base model
+            encoder = cls.from_pretrained(
+                base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
+                dropout=dropout, attn_implementation=attn_implementation,
+                trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
+                bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
+            )  # fmt: skip
+            encoder.backbone = adapters.load_adapters(encoder.backbone, adapter_folder)
+            encoder.lora_base = base
+            encoder.source = name_or_path
+            encoder.tokenizer = AutoTokenizer.from_pretrained(
+                path, trust_remote_code=trust_remote_code
+            )
+            encoder.folder_settings = read_folder_settings(adapter_folder)
+            return encoder
+        auto = AutoModelForCausalLM if lm_head else AutoModel
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
         if dropout is not None:
@@ -174,19 +216,28 @@ class SentenceEncoder(nn.Module):
             kwargs["attn_implementation"] = attn_implementation
         try:
             try:
-                backbone = AutoModel.from_pretrained(path, **kwargs)
+                backbone = auto.from_pretrained(path, **kwargs)
             except (ValueError, ImportError) as err:
                 if not attn_implementation or _unpickling_failed(err):
                     raise
                 # Some architectures have no SDPA path; eager attention is always available.
                 kwargs["attn_implementation"] = "eager"
-                backbone = AutoModel.from_pretrained(path, **kwargs)
+                backbone = auto.from_pretrained(path, **kwargs)
         except Exception as err:
             if _unpickling_failed(err):
                 raise ModelFormatError(_pickled_weights_refused(Path(path))) from None
+            if lm_head and isinstance(err, ValueError) and "Unrecognized configuration" in str(err):
+                raise ModelFormatError(
+                    f"{name_or_path} ({config.model_type}) has no causal language-modelling head "
+                    "(AutoModelForCausalLM), which token prediction (MNTP) needs"
+                ) from None
             raise
         if dtype == "float32" and backbone.dtype in (torch.bfloat16, torch.float16):
             backbone.float()  # a half-precision checkpoint trains in float32 unless asked
+        head_module: nn.Module | None = None
+        if lm_head:  # keep the base model as the backbone and the head beside it
+            head_module = backbone.get_output_embeddings()
+            backbone = backbone.base_model
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         if tokenizer.pad_token is None and tokenizer.eos_token is not None:
             tokenizer.pad_token = tokenizer.eos_token  # decoders have none; the mask hides it
@@ -219,12 +270,33 @@ class SentenceEncoder(nn.Module):
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
+        if head_module is not None:
+            encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
+        if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
+            local = Path(name_or_path)  # a folder: by its absolute path, found from anywhere
+            base = str(local.resolve()) if local.is_dir() else name_or_path
+            encoder.backbone = adapters.add_adapters(backbone, lora, base)
+            encoder.lora_base = base
         return encoder
 
     @classmethod
-    def from_config(cls, model_cfg: ModelConfig) -> SentenceEncoder:
-        """Build from the ``model`` section of a run config."""
-        return cls.from_pretrained(**dataclasses.asdict(model_cfg))
+    def from_config(cls, model_cfg: ModelConfig, lm_head: bool = False) -> SentenceEncoder:
+        """Build from the ``model`` section of a run config (``lm_head``: see
+        :meth:`from_pretrained`)."""
+        return cls.from_pretrained(**dataclasses.asdict(model_cfg), lm_head=lm_head)
+
+    @property
+    def has_adapters(self) -> bool:
+        """Whether the backbone carries LoRA adapters (:mod:`cselab.model.lora`)."""
+        return adapters.has_adapters(self.backbone)
+
+    def merged(self) -> SentenceEncoder:
+        """This encoder with its LoRA adapters folded into the backbone's weights (a plain
+        ``transformers`` model; the same vectors up to float rounding); itself if it has none."""
+        if self.has_adapters:
+            self.backbone = adapters.merge_adapters(self.backbone)
+            self.lora_base = None
+        return self
 
     def gradient_checkpointing(self, enabled: bool = True) -> SentenceEncoder:
         """Recompute each backbone layer in the backward instead of keeping its activations
@@ -346,6 +418,16 @@ class SentenceEncoder(nn.Module):
             **kwargs, output_hidden_states=self.pooler.needs_hidden_states, return_dict=True
         )
         return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
+
+    def token_logits(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
+        """The language-modelling head's logits ``(M, V)`` at ``positions`` (``(M, 2)``: row,
+        token) of the backbone's last hidden states; needs :attr:`lm_head` (``lm_head=True``)."""
+        if self.lm_head is None:
+            raise ValueError("token_logits needs the LM head: load with lm_head=True")
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, return_dict=True
+        ).last_hidden_state
+        return self.lm_head(hidden[positions[:, 0], positions[:, 1]])
 
     def _template_states(self, spliced: Spliced) -> Tensor:
         """``(N, D)``: each row's template run alone at the row's sentence length (one
@@ -475,6 +557,8 @@ class SentenceEncoder(nn.Module):
             meta["dtype"] = next(k for k, v in DTYPES.items() if v == weights)
         if self.prompt is not None:
             meta["prompt"] = dataclasses.asdict(self.prompt.config)
+        if self.has_adapters:
+            meta["lora"] = {**adapters.adapter_settings(self.backbone), "base": self.lora_base}
         settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
         # the folder's config.json stays the architecture's own (causal as transformers loads
         # it); cselab.json says bidirectional and cselab.load applies it

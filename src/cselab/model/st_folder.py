@@ -58,6 +58,12 @@ LAST_TOKEN_NOT_REPRODUCED = (
     "pooler 'last': cselab appends the end token (EOS) where the tokenizer does not; "
     "sentence-transformers' lasttoken pooling reads the last token as tokenised"
 )
+#: what ``cselab.json`` says of a folder of LoRA adapters whose pooler reads several layers
+ADAPTER_LAYERS_NOT_REPRODUCED = (
+    "a pooler over several layers on LoRA adapters: SentenceTransformer(folder) loads the base "
+    "model without its hidden states and gives other vectors; use cselab.load(folder), or merge "
+    "the adapters (cselab merge) and load the merged folder"
+)
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,9 @@ def write_model_folder(
         notes.append(BIDIRECTIONAL_NOT_REPRODUCED)
     if pooler.meaning.token == "lasttoken" and _adds_no_end_token(tokenizer):
         notes.append(LAST_TOKEN_NOT_REPRODUCED)
+    layers = POOLER_MEANINGS[inference_pooler_name(pooler.kind, pooler.mlp_only_train)].layers
+    if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
+        notes.append(ADAPTER_LAYERS_NOT_REPRODUCED)
     if notes:
         meta = {**meta, "sentence_transformers": "; ".join(notes)}
     _write_json(out / CSELAB_FILE, meta)
@@ -256,9 +265,10 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
         )
         save_file({"layer_weights": weights}, str(folder / "model.safetensors"))
         add(folder.name, _ST + "WeightedLayerPooling")
-        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
-        cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
-        _write_json(out / "config.json", cfg)
+        if (out / "config.json").is_file():  # an adapter folder has none: its base's config
+            cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+            cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
+            _write_json(out / "config.json", cfg)
     prompt = meaning.token == "mask"
     pooling_mode = "cls" if prompt else meaning.token
     pool_folder = f"{len(modules)}_Pooling"

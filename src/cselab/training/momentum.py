@@ -19,6 +19,11 @@ trained one, applied as in training), with every dropout of the backbone off and
 The authors average at the start of each step's forward pass with the weights that pass uses;
 averaging right after the optimiser step with the new weights is the same sequence of averages
 (the first, with the initial weights, changes nothing).
+
+With LoRA adapters (:mod:`cselab.model.lora`) the base weights are frozen, so their average is
+themselves: the momentum encoder keeps a copy of the **trainable** backbone tensors only (the
+adapters) and runs the live backbone with them in place (``torch.func.functional_call``), never
+a copy of the base model.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from collections.abc import Mapping
 
 import torch
 from torch import Tensor
+from torch.func import functional_call
 
+from ..core.errors import ConfigError
 from ..model.encoder import SentenceEncoder, dropout_disabled
 
 
@@ -56,9 +63,24 @@ class MomentumEncoder:
             raise ValueError(f"init must be 'pretrained' or 'random', not {init!r}")
         self.momentum = float(momentum)
         self.live = encoder
-        backbone = copy.deepcopy(encoder.backbone).requires_grad_(False)
-        if init == "random":
-            backbone.load_state_dict(random_weights(encoder.backbone, seed or 0))
+        params = dict(encoder.backbone.named_parameters())
+        # Frozen weights (LoRA's base model) average to themselves: share them, copy the rest.
+        self.shared = not all(p.requires_grad for p in params.values())
+        self.averaged: dict[str, Tensor] = {}
+        if self.shared:
+            if init == "random":
+                # a random start would need a whole second model: what LoRA exists to avoid
+                raise ConfigError(
+                    "objective.momentum_queue.init=random needs a full copy of the backbone; "
+                    "with model.lora the momentum encoder averages only the adapters: use "
+                    "init: pretrained"
+                )
+            self.averaged = {k: p.detach().clone() for k, p in params.items() if p.requires_grad}
+            backbone = encoder.backbone
+        else:
+            backbone = copy.deepcopy(encoder.backbone).requires_grad_(False)
+            if init == "random":
+                backbone.load_state_dict(random_weights(encoder.backbone, seed or 0))
         # Not a submodule of anything: the shared pooler must not be registered twice, and the
         # copy's weights travel in the checkpoint through state_dict(), not the model's.
         self.shell = SentenceEncoder(
@@ -69,8 +91,13 @@ class MomentumEncoder:
 
     @torch.no_grad()
     def update(self) -> None:
-        """``θ_m ← m·θ_m + (1 - m)·θ`` for every backbone parameter."""
+        """``θ_m ← m·θ_m + (1 - m)·θ`` for every (trainable) backbone parameter."""
         m = self.momentum
+        if self.shared:
+            live = dict(self.live.backbone.named_parameters())
+            for k, mine in self.averaged.items():
+                mine.copy_(mine * m + live[k].detach() * (1.0 - m))
+            return
         for mine, live in zip(
             self.shell.backbone.parameters(), self.live.backbone.parameters(), strict=True
         ):
@@ -81,12 +108,24 @@ class MomentumEncoder:
         """The momentum embeddings ``(B, D)`` of ``inputs`` (dropout off, no gradient)."""
         self.shell.train(self.live.training)
         with dropout_disabled(self.shell.backbone):
+            if self.shared:  # the live backbone with the averaged adapters in place
+                swapped = {f"backbone.{k}": v for k, v in self.averaged.items()}
+                return functional_call(self.shell, swapped, kwargs=dict(inputs), strict=False)
             return self.shell(**inputs)
 
     def state_dict(self) -> dict[str, Tensor]:
+        if self.shared:
+            return {k: v.detach() for k, v in self.averaged.items()}
         return {k: v.detach() for k, v in self.shell.backbone.state_dict().items()}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        if self.shared:
+            if set(state) != set(self.averaged):
+                raise ValueError("the momentum state does not hold this model's adapters")
+            with torch.no_grad():
+                for k, v in state.items():
+                    self.averaged[k].copy_(v)
+            return
         self.shell.backbone.load_state_dict(dict(state))
 
 

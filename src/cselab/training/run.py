@@ -36,7 +36,7 @@ from ..io.runfolder import RunFolder
 from ..model.backbones import noise_free
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
-from ..objectives import Objective, build_objective
+from ..objectives import VIEW_POSITIVE, VIEW_TOKEN_LOGITS, Objective, build_objective
 from ..publish.callbacks import ModelCardCallback, PushCallback
 from . import rundir
 from .callbacks import Callback
@@ -127,10 +127,18 @@ def build_trainer(
         # Its kind is decided here, once; a pairs file's columns are checked before the model.
         source = TrainingSource(train_file, config.data)
         objective = build_objective(config.objective, source.kind)
-        encoder = SentenceEncoder.from_config(config.model)
+        # token prediction (MNTP) reads the causal LM head, loaded only then
+        lm_head = VIEW_TOKEN_LOGITS in objective.required_views
+        encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
+        if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
+            raise ConfigError(
+                f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "
+                "into the weights first (cselab merge FOLDER -o DIR) and train DIR"
+            )
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         check_sequence_length(config, encoder, objective)
-        check_dropout_noise(encoder, source.kind, config.model.dropout)
+        if VIEW_POSITIVE in objective.required_views:  # MNTP has no dropout views
+            check_dropout_noise(encoder, source.kind, config.model.dropout)
         if tc.gradient_checkpointing:
             encoder.gradient_checkpointing(True)
         corpus, data = source.tokenize(
