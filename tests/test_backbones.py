@@ -405,12 +405,12 @@ def test_presets_hold_the_authors_settings() -> None:
     )  # fmt: skip
     assert (t.batch_size, t.lr, t.max_steps, t.gradient_checkpointing) == (128, 3e-5, 1000, True)
     assert (cfg.data.train_file, cfg.objective.temperature) == ("wiki1m", 0.05)
-    lora = getattr(m, "lora", None)
-    if lora is None:
-        text = (REPO / "configs" / "llm2vec-simcse-llama3-8b.yaml").read_text()
-        assert "#   r: 16" in text  # the block waits for model.lora (issue 29, LoRA half)
-    else:
-        assert lora.r == 16
+    assert (m.lora.r, m.lora.alpha, m.lora.dropout) == (16, 32, 0.05)
+    mntp = load_config(REPO / "configs" / "llm2vec-mntp-llama3-8b.yaml")
+    assert (mntp.model.bidirectional, mntp.model.lora.r, mntp.objective.mntp.mask_ratio) == (
+        True, 16, 0.2,
+    )  # fmt: skip
+    assert mntp.train.gradient_checkpointing
     mb = load_config(REPO / "configs" / "simcse-modernbert-base.yaml").model
     assert (mb.pooler, mb.dropout) == ("avg", 0.1)
 
