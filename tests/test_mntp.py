@@ -113,12 +113,21 @@ def recipe_config(model: Path, out: Path, *extra: str):
 
 
 def test_the_unsupervised_recipe_runs_as_two_runs(tmp_path: Path) -> None:
-    """MNTP with LoRA (only the adapters move, the LM head stays), merge, then SimCSE + LoRA on
-    the merged model (bidirectional attention: added with model.bidirectional)."""
+    """LLM2Vec's recipe: a bidirectional decoder, MNTP with LoRA and gradient checkpointing
+    (only the adapters move, the LM head stays), merge, then SimCSE + LoRA on the merged model,
+    still bidirectional."""
     llama = make_tiny_decoder(tmp_path / "llama")
+    bidirectional = "--model.bidirectional=true"
     trainer = build_trainer(
-        recipe_config(llama, tmp_path / "mntp", "--objective.mntp.enabled=true")
+        recipe_config(
+            llama,
+            tmp_path / "mntp",
+            "--objective.mntp.enabled=true",
+            bidirectional,
+            "--train.gradient_checkpointing=true",
+        )
     )
+    assert trainer.encoder.bidirectional
     head = trainer.encoder.lm_head.weight.detach().clone()
     results = trainer.train()
     assert results["steps"] == 3
@@ -126,10 +135,12 @@ def test_the_unsupervised_recipe_runs_as_two_runs(tmp_path: Path) -> None:
     header = (tmp_path / "mntp/out/metrics.csv").read_text().splitlines()[0].split(",")
     assert "mntp" in header and "infonce" not in header
     merged = merge_folder(tmp_path / "mntp/out", tmp_path / "mntp-merged")
-    step2 = recipe_config(merged, tmp_path / "simcse", "--model.dropout=0.1")
+    step2 = recipe_config(merged, tmp_path / "simcse", "--model.dropout=0.1", bidirectional)
     assert build_trainer(step2).train()["steps"] == 3
     adapters = load_file(str(tmp_path / "simcse/out/best/adapter_model.safetensors"))
-    assert adapters and load(str(tmp_path / "simcse/out/best")).encode(["a b"]).shape == (1, 32)
+    encoder = load(str(tmp_path / "simcse/out/best"))
+    assert adapters and encoder.bidirectional  # the folder keeps the setting
+    assert encoder.encode(["a b"]).shape == (1, 32)
 
 
 def test_mntp_without_lora_trains_every_weight_and_the_head(tmp_path: Path) -> None:
