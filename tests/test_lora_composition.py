@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from backbone_models import make_tiny_decoder
 from conftest import make_tiny_bert
 from cselab.model.encoder import SentenceEncoder
 from cselab.training.momentum import MomentumEncoder
 from cselab.training.run import build_trainer
-from test_lora import lora_config, make_tiny_decoder
+from test_lora import lora_config
 
 #: each objective of cselab, as overrides (two steps each on a tiny decoder with LoRA)
 COMPOSITIONS = {

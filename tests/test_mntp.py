@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from backbone_models import make_tiny_decoder
 from conftest import write_corpus
 from cselab.config import load_config
 from cselab.core.errors import ConfigError
@@ -18,7 +19,6 @@ from cselab.objectives import MaskedNextTokenPrediction
 from cselab.training.merge import merge_folder
 from cselab.training.run import build_trainer
 from cselab.training.task import Batch, Task
-from test_lora import make_tiny_decoder
 
 SENTENCES = [
     "the cat sat on the mat and looked at the door",

@@ -108,7 +108,7 @@ def test_resume_after_kill_gives_identical_weights(
     """Kill a run with SIGKILL right after step 7 (checkpoint at 6), resume, compare."""
     extra = STATEFUL_OBJECTIVES[objective]
     if objective in DECODER_RESUMES:
-        from test_lora import make_tiny_decoder
+        from backbone_models import make_tiny_decoder
 
         tiny_bert = make_tiny_decoder(tmp_path / "llama")
     ref = tiny_config(tiny_bert, tmp_path / "ref", "--train.save_steps=3", *extra)
