@@ -202,6 +202,15 @@ def all_gather_objects(obj: Any) -> list[Any]:
     return out
 
 
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` (picklable) on every rank; ``obj`` without a process group."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
 def check_same_on_all_ranks(value: Any, what: str) -> None:
     """Raise on every rank if ranks disagree on ``value`` (e.g. the step they resumed from: a
     rank that cannot see the checkpoint would otherwise start over while the others resume)."""

@@ -40,6 +40,8 @@ RESUMABLE_KEYS = frozenset(
         "train.output_dir",
         "train.eval_steps",
         "train.save_steps",
+        "train.save_minutes",
+        "train.dist_timeout_s",
         "train.log_steps",
         "train.resume",
         "train.overwrite",
