@@ -68,6 +68,9 @@ class TrainConfig:
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
+        dist_timeout_s: under ``torchrun``, how long (seconds) a rank may wait in a collective
+            before the process group aborts: rank 0 tokenises the corpus, evaluates and saves
+            ``best/`` while the others wait (PyTorch's NCCL default is 10 minutes).
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
             ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
     """
@@ -94,6 +97,7 @@ class TrainConfig:
     compile: bool = False
     fused_adamw: bool = True
     push_to_hub: str | None = None
+    dist_timeout_s: float = 7200.0
     report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
 
 
@@ -190,6 +194,7 @@ class Config:
             (t.eval_steps >= 0, "train.eval_steps must be >= 0"),
             (t.save_steps >= 0, "train.save_steps must be >= 0"),
             (t.save_minutes >= 0, "train.save_minutes must be >= 0"),
+            (t.dist_timeout_s > 0, "train.dist_timeout_s must be > 0"),
             (t.log_steps >= 1, "train.log_steps must be >= 1"),
             (
                 t.cache_chunk_size is None or t.cache_chunk_size >= 1,

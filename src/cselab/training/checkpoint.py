@@ -330,9 +330,10 @@ def restore(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     rank: int = 0,
+    device: torch.device | None = None,
 ) -> bool:
     """Load model, optimizer and scheduler states saved by :func:`save_checkpoint`, and rank
-    ``rank``'s RNG states. Returns ``False`` if the checkpoint holds no RNG record for ``rank``
+    ``rank``'s RNG states (the CUDA one onto ``device``, the run's GPU). Returns ``False`` if the checkpoint holds no RNG record for ``rank``
     (then the caller must seed that rank's RNGs itself)."""
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
@@ -344,7 +345,7 @@ def restore(
     )
     record = rng_record(tensors, meta, rank)
     if record is not None:
-        RNGState.from_record(record).restore()
+        RNGState.from_record(record, device).restore()
     return record is not None
 
 

@@ -20,6 +20,7 @@ Design (why there is no ``DistributedDataParallel`` wrapper):
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,24 +56,36 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def init_distributed(device_type: str) -> DistInfo:
+#: ``train.dist_timeout_s``'s default: how long a rank may wait in a collective.
+DEFAULT_TIMEOUT_S = 7200
+
+
+def init_distributed(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
 
     Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` from the
     environment (what ``torchrun`` sets, also across nodes). NCCL on GPUs (each process pinned to
     ``cuda:LOCAL_RANK``), gloo otherwise. An already initialised group is reused.
+
+    ``timeout_s`` (``train.dist_timeout_s``) is how long a collective may wait before the
+    group aborts. Rank 0 works alone while the others wait in a barrier: tokenising a corpus
+    for the token cache, evaluating and saving ``best/``; PyTorch's default (10 minutes for
+    NCCL) is shorter than tokenising a large corpus, so the default here is two hours.
     """
     global _OWNS_GROUP
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1 and not (dist.is_available() and dist.is_initialized()):
         return DistInfo()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
-            dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))
+            dist.init_process_group(
+                backend="nccl", device_id=torch.device("cuda", local_rank), timeout=timeout
+            )
         else:
-            dist.init_process_group(backend="gloo")
+            dist.init_process_group(backend="gloo", timeout=timeout)
         _OWNS_GROUP = True
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank)
 

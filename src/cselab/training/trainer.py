@@ -198,7 +198,10 @@ class Trainer:
         """Collective: every rank contributes its RNG state; rank 0 copies the state to host
         memory and writes the file, in this thread or (``background``) on :attr:`writer`'s,
         after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`)."""
-        rng = all_gather_objects(RNGState.capture(host=True).to_record())
+        # the run's device: a single process on cuda:1 keeps cuda:1's dropout stream, not the
+        # current device's (cuda:0 unless someone called set_device)
+        device = self.device if self.device.type == "cuda" else None
+        rng = all_gather_objects(RNGState.capture(device, host=True).to_record())
         if not self.dist.is_main:
             return
         o = self.optim
@@ -226,7 +229,10 @@ class Trainer:
             return False
         tensors, meta = load_checkpoint(path)  # its config was checked by build_trainer
         extra, o = meta["extra"], self.optim
-        if not restore(tensors, meta, self.encoder, o.optimizer, o.scheduler, self.dist.rank):
+        device = self.device if self.device.type == "cuda" else None
+        if not restore(
+            tensors, meta, self.encoder, o.optimizer, o.scheduler, self.dist.rank, device
+        ):
             # Written by a run with fewer ranks: this rank has no stream to continue, so it
             # starts a fresh one that depends on (seed, rank, step) only.
             seed_everything(
