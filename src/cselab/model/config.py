@@ -73,7 +73,10 @@ class ModelConfig:
             head in training only (SimCSE unsup; PromptBERT unsup).
         max_seq_len: truncation length in tokens (SimCSE: 32).
         dropout: if set, overrides hidden and attention dropout probabilities of the encoder.
-        attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
+        attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention), ``eager`` or
+            ``flash_attention_2`` (on a CUDA GPU with the ``flash-attn`` package: attention on
+            the real tokens only, variable length, no padding computed; refused where the
+            package is missing).
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.
@@ -89,7 +92,7 @@ class ModelConfig:
     mlp_only_train: bool = True
     max_seq_len: int = 32
     dropout: float | None = None
-    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     trust_remote_code: bool = False
     revision: str | None = None
     fast_path: bool = True

@@ -127,6 +127,7 @@ class SentenceEncoder(nn.Module):
         """
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+        unpad.check_attention(attn_implementation)  # one line, before any loading
         path = resolve_model(name_or_path, revision)
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         if dropout is not None:
@@ -249,7 +250,9 @@ class SentenceEncoder(nn.Module):
                 first_token_only=self.pooler.reads_first_token_only,
             )
             return self.pooler(last, attention_mask, **extra)
-        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        # a prepared 4D mask where the backbone takes one: no host sync in the forward
+        mask = unpad.padded_attention_mask(self.backbone, attention_mask)
+        kwargs = {"input_ids": input_ids, "attention_mask": mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         out = self.backbone(

@@ -111,7 +111,9 @@ class Task:
     def prepare(self, batch: Batch) -> Batch:
         """``batch`` with what the step's views need besides its tokens: the word-repeated
         positive (``positive.*`` columns) when the objective asks for one. Called once per step
-        on the whole local batch, before any encoding (GradCache chunks the result)."""
+        on the whole local batch, before any encoding (GradCache chunks the result); the trainer
+        calls it on the CPU batch, before the copy to the device (the repetition is host work),
+        and a prepared batch passes through unchanged."""
         rate = self.objective.positive_repetition
         if rate <= 0 or self.kind.pairs or is_pair_batch(dict(batch.inputs)):
             return batch

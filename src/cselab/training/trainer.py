@@ -158,6 +158,9 @@ class Trainer:
             inputs = self.corpus.inputs(rows, self.pad_id)
         else:
             inputs = collate(self.corpus.rows(rows), self.pad_id)
+        # Host-side views (ESimCSE's word-repeated positive) are built here, on the CPU
+        # tensors, before the copy: on a GPU the step then reads no device value back.
+        inputs = self.task.prepare(Batch(step, inputs)).inputs
         return Batch(
             step,
             {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)

@@ -1,0 +1,90 @@
+"""The GPU path's host-side properties, checked on the CPU: no host sync in a padded forward
+(a prepared 4D mask), and the attention implementation refused in one line where missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cselab.model.encoder import SentenceEncoder
+from cselab.model.unpad import padded_attention_mask
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts the operators that read a device value back to the host
+    (``aten._local_scalar_dense``: ``.item()``, ``bool(t)``; ``aten.nonzero``: a data-dependent
+    size): on a GPU each is a sync of the CPU with the queue."""
+
+    SYNCS = ("aten._local_scalar_dense", "aten.nonzero", "aten.is_nonzero")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        name = str(func.overloadpacket)
+        if name in self.SYNCS:
+            self.syncs.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def padded_encoder(tiny_bert: Path) -> SentenceEncoder:
+    """The padded forward, as on a GPU (the packed CPU path off)."""
+    return SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", fast_path=False)
+
+
+def test_the_padded_forward_reads_nothing_back(tiny_bert: Path) -> None:
+    """A padded batch's forward hands BERT a 4D mask, so transformers' ``padding_mask.all()``
+    (a host sync every forward) is not reached: no sync operator runs."""
+    enc = padded_encoder(tiny_bert)
+    batch = enc.tokenize(["a short one", "a much longer sentence than the other one is"])
+    assert not bool(batch["attention_mask"].all())  # padded
+    seen: list[torch.Tensor] = []
+    enc.backbone.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["attention_mask"]), with_kwargs=True
+    )
+    with SyncCounter() as counter:
+        enc(**batch)
+    assert seen[0].dim() == 4 and seen[0].dtype == torch.bool
+    assert counter.syncs == []
+
+
+def test_the_4d_mask_gives_the_2d_masks_vectors(tiny_bert: Path) -> None:
+    enc = padded_encoder(tiny_bert).eval()
+    batch = enc.tokenize(["a short one", "a much longer sentence than the other one is", "b"])
+    mask = batch["attention_mask"]
+    with torch.no_grad():
+        four = enc.backbone(
+            input_ids=batch["input_ids"], attention_mask=padded_attention_mask(enc.backbone, mask)
+        )
+        two = enc.backbone(input_ids=batch["input_ids"], attention_mask=mask)
+    keep = mask.bool()
+    torch.testing.assert_close(
+        four.last_hidden_state[keep], two.last_hidden_state[keep], rtol=0, atol=1e-6
+    )
+
+
+def test_a_decoder_keeps_its_2d_mask(tmp_path: Path) -> None:
+    """A 4D mask would replace a decoder's causal mask: decoders get the 2D mask as before."""
+    from transformers import LlamaConfig, LlamaModel
+
+    model = LlamaModel(
+        LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=2)
+    )  # fmt: skip
+    mask = torch.tensor([[1, 1, 0]])
+    assert padded_attention_mask(model, mask) is mask
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("flash_attn") is not None and torch.cuda.is_available(),
+    reason="flash-attn can run here",
+)
+def test_flash_attention_2_is_refused_in_one_line_where_it_cannot_run(tiny_bert: Path) -> None:
+    from cselab.core.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation=flash_attention_2 needs"):
+        SentenceEncoder.from_pretrained(str(tiny_bert), attn_implementation="flash_attention_2")
