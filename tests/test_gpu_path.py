@@ -88,3 +88,23 @@ def test_flash_attention_2_is_refused_in_one_line_where_it_cannot_run(tiny_bert:
 
     with pytest.raises(ConfigError, match=r"^model.attn_implementation=flash_attention_2 needs"):
         SentenceEncoder.from_pretrained(str(tiny_bert), attn_implementation="flash_attention_2")
+
+
+def test_a_training_step_on_the_padded_path_reads_nothing_back(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """The whole step as it runs on a GPU (the padded forward, dropout, InfoNCE, backward,
+    clipping, fused AdamW, the schedule): no operator reads a device value back. The logged
+    steps' loss check (``LossWindow.flush``) is the loop's one sync, outside the step."""
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    trainer = build_trainer(
+        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--model.dropout=0.1")
+    )
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    with SyncCounter() as counter:
+        trainer.forward_backward(trainer.batch_for(1))
+        trainer.optimizer_step()
+    assert counter.syncs == []

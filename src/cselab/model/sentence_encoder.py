@@ -238,10 +238,11 @@ class SentenceEncoder(nn.Module):
             input_ids, attention_mask = spliced.input_ids, spliced.attention_mask
             token_type_ids = None  # one segment: the template's and the sentence's tokens
         if (
-            (self.unpad_training if self.training else self.unpad_inference)
-            and (token_type_ids is None or not bool(token_type_ids.any()))  # one segment
+            input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
+            and (self.unpad_training if self.training else self.unpad_inference)
             and not self.pooler.needs_hidden_states
-            and input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
+            # one segment; read last: on a GPU this is a host sync, never reached
+            and (token_type_ids is None or not bool(token_type_ids.any()))
         ):
             last = unpad.unpadded_last_hidden(
                 self.backbone,
