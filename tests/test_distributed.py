@@ -332,3 +332,40 @@ def test_push_to_hub_runs_after_the_process_group_is_destroyed(
     results = spawn(_push_worker, tmp_path / "w", args, group=False)
     assert results[0]["pushes"] == [False]  # rank 0 uploads once, with no group left
     assert results[1]["pushes"] == []
+
+
+def _overlap_worker(rank: int, world: int) -> dict:
+    """The same per-rank loss backpropagated twice: once with the overlapped reducer (hooks
+    start bucket all-reduces during the backward), once plainly, then averaged after."""
+    from cselab.training.distributed import OverlappedReducer, average_gradients
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank + 1))
+
+    def backward() -> None:
+        model(x).square().mean().mul(rank + 1).backward()
+
+    reducer = OverlappedReducer(list(model.parameters()), bucket_bytes=16 * 16 * 4)
+    backward()
+    reducer.finish()
+    overlapped = [p.grad.clone() for p in model.parameters()]
+    started, buckets = reducer.started_in_backward, len(reducer.buckets)
+    reducer.remove()
+    model.zero_grad()
+    backward()
+    average_gradients(list(model.parameters()))
+    plain = [p.grad.clone() for p in model.parameters()]
+    return {"overlapped": overlapped, "plain": plain, "started": started, "buckets": buckets}
+
+
+def test_overlapped_gradient_average_equals_the_plain_one(tmp_path: Path) -> None:
+    """DDP-style buckets started from gradient hooks during the backward give exactly the
+    average taken after it, on both ranks; every bucket was started inside the backward."""
+    out = spawn(_overlap_worker, tmp_path)
+    for r in out:
+        assert r["buckets"] >= 3 and r["started"] == r["buckets"]
+        for a, b in zip(r["overlapped"], r["plain"], strict=True):
+            assert torch.equal(a, b)
+    for a, b in zip(out[0]["overlapped"], out[1]["overlapped"], strict=True):
+        assert torch.equal(a, b)  # the ranks agree

@@ -177,6 +177,89 @@ def average_gradients(parameters: list[nn.Parameter], bucket_bytes: int = 64 << 
             _all_reduce_mean(bucket, world)
 
 
+class OverlappedReducer:
+    """Averages gradients over ranks while the backward runs, bucket by bucket, as DDP's reducer
+    does (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.3).
+
+    The parameters are cut into buckets of about ``bucket_bytes`` in reverse order (the order in
+    which the backward produces their gradients). A hook on each parameter
+    (``register_post_accumulate_grad_hook``) marks it ready once its gradient of this backward is
+    accumulated; when every parameter of the next bucket is ready, the bucket is flattened and
+    its all-reduce started asynchronously, in bucket order on every rank (collectives must be
+    issued in the same order everywhere, whatever order the hooks fire in). :meth:`finish`
+    (called by the optimiser step) reduces what is left (a bucket holding a parameter without a
+    gradient this step), waits for the started all-reduces, and writes the means back. The
+    sums are elementwise, so the result is exactly :func:`average_gradients`'.
+
+    It assumes one backward per step: GradCache (several backward calls that accumulate into
+    the same gradients) runs with ``enabled`` off, and then :meth:`finish` reduces everything
+    after the backward, as :func:`average_gradients` does.
+    """
+
+    def __init__(self, parameters: list[nn.Parameter], bucket_bytes: int = 25 << 20) -> None:
+        self.params = [p for p in parameters if p.requires_grad]
+        self.world = dist.get_world_size()
+        self.enabled = True
+        self.buckets: list[list[nn.Parameter]] = []
+        self.where: dict[int, int] = {}
+        size, bucket = 0, []
+        for p in reversed(self.params):
+            if bucket and (size >= bucket_bytes or p.dtype != bucket[0].dtype):
+                self.buckets.append(bucket)
+                bucket, size = [], 0
+            bucket.append(p)
+            size += p.numel() * p.element_size()
+        if bucket:
+            self.buckets.append(bucket)
+        for b, ps in enumerate(self.buckets):
+            for p in ps:
+                self.where[id(p)] = b
+        #: buckets started during the last backward (the overlap), and in all
+        self.started_in_backward = 0
+        self._reset()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._ready) for p in self.params]
+
+    def _reset(self) -> None:
+        self._pending = [len(b) for b in self.buckets]
+        self._next = 0  # the next bucket to start, in order
+        self._work: list[tuple[Any, Tensor, list[Tensor]]] = []
+
+    def _ready(self, p: nn.Parameter) -> None:
+        if not self.enabled:
+            return
+        b = self.where[id(p)]
+        self._pending[b] -= 1
+        while self._next < len(self.buckets) and self._pending[self._next] == 0:
+            self._start(self._next)
+            self.started_in_backward += 1
+            self._next += 1
+
+    def _start(self, b: int) -> None:
+        grads = [p.grad for p in self.buckets[b] if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self._work.append((dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True), flat, grads))
+
+    def finish(self) -> None:
+        """Start the buckets not started yet, wait for all, write ``sum / world`` back."""
+        while self._next < len(self.buckets):
+            self._start(self._next)
+            self._next += 1
+        for work, flat, grads in self._work:
+            work.wait()
+            flat.div_(self.world)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+        self._reset()
+
+    def remove(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
 def _all_reduce_mean(grads: list[Tensor], world: int) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)

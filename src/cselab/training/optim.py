@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TrainConfig
-from .distributed import average_gradients
+from .distributed import OverlappedReducer, average_gradients, is_distributed
 
 
 def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
@@ -58,6 +58,12 @@ class Optimization:
             self.optimizer, linear_schedule(warmup, total_steps)
         )
         self.scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+        # Under data parallelism the gradient average overlaps the backward (bucketed hooks),
+        # unless GradCache runs several backward passes a step.
+        self.reducer: OverlappedReducer | None = None
+        if is_distributed():
+            self.reducer = OverlappedReducer(self.params)
+            self.reducer.enabled = config.cache_chunk_size is None
         #: fp16 steps whose gradients overflowed: no update, no schedule step, the scale halved
         self.skipped_steps = 0
 
@@ -77,7 +83,10 @@ class Optimization:
         learning rate of the next real update is the one it would have had (the transformers
         Trainer does the same). Telling needs the scale on the host: one sync per fp16 step.
         """
-        average_gradients(self.params)
+        if self.reducer is not None:
+            self.reducer.finish()  # waits for the all-reduces started during the backward
+        else:
+            average_gradients(self.params)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if self.grad_clip > 0:
