@@ -8,8 +8,8 @@ order, and writes one markdown report (``--out``):
 
 1. ``pytest -m gpu``: the trainer, GradCache, resume (bf16, fp16) and fp16 loss scaling on CUDA
    (``tests/test_gpu.py``) and the host-sync checks (``tests/test_gpu_path.py``);
-2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``)
-   and in plain fp32, each timed end to end as a process, with results.json's split of the time:
+2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``),
+   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each timed end to end as a process, with results.json's split of the time:
    training steps, evaluation (STS-B dev, with ``best/`` saves) and checkpoints (the step's
    host copy; the write itself runs on a thread beside training);
 3. the step's throughput beside sentence-transformers' recipe on the same GPU
@@ -237,7 +237,10 @@ def train_args(model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: 
 
 def step_train(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
     rows = []
-    for name, extra in (("defaults (precision auto)", []), ("fp32", ["--train.precision=fp32"])):
+    runs = [("defaults (precision auto)", []), ("fp32", ["--train.precision=fp32"])]
+    if not dry:  # the varlen forward (one index sync a forward, no padding computed)
+        runs.append(("model.unpad_cuda (varlen attention)", ["--model.unpad_cuda=true"]))
+    for name, extra in runs:
         out = work / f"train-{len(rows)}"
         cmd = [sys.executable, "-m", "cselab", "-q", "train",
                *train_args(model, wiki, data, out, plan, dry), *extra]  # fmt: skip

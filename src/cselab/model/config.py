@@ -85,6 +85,11 @@ class ModelConfig:
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
             It changes this model's backbone only (its dropout modules and its attention name);
             ``false`` runs the backbone exactly as ``transformers`` loads it.
+        unpad_cuda: with ``fast_path``, run that forward on the real tokens on a CUDA GPU too,
+            attention through PyTorch's variable-length kernels
+            (:func:`cselab.model.attention.varlen_attention`): no padding computed, at the
+            cost of one host sync per forward (the token index). Off by default until
+            ``bench/gpu_check.py`` has measured it against the padded forward.
     """
 
     name_or_path: str = "bert-base-uncased"
@@ -96,4 +101,5 @@ class ModelConfig:
     trust_remote_code: bool = False
     revision: str | None = None
     fast_path: bool = True
+    unpad_cuda: bool = False
     prompt: PromptConfig = field(default_factory=PromptConfig)

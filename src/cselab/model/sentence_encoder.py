@@ -81,6 +81,8 @@ class SentenceEncoder(nn.Module):
         self.fast_path = False
         self.unpad_training = False
         self.unpad_inference = False
+        # the same on a CUDA GPU (model.unpad_cuda): varlen attention, one index sync a forward
+        self.unpad_cuda = False
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
@@ -98,6 +100,7 @@ class SentenceEncoder(nn.Module):
         trust_remote_code: bool = ModelConfig.trust_remote_code,
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
+        unpad_cuda: bool = ModelConfig.unpad_cuda,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
@@ -165,6 +168,7 @@ class SentenceEncoder(nn.Module):
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
+            encoder.unpad_cuda = unpad_cuda and encoder.unpad_training
         return encoder
 
     @classmethod
@@ -238,7 +242,8 @@ class SentenceEncoder(nn.Module):
             input_ids, attention_mask = spliced.input_ids, spliced.attention_mask
             token_type_ids = None  # one segment: the template's and the sentence's tokens
         if (
-            input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
+            # on GPUs only when asked: the token index is a host sync per forward
+            (input_ids.device.type == "cpu" or self.unpad_cuda)
             and (self.unpad_training if self.training else self.unpad_inference)
             and not self.pooler.needs_hidden_states
             # one segment; read last: on a GPU this is a host sync, never reached
