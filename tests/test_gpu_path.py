@@ -142,3 +142,33 @@ def test_unpad_cuda_is_off_by_default_and_follows_the_fast_path(tiny_bert: Path)
     assert SentenceEncoder.from_pretrained(str(tiny_bert), unpad_cuda=True).unpad_cuda is True
     off = SentenceEncoder.from_pretrained(str(tiny_bert), unpad_cuda=True, fast_path=False)
     assert off.unpad_cuda is False
+
+
+def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``train.compile_mode=reduce-overhead`` (CUDA graphs want fixed shapes): every batch is
+    padded to a multiple of 16 tokens, and the padding, masked, changes no sentence vector."""
+    from cselab.data import bucket_width, pad_to_width
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    assert [bucket_width(w, 16) for w in (1, 16, 17, 32)] == [16, 16, 32, 32]
+    cols = {"input_ids": torch.ones(2, 5, dtype=torch.long), "template": torch.zeros(2)}
+    padded = pad_to_width(cols, 16, pad_id=7)
+    assert padded["input_ids"].shape == (2, 16) and bool((padded["input_ids"][:, 5:] == 7).all())
+    assert padded["template"] is cols["template"]
+    fixed = build_trainer(
+        tiny_config(tiny_bert, tmp_path / "a", "--train.compile=true",
+                    "--train.compile_mode=reduce-overhead")
+    )  # fmt: skip
+    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "b"))
+    assert plain.width_multiple is None
+    for step in range(3):
+        a, b = fixed.batch_for(step).inputs, plain.batch_for(step).inputs
+        assert (
+            a["input_ids"].shape[1] % 16 == 0 and a["input_ids"].shape[1] >= b["input_ids"].shape[1]
+        )
+        fixed.encoder.eval(), plain.encoder.eval()
+        with torch.no_grad():  # the raw encoder (no compile here): the padding is masked
+            torch.testing.assert_close(fixed.encoder(**a), plain.encoder(**b), rtol=0, atol=1e-6)

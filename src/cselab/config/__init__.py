@@ -25,6 +25,7 @@ from ..objectives.config import ObjectiveConfig
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
 
 @dataclass
@@ -65,6 +66,11 @@ class TrainConfig:
             operator included, is one graph, its backward another; dynamic shapes, so one
             compile serves every batch). Off by default: it has not been measured
             faster on every CPU kind (``bench/bench_compile.py``).
+        compile_mode: ``torch.compile``'s mode with ``compile``: ``default``, ``max-autotune``
+            or ``reduce-overhead`` (CUDA graphs: the step's kernels replayed in one launch, for
+            small batches where the GPU waits for the host to launch kernels). With
+            ``reduce-overhead`` the shapes are fixed: every batch is padded to a multiple of
+            16 tokens (few widths, each captured once) and the graph is compiled per shape.
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
@@ -95,6 +101,7 @@ class TrainConfig:
     overwrite: bool = False
     cache_chunk_size: int | None = None
     compile: bool = False
+    compile_mode: CompileMode = "default"
     fused_adamw: bool = True
     push_to_hub: str | None = None
     dist_timeout_s: float = 7200.0

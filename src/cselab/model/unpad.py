@@ -180,7 +180,8 @@ def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:
     Dynamo and AOTAutograd trace through.
     """
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
-    return torch.compile(encoder, dynamic=True, **options)
+    options.setdefault("dynamic", True)  # False: the fixed-shape (CUDA graph) step
+    return torch.compile(encoder, **options)
 
 
 def unpadded_last_hidden(

@@ -47,6 +47,7 @@ RESUMABLE_KEYS = frozenset(
         "train.overwrite",
         "train.device",
         "train.compile",
+        "train.compile_mode",
         "train.cache_chunk_size",  # GradCache gives the full batch's gradients
         "train.report_to",
         "train.push_to_hub",

@@ -26,6 +26,7 @@ from ..data import (
     BatchOrder,
     TokenizedCorpus,
     collate,
+    pad_to_width,
     shard,
     shard_bounds,
 )
@@ -62,6 +63,9 @@ from .selection import Evaluator, ModelSelection
 from .task import Batch, Task
 
 log = logging.getLogger("cselab")
+
+#: ``train.compile_mode=reduce-overhead``: batch widths are padded to multiples of this.
+FIXED_SHAPE_MULTIPLE = 16
 
 
 class Trainer:
@@ -120,7 +124,17 @@ class Trainer:
             offset=shard_bounds(tc.batch_size, self.dist.rank, self.dist.world_size)[0],
             generator=torch.Generator(device=self.device),
         )
-        forward = compile_encoder(self.encoder) if tc.compile else self.encoder
+        #: fixed shapes (CUDA graphs): batches padded to multiples of this many tokens
+        fixed = tc.compile and tc.compile_mode == "reduce-overhead"
+        self.width_multiple = FIXED_SHAPE_MULTIPLE if fixed else None
+        forward = self.encoder
+        if tc.compile:
+            options: dict[str, Any] = {}
+            if tc.compile_mode != "default":
+                options["mode"] = tc.compile_mode
+            if self.width_multiple:
+                options["dynamic"] = False
+            forward = compile_encoder(self.encoder, **options)
         self.task = Task(
             forward, objective.to(self.device), ctx, seed=tc.seed, amp_dtype=self.amp_dtype,
             kind=kind,
@@ -161,6 +175,8 @@ class Trainer:
         # Host-side views (ESimCSE's word-repeated positive) are built here, on the CPU
         # tensors, before the copy: on a GPU the step then reads no device value back.
         inputs = self.task.prepare(Batch(step, inputs)).inputs
+        if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
+            inputs = pad_to_width(dict(inputs), self.width_multiple, self.pad_id)
         return Batch(
             step,
             {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)
