@@ -377,3 +377,22 @@ def test_the_device_splice_equals_the_row_by_row_one(tiny_bert: Path) -> None:
         assert bool((cols.input_ids[:, w:] == enc.prompt.pad_id).all())
         for name in ("mask_index", "length", "template"):
             assert torch.equal(getattr(cols, name), getattr(rows, name)), name
+
+
+def test_the_device_template_states_equal_the_grouped_ones(tiny_bert64: Path) -> None:
+    """Denoising's template-alone states as a GPU computes them (every template for every row,
+    no host sync) equal the grouped passes the CPU runs (float64, dropout off)."""
+    enc = prompt_encoder(tiny_bert64).double().eval()
+    batch = enc.tokenize([*SENTENCES, "x"], max_seq_len=12)
+    n = batch["input_ids"].shape[0]
+    which = torch.tensor([0, 1] * (n // 2) + [1] * (n % 2))
+    spliced = enc.prompt.splice(batch["input_ids"], batch["attention_mask"], which)
+    from test_gpu_path import SyncCounter
+
+    with torch.no_grad():
+        grouped = enc._template_states(spliced)
+        with SyncCounter() as counter:  # what a GPU runs reads nothing back
+            cols = enc.prompt.splice_tensors(batch["input_ids"], batch["attention_mask"], which)
+            on_device = enc._template_states_on_device(cols)
+    assert counter.syncs == []
+    torch.testing.assert_close(on_device, grouped, rtol=0, atol=1e-12)

@@ -255,8 +255,23 @@ class Prompt:
                 "suffix_len": column([len(t.suffix) for t in ts]),
                 "mask_in_prefix": column([int(t.mask_in_prefix) for t in ts]).bool(),
                 "mask_offset": column([t.mask_offset for t in ts]),
+                "alone": [
+                    torch.tensor([self.cls_id, *t.prefix, *t.suffix, self.sep_id], device=device)
+                    for t in ts
+                ],
             }
         return cache[key]
+
+    def template_alone_tensors(self, template: int, lengths: Tensor) -> tuple[Tensor, Tensor, int]:
+        """:meth:`template_alone` for a ``(K,)`` tensor of lengths on the device, without reading
+        it back: ``input_ids`` and ``position_ids`` ``(K, T)`` and the ``[MASK]`` column."""
+        t = self.templates[template]
+        row = self._device_tables(lengths.device, torch.long)["alone"][template]  # (T,)
+        k = lengths.shape[0]
+        positions = torch.arange(row.shape[0], device=lengths.device).expand(k, -1)
+        shift = torch.zeros_like(positions)
+        shift[:, 1 + len(t.prefix) :] = 1
+        return row.expand(k, -1), positions + shift * lengths.long()[:, None], t.mask_index(0)
 
     def template_alone(
         self, template: int, lengths: Sequence[int], device: torch.device | str = "cpu"

@@ -268,7 +268,10 @@ class SentenceEncoder(nn.Module):
 
     def _template_states(self, spliced: Spliced) -> Tensor:
         """``(N, D)``: each row's template run alone at the row's sentence length (one
-        backbone pass per template, one row per distinct length)."""
+        backbone pass per template, one row per distinct length; on a GPU one row per row,
+        which needs no host sync: :meth:`_template_states_on_device`)."""
+        if spliced.input_ids.device.type != "cpu":
+            return self._template_states_on_device(spliced)
         out: Tensor | None = None
         for t in spliced.template.unique().tolist():
             rows = spliced.template == t
@@ -287,6 +290,32 @@ class SentenceEncoder(nn.Module):
             if out is None:
                 out = states.new_zeros(spliced.input_ids.shape[0], states.shape[-1])
             out = out.index_put((rows.nonzero().squeeze(1),), states[inverse])
+        assert out is not None
+        return out
+
+    def _template_states_on_device(self, spliced: Spliced) -> Tensor:
+        """:meth:`_template_states` without reading the batch back: every template runs alone
+        for every row (at the row's length), and each row keeps its own template's state. The
+        same states as the grouped passes, computed for more rows (the templates are ~10
+        tokens: a small fraction of the step)."""
+        assert self.prompt is not None
+        out: Tensor | None = None
+        for t in range(len(self.prompt.templates)):
+            ids, positions, at = self.prompt.template_alone_tensors(t, spliced.length)
+            ones = torch.ones_like(ids)
+            hidden = self.backbone(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=unpad.padded_attention_mask(self.backbone, ones),
+                token_type_ids=torch.zeros_like(ids),
+                return_dict=True,
+            ).last_hidden_state
+            states = hidden[:, at]
+            out = (
+                states
+                if out is None
+                else torch.where((spliced.template == t)[:, None], states, out)
+            )
         assert out is not None
         return out
 
