@@ -62,4 +62,4 @@ def test_full_dry_run_with_the_long_part(tmp_path: Path) -> None:
     text = out.read_text()
     _check_report(text)
     assert "## Long: BERT-large" in text and "| GradCache chunk 4 |" in text
-    assert "× peer" in text and "`pytest -m gpu`" in text
+    assert "× peer" in text and "`pytest tests/test_gpu.py" in text
