@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared/data
 
-.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu bench-backbones bench-lora-memory clean
+.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu bench-backbones bench-lora-memory gpu-check gpu-check-dry clean
 
 # The stamp is written only after every install step succeeded: `python -m venv` creates
 # bin/activate first, so a target on it would count a failed install as done.
@@ -60,6 +60,17 @@ bench-backbones: setup
 
 bench-lora-memory: setup
 	$(BIN)/python bench/bench_lora_memory.py --out docs/results/lora_memory.md
+
+# On a machine with a CUDA GPU: ~10 minutes, no network (the data folder is copied from
+# $(SHARED) first; on a GPU machine without it, carry a folder made by --prepare and pass DATA=).
+GPU_DATA ?= /tmp/cselab-gpu-data
+gpu-check: setup
+	test -d $(GPU_DATA) || $(BIN)/python bench/gpu_check.py --prepare $(GPU_DATA)
+	$(BIN)/python bench/gpu_check.py --data $(GPU_DATA) --out gpu_check.md
+
+# The same sequence on the CPU with tiny shapes (what CI runs through tests/test_gpu_check.py).
+gpu-check-dry: setup
+	$(BIN)/python bench/gpu_check.py --dry-run --out gpu_check_dry.md
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

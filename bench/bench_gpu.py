@@ -28,6 +28,11 @@ attention scores and the weighted sum, plus ``2·d²`` per sentence for the CLS 
 ``2·B·B·d`` of the similarity matrix is added too. GradCache's second forward is *not* counted
 (MFU counts useful work).
 
+This is the step alone, on fixed-length rows without padding: the friendliest path.
+``bench/gpu_check.py`` measures the real one beside it: ``cselab train`` end to end on
+wiki-length batches (the step, then evaluation and checkpoints separately) and a profile with
+MFU on the real tokens and on the padded ones, syncs counted outside the timing.
+
 Usage::
 
     python bench/bench_gpu.py --out docs/results/gpu_benchmark.json \\
@@ -164,19 +169,22 @@ def timed_steps(step, device: torch.device, warmup: int, steps: int, syncs: bool
     between: the host may run ahead of the GPU exactly as in training)."""
     for i in range(warmup):
         step(i)
+    # syncs are counted in one step of their own: the sync debug mode's checks and warnings
+    # stay out of the timed steps
+    with count_syncs(device, syncs) as counted:
+        step(warmup)
     sync(device)
     reset_peak(device)
     t0 = time.perf_counter()
-    with count_syncs(device, syncs) as counted:
-        for i in range(warmup, warmup + steps):
-            step(i)
+    for i in range(warmup + 1, warmup + 1 + steps):
+        step(i)
     sync(device)
     elapsed = time.perf_counter() - t0
     return {
         "step_s": elapsed / steps,
         "steps": steps,
         "peak_mib": peak_mib(device),
-        "host_syncs_per_step": None if counted["n"] is None else counted["n"] / steps,
+        "host_syncs_per_step": counted["n"],
     }
 
 
@@ -442,9 +450,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     device = torch.device(args.device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    if device.type == "cuda" and args.precision == "fp32":
+        # what the trainer's `auto` does on a GPU without bf16 (an explicit fp32 run in cselab
+        # keeps TF32 off; the benchmark's fp32 is the fast fp32 of both systems)
+        from cselab.training.runtime import allow_tf32
+
+        allow_tf32()
     peak, peak_source = bf16_peak(device, args.peak_tflops)
     report: dict[str, Any] = {
         "env": environment(device),

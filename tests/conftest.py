@@ -166,3 +166,15 @@ def wiki_file() -> Path:
     if not WIKI.is_file():
         pytest.skip(f"shared wiki sentences not found at {WIKI}")
     return WIKI
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Tests marked ``gpu`` skip without a CUDA GPU (and run by default where there is one)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

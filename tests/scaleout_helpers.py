@@ -188,7 +188,9 @@ def generator(seed: int = 1234) -> torch.Generator:
 # ---------------------------------------------------------------------------------------------
 
 
-def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], out: str, args: tuple) -> None:
+def _entry(
+    rank: int, world: int, port: int, fn: Callable[..., Any], out: str, args: tuple, group: bool
+) -> None:
     import torch.distributed as dist
 
     os.environ.update(
@@ -201,7 +203,8 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], out: str, a
         }  # fmt: skip
     )
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if group:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         result = fn(rank, world, *args)
         torch.save(result, Path(out) / f"rank{rank}.pt")
@@ -209,16 +212,22 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], out: str, a
         (Path(out) / f"rank{rank}.err").write_text(traceback.format_exc())
         raise
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
-def spawn(fn: Callable[..., Any], out: Path, *args: Any, world: int = 2) -> list[Any]:
-    """Run ``fn(rank, world, *args)`` in ``world`` gloo processes; return each rank's result."""
+def spawn(
+    fn: Callable[..., Any], out: Path, *args: Any, world: int = 2, group: bool = True
+) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` in ``world`` gloo processes; return each rank's result.
+    ``group=False``: the environment only (as ``torchrun`` sets it), ``fn`` forms the group."""
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
     try:
-        mp.spawn(_entry, args=(world, free_port(), fn, str(out), args), nprocs=world, join=True)
+        mp.spawn(
+            _entry, args=(world, free_port(), fn, str(out), args, group), nprocs=world, join=True
+        )
     except Exception as err:
         logs = "\n".join(p.read_text() for p in sorted(out.glob("rank*.err")))
         raise AssertionError(f"distributed worker failed:\n{logs or err}") from err

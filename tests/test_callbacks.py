@@ -29,6 +29,7 @@ def tiny_config(tiny_bert: Path, folder: Path, *extra: str):
             f"--train.output_dir={folder / 'out'}",
             "--train.batch_size=8", "--train.max_steps=6", "--train.lr=1e-3",
             "--train.eval_steps=3", "--train.log_steps=2", "--train.report_to=[]",
+            "--train.save_steps=3",  # checkpoints no longer follow evaluations by default
             *extra,
         ],
     )  # fmt: skip

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 import cselab.training.checkpoint as ckpt
 from conftest import write_corpus
@@ -158,3 +159,77 @@ def test_failed_model_folder_save_keeps_the_previous_folder(
     )
     assert sorted(p.name for p in best.parent.iterdir()) == ["best"]  # no best.tmp left
     assert (load(str(best)).encode(["a sentence"]) == before).all()
+
+
+def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """Checkpoints are written on a thread (``BackgroundWriter``): while the step-6 write is
+    stuck half-way the loop trains on (its step-8 row is logged), and a SIGKILL then leaves the
+    step-3 checkpoint whole; resuming from it gives the uninterrupted run's weights."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from cselab.config import load_config
+    from cselab.training.run import build_trainer
+
+    def overrides(folder: Path) -> list[str]:
+        return [
+            f"--model.name_or_path={tiny_bert}", "--model.pooler=avg",
+            f"--data.train_file={write_corpus(folder / 'data', 48)}",
+            f"--data.cache_dir={folder / 'cache'}", f"--train.output_dir={folder / 'out'}",
+            "--train.batch_size=8", "--train.max_steps=12", "--train.eval_steps=0",
+            "--train.log_steps=2", "--train.save_steps=3", "--train.device=cpu",
+            "--train.report_to=[]",
+        ]  # fmt: skip
+
+    build_trainer(load_config(None, overrides(tmp_path / "ref"))).train()
+    run = tmp_path / "killed"
+    stuck = run / "stuck"
+    script = textwrap.dedent(
+        f"""
+        import threading, time
+        from pathlib import Path
+        import torch
+        torch.set_num_threads({torch.get_num_threads()})
+        import cselab.training.checkpoint as ckpt
+        from cselab.config import load_config
+        from cselab.training.run import build_trainer
+        real = ckpt.save_file
+        def save_file(tensors, path, metadata=None):
+            if '"step": 6,' not in metadata["cselab"]:
+                return real(tensors, path, metadata=metadata)
+            real(tensors, path, metadata=metadata)  # the temporary file, cut in half
+            data = Path(path).read_bytes()
+            Path(path).write_bytes(data[: len(data) // 2])
+            Path({str(stuck)!r}).write_text(threading.current_thread().name)
+            time.sleep(600)  # a slow disk: the write never ends before the kill
+        ckpt.save_file = save_file
+        build_trainer(load_config(None, {overrides(run)!r})).train()
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    metrics = run / "out" / RunFolder.METRICS
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
+            if stuck.is_file() and any(r.startswith("8,") for r in rows):
+                break  # the write of step 6 is stuck and training went on past it
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"never reached a stuck write at step 8: {proc.stderr.read()}")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert stuck.read_text() == "cselab-checkpoint"  # the writer's thread, not the loop's
+    _, meta = ckpt.load_checkpoint(run / "out/checkpoint")
+    assert meta["step"] == 3  # the previous checkpoint, complete
+    resumed = build_trainer(load_config(None, [*overrides(run), "--train.resume=true"])).train()
+    assert resumed["steps"] == 12
+    a = load_file(str(tmp_path / "ref/out/last/model.safetensors"))
+    b = load_file(str(run / "out/last/model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -273,3 +273,99 @@ def test_two_process_resume_matches_an_uninterrupted_run(tiny_bert: Path, tmp_pa
     assert [r["step"] for r in second] == [4, 4]
     assert second[1]["results"] == {}  # rank 1 neither saves nor reports
     assert_close_weights(tmp_path / "full/out/last", tmp_path / "part/out/last", atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting ranks: the collective timeout, the upload after the group is gone
+# ---------------------------------------------------------------------------------------------
+
+
+def _timeout_worker(rank: int, world: int, timeout_s: float) -> dict:
+    """Rank 1 arrives at a barrier 3 s after rank 0 (rank 0 working alone, as when it
+    tokenises); with ``timeout_s`` below that, rank 0's wait fails."""
+    import time
+
+    from cselab.training.distributed import barrier, init_distributed
+
+    init_distributed("cpu", timeout_s=timeout_s)
+    if rank == 1:
+        time.sleep(3)
+    try:
+        barrier()
+    except RuntimeError as err:
+        return {"timed_out": True, "error": str(err).splitlines()[0]}
+    return {"timed_out": False}
+
+
+def test_dist_timeout_is_the_process_groups(tmp_path: Path) -> None:
+    """``init_distributed(timeout_s=...)`` (``train.dist_timeout_s``) is the collective timeout:
+    a 1 s timeout fails rank 0's wait for a rank 3 s late, the default waits."""
+    short = spawn(_timeout_worker, tmp_path / "short", 1.0, group=False)
+    assert short[0]["timed_out"], short
+    generous = spawn(_timeout_worker, tmp_path / "long", 7200.0, group=False)
+    assert [r["timed_out"] for r in generous] == [False, False]
+
+
+def _push_worker(rank: int, world: int, config_args: list[str]) -> dict:
+    """``cselab.training.run.train`` with ``push_to_hub``: the upload (recorded, not sent)
+    sees whether a process group still exists."""
+    import torch.distributed as dist
+
+    import cselab.publish.callbacks as pc
+    from cselab.config import load_config
+    from cselab.training.run import train
+
+    pushes: list[bool] = []
+    pc.push_folder = lambda folder, repo: pushes.append(dist.is_initialized())
+    train(load_config(None, config_args))
+    return {"pushes": pushes}
+
+
+@pytest.mark.slow
+def test_push_to_hub_runs_after_the_process_group_is_destroyed(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    data = corpus(tmp_path / "data", 16)
+    args = overrides(
+        tiny_bert, tmp_path / "run", data, "--train.max_steps=1", "--train.push_to_hub=me/model"
+    )
+    results = spawn(_push_worker, tmp_path / "w", args, group=False)
+    assert results[0]["pushes"] == [False]  # rank 0 uploads once, with no group left
+    assert results[1]["pushes"] == []
+
+
+def _overlap_worker(rank: int, world: int) -> dict:
+    """The same per-rank loss backpropagated twice: once with the overlapped reducer (hooks
+    start bucket all-reduces during the backward), once plainly, then averaged after."""
+    from cselab.training.distributed import OverlappedReducer, average_gradients
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank + 1))
+
+    def backward() -> None:
+        model(x).square().mean().mul(rank + 1).backward()
+
+    reducer = OverlappedReducer(list(model.parameters()), bucket_bytes=16 * 16 * 4)
+    backward()
+    reducer.finish()
+    overlapped = [p.grad.clone() for p in model.parameters()]
+    started, buckets = reducer.started_in_backward, len(reducer.buckets)
+    reducer.remove()
+    model.zero_grad()
+    backward()
+    average_gradients(list(model.parameters()))
+    plain = [p.grad.clone() for p in model.parameters()]
+    return {"overlapped": overlapped, "plain": plain, "started": started, "buckets": buckets}
+
+
+def test_overlapped_gradient_average_equals_the_plain_one(tmp_path: Path) -> None:
+    """DDP-style buckets started from gradient hooks during the backward give exactly the
+    average taken after it, on both ranks; every bucket was started inside the backward."""
+    out = spawn(_overlap_worker, tmp_path)
+    for r in out:
+        assert r["buckets"] >= 3 and r["started"] == r["buckets"]
+        for a, b in zip(r["overlapped"], r["plain"], strict=True):
+            assert torch.equal(a, b)
+    for a, b in zip(out[0]["overlapped"], out[1]["overlapped"], strict=True):
+        assert torch.equal(a, b)  # the ranks agree

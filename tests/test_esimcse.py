@@ -412,3 +412,38 @@ def test_the_momentum_encoder_starts_pretrained_or_random_as_the_authors_code(
         torch.testing.assert_close(momentum[name], want[name], rtol=0, atol=0, msg=name)
     weights = [n for n in names if n.endswith("weight") and "LayerNorm" not in n]
     assert all(not torch.equal(momentum[n], other[n]) for n in weights)
+
+
+def test_momentum_update_is_bit_identical_to_the_authors_formula(tiny_bert: Path) -> None:
+    """The multi-tensor update equals ``p_m * m + p * (1 - m)`` per parameter bit for bit."""
+    from cselab.training.momentum import MomentumEncoder
+
+    enc = tiny_encoder(tiny_bert)
+    mom = MomentumEncoder(enc, 0.995)
+    with torch.no_grad():
+        for p in enc.backbone.parameters():
+            p.add_(torch.randn_like(p))
+    expected = [
+        pm * 0.995 + p * (1.0 - 0.995)
+        for pm, p in zip(mom.shell.backbone.parameters(), enc.backbone.parameters(), strict=True)
+    ]
+    mom.update()
+    for got, want in zip(mom.shell.backbone.parameters(), expected, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_the_trainer_repeats_words_on_the_host(tiny_bert: Path, tmp_path: Path) -> None:
+    """The word-repeated positive is made in batch preparation, before the copy to the device:
+    the batch the trainer hands over already carries it, and the task adds nothing."""
+    from cselab.data.pairs import POSITIVE_PREFIX
+    from test_trainer import tiny_config
+
+    config = tiny_config(
+        tiny_bert, tmp_path, "--objective.word_repetition.enabled=true", "--train.max_steps=1"
+    )
+    from cselab.training.run import build_trainer
+
+    trainer = build_trainer(config)
+    batch = trainer.batch_for(0)
+    assert POSITIVE_PREFIX + "input_ids" in batch.inputs
+    assert trainer.task.prepare(batch) is batch

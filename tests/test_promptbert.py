@@ -353,3 +353,46 @@ def test_card_snippets_run_give_cselab_s_vectors_and_cite_promptbert(
     assert len(spaces) == 2  # cselab, transformers
     cs, hf = spaces[0]["vectors"], spaces[1]["vectors"].numpy()[:2]
     np.testing.assert_allclose(hf, cs, rtol=1e-4, atol=1e-5)
+
+
+def test_the_device_splice_equals_the_row_by_row_one(tiny_bert: Path) -> None:
+    """``Prompt.splice_tensors`` (what a GPU runs: no host sync) puts every row where the
+    row-by-row splice puts it, for each template and for a doubled batch of both (the views'
+    layout); its extra columns, if any, are masked padding."""
+    enc = prompt_encoder(tiny_bert)
+    batch = enc.tokenize([*SENTENCES, "x"], max_seq_len=12)
+    n = batch["input_ids"].shape[0]
+    cases = [
+        torch.full((n,), 0),
+        torch.full((n,), 1),
+        torch.tensor([0, 1] * (n // 2) + [1] * (n % 2)),
+    ]
+    for which in cases:
+        rows = enc.prompt.splice(batch["input_ids"], batch["attention_mask"], which)
+        cols = enc.prompt.splice_tensors(batch["input_ids"], batch["attention_mask"], which)
+        w = rows.input_ids.shape[1]
+        assert torch.equal(cols.input_ids[:, :w], rows.input_ids)
+        assert torch.equal(cols.attention_mask[:, :w], rows.attention_mask)
+        assert not cols.attention_mask[:, w:].any()
+        assert bool((cols.input_ids[:, w:] == enc.prompt.pad_id).all())
+        for name in ("mask_index", "length", "template"):
+            assert torch.equal(getattr(cols, name), getattr(rows, name)), name
+
+
+def test_the_device_template_states_equal_the_grouped_ones(tiny_bert64: Path) -> None:
+    """Denoising's template-alone states as a GPU computes them (every template for every row,
+    no host sync) equal the grouped passes the CPU runs (float64, dropout off)."""
+    enc = prompt_encoder(tiny_bert64).double().eval()
+    batch = enc.tokenize([*SENTENCES, "x"], max_seq_len=12)
+    n = batch["input_ids"].shape[0]
+    which = torch.tensor([0, 1] * (n // 2) + [1] * (n % 2))
+    spliced = enc.prompt.splice(batch["input_ids"], batch["attention_mask"], which)
+    from test_gpu_path import SyncCounter
+
+    with torch.no_grad():
+        grouped = enc._template_states(spliced)
+        with SyncCounter() as counter:  # what a GPU runs reads nothing back
+            cols = enc.prompt.splice_tensors(batch["input_ids"], batch["attention_mask"], which)
+            on_device = enc._template_states_on_device(cols)
+    assert counter.syncs == []
+    torch.testing.assert_close(on_device, grouped, rtol=0, atol=1e-12)

@@ -134,6 +134,9 @@ def test_resume_after_kill_gives_identical_weights(
         def step_then_die(self):
             original(self)
             if self.step == 6:  # 0-based count before increment: this is update number 7
+                # step 6's checkpoint is written on a thread: let it land first (a kill during
+                # that write is test_checkpoint_writes' kill-during-background-write test)
+                self.writer.wait()
                 os.kill(os.getpid(), signal.SIGKILL)
         Trainer.optimizer_step = step_then_die
         build_trainer(load_config(None, {overrides!r})).train()
@@ -233,13 +236,78 @@ def test_bf16_autocast_on_cpu_trains(tiny_bert: Path, tmp_path: Path) -> None:
     assert all(v.dtype == torch.float32 for v in weights(tmp_path / "out/last").values())
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="train.device=auto picks the GPU here")
-def test_fp16_on_cpu_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -> None:
-    from cselab.config import ConfigError
+def fp16_trainer(tiny_bert: Path, folder: Path, init_scale: float, *extra: str):  # noqa: ANN201
+    """A trainer in fp16 on the CPU (``GradScaler("cpu")``) whose scaler starts at
+    ``init_scale`` (the default 2**16 never overflows on the tiny model)."""
+    trainer = build_trainer(
+        tiny_config(tiny_bert, folder, "--train.precision=fp16", "--train.device=cpu", *extra)
+    )
+    assert trainer.amp_dtype == torch.float16 and trainer.optim.scaler is not None
+    trainer.optim.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    return trainer
 
-    # train.device=auto resolves to the CPU only in the trainer
-    with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU, not cpu"):
-        build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=fp16"))
+
+def test_fp16_overflow_skips_the_update_and_the_schedule(tiny_bert: Path, tmp_path: Path) -> None:
+    """An overflowing fp16 step changes no weight, halves the scale and leaves the learning-rate
+    schedule where it was; the next finite step updates."""
+    trainer = fp16_trainer(tiny_bert, tmp_path, 2.0**127)  # loss · 2**127 overflows float32
+    o = trainer.optim
+    before = {k: v.clone() for k, v in trainer.encoder.state_dict().items()}
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    assert o.scaler.get_scale() == 2.0**126 and o.skipped_steps == 1
+    assert o.scheduler.last_epoch == 0  # the schedule did not advance
+    assert all(torch.equal(before[k], v) for k, v in trainer.encoder.state_dict().items())
+    o.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    trainer.forward_backward(trainer.batch_for(1))
+    trainer.optimizer_step()
+    assert o.skipped_steps == 1 and o.scheduler.last_epoch == 1
+    assert any(not torch.equal(before[k], v) for k, v in trainer.encoder.state_dict().items())
+
+
+def test_fp16_resume_keeps_the_scaler(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fp16 on the CPU through a resume: the scale (lowered by four overflowing steps from
+    2**20) travels in the checkpoint, so the resumed run skips no step the uninterrupted one did
+    not, and ends with the same weights."""
+    from cselab.training.trainer import Trainer
+
+    ref = fp16_trainer(tiny_bert, tmp_path / "ref", 2.0**20, "--train.save_steps=3")
+    ref.train()
+    assert ref.optim.skipped_steps >= 1  # else the scale would not matter
+    original = Trainer.optimizer_step
+
+    def stop_after_6(self: Trainer) -> None:
+        original(self)
+        if self.step == 6:  # update 7: the checkpoint of step 6 is the last
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "optimizer_step", stop_after_6)
+    with pytest.raises(KeyboardInterrupt):
+        fp16_trainer(tiny_bert, tmp_path / "cut", 2.0**20, "--train.save_steps=3").train()
+    monkeypatch.undo()
+    resumed = fp16_trainer(
+        tiny_bert, tmp_path / "cut", 2.0**20, "--train.save_steps=3", "--train.resume=true"
+    )
+    resumed.train()
+    assert resumed.optim.scaler.get_scale() == ref.optim.scaler.get_scale()
+    assert resumed.optim.scheduler.last_epoch == ref.optim.scheduler.last_epoch
+    assert_same_weights(tmp_path / "ref/out/last", tmp_path / "cut/out/last")
+
+
+def test_precision_auto_is_fp32_on_the_cpu_and_recorded(tiny_bert: Path, tmp_path: Path) -> None:
+    """The default ``auto`` changes nothing on the CPU (fp32, as the old default), and what it
+    resolved to is kept in results.json and the checkpoint."""
+    config = tiny_config(tiny_bert, tmp_path, "--train.device=cpu", "--train.max_steps=2")
+    assert config.train.precision == "auto"
+    trainer = build_trainer(config)
+    assert trainer.amp_dtype is None
+    results = trainer.train()
+    assert results["precision"] == "fp32"
+    assert json.loads((tmp_path / "out/results.json").read_text())["precision"] == "fp32"
+    _, meta = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
+    assert meta["extra"]["precision"] == "fp32"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ def one_line(capsys: pytest.CaptureFixture) -> str:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--train.precision=fp16", "--train.device=cpu"],
-         "train.precision=fp16 needs a CUDA GPU, not train.device=cpu; use bf16 or fp32"),
+        # fp16 runs on the CPU too (GradScaler("cpu"), to test the path); not on MPS
+        (["--train.precision=fp16", "--train.device=mps"],
+         "train.precision=fp16 needs a CUDA GPU or the CPU (loss scaling), not train.device=mps; "
+         "use bf16 or fp32"),
         (["--train.device=gpu"],
          "train.device: 'gpu' is not a device; use auto, cpu, cuda, cuda:N or mps"),
         (["--eval.batch_size=0"], "eval.batch_size must be >= 1"),
@@ -61,8 +63,6 @@ def _tiny_train(tiny_bert: Path, tmp_path: Path, *extra: str) -> list[str]:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        # train.device=auto is resolved by the trainer: the CPU here
-        (["--train.precision=fp16"], "train.precision=fp16 needs a CUDA GPU, not cpu; use bf16 or fp32"),
         (["--train.device=cuda:1"], "train.device=cuda:1, but no CUDA GPU is available; use cpu or auto"),
     ],
 )  # fmt: skip

@@ -25,6 +25,7 @@ from ..objectives.config import ObjectiveConfig
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
 
 @dataclass
@@ -41,12 +42,19 @@ class TrainConfig:
         weight_decay: AdamW weight decay (SimCSE uses 0).
         grad_clip: max gradient norm (``0`` disables).
         seed: seeds Python, NumPy and torch; same seed and config give the same weights on CPU.
-        precision: ``fp32``, ``bf16`` (autocast, also on CPU), ``fp16`` (GPU, with loss scaling)
-            or ``auto`` (bf16 on GPUs that support it, else fp32).
+        precision: ``auto`` (default: bf16 autocast on GPUs that support it, fp32 with TF32
+            matrix products on older GPUs, fp32 on the CPU; what it resolved to is logged and
+            kept in ``results.json``), ``fp32``, ``bf16`` (autocast, also on CPU) or ``fp16``
+            (autocast with loss scaling; meant for GPUs, allowed on the CPU to test the path).
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
         eval_steps: STS-B dev every this many steps (and at the end); 0 disables.
-        save_steps: write a resumable checkpoint every this many steps (0: at the eval steps; with
-            ``eval_steps`` 0 as well, only at the end, so a kill loses the whole run).
+        save_steps: write a resumable checkpoint every this many steps (0: every
+            ``save_minutes`` instead). Checkpoints do not follow evaluations: ``best/`` is saved
+            whenever the dev score improves, the checkpoint on its own cadence.
+        save_minutes: with ``save_steps`` 0, write a resumable checkpoint when this many minutes
+            have passed since the last one (checked at the logged steps), and always at the
+            end; 0: only at the end, so a kill loses the whole run. Checkpoints are written on
+            a background thread from a copy in host memory: the step waits for the copy only.
         log_steps: write a metrics row every this many steps.
         resume: continue from ``output_dir/checkpoint`` if present (its config must match in
             every key that changes the run; see :mod:`cselab.training.rundir`).
@@ -62,9 +70,17 @@ class TrainConfig:
             operator included, is one graph, its backward another; dynamic shapes, so one
             compile serves every batch). Off by default: it has not been measured
             faster on every CPU kind (``bench/bench_compile.py``).
+        compile_mode: ``torch.compile``'s mode with ``compile``: ``default``, ``max-autotune``
+            or ``reduce-overhead`` (CUDA graphs: the step's kernels replayed in one launch, for
+            small batches where the GPU waits for the host to launch kernels). With
+            ``reduce-overhead`` the shapes are fixed: every batch is padded to a multiple of
+            16 tokens (few widths, each captured once) and the graph is compiled per shape.
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
+        dist_timeout_s: under ``torchrun``, how long (seconds) a rank may wait in a collective
+            before the process group aborts: rank 0 tokenises the corpus, evaluates and saves
+            ``best/`` while the others wait (PyTorch's NCCL default is 10 minutes).
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
             ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
         save_merged: with ``model.lora``, also write ``output_dir/merged``: the best model with
@@ -82,18 +98,21 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     seed: int = 42
-    precision: Precision = "fp32"
+    precision: Precision = "auto"
     device: str = "auto"
     eval_steps: int = 125
     save_steps: int = 0
+    save_minutes: float = 10.0
     log_steps: int = 10
     resume: bool = False
     overwrite: bool = False
     cache_chunk_size: int | None = None
     gradient_checkpointing: bool = False
     compile: bool = False
+    compile_mode: CompileMode = "default"
     fused_adamw: bool = True
     push_to_hub: str | None = None
+    dist_timeout_s: float = 7200.0
     report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
     save_merged: bool = False
 
@@ -192,6 +211,8 @@ class Config:
             (t.grad_clip >= 0, "train.grad_clip must be >= 0"),
             (t.eval_steps >= 0, "train.eval_steps must be >= 0"),
             (t.save_steps >= 0, "train.save_steps must be >= 0"),
+            (t.save_minutes >= 0, "train.save_minutes must be >= 0"),
+            (t.dist_timeout_s > 0, "train.dist_timeout_s must be > 0"),
             (t.log_steps >= 1, "train.log_steps must be >= 1"),
             (
                 t.cache_chunk_size is None or t.cache_chunk_size >= 1,
@@ -246,15 +267,18 @@ class Config:
 
 def check_precision(precision: str, device_type: str, device: str | None = None) -> None:
     """``train.precision`` on a device of type ``device_type`` (``cpu``, ``cuda``, ...): fp16
-    needs a CUDA GPU (loss scaling is CUDA's). Checked for an explicit ``train.device`` when the
-    config is read, and for the device ``auto`` resolved to when the run starts.
+    needs loss scaling, which PyTorch's ``GradScaler`` offers on CUDA and on the CPU (there it
+    is slow, emulated fp16, and serves to test the fp16 path: skipped steps, the scale, resume).
+    Checked for an explicit ``train.device`` when the config is read, and for the device
+    ``auto`` resolved to when the run starts.
 
     Raises:
         ConfigError: naming the key and ``device`` (default: ``device_type``).
     """
-    if precision == "fp16" and device_type != "cuda":
+    if precision == "fp16" and device_type not in ("cuda", "cpu"):
         raise ConfigError(
-            f"train.precision=fp16 needs a CUDA GPU, not {device or device_type}; use bf16 or fp32"
+            f"train.precision=fp16 needs a CUDA GPU or the CPU (loss scaling), not "
+            f"{device or device_type}; use bf16 or fp32"
         )
 
 

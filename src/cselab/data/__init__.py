@@ -17,7 +17,7 @@ from ..core.errors import CorpusError
 from ..io.files import file_digest, write_json_atomic
 from .cache import tokenize_corpus, tokenize_pairs
 from .corpus import CorpusStats, SentenceStream, iter_sentences, read_corpus
-from .order import BatchOrder, collate, shard, shard_bounds
+from .order import BatchOrder, bucket_width, collate, pad_to_width, shard, shard_bounds
 from .source import TrainingData, TrainingSource
 from .store import (
     STORE_FORMAT,
@@ -40,7 +40,9 @@ __all__ = [
     "TokenizedCorpus",
     "TrainingData",
     "TrainingSource",
+    "bucket_width",
     "collate",
+    "pad_to_width",
     "encode_chunks",
     "file_digest",
     "iter_sentences",

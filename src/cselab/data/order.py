@@ -73,3 +73,25 @@ def collate(rows: Sequence[np.ndarray], pad_id: int) -> dict[str, Tensor]:
         ids[i, : len(r)] = r
         mask[i, : len(r)] = 1
     return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+
+
+def bucket_width(width: int, multiple: int) -> int:
+    """``width`` rounded up to a multiple of ``multiple``: the padded widths a fixed-shape
+    (CUDA-graph) step sees are then few (``max_seq_len / multiple`` at most), so each is
+    captured once and replayed."""
+    return -(-width // multiple) * multiple
+
+
+def pad_to_width(inputs: dict[str, Tensor], multiple: int, pad_id: int) -> dict[str, Tensor]:
+    """Right-pad every ``(B, L)`` column of a batch to :func:`bucket_width` (ids with
+    ``pad_id``, masks and token types with 0): the padding is masked, so the sentence vectors
+    do not change."""
+    out = {}
+    for key, value in inputs.items():
+        if value.dim() != 2:  # e.g. the prompt pooler's template id per row
+            out[key] = value
+            continue
+        extra = bucket_width(value.shape[1], multiple) - value.shape[1]
+        fill = pad_id if key.endswith("input_ids") else 0
+        out[key] = torch.nn.functional.pad(value, (0, extra), value=fill) if extra else value
+    return out

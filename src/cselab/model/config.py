@@ -134,7 +134,10 @@ class ModelConfig:
             table of backbones, :mod:`cselab.model.backbones`: BERT's hidden and attention
             dropout, ModernBERT's attention, MLP and embedding dropout, a decoder's attention
             dropout, the only one it has). SimCSE uses 0.1, LLM2Vec 0.3 for decoders.
-        attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
+        attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention), ``eager`` or
+            ``flash_attention_2`` (on a CUDA GPU with the ``flash-attn`` package: attention on
+            the real tokens only, variable length, no padding computed; refused where the
+            package is missing).
         bidirectional: remove a decoder's causal mask, so every token attends to every token
             (LLM2Vec, BehnamGhader et al. 2024); encoders already are. The saved folder keeps
             the setting (``cselab.load`` applies it; sentence-transformers cannot).
@@ -150,6 +153,11 @@ class ModelConfig:
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
             It changes this model's backbone only (its dropout modules and its attention name);
             ``false`` runs the backbone exactly as ``transformers`` loads it.
+        unpad_cuda: with ``fast_path``, run that forward on the real tokens on a CUDA GPU too,
+            attention through PyTorch's variable-length kernels
+            (:func:`cselab.model.attention.varlen_attention`): no padding computed, at the
+            cost of one host sync per forward (the token index). Off by default until
+            ``bench/gpu_check.py`` has measured it against the padded forward.
     """
 
     name_or_path: str = "bert-base-uncased"
@@ -157,11 +165,12 @@ class ModelConfig:
     mlp_only_train: bool = True
     max_seq_len: int = 32
     dropout: float | None = None
-    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     bidirectional: bool = False
     dtype: Literal["float32", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     revision: str | None = None
     fast_path: bool = True
+    unpad_cuda: bool = False
     prompt: PromptConfig = field(default_factory=PromptConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)

@@ -27,7 +27,6 @@ from .config import LoRAConfig
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-
 def _peft() -> Any:
     try:
         import peft

@@ -154,6 +154,12 @@ class Prompt:
             for text, key in zip(config.templates(), keys, strict=False)
         )
         self.lead, self.trail = special_tokens_around(tokenizer)
+        # The tensor splice (GPU, no host sync) handles the one-token ``[CLS] ... [SEP]`` form
+        # of BERT-family tokenizers; other forms (a decoder's ``<s> ...``) splice row by row.
+        one = len(self.lead) == 1 and len(self.trail) == 1
+        self.cls_id = self.lead[0] if one else None
+        self.sep_id = self.trail[0] if one else None
+        self.on_device = one
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     @property
@@ -173,7 +179,13 @@ class Prompt:
     ) -> Spliced:
         """Put each row's sentence (its ids between the tokenizer's special tokens, right
         padding) into template ``template[i]`` (default: all ``0``); pads to the longest
-        spliced row."""
+        spliced row.
+
+        On the CPU row by row (checking each row's special tokens); on a GPU, for the
+        ``[CLS] ... [SEP]`` form, with :meth:`splice_tensors`, which reads nothing back from the
+        device."""
+        if input_ids.device.type != "cpu" and self.on_device:
+            return self.splice_tensors(input_ids, attention_mask, template)
         n = input_ids.shape[0]
         which = [0] * n if template is None else [int(t) for t in template.tolist()]
         lengths = attention_mask.sum(1).tolist()
@@ -208,6 +220,83 @@ class Prompt:
             torch.tensor(sent, device=device),
             torch.tensor(which, device=device),
         )
+
+    def splice_tensors(
+        self, input_ids: Tensor, attention_mask: Tensor, template: Tensor | None = None
+    ) -> Spliced:
+        """:meth:`splice` in tensor operations on the device, without a host sync: every
+        output column is chosen by comparing its index with each row's prefix, sentence and
+        suffix bounds. The width is the batch's plus the longest template's extra tokens (the
+        row-by-row splice pads to the longest spliced row, which is the same whenever the
+        rows' templates add equally many tokens; more columns are masked padding). Rows are
+        assumed to be ``cls ... sep`` as the tokenizer made them (not checked: that would read
+        the device)."""
+        n, width_in = input_ids.shape
+        dev = input_ids.device
+        which = (
+            torch.zeros(n, dtype=torch.long, device=dev) if template is None else template.long()
+        )
+        tables = self._device_tables(dev, input_ids.dtype)
+        pre, suf = tables["prefix"][which], tables["suffix"][which]  # (n, widest)
+        p, s = tables["prefix_len"][which][:, None], tables["suffix_len"][which][:, None]
+        body = attention_mask.sum(1, keepdim=True).long() - 2  # (n, 1)
+        j = torch.arange(width_in + self.extra, device=dev)[None, :]  # (1, W)
+
+        def pick(src: Tensor, col: Tensor) -> Tensor:
+            return src.gather(1, col.clamp(0, src.shape[1] - 1).expand(n, -1))
+
+        end_body, end_suf = p + body, p + body + s
+        ids = torch.full_like(j.expand(n, -1), self.pad_id, dtype=input_ids.dtype)
+        ids = torch.where(j == end_suf + 1, self.sep_id, ids)
+        ids = torch.where((j > end_body) & (j <= end_suf), pick(suf, j - end_body - 1), ids)
+        ids = torch.where((j > p) & (j <= end_body), pick(input_ids, j - p), ids)
+        ids = torch.where((j >= 1) & (j <= p), pick(pre, j - 1), ids)
+        ids = torch.where(j == 0, self.cls_id, ids)
+        mask = (j <= end_suf + 1).to(attention_mask.dtype)
+        in_prefix, offset = tables["mask_in_prefix"][which], tables["mask_offset"][which]
+        mask_index = torch.where(in_prefix, 1 + offset, 1 + end_body[:, 0] + offset)
+        return Spliced(ids, mask, mask_index, body[:, 0], which)
+
+    def _device_tables(self, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+        """The templates as tensors on ``device`` (one row per template), made once: a copy
+        from the host in every step would wait for the device's queue."""
+        key = (str(device), dtype)
+        cache = self.__dict__.setdefault("_tables", {})
+        if key not in cache:
+            ts = self.templates
+
+            def table(pieces: list[tuple[int, ...]]) -> Tensor:
+                wide = max(1, *(len(p) for p in pieces))
+                rows = [list(p) + [self.pad_id] * (wide - len(p)) for p in pieces]
+                return torch.tensor(rows, dtype=dtype, device=device)
+
+            def column(values: list[int]) -> Tensor:
+                return torch.tensor(values, dtype=torch.long, device=device)
+
+            cache[key] = {
+                "prefix": table([t.prefix for t in ts]),
+                "suffix": table([t.suffix for t in ts]),
+                "prefix_len": column([len(t.prefix) for t in ts]),
+                "suffix_len": column([len(t.suffix) for t in ts]),
+                "mask_in_prefix": column([int(t.mask_in_prefix) for t in ts]).bool(),
+                "mask_offset": column([t.mask_offset for t in ts]),
+                "alone": [
+                    torch.tensor([self.cls_id, *t.prefix, *t.suffix, self.sep_id], device=device)
+                    for t in ts
+                ],
+            }
+        return cache[key]
+
+    def template_alone_tensors(self, template: int, lengths: Tensor) -> tuple[Tensor, Tensor, int]:
+        """:meth:`template_alone` for a ``(K,)`` tensor of lengths on the device, without reading
+        it back: ``input_ids`` and ``position_ids`` ``(K, T)`` and the ``[MASK]`` column."""
+        t = self.templates[template]
+        row = self._device_tables(lengths.device, torch.long)["alone"][template]  # (T,)
+        k = lengths.shape[0]
+        positions = torch.arange(row.shape[0], device=lengths.device).expand(k, -1)
+        shift = torch.zeros_like(positions)
+        shift[:, 1 + len(t.prefix) :] = 1
+        return row.expand(k, -1), positions + shift * lengths.long()[:, None], t.mask_index(0)
 
     def template_alone(
         self, template: int, lengths: Sequence[int], device: torch.device | str = "cpu"

@@ -91,6 +91,8 @@ class SentenceEncoder(nn.Module):
         self.fast_path = False
         self.unpad_training = False
         self.unpad_inference = False
+        # the same on a CUDA GPU (model.unpad_cuda): varlen attention, one index sync a forward
+        self.unpad_cuda = False
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
@@ -126,6 +128,7 @@ class SentenceEncoder(nn.Module):
         trust_remote_code: bool = ModelConfig.trust_remote_code,
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
+        unpad_cuda: bool = ModelConfig.unpad_cuda,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
         bidirectional: bool = ModelConfig.bidirectional,
         dtype: str = ModelConfig.dtype,
@@ -174,6 +177,7 @@ class SentenceEncoder(nn.Module):
         """
         from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+        unpad.check_attention(attn_implementation)  # one line, before any loading
         root = resolve_model(name_or_path, revision)
         # the backbone of an older sentence-transformers folder sits in 0_Transformer/
         path = str(transformer_folder(Path(root)))
@@ -192,7 +196,7 @@ class SentenceEncoder(nn.Module):
                 base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
                 dropout=dropout, attn_implementation=attn_implementation,
                 trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
-                bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
+                unpad_cuda=unpad_cuda, bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
             )  # fmt: skip
             encoder.backbone = adapters.load_adapters(encoder.backbone, adapter_folder)
             encoder.lora_base = base
@@ -270,6 +274,7 @@ class SentenceEncoder(nn.Module):
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
+            encoder.unpad_cuda = unpad_cuda and encoder.unpad_training
         if head_module is not None:
             encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
         if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
@@ -399,10 +404,12 @@ class SentenceEncoder(nn.Module):
             input_ids, attention_mask = spliced.input_ids, spliced.attention_mask
             token_type_ids = None  # one segment: the template's and the sentence's tokens
         if (
-            (self.unpad_training if self.training else self.unpad_inference)
-            and (token_type_ids is None or not bool(token_type_ids.any()))  # one segment
+            # on GPUs only when asked: the token index is a host sync per forward
+            (input_ids.device.type == "cpu" or self.unpad_cuda)
+            and (self.unpad_training if self.training else self.unpad_inference)
             and not self.pooler.needs_hidden_states
-            and input_ids.device.type == "cpu"  # on GPUs the index sync would stall the queue
+            # one segment; read last: on a GPU this is a host sync, never reached
+            and (token_type_ids is None or not bool(token_type_ids.any()))
         ):
             last = unpad.unpadded_last_hidden(
                 self.backbone,
@@ -411,7 +418,9 @@ class SentenceEncoder(nn.Module):
                 first_token_only=self.pooler.reads_first_token_only,
             )
             return self.pooler(last, attention_mask, **extra)
-        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        # a prepared 4D mask where the backbone takes one: no host sync in the forward
+        mask = unpad.padded_attention_mask(self.backbone, attention_mask)
+        kwargs = {"input_ids": input_ids, "attention_mask": mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         out = self.backbone(
@@ -431,7 +440,11 @@ class SentenceEncoder(nn.Module):
 
     def _template_states(self, spliced: Spliced) -> Tensor:
         """``(N, D)``: each row's template run alone at the row's sentence length (one
-        backbone pass per template, one row per distinct length)."""
+        backbone pass per template, one row per distinct length; on a GPU one row per row,
+        which needs no host sync: :meth:`_template_states_on_device`)."""
+        assert self.prompt is not None
+        if spliced.input_ids.device.type != "cpu" and self.prompt.on_device:
+            return self._template_states_on_device(spliced)
         out: Tensor | None = None
         for t in spliced.template.unique().tolist():
             rows = spliced.template == t
@@ -451,6 +464,32 @@ class SentenceEncoder(nn.Module):
             if out is None:
                 out = states.new_zeros(spliced.input_ids.shape[0], states.shape[-1])
             out = out.index_put((rows.nonzero().squeeze(1),), states[inverse])
+        assert out is not None
+        return out
+
+    def _template_states_on_device(self, spliced: Spliced) -> Tensor:
+        """:meth:`_template_states` without reading the batch back: every template runs alone
+        for every row (at the row's length), and each row keeps its own template's state. The
+        same states as the grouped passes, computed for more rows (the templates are ~10
+        tokens: a small fraction of the step)."""
+        assert self.prompt is not None
+        out: Tensor | None = None
+        for t in range(len(self.prompt.templates)):
+            ids, positions, at = self.prompt.template_alone_tensors(t, spliced.length)
+            ones = torch.ones_like(ids)
+            hidden = self.backbone(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=unpad.padded_attention_mask(self.backbone, ones),
+                token_type_ids=torch.zeros_like(ids),
+                return_dict=True,
+            ).last_hidden_state
+            states = hidden[:, at]
+            out = (
+                states
+                if out is None
+                else torch.where((spliced.template == t)[:, None], states, out)
+            )
         assert out is not None
         return out
 

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from . import backbones
-from .attention import PackInfo, compute_dtype, packed_attention
+from .attention import PackInfo, compute_dtype, packed_attention, varlen_attention
 from .dropout import dropout
 
 #: cselab's private attention name; only backbones switched by :func:`enable` use it.
@@ -69,6 +69,8 @@ def _packed_sdpa(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+    if query.device.type != "cpu":  # a GPU: PyTorch's varlen kernels (model.unpad_cuda)
+        return varlen_attention(query, key, value, cselab_unpad, dropout, scaling), None
     return packed_attention(query, key, value, cselab_unpad, dropout, scaling), None
 
 
@@ -113,6 +115,59 @@ def enable(backbone: nn.Module) -> bool:
     return True
 
 
+#: Architectures whose ``transformers`` forward builds its mask with ``create_bidirectional_mask``
+#: and returns a 4D mask as given (masking_utils, transformers 5): for them
+#: :func:`padded_attention_mask` hands over a prepared one.
+MASK_4D_MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert"})
+#: Attention implementations that read a boolean 4D mask (``True``: attend).
+_BOOL_MASK_ATTENTION = frozenset({"sdpa", ATTENTION_NAME})
+
+
+def check_attention(name: str | None) -> None:
+    """Refuse ``model.attn_implementation=flash_attention_2`` in one line where it cannot run
+    (no ``flash_attn`` package, or no CUDA GPU), before ``transformers`` is asked (which would
+    otherwise fall back to eager attention silently, :meth:`SentenceEncoder.from_pretrained
+    <cselab.model.sentence_encoder.SentenceEncoder.from_pretrained>`)."""
+    if name != "flash_attention_2":
+        return
+    import importlib.util
+
+    from ..core.errors import ConfigError
+
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError(
+            "model.attn_implementation=flash_attention_2 needs the flash-attn package, which "
+            "is not installed (pip install flash-attn); use sdpa"
+        )
+    if not torch.cuda.is_available():
+        raise ConfigError("model.attn_implementation=flash_attention_2 needs a CUDA GPU; use sdpa")
+
+
+def padded_attention_mask(backbone: nn.Module, attention_mask: Tensor) -> Tensor:
+    """The mask to hand ``backbone`` for a padded batch: for the encoders of
+    :data:`MASK_4D_MODEL_TYPES` with SDPA attention, the ``(B, 1, 1, L)`` boolean key mask
+    SDPA broadcasts; otherwise ``attention_mask`` itself.
+
+    Why: given the 2D mask, ``transformers`` asks whether any token is padded
+    (``masking_utils``' ``padding_mask.all()``, as ``sum() == numel()``) to skip the mask,
+    and reading that answer is a host sync in every forward: on a GPU the CPU waits for the
+    queue to drain (and a CUDA graph cannot be captured). A 4D mask is used as given. The
+    attention computed is the same: the same keys are masked for every query
+    (``tests/test_gpu_path.py``). Decoders are never given one (it would drop their causal
+    mask), nor other implementations (eager adds a float mask; FlashAttention unpads from the
+    2D mask).
+    """
+    config = getattr(backbone, "config", None)
+    if (
+        config is None
+        or getattr(config, "model_type", None) not in MASK_4D_MODEL_TYPES
+        or getattr(config, "is_decoder", False)
+        or getattr(config, "_attn_implementation", None) not in _BOOL_MASK_ATTENTION
+    ):
+        return attention_mask
+    return attention_mask.bool()[:, None, None, :]
+
+
 def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:
     """``torch.compile(encoder, dynamic=True, **options)`` with the packed forward in one graph.
 
@@ -126,7 +181,8 @@ def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:
     Dynamo and AOTAutograd trace through.
     """
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
-    return torch.compile(encoder, dynamic=True, **options)
+    options.setdefault("dynamic", True)  # False: the fixed-shape (CUDA graph) step
+    return torch.compile(encoder, **options)
 
 
 def unpadded_last_hidden(

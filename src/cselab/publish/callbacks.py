@@ -51,9 +51,20 @@ class PushCallback(Callback):
 
     name = "push to hub"
 
-    def __init__(self, folder: str | Path, repo_id: str) -> None:
+    def __init__(self, folder: str | Path, repo_id: str, deferred: bool = False) -> None:
         self.folder = Path(folder)
         self.repo_id = repo_id
+        #: with ``deferred``, :meth:`on_end` only marks the run finished and :meth:`push`
+        #: uploads, called by ``training.run.train`` once the process group is gone (an upload
+        #: can outlast any collective timeout, and no rank should wait in one meanwhile)
+        self.deferred = deferred
+        self.finished = False
 
     def on_end(self, results: Mapping[str, Any]) -> None:
+        self.finished = True
+        if not self.deferred:
+            self.push()
+
+    def push(self) -> None:
+        """Upload ``folder`` to ``repo_id``."""
         push_folder(self.folder, self.repo_id)

@@ -20,6 +20,7 @@ Design (why there is no ``DistributedDataParallel`` wrapper):
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,24 +56,36 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def init_distributed(device_type: str) -> DistInfo:
+#: ``train.dist_timeout_s``'s default: how long a rank may wait in a collective.
+DEFAULT_TIMEOUT_S = 7200
+
+
+def init_distributed(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
 
     Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` from the
     environment (what ``torchrun`` sets, also across nodes). NCCL on GPUs (each process pinned to
     ``cuda:LOCAL_RANK``), gloo otherwise. An already initialised group is reused.
+
+    ``timeout_s`` (``train.dist_timeout_s``) is how long a collective may wait before the
+    group aborts. Rank 0 works alone while the others wait in a barrier: tokenising a corpus
+    for the token cache, evaluating and saving ``best/``; PyTorch's default (10 minutes for
+    NCCL) is shorter than tokenising a large corpus, so the default here is two hours.
     """
     global _OWNS_GROUP
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1 and not (dist.is_available() and dist.is_initialized()):
         return DistInfo()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
-            dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))
+            dist.init_process_group(
+                backend="nccl", device_id=torch.device("cuda", local_rank), timeout=timeout
+            )
         else:
-            dist.init_process_group(backend="gloo")
+            dist.init_process_group(backend="gloo", timeout=timeout)
         _OWNS_GROUP = True
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank)
 
@@ -164,6 +177,89 @@ def average_gradients(parameters: list[nn.Parameter], bucket_bytes: int = 64 << 
             _all_reduce_mean(bucket, world)
 
 
+class OverlappedReducer:
+    """Averages gradients over ranks while the backward runs, bucket by bucket, as DDP's reducer
+    does (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.3).
+
+    The parameters are cut into buckets of about ``bucket_bytes`` in reverse order (the order in
+    which the backward produces their gradients). A hook on each parameter
+    (``register_post_accumulate_grad_hook``) marks it ready once its gradient of this backward is
+    accumulated; when every parameter of the next bucket is ready, the bucket is flattened and
+    its all-reduce started asynchronously, in bucket order on every rank (collectives must be
+    issued in the same order everywhere, whatever order the hooks fire in). :meth:`finish`
+    (called by the optimiser step) reduces what is left (a bucket holding a parameter without a
+    gradient this step), waits for the started all-reduces, and writes the means back. The
+    sums are elementwise, so the result is exactly :func:`average_gradients`'.
+
+    It assumes one backward per step: GradCache (several backward calls that accumulate into
+    the same gradients) runs with ``enabled`` off, and then :meth:`finish` reduces everything
+    after the backward, as :func:`average_gradients` does.
+    """
+
+    def __init__(self, parameters: list[nn.Parameter], bucket_bytes: int = 25 << 20) -> None:
+        self.params = [p for p in parameters if p.requires_grad]
+        self.world = dist.get_world_size()
+        self.enabled = True
+        self.buckets: list[list[nn.Parameter]] = []
+        self.where: dict[int, int] = {}
+        size, bucket = 0, []
+        for p in reversed(self.params):
+            if bucket and (size >= bucket_bytes or p.dtype != bucket[0].dtype):
+                self.buckets.append(bucket)
+                bucket, size = [], 0
+            bucket.append(p)
+            size += p.numel() * p.element_size()
+        if bucket:
+            self.buckets.append(bucket)
+        for b, ps in enumerate(self.buckets):
+            for p in ps:
+                self.where[id(p)] = b
+        #: buckets started during the last backward (the overlap), and in all
+        self.started_in_backward = 0
+        self._reset()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._ready) for p in self.params]
+
+    def _reset(self) -> None:
+        self._pending = [len(b) for b in self.buckets]
+        self._next = 0  # the next bucket to start, in order
+        self._work: list[tuple[Any, Tensor, list[Tensor]]] = []
+
+    def _ready(self, p: nn.Parameter) -> None:
+        if not self.enabled:
+            return
+        b = self.where[id(p)]
+        self._pending[b] -= 1
+        while self._next < len(self.buckets) and self._pending[self._next] == 0:
+            self._start(self._next)
+            self.started_in_backward += 1
+            self._next += 1
+
+    def _start(self, b: int) -> None:
+        grads = [p.grad for p in self.buckets[b] if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self._work.append((dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True), flat, grads))
+
+    def finish(self) -> None:
+        """Start the buckets not started yet, wait for all, write ``sum / world`` back."""
+        while self._next < len(self.buckets):
+            self._start(self._next)
+            self._next += 1
+        for work, flat, grads in self._work:
+            work.wait()
+            flat.div_(self.world)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+        self._reset()
+
+    def remove(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
 def _all_reduce_mean(grads: list[Tensor], world: int) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
@@ -200,6 +296,15 @@ def all_gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` (picklable) on every rank; ``obj`` without a process group."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
 
 
 def check_same_on_all_ranks(value: Any, what: str) -> None:

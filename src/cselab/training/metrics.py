@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,14 +59,14 @@ class LossWindow:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def flush(self, on_divergence: str) -> dict[str, float]:
+    def flush(self, on_divergence: str | Callable[[], str]) -> dict[str, float]:
         """Means of each term over the window (the window is emptied).
 
         Under DDP each rank's per-anchor terms cover its own anchors: the mean over ranks is the
         global-batch loss (batch-level terms are equal on every rank), and every rank sees a
         non-finite value if any rank does, so all ranks stop together. Raises
         :class:`TrainingDiverged` naming the first non-finite step and term, followed by
-        ``on_divergence`` (what was kept, how to resume).
+        ``on_divergence`` (what was kept, how to resume; a callable is asked only then).
         """
         import torch
 
@@ -75,9 +76,10 @@ class LossWindow:
         bad = ~torch.isfinite(values)
         if bad.any():
             row, col = (int(i) for i in bad.nonzero()[0])
+            note = on_divergence() if callable(on_divergence) else on_divergence
             raise TrainingDiverged(
                 f"loss term '{names[col]}' is {values[row, col].item()} at step "
-                f"{self.steps[row]}; {on_divergence}"
+                f"{self.steps[row]}; {note}"
             )
         means = dict(zip(names, values.mean(0).tolist(), strict=True))
         self.steps, self.terms = [], []

@@ -88,20 +88,32 @@ class MomentumEncoder:
         )
         self.shell.unpad_training = encoder.unpad_training
         self.shell.unpad_inference = encoder.unpad_inference
+        self.shell.unpad_cuda = encoder.unpad_cuda
 
     @torch.no_grad()
     def update(self) -> None:
-        """``θ_m ← m·θ_m + (1 - m)·θ`` for every (trainable) backbone parameter."""
+        """``θ_m ← m·θ_m + (1 - m)·θ`` for every (trainable) backbone parameter.
+
+        Three multi-tensor kernels over all parameters at once (``torch._foreach_*``: one
+        launch per op and dtype group on a GPU, where a loop over BERT-base's 199 tensors
+        launches about 600). The same products and sum as the authors' per-parameter
+        ``p_m * m + p * (1 - m)``, rounded the same way, so the result is bit-identical;
+        ``torch._foreach_lerp_`` would be one kernel but computes ``p_m + (1-m)(p - p_m)``,
+        which rounds differently. With LoRA only the adapters are averaged.
+        """
         m = self.momentum
         if self.shared:
-            live = dict(self.live.backbone.named_parameters())
-            for k, mine in self.averaged.items():
-                mine.copy_(mine * m + live[k].detach() * (1.0 - m))
-            return
-        for mine, live in zip(
-            self.shell.backbone.parameters(), self.live.backbone.parameters(), strict=True
-        ):
-            mine.copy_(mine * m + live.detach() * (1.0 - m))
+            named = dict(self.live.backbone.named_parameters())
+            mine = list(self.averaged.values())
+            live = [named[k].detach() for k in self.averaged]
+        else:
+            mine = list(self.shell.backbone.parameters())
+            live = [p.detach() for p in self.live.backbone.parameters()]
+        if len(mine) != len(live):
+            raise ValueError("the momentum backbone and the live one differ in parameters")
+        pulled = torch._foreach_mul(live, 1.0 - m)
+        torch._foreach_mul_(mine, m)
+        torch._foreach_add_(mine, pulled)
 
     @torch.no_grad()
     def __call__(self, inputs: Mapping[str, Tensor]) -> Tensor:

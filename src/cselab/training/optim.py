@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TrainConfig
-from .distributed import average_gradients
+from .distributed import OverlappedReducer, average_gradients, is_distributed
 
 
 def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
@@ -58,6 +58,14 @@ class Optimization:
             self.optimizer, linear_schedule(warmup, total_steps)
         )
         self.scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+        # Under data parallelism the gradient average overlaps the backward (bucketed hooks),
+        # unless GradCache runs several backward passes a step.
+        self.reducer: OverlappedReducer | None = None
+        if is_distributed():
+            self.reducer = OverlappedReducer(self.params)
+            self.reducer.enabled = config.cache_chunk_size is None
+        #: fp16 steps whose gradients overflowed: no update, no schedule step, the scale halved
+        self.skipped_steps = 0
 
     def scale(self, loss: Tensor) -> Tensor:
         """The loss to call ``backward`` on (scaled under fp16)."""
@@ -68,16 +76,32 @@ class Optimization:
         return self.scheduler.get_last_lr()[0]
 
     def step(self) -> None:
-        """Average the gradients over ranks, clip, update, advance the schedule, zero."""
-        average_gradients(self.params)
+        """Average the gradients over ranks, clip, update, advance the schedule, zero.
+
+        Under fp16 a step whose gradients hold an inf or NaN is skipped by the ``GradScaler``
+        (no update, the scale halved); the schedule then does not advance either, so the
+        learning rate of the next real update is the one it would have had (the transformers
+        Trainer does the same). Telling needs the scale on the host: one sync per fp16 step.
+        """
+        if self.reducer is not None:
+            self.reducer.finish()  # waits for the all-reduces started during the backward
+        else:
+            average_gradients(self.params)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if self.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        skipped = False
         if self.scaler is not None:
+            before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
+            # update() lowers the scale exactly when this step found an inf/NaN gradient
+            skipped = self.scaler.get_scale() < before
         else:
             self.optimizer.step()
-        self.scheduler.step()
+        if skipped:
+            self.skipped_steps += 1
+        else:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -117,15 +117,21 @@ class RNGState:
         return tensors, meta
 
     @classmethod
-    def from_record(cls, record: RNGRecord) -> RNGState:
-        """The state a checkpoint record describes; its CUDA state goes to the current device."""
+    def from_record(cls, record: RNGRecord, device: torch.device | str | None = None) -> RNGState:
+        """The state a checkpoint record describes; its CUDA state goes to ``device`` (the
+        run's GPU; default: the current CUDA device)."""
         tensors, meta = record
         cuda = tensors.get("cuda") if torch.cuda.is_available() else None
+        device = torch.device(device) if device is not None else None
+        index = None
+        if cuda is not None:
+            on_gpu = device is not None and device.type == "cuda" and device.index is not None
+            index = device.index if on_gpu else torch.cuda.current_device()
         py, npst = meta.get("python"), meta.get("numpy")
         return cls(
             cpu=tensors["torch"],
             cuda=cuda,
-            cuda_device=torch.cuda.current_device() if cuda is not None else None,
+            cuda_device=index,
             python=None if py is None else (py[0], tuple(py[1]), py[2]),
             numpy=None if npst is None else (npst[0], np.asarray(npst[1], np.uint32), *npst[2:]),
         )

@@ -94,17 +94,21 @@ def build_trainer(
     config: Config,
     callbacks: Sequence[Callback] = (),
     hold: contextlib.ExitStack | None = None,
+    *,
+    defer_push: bool = False,
 ) -> Trainer:
     """Everything :func:`train` sets up, without running the loop.
 
     ``hold``: where the main process keeps the output folder's lock, taken before the folder is
     checked; :func:`train` passes a stack that lives as long as the run. Without it no lock is
-    taken (the caller owns the folder).
+    taken (the caller owns the folder). ``defer_push``: ``train.push_to_hub``'s upload waits for
+    :func:`train` to call it after the process group is destroyed (:class:`PushCallback`).
     """
     tc = config.train
     config.objective.validate()  # a config built in Python fails before any work
     dist_info = init_distributed(
-        "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
+        "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu",
+        timeout_s=tc.dist_timeout_s,
     )
     if tc.batch_size % dist_info.world_size:  # every rank takes an equal slice of each batch
         raise ConfigError(
@@ -152,7 +156,8 @@ def build_trainer(
     seed_everything(dropout_seed(tc.seed, dist_info.rank))
     models_out: list[Callback] = [ModelCardCallback(config, data)]
     if tc.push_to_hub:
-        models_out.append(PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub))
+        push = PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub, deferred=defer_push)
+        models_out.append(push)
     return Trainer(
         config,
         encoder,
@@ -170,8 +175,16 @@ def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> di
     """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
     ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
     config = load_config(config) if not isinstance(config, Config) else config.validate()
-    try:
-        with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
-            return build_trainer(config, callbacks, hold).train()
-    finally:
-        shutdown_distributed()  # only if init_distributed created the process group
+    with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
+        try:
+            trainer = build_trainer(config, callbacks, hold, defer_push=True)
+            results = trainer.train()
+        finally:
+            shutdown_distributed()  # only if init_distributed created the process group
+        # The upload comes after the process group is gone: however long it takes, no rank
+        # waits in a collective (the NCCL watchdog would abort it) and torchrun sees the other
+        # ranks end normally; the folder's lock is still held.
+        for callback in trainer.callbacks.callbacks:
+            if isinstance(callback, PushCallback) and callback.finished:
+                callback.push()
+        return results

@@ -29,12 +29,35 @@ def pick_device(name: str, dist_info: DistInfo) -> torch.device:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for ``train.precision`` on ``device`` (``None``: full fp32)."""
+    """The autocast dtype for ``train.precision`` on ``device`` (``None``: full fp32).
+
+    ``auto`` (the default) is bf16 autocast on a CUDA GPU that supports it (Ampere and later);
+    on an older GPU it is fp32 with TF32 matrix products allowed (:func:`allow_tf32`); on the CPU
+    it is plain fp32, so CPU runs are unchanged by the default. Whatever it resolves to is
+    logged once and recorded in ``results.json`` (:func:`precision_name`).
+    """
     if precision == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return None
+        dtype = None
+        if device.type == "cuda":
+            if torch.cuda.is_bf16_supported(including_emulation=False):
+                dtype = torch.bfloat16
+            else:
+                allow_tf32()
+        how = "with TF32 matrix products" if device.type == "cuda" and dtype is None else ""
+        log.info(
+            "train.precision=auto: %s on %s%s",
+            precision_name(dtype),
+            device,
+            f" {how}" if how else "",
+        )
+        return dtype
     check_precision(precision, device.type)
+    if precision == "fp16" and device.type != "cuda":
+        log.warning(
+            "train.precision=fp16 on %s: loss scaling runs (GradScaler) but fp16 arithmetic "
+            "is emulated and slow off a GPU; it is there to test the fp16 path",
+            device,
+        )
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         log.warning(
             "train.precision=bf16 on a CPU without native bf16 matrix products (no AVX512-BF16/AMX): "
@@ -51,6 +74,15 @@ PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 def precision_name(amp_dtype: torch.dtype | None) -> str:
     """The precision a run really trains in (``auto`` resolved): ``fp32``, ``bf16`` or ``fp16``."""
     return PRECISION_NAMES[amp_dtype]
+
+
+def allow_tf32() -> None:
+    """Let CUDA fp32 matrix products and convolutions use TF32 tensor cores (10-bit mantissa
+    inputs, fp32 accumulation): ``auto`` precision on a GPU without bf16. PyTorch leaves it off
+    by default since 1.12; for training an encoder it is the usual choice (sentence-transformers
+    and the transformers Trainer's ``tf32`` do the same)."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def cpu_has_native_bf16() -> bool:

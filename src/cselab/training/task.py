@@ -122,7 +122,9 @@ class Task:
     def prepare(self, batch: Batch) -> Batch:
         """``batch`` with what the step's views need besides its tokens: the word-repeated
         positive (``positive.*`` columns) when the objective asks for one. Called once per step
-        on the whole local batch, before any encoding (GradCache chunks the result)."""
+        on the whole local batch, before any encoding (GradCache chunks the result); the trainer
+        calls it on the CPU batch, before the copy to the device (the repetition is host work),
+        and a prepared batch passes through unchanged."""
         batch = self._masked(batch)
         rate = self.objective.positive_repetition
         if rate <= 0 or self.kind.pairs or is_pair_batch(dict(batch.inputs)):
@@ -140,7 +142,7 @@ class Task:
         """``batch`` with its masked copy (``masked.*`` columns) when the objective predicts
         masked tokens (MNTP), drawn per global row from ``(seed, step)``."""
         rate = self.objective.masked_token_rate
-        if rate <= 0 or self.mask_id is None:
+        if rate <= 0 or self.mask_id is None or MASKED_IDS in batch.inputs:  # prepared already
             return batch
         seed = self.seed if self.seed is not None else 0
         gens = [

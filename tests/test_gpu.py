@@ -1,0 +1,111 @@
+"""The training path on a CUDA GPU: the trainer at the default precision, GradCache, a resume
+and fp16 loss scaling. Marked ``gpu``: skipped without CUDA, run by default where there is one
+(``bench/gpu_check.py`` runs ``pytest -m gpu`` first). The CPU runs the same code in the other
+test files; here only what differs on a GPU is checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cselab.training import checkpoint as ckpt
+from cselab.training.run import build_trainer
+from test_trainer import assert_same_weights, tiny_config
+
+pytestmark = pytest.mark.gpu
+
+
+def test_auto_precision_on_the_gpu_is_bf16_or_tf32(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=4"))
+    assert trainer.device.type == "cuda"
+    results = trainer.train()
+    expected = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+    assert results["precision"] == expected
+    if expected == "fp32":
+        assert torch.backends.cuda.matmul.allow_tf32
+    assert results["device"].startswith("cuda")
+
+
+def test_gradcache_on_the_gpu_equals_the_plain_step(tiny_bert: Path, tmp_path: Path) -> None:
+    """GradCache's replay restores the CUDA dropout stream: the same weights as no caching
+    (fp32, so the sums agree to rounding only)."""
+    args = ("--train.precision=fp32", "--train.max_steps=3", "--model.dropout=0.1")
+    build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args)).train()
+    build_trainer(
+        tiny_config(tiny_bert, tmp_path / "b", *args, "--train.cache_chunk_size=3")
+    ).train()
+    from safetensors.torch import load_file
+
+    a = load_file(str(tmp_path / "a/out/last/model.safetensors"))
+    b = load_file(str(tmp_path / "b/out/last/model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-4, msg=k)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_resume_on_the_gpu_is_bit_exact(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str
+) -> None:
+    """Stop after step 7 (checkpoint at 6), resume: the CUDA RNG, the scaler (fp16) and the
+    background-written checkpoint give the uninterrupted run's weights exactly."""
+    from cselab.training.trainer import Trainer
+
+    args = (f"--train.precision={precision}", "--train.save_steps=3", "--model.dropout=0.1")
+    build_trainer(tiny_config(tiny_bert, tmp_path / "ref", *args)).train()
+    original = Trainer.optimizer_step
+
+    def stop(self: Trainer) -> None:
+        original(self)
+        if self.step == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "optimizer_step", stop)
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(tiny_config(tiny_bert, tmp_path / "cut", *args)).train()
+    monkeypatch.undo()
+    _, meta = ckpt.load_checkpoint(tmp_path / "cut/out/checkpoint")
+    assert meta["step"] == 6 and meta["extra"]["precision"] == precision
+    build_trainer(tiny_config(tiny_bert, tmp_path / "cut", *args, "--train.resume=true")).train()
+    assert_same_weights(tmp_path / "ref/out/last", tmp_path / "cut/out/last")
+
+
+def test_fp16_overflow_on_the_gpu_skips_the_step(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=fp16"))
+    trainer.optim.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**127)
+    before = {k: v.clone() for k, v in trainer.encoder.state_dict().items()}
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    assert trainer.optim.skipped_steps == 1 and trainer.optim.scheduler.last_epoch == 0
+    assert all(torch.equal(before[k], v) for k, v in trainer.encoder.state_dict().items())
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_single_process_on_cuda_1_keeps_cuda_1s_rng(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(
+        tiny_config(tiny_bert, tmp_path, "--train.device=cuda:1", "--train.max_steps=2")
+    )
+    trainer.train()
+    tensors, _ = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
+    torch.cuda.manual_seed_all(0)  # both devices' streams differ from the run's now
+    assert torch.equal(tensors["rng.0.cuda"], torch.cuda.get_rng_state(1)) is False
+    trainer.resume()
+    assert torch.equal(tensors["rng.0.cuda"], torch.cuda.get_rng_state(1))
+
+
+def test_unpad_cuda_forward_equals_the_padded_one(tiny_bert: Path) -> None:
+    """``model.unpad_cuda``: the forward on the real tokens with varlen attention gives the
+    padded forward's vectors (fp32, dropout off)."""
+    from cselab.model.encoder import SentenceEncoder
+
+    sentences = ["a short one", "a much longer sentence than the other one is", "b"]
+    varlen = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", unpad_cuda=True)
+    padded = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", fast_path=False)
+    vectors = []
+    for enc in (varlen, padded):
+        enc = enc.cuda().eval()
+        batch = {k: v.cuda() for k, v in enc.tokenize(sentences).items()}
+        with torch.no_grad():
+            vectors.append(enc(**batch))
+    torch.testing.assert_close(vectors[0], vectors[1], rtol=0, atol=1e-4)

