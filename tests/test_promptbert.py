@@ -314,13 +314,13 @@ def test_head_at_inference_and_a_tokenizer_without_mask_are_refused(tiny_bert: P
 
 # ---------------------------------------------------------------------------- preset, card, docs
 def test_preset_is_the_authors_unsupervised_bert_recipe() -> None:
-    cfg = load_config(REPO / "configs" / "promptbert-bert-base.yaml")
+    cfg = load_config(REPO / "src/cselab/presets" / "promptbert-bert-base.yaml")
     m, t = cfg.model, cfg.train
     assert (m.pooler, m.mlp_only_train, m.max_seq_len) == ("prompt", True, 34)
     assert (m.prompt.template, m.prompt.template2) == (T1, T2)
     assert m.prompt.denoise and not m.prompt.denoise_inference
     assert (t.batch_size, t.lr, t.epochs, cfg.objective.temperature) == (256, 1e-5, 1, 0.05)
-    text = (REPO / "configs" / "promptbert-bert-base.yaml").read_text()
+    text = (REPO / "src/cselab/presets" / "promptbert-bert-base.yaml").read_text()
     assert re.search(r"Avg\.\):\n#.*78\.54$", text, re.M)
     build_objective(cfg.objective)
 

@@ -35,10 +35,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..config import load_config
+    from ..config.presets import find_preset, presets_dir
     from ..io.runfolder import RunFolder
     from ..training.run import train
 
-    config = load_config(args.config, args.overrides)
+    path = find_preset(args.config, presets_dir(args.presets)) if args.config else None
+    config = load_config(path, args.overrides)
     results = train(config)
     if results:
         name = results.get("dev", {}).get("name", "stsb_dev")
@@ -109,8 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "config",
         nargs="?",
-        help="YAML config, e.g. a preset in configs/ (default: SimCSE BERT-base unsup; every "
-        "key: `cselab config`)",
+        help="a preset name (e.g. demo-minilm; the list: `cselab config`) or a YAML config file "
+        "(default: SimCSE BERT-base unsup)",
+    )
+    p.add_argument(
+        "--presets",
+        metavar="DIR",
+        help="look preset names up in this folder (default: $CSELAB_CONFIGS, else cselab's own)",
     )
     p.set_defaults(func=cmd_train)
 

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every (configuration, seed) cell of a sweep file; finished cells are "
         "skipped and interrupted ones resumed (see cselab.insight.sweep for the file's keys).",
     )
-    p.add_argument("spec", help="sweep YAML file")
+    p.add_argument("spec", help="sweep YAML file, or a sweep preset's name (e.g. focal-vs-simcse)")
     p.add_argument("--parallel", type=int, help="override the file's 'parallel'")
     p.add_argument("--dry-run", action="store_true", help="list the cells and their state only")
     p.set_defaults(func=cmd_sweep)
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report",
         help="mean ± std over seeds and paired comparisons of a sweep",
         description="Tabulate a sweep's cells: mean ± std per configuration and task, and each "
-        "configuration's same-seed difference to a baseline (95%% CI by paired t and bootstrap; "
+        "configuration's same-seed difference to a baseline (95% CI by paired t and bootstrap; "
         "paired t-test and Wilcoxon p-values). Writes report.md, report.csv and report.png.",
     )
     p.add_argument("root", help="the sweep's output_root")
@@ -59,9 +59,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..config.presets import find_sweep
     from ..insight.sweep import check_spec, load_sweep, run_sweep, sweep_progress
 
-    spec = load_sweep(args.spec)
+    spec = load_sweep(find_sweep(args.spec))
     if args.parallel is not None:
         spec.parallel = args.parallel
         check_spec(spec)

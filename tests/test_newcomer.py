@@ -1,0 +1,247 @@
+"""The newcomer's path (issue 31): presets shipped in the package and named by ``cselab train``,
+the collection builder as a command, a wheel that carries both, and a failed start that does not
+lock its output folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cselab.cli import main
+from cselab.core.errors import UserError
+from cselab.training.callbacks import Callback
+from conftest import REPO, write_corpus
+
+PYTHON = sys.executable
+
+
+# ------------------------------------------------------------------------ presets as package data
+
+
+def test_presets_are_package_data() -> None:
+    """importlib.resources finds the presets inside the package, and pyproject's package-data
+    globs take every file of the folder (a preset the wheel would leave out fails here)."""
+    from importlib import resources
+
+    from cselab.config.presets import packaged_presets, preset_names
+
+    folder = resources.files("cselab") / "presets"
+    assert (folder / "simcse-bert-base.yaml").is_file()
+    assert (folder / "sweeps" / "focal-vs-simcse.yaml").is_file()
+    assert Path(str(folder)) == packaged_presets()
+    assert {"simcse-bert-base", "demo-minilm", "promptbert-bert-base"} <= set(
+        preset_names(packaged_presets())
+    )
+    import tomllib
+
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["cselab"]
+    shipped = {p for g in globs for p in (REPO / "src/cselab").glob(g)}
+    every = {p for p in packaged_presets().rglob("*") if p.is_file()}
+    assert every <= shipped
+    assert not (REPO / "configs").exists()  # one home: the package's presets folder
+
+
+def test_train_takes_a_preset_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cselab train NAME` reads the preset as `cselab config NAME` does: a wrong key given on
+    the command line is reported against that preset's config, and an unknown name lists them."""
+    assert main(["train", "nosuch-preset"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset or config file 'nosuch-preset'" in err and "simcse-bert-base" in err
+    # the preset is read: its relative eval.data_dir does not exist here, which is the error
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "demo-minilm", "--train.max_steps=1", "--model.name_or_path=x"]) == 2
+    err = capsys.readouterr().err
+    assert "SentEval data missing in ../shared/data/senteval" in err, err
+
+
+def test_a_preset_name_is_never_a_path(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    (tmp_path / "evil.yaml").write_text("train:\n  max_steps: 3\n")
+    rel = os.path.relpath(tmp_path / "evil", REPO / "src/cselab/presets")
+    assert main(["config", rel]) == 2
+    assert capsys.readouterr().err.strip() == f"cselab config: error: config file not found: {rel}"
+
+
+def test_sweep_preset_by_name(
+    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the preset's base is a preset name, found from any folder
+    assert main(["sweep", "focal-vs-simcse", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "simcse" in out and "focal" in out
+
+
+# ----------------------------------------------------------------------------------- the wheel
+
+
+def _build_and_install(tmp_path: Path) -> Path:
+    """Build the wheel from a copy of the source (the checkout stays clean) and unpack it into
+    a folder of its own; the dependencies come from this interpreter's site-packages."""
+    src = tmp_path / "src-copy"
+    shutil.copytree(
+        REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    wheels = tmp_path / "wheels"
+    pip = [PYTHON, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("cselab-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "cselab/presets/simcse-bert-base.yaml" in names
+    assert "cselab/presets/sweeps/focal-vs-simcse.yaml" in names
+    assert "cselab/cli/evaluate.py" in names  # the collection builder: `cselab collection`
+    site = tmp_path / "site"
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return site
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_presets_and_the_collection_builder(
+    tmp_path: Path, senteval_dir: Path
+) -> None:
+    site = _build_and_install(tmp_path)
+    work = tmp_path / "elsewhere"  # no configs/ folder, no source tree around
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "CSELAB_CONFIGS": ""}
+
+    def cselab(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PYTHON, "-m", "cselab", *args], cwd=work, env=env, capture_output=True, text=True
+        )
+
+    where = subprocess.run(
+        [PYTHON, "-c", "import cselab; print(cselab.__file__)"],
+        cwd=work, env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert where.startswith(str(site))
+    proc = cselab("config", "simcse-bert-base")
+    assert proc.returncode == 0, proc.stderr
+    values = yaml.safe_load(proc.stdout)
+    assert values["model"]["name_or_path"] == "bert-base-uncased"
+    assert f"Presets ({site / 'cselab' / 'presets'}): " in " ".join(
+        line.removeprefix("#").strip() for line in proc.stdout.splitlines()
+    )
+    proc = cselab("collection", "beir", "--data-dir", str(senteval_dir), "--no-download")
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "beir" / "qrels" / "dev.tsv").is_file()
+
+
+# ------------------------------------------------------------------- a failed start, corrected
+
+
+def _tiny_run(tiny_bert: Path, tmp_path: Path, out: Path, *extra: str) -> list[str]:
+    corpus = write_corpus(tmp_path / "data", 32)
+    return ["train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+            f"--data.cache_dir={tmp_path}/cache", "--train.batch_size=8", "--train.max_steps=2",
+            "--train.eval_steps=1", "--train.report_to=[]", "--train.device=cpu",
+            f"--train.output_dir={out}", *extra]  # fmt: skip
+
+
+def test_missing_dev_data_names_trains_flag_and_the_retry_runs(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, capsys: pytest.CaptureFixture, one_thread
+) -> None:
+    out = tmp_path / "out"
+    empty = tmp_path / "no-senteval"
+    empty.mkdir()
+    assert main(_tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={empty}")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cselab train: error: SentEval data missing in")
+    assert "pass --eval.data_dir DIR" in err and "--data-dir" not in err
+    assert main(_tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")) == 0
+    assert (out / "results.json").is_file()
+
+
+class _Crash(Callback):
+    """A callback that fails the run at the first evaluation (``at=0``: after the step-0
+    evaluation wrote its row and ``best/``) or at the first trained step."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_evaluate(self, step: int, numbers: dict) -> None:
+        if step == self.at == 0:
+            raise UserError("crashed before the first step")
+
+    def on_step(self, step: int, numbers: dict) -> None:
+        if step == self.at:
+            raise UserError("crashed after a step")
+
+
+@pytest.mark.parametrize("crash_at", [0, 1])
+def test_a_folder_holds_a_run_once_training_started(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, capsys: pytest.CaptureFixture,
+    crash_at: int, one_thread,
+) -> None:  # fmt: skip
+    from cselab.config import load_config
+    from cselab.training.run import train
+
+    out = tmp_path / "out"
+    args = _tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")
+    with pytest.raises(UserError, match="crashed"):
+        train(load_config(None, args[1:]), callbacks=[_Crash(crash_at)])
+    assert (out / "config.yaml").is_file() and (out / "best").is_dir()
+    code = main(args)
+    err = capsys.readouterr().err
+    if crash_at == 0:  # no step ran: the corrected command simply runs
+        assert code == 0, err
+        assert (out / "results.json").is_file()
+    else:  # a step ran: the folder holds a run, and is kept
+        assert code == 2
+        assert "already holds a run (best, config.yaml, metrics.csv)" in err
+
+
+# ------------------------------------------------------------------- the long description, make demo
+
+
+def test_readme_speaks_to_pip_users() -> None:
+    """The README is the wheel's long description: outside its "from a clone" section it asks
+    for no `make` target, no bench/ script and no configs/ file; its Install names the extras
+    that pyproject defines."""
+    import tomllib
+
+    text = (REPO / "README.md").read_text()
+    pip_part, _, clone_part = text.partition("## Develop (from a clone)")
+    assert clone_part and "make demo" in clone_part
+    for needle in ("make demo", "make test", "bench/", "configs/", "make setup`"):
+        assert needle not in pip_part.replace("`make setup` does both", ""), needle
+    install = pip_part.split("## Install", 1)[1].split("\n## ", 1)[0]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for extra in set(extras) - {"dev"}:
+        assert f"`{extra}`" in install, extra
+    assert "without AVX-512" not in text
+
+
+def test_make_demo_runs_twice(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, capsys: pytest.CaptureFixture, one_thread
+) -> None:
+    """The Makefile's demo command, on a tiny model, twice in one folder: both runs train."""
+    import re
+
+    makefile = (REPO / "Makefile").read_text()
+    args = dict(re.findall(r"^(\w+) :?= ?(.*)$", makefile, re.M))
+    recipe = makefile.split("\ndemo: setup\n", 1)[1].splitlines()[0].strip()
+    argv = recipe.replace("$(BIN)/cselab ", "").replace("$(DEMO_ARGS)", args["DEMO_ARGS"]).split()
+    assert argv[:2] == ["train", "demo-minilm"]
+    tiny = _tiny_run(tiny_bert, tmp_path, tmp_path / "demo", f"--eval.data_dir={senteval_dir}")
+    for _ in range(2):
+        assert main([*argv, *tiny[1:]]) == 0, capsys.readouterr().err
+        assert (tmp_path / "demo" / "results.json").is_file()
