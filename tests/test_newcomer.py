@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import REPO, write_corpus
 from cselab.cli import main
 from cselab.core.errors import UserError
 from cselab.training.callbacks import Callback
-from conftest import REPO, write_corpus
 
 PYTHON = sys.executable
 
