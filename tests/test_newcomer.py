@@ -245,3 +245,24 @@ def test_make_demo_runs_twice(
     for _ in range(2):
         assert main([*argv, *tiny[1:]]) == 0, capsys.readouterr().err
         assert (tmp_path / "demo" / "results.json").is_file()
+
+
+# ------------------------------------------------------------------------ report_to's default
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_report_to_defaults_to_the_installed_loggers(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, installed: bool
+) -> None:
+    """A plain install (no tensorboard) trains without a logger warning; with tensorboard
+    installed the default logs to it."""
+    out = tmp_path / "out"
+    args = [a for a in _tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")
+            if not a.startswith("--train.report_to")]  # fmt: skip
+    block = "" if installed else "sys.modules['tensorboard'] = None; "
+    code = f"import sys; {block}from cselab.cli import main; sys.exit(main({args!r}))"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "not installed" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr
+    assert (out / "tensorboard").is_dir() == installed

@@ -62,7 +62,8 @@ class TrainConfig:
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
-            ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
+            ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none;
+            ``null`` (the default): ``tensorboard`` when it is installed, else none.
     """
 
     output_dir: str = "outputs/run"
@@ -86,7 +87,7 @@ class TrainConfig:
     compile: bool = False
     fused_adamw: bool = True
     push_to_hub: str | None = None
-    report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
+    report_to: list[ReportTo] | None = None
 
 
 def dev_metric_for(dev: str, metric: str | None) -> str:
