@@ -51,18 +51,19 @@ def test_presets_are_package_data() -> None:
 
 
 def test_train_takes_a_preset_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`cselab train NAME` reads the preset as `cselab config NAME` does: a wrong key given on
     the command line is reported against that preset's config, and an unknown name lists them."""
     assert main(["train", "nosuch-preset"]) == 2
     err = capsys.readouterr().err
     assert "unknown preset or config file 'nosuch-preset'" in err and "simcse-bert-base" in err
-    # the preset is read: its relative eval.data_dir does not exist here, which is the error
+    # the preset is read: its train file, relative to the repository root, is not found here
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "demo-minilm", "--train.max_steps=1", "--model.name_or_path=x"]) == 2
+    args = ["train", "demo-minilm", "--train.max_steps=1", f"--model.name_or_path={tiny_bert}"]
+    assert main(args) == 2
     err = capsys.readouterr().err
-    assert "SentEval data missing in ../shared/data/senteval" in err, err
+    assert "shared/data/wiki/wiki1m_for_simcse.first11914.txt: training file not found" in err
 
 
 def test_a_preset_name_is_never_a_path(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ def test_missing_dev_data_names_trains_flag_and_the_retry_runs(
     empty = tmp_path / "no-senteval"
     empty.mkdir()
     assert main(_tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={empty}")) == 2
-    err = capsys.readouterr().err.strip()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("cselab train: error: SentEval data missing in")
     assert "pass --eval.data_dir DIR" in err and "--data-dir" not in err
     assert main(_tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")) == 0

@@ -25,19 +25,13 @@ def make_dev_evaluator(ec: EvalConfig, eval_steps: int) -> Evaluator | None:
     evaluation: ``eval.enabled`` off or ``train.eval_steps`` 0).
 
     A dev file is read and validated here whatever the cadence (also with ``train.eval_steps``
-    0), so a bad or missing one fails before training starts, never silently; STS-B dev is
-    looked for (and fetched into the cache) when it will be used.
+    0), so a bad or missing one fails before training starts, never silently.
     """
     if not ec.enabled:
         return None
     from ..evaluation.custom import dev_evaluator
 
     evaluator = dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
-    if evaluator is not None and eval_steps and evaluator.source == "stsb":
-        from ..evaluation.sts import ensure_stsb_dev
-
-        # STS-B dev is there (or fetched) before anything is written; named as train takes it
-        ensure_stsb_dev(ec.data_dir, option="--eval.data_dir")
     return evaluator if eval_steps else None
 
 
