@@ -267,3 +267,16 @@ def test_report_to_defaults_to_the_installed_loggers(
     assert proc.returncode == 0, proc.stderr
     assert "not installed" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr
     assert (out / "tensorboard").is_dir() == installed
+
+
+def test_card_says_what_the_pooler_is() -> None:
+    """A cls + MLP model trained with mlp_only_train: the card says the head served training
+    only, not "pooling `cls_before_pooler`, as trained"."""
+    from cselab.model.config import ModelConfig
+    from cselab.publish.usage import usage_snippets
+
+    text = usage_snippets("m", ModelConfig(pooler="cls", mlp_only_train=True))
+    assert "`cls_before_pooler`, as trained" not in text
+    assert "trained with pooler `cls`, whose MLP head was used in training only" in text
+    text = usage_snippets("m", ModelConfig(pooler="cls", mlp_only_train=False))
+    assert "the [CLS] vector through an MLP head, pooling `cls`, as trained" in text
