@@ -280,3 +280,55 @@ def test_card_says_what_the_pooler_is() -> None:
     assert "trained with pooler `cls`, whose MLP head was used in training only" in text
     text = usage_snippets("m", ModelConfig(pooler="cls", mlp_only_train=False))
     assert "the [CLS] vector through an MLP head, pooling `cls`, as trained" in text
+
+
+# ---------------------------------------------------- the Matryoshka table at the end of a run
+
+
+def test_matryoshka_table_encodes_once_logs_and_counts_in_the_wall_time(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch, one_thread,
+) -> None:  # fmt: skip
+    """The real STS-B dev evaluator at the end of a Matryoshka run: the selected model encodes
+    the dev sentences once for all dimensions, each dimension's score is logged, and the
+    time it takes is inside results.json's wall time."""
+    import logging
+    import time
+
+    from cselab.config import load_config
+    from cselab.model.sentence_encoder import SentenceEncoder
+    from cselab.training.run import build_trainer
+
+    out = tmp_path / "out"
+    args = _tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}",
+                     "--objective.matryoshka.dims=[16,8]")  # fmt: skip
+    trainer = build_trainer(load_config(None, args[1:]))
+    calls: list[int] = []
+    done = [0.0]
+    real_encode = SentenceEncoder.encode
+    evaluator = trainer.selection.evaluator
+
+    def counted(self, sentences, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(len(sentences))
+        return real_encode(self, sentences, *a, **k)
+
+    def slow_at_the_end(view):  # noqa: ANN001, ANN202
+        score = evaluator(view)
+        if trainer.step == trainer.total_steps:  # the table: make its time visible
+            time.sleep(0.3)
+            done[0] = time.perf_counter()
+        return score
+
+    trainer.selection.evaluator = slow_at_the_end
+    slow_at_the_end.name = evaluator.name
+    before = len(calls)
+    monkeypatch.setattr(SentenceEncoder, "encode", counted)
+    with caplog.at_level(logging.INFO, logger="cselab"):
+        results = trainer.train()
+    table = [r["dim"] for r in results["dev_at_dims"]]
+    assert table == [32, 16, 8]
+    evaluations = 1 + 2  # step 0, 1 and 2 (eval_steps=1)
+    assert len(calls) - before == evaluations + 1  # one encoding for the whole table
+    for dim in (32, 16, 8):
+        assert any(f"dimension {dim} (" in r.getMessage() for r in caplog.records), dim
+    assert results["wall_time_s"] >= round(done[0] - trainer._t0, 2) - 0.01
