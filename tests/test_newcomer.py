@@ -332,3 +332,47 @@ def test_matryoshka_table_encodes_once_logs_and_counts_in_the_wall_time(
     for dim in (32, 16, 8):
         assert any(f"dimension {dim} (" in r.getMessage() for r in caplog.records), dim
     assert results["wall_time_s"] >= round(done[0] - trainer._t0, 2) - 0.01
+
+
+# --------------------------------------------------------------- a search model's card, end to end
+
+
+def test_search_model_card_has_search_results_mining_and_intended_use(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, capsys: pytest.CaptureFixture, one_thread
+) -> None:
+    """mine -> train on the triplets -> evaluate --retrieval --update-card: the card carries a
+    model-index entry per collection, how the negatives were mined and the intended use; a
+    later SentEval --update-card keeps the retrieval part."""
+    from huggingface_hub import ModelCard
+
+    pairs = tmp_path / "pairs.tsv"
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    rows = [f"{a} {b} one\t{a} {b} two" for a in words for b in words if a != b]
+    pairs.write_text("anchor\tpositive\n" + "\n".join(rows) + "\n")
+    triplets = tmp_path / "triplets.tsv"
+    assert main(["mine", str(pairs), "--model", str(tiny_bert), "-o", str(triplets)]) == 0
+    out = tmp_path / "out"
+    args = [a for a in _tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")
+            if not a.startswith("--data.train_file")]  # fmt: skip
+    assert main([*args, f"--data.train_file={triplets}"]) == 0
+    beir = tmp_path / "beir"
+    assert main(["collection", str(beir), "--data-dir", str(senteval_dir), "--no-download"]) == 0
+    best = str(out / "best")
+    code = main(["evaluate", best, "--retrieval", str(beir), "--split", "dev", "--update-card"])
+    assert code == 0, capsys.readouterr().err
+    card = ModelCard.load(out / "best" / "README.md")
+    entries = [r for r in card.data.eval_results if r.task_type == "retrieval"]
+    assert {r.dataset_type for r in entries} == {"beir"}
+    assert {r.metric_type for r in entries} >= {"ndcg_at_10", "mrr_at_10", "map_at_100"}
+    assert all(r.dataset_split == "validation" for r in entries)
+    text = card.text
+    assert "| hard negatives | mined by `cselab mine` with `" in text
+    assert "3 per anchor" in text and "top sampling" in text
+    assert "## Intended use\n\nSemantic search (trained on pairs with hard negatives)" in text
+    assert "Retrieval: " in text and "ndcg@10" in text.split("## Evaluation")[1].lower()
+    assert main(["evaluate", best, "--tasks", "STSBenchmark", "--data-dir", str(senteval_dir),
+                 "--no-download", "--update-card"]) == 0  # fmt: skip
+    card = ModelCard.load(out / "best" / "README.md")
+    evaluation = card.text.split("## Evaluation")[1]
+    assert "Retrieval: " in evaluation and "STS-B" in evaluation
+    assert {r.dataset_type for r in card.data.eval_results} >= {"beir", "stsbenchmark"}

@@ -234,14 +234,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
     dims = parse_dims(args.dims)
-    if args.retrieval and (args.update_card or args.csv):
-        # Both carry the SentEval tables only: the card's evaluation block would be replaced by
-        # one without the earlier tables, the CSV would hold the retrieval numbers as text.
-        option = "--update-card" if args.update_card else "--csv"
+    if args.retrieval and args.csv:
+        # the long-format CSV holds SentEval's numbers; the retrieval ones would be text in it
         raise ConfigError(
-            f"{option} carries the SentEval tables only, not --retrieval results; write them "
-            "with -o/--output (JSON), and run the SentEval tasks without --retrieval for "
-            f"{option}"
+            "--csv carries the SentEval tables only, not --retrieval results; write them with "
+            "-o/--output (JSON), and run the SentEval tasks without --retrieval for --csv"
         )
     for option, path in (("--output", args.output), ("--csv", args.csv)):
         if path:

@@ -49,7 +49,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,8 +57,8 @@ import numpy as np
 
 from ..core.errors import ConfigError, CorpusError
 from ..data.config import DataFormat, PairColumns
-from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, stream_pairs
-from ..io.files import TABLE_WRITE_SUFFIXES, write_table
+from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, mining_record_path, stream_pairs
+from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from .index import SEARCH_BACKENDS, Index, ann_params, check_new_folder
 
@@ -353,6 +353,19 @@ def mine_hard_negatives(
             report.written = len(report.rows)
         else:
             report.written = write_table(output, report.header, mined, "mined triplets")
+            record = {
+                "tool": "cselab mine",
+                "model": str(model) if isinstance(model, str | os.PathLike) else None,
+                "pooler": pooler,
+                "backend": backend,
+                "settings": asdict(settings),
+                "pairs": report.pairs,
+                "anchors": report.anchors,
+                "corpus": report.corpus,
+                "written": report.written,
+                "short": report.short,
+            }
+            write_json_atomic(mining_record_path(output), record, indent=2)
         del index
     return report
 
