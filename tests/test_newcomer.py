@@ -376,3 +376,75 @@ def test_search_model_card_has_search_results_mining_and_intended_use(
     evaluation = card.text.split("## Evaluation")[1]
     assert "Retrieval: " in evaluation and "STS-B" in evaluation
     assert {r.dataset_type for r in card.data.eval_results} >= {"beir", "stsbenchmark"}
+
+
+# ----------------------------------------------------------------------------------------- plots
+
+
+def _metrics(folder: Path, rows: list[dict]) -> Path:
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "metrics.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
+
+
+def test_compare_plot_draws_only_the_tasks_that_ran(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, one_thread
+) -> None:
+    """`cselab evaluate --tasks STSBenchmark` twice, then `compare --plot`: one slot (STS-B), no
+    empty STS12-16 or Avg slots that read as zeros."""
+    import json
+
+    from cselab.insight.plots import plot_task_scores
+
+    files = []
+    for pooler in ("avg", "cls_before_pooler"):
+        out = tmp_path / f"{pooler}.json"
+        assert main(["evaluate", str(tiny_bert), "--tasks", "STSBenchmark", "--pooler", pooler,
+                     "--data-dir", str(senteval_dir), "--no-download", "-o", str(out)]) == 0  # fmt: skip
+        files.append(str(out))
+    assert main(["compare", *files, "--plot", str(tmp_path / "bars.png")]) == 0
+    (ax,) = plot_task_scores([json.loads(Path(f).read_text()) for f in files], ["a", "b"]).axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["STS-B"]
+    assert len(ax.patches) == 2
+
+
+def test_plot_labels_sweep_cells_and_shows_equal_schedules_and_each_metric(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Sweep cells (simcse/seed1, focal/seed1, ...) are named by configuration and seed, not
+    `seed1, seed1`; two runs with the same lr schedule both show; a dev axis shared by STS-B
+    Spearman and nDCG@10 names both."""
+    import json
+
+    from cselab.insight.plots import plot_runs, read_run, run_labels
+
+    runs = []
+    for config, score in (("simcse", "stsb_dev"), ("focal", "dev_ndcg@10")):
+        rows = [{"step": s, "loss": 1.0 / s, "lr": 1e-3 * (1 - s / 8), score: 50.0 + s}
+                for s in (2, 4, 6, 8)]  # fmt: skip
+        cell = _metrics(tmp_path / "runs" / config / "seed1", rows)
+        (cell / "cell.json").write_text(json.dumps({"config": config, "seed": 1}))
+        runs.append(str(cell))
+    png = tmp_path / "curves.png"
+    assert main(["plot", *runs, "-o", str(png)]) == 0, capsys.readouterr().err
+    labels = run_labels(runs)
+    assert labels == ["simcse seed1", "focal seed1"]
+    ax_loss, ax_lr, ax_dev = plot_runs([read_run(r, n) for r, n in zip(runs, labels)]).axes
+    lr_legend = [t.get_text() for t in ax_lr.get_legend().get_texts()]
+    assert lr_legend == ["simcse seed1", "focal seed1 (same as simcse seed1)"]
+    assert ax_lr.lines[0].get_linestyle() != ax_lr.lines[1].get_linestyle()
+    assert ax_dev.get_ylabel() == "STS-B dev Spearman, dev nDCG@10 x 100"
+    dev_legend = [t.get_text() for t in ax_dev.get_legend().get_texts()]
+    assert dev_legend == ["simcse seed1 (STS-B dev Spearman)", "focal seed1 (dev nDCG@10)"]
+    # plain runs of the same folder name: labelled by the config keys that differ
+    plain = []
+    for lr in ("1e-3", "3e-5"):
+        folder = _metrics(tmp_path / f"lr{lr}" / "out", [{"step": 1, "loss": 1.0, "lr": 1.0}])
+        (folder / "config.yaml").write_text(f"train:\n  lr: {lr}\n  output_dir: {folder}\n")
+        plain.append(str(folder))
+    assert run_labels(plain) == ["train.lr=1e-3", "train.lr=3e-5"]

@@ -15,7 +15,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders holding metrics.csv")
     p.add_argument("-o", "--output", required=True, help="figure file (.png or .pdf)")
-    p.add_argument("--names", help="comma-separated legend names (default: the folder names)")
+    p.add_argument(
+        "--names",
+        help="comma-separated legend names (default: the folder names, or what tells the runs "
+        "apart: a sweep cell's configuration and seed, the config keys that differ)",
+    )
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=cmd_plot)
 
@@ -44,9 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ..insight.plots import PlotError, plot_runs, read_run
+    from ..insight.plots import PlotError, plot_runs, read_run, run_labels
 
-    names = [n.strip() for n in args.names.split(",")] if args.names else [None] * len(args.runs)
+    names = [n.strip() for n in args.names.split(",")] if args.names else run_labels(args.runs)
     if len(names) != len(args.runs):
         raise PlotError(f"{len(names)} names for {len(args.runs)} runs")
     runs = [read_run(r, n) for r, n in zip(args.runs, names, strict=True)]
