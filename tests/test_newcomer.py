@@ -434,7 +434,9 @@ def test_plot_labels_sweep_cells_and_shows_equal_schedules_and_each_metric(
     assert main(["plot", *runs, "-o", str(png)]) == 0, capsys.readouterr().err
     labels = run_labels(runs)
     assert labels == ["simcse seed1", "focal seed1"]
-    ax_loss, ax_lr, ax_dev = plot_runs([read_run(r, n) for r, n in zip(runs, labels)]).axes
+    ax_loss, ax_lr, ax_dev = plot_runs(
+        [read_run(r, n) for r, n in zip(runs, labels, strict=True)]
+    ).axes
     lr_legend = [t.get_text() for t in ax_lr.get_legend().get_texts()]
     assert lr_legend == ["simcse seed1", "focal seed1 (same as simcse seed1)"]
     assert ax_lr.lines[0].get_linestyle() != ax_lr.lines[1].get_linestyle()
@@ -448,3 +450,83 @@ def test_plot_labels_sweep_cells_and_shows_equal_schedules_and_each_metric(
         (folder / "config.yaml").write_text(f"train:\n  lr: {lr}\n  output_dir: {folder}\n")
         plain.append(str(folder))
     assert run_labels(plain) == ["train.lr=1e-3", "train.lr=3e-5"]
+
+
+# ----------------------------------------------------------------------------------------- small
+
+
+def test_report_help_prints_one_percent_sign(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "95% CI" in out and "%%" not in out
+
+
+def test_encode_dim_too_wide_is_refused_before_the_model_loads(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cselab.model.sentence_encoder import SentenceEncoder
+
+    loads: list[str] = []
+    real = SentenceEncoder.from_pretrained.__func__
+
+    def counted(cls, path, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        loads.append(str(path))
+        return real(cls, path, *a, **k)
+
+    monkeypatch.setattr(SentenceEncoder, "from_pretrained", classmethod(counted))
+    text = tmp_path / "in.txt"
+    text.write_text("a sentence\n")
+    args = ["encode", str(tiny_bert), "--input", str(text), "--output", str(tmp_path / "v")]
+    assert main([*args, "--dim", "500"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "cselab encode: error: --dim 500 is outside 1..32 (the vectors' width)"
+    assert loads == []
+    assert main([*args, "--dim", "16"]) == 0 and len(loads) == 1
+
+
+def test_faiss_backends_are_refused_before_encoding_without_faiss(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """Without FAISS, `index build --backend hnsw`, `evaluate --retrieval --backend hnsw` and
+    `mine --backend hnsw` stop before any encoding, naming the extra."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}\n" for i in range(50)))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("anchor\tpositive\n" + "".join(f"a {i}\tb {i}\n" for i in range(20)))
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "x"}\n')
+    (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "y"}\n')
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    commands = [
+        ["index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(tmp_path / "i"),
+         "--backend", "hnsw"],
+        ["evaluate", str(tiny_bert), "--retrieval", str(beir), "--backend", "hnsw"],
+        ["mine", str(pairs), "--model", str(tiny_bert), "-o", str(tmp_path / "t.tsv"),
+         "--backend", "hnsw"],
+    ]  # fmt: skip
+    code = (
+        "import sys; sys.modules['faiss'] = None\n"
+        "from cselab.model.sentence_encoder import SentenceEncoder\n"
+        "def no(*a, **k): raise SystemExit('encoded before refusing')\n"
+        "SentenceEncoder.encode = no\n"
+        "from cselab.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    for args in commands:
+        proc = subprocess.run([PYTHON, "-c", code, *args], capture_output=True, text=True)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2, (args[0], proc.stderr[-500:])
+        assert last.endswith("this backend needs FAISS: pip install 'cselab[faiss]' (faiss-cpu)")
+
+
+def test_card_throughput_is_a_measured_rate_in_the_data_unit() -> None:
+    from cselab.publish.hardware import throughput
+
+    assert throughput({"sentences_per_s": 1.2, "train_time_s": 3.0, "steps": 4}) == (
+        "– (4 steps in 3.0 s: too short to measure a rate)"
+    )
+    long_run = {"sentences_per_s": 812.4, "train_time_s": 120.0, "steps": 500}
+    assert throughput(long_run, "pairs") == "812 pairs/s"
+    assert throughput({**long_run, "sentences_per_s": 12.345}) == "12.3 sentences/s"

@@ -69,6 +69,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     # model loads, so a bad input is reported at once.
     source = sys.stdin.buffer if args.input == "-" else args.input
     lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
+    # the width is in the folder's config.json: a wrong --dim is refused before the model loads
+    if args.dim is not None and (width := _declared_width(args.model)) is not None:
+        check_prefix(args.dim, width, "--dim")
     encoder = load(
         args.model, pooler=args.pooler, device=args.device, compile_inference=args.compile_inference
     )
@@ -84,6 +87,20 @@ def cmd_encode(args: argparse.Namespace) -> int:
         np.save(tmp, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
     return 0
+
+
+def _declared_width(model: str) -> int | None:
+    """The vectors' width a local model folder declares (``config.json``'s ``hidden_size``,
+    which every cselab pooler keeps), or ``None`` when it does not say (checked after loading)."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    width = config.get("hidden_size") if isinstance(config, dict) else None
+    return width if isinstance(width, int) and not isinstance(width, bool) else None
 
 
 def cmd_push(args: argparse.Namespace) -> int:

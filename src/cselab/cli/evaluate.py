@@ -233,6 +233,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError("--k and --backend go with --retrieval FOLDER")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
+    if args.retrieval:
+        from ..search.index import check_backend
+
+        check_backend(args.backend)  # before the model and the collection are encoded
     dims = parse_dims(args.dims)
     if args.retrieval and args.csv:
         # the long-format CSV holds SentEval's numbers; the retrieval ones would be text in it

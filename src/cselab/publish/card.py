@@ -438,7 +438,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 {_dimensions_section(results, dev)}## Hardware and time
 
-{hardware_section(results, config.train.device, config.train.precision)}
+{hardware_section(results, config.train.device, config.train.precision, data.kind.unit)}
 
 {evaluation_section(evaluation)}
 

@@ -60,7 +60,7 @@ from ..data.config import DataFormat, PairColumns
 from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, mining_record_path, stream_pairs
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
-from .index import SEARCH_BACKENDS, Index, ann_params, check_new_folder
+from .index import SEARCH_BACKENDS, Index, ann_params, check_backend, check_new_folder
 
 SAMPLING = ("top", "random")
 #: What a missing-column error suggests.
@@ -326,6 +326,7 @@ def mine_hard_negatives(
             f"{settings.num_negatives} candidates after range_min {settings.range_min}"
         )
 
+    check_backend(backend)  # before the corpus is encoded for it
     settings = replace(settings, range_max=report.range_max)
     encoder = model
     if isinstance(model, str | os.PathLike):
