@@ -117,6 +117,7 @@ def _build_and_install(tmp_path: Path) -> Path:
 def test_the_wheel_carries_presets_and_the_collection_builder(
     tmp_path: Path, senteval_dir: Path
 ) -> None:
+    pytest.importorskip("setuptools")  # the build backend, used without build isolation (offline)
     site = _build_and_install(tmp_path)
     work = tmp_path / "elsewhere"  # no configs/ folder, no source tree around
     work.mkdir()
