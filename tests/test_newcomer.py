@@ -58,6 +58,15 @@ def test_train_takes_a_preset_name(
     assert main(["train", "nosuch-preset"]) == 2
     err = capsys.readouterr().err
     assert "unknown preset or config file 'nosuch-preset'" in err and "simcse-bert-base" in err
+    assert main(["train", "configs/simcse-bert-base.yaml"]) == 2  # the old repository path
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "config file not found: configs/simcse-bert-base.yaml (a preset is named without its "
+            "folder: simcse-bert-base)"
+        )
+    )
     # the preset is read: its train file, relative to the repository root, is not found here
     monkeypatch.chdir(tmp_path)
     args = ["train", "demo-minilm", "--train.max_steps=1", f"--model.name_or_path={tiny_bert}"]

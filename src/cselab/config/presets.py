@@ -61,7 +61,13 @@ def find_preset(name: str, folder: Path | None = None, what: str = "preset or co
     if is_name and (folder / f"{stem}.yaml").is_file():
         return folder / f"{stem}.yaml"
     if not is_name or stem != name:  # a path, or a file name: as a config file was read
-        raise ConfigError(f"config file not found: {name}")
+        base = Path(stem).name
+        hint = (
+            f" (a preset is named without its folder: {base})"
+            if base and (folder / f"{base}.yaml").is_file()
+            else ""
+        )
+        raise ConfigError(f"config file not found: {name}{hint}")
     names = preset_names(folder)
     listed = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
     raise ConfigError(f"unknown {what} {name!r} ({listed})")
