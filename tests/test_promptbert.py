@@ -296,7 +296,9 @@ def test_sentence_transformers_computes_the_prompt_vectors(tiny_bert: Path, tmp_
     ours = load(str(tmp_path / "m")).encode(SENTENCES)
     np.testing.assert_allclose(model.encode(SENTENCES), ours, rtol=1e-4, atol=1e-5)
     if int(st.__version__.split(".")[0]) >= 6:  # earlier versions import local classes unasked
-        with pytest.raises(ValueError, match=r"(?s)cselab.st.SentenceEncoderModule.*trust_remote_code=True"):
+        with pytest.raises(
+            ValueError, match=r"(?s)cselab.st.SentenceEncoderModule.*trust_remote_code=True"
+        ):
             st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
     code = (
         "import sys; sys.modules['cselab'] = None\n"
