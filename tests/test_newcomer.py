@@ -75,13 +75,6 @@ def test_train_takes_a_preset_name(
     assert "shared/data/wiki/wiki1m_for_simcse.first11914.txt: training file not found" in err
 
 
-def test_a_preset_name_is_never_a_path(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
-    (tmp_path / "evil.yaml").write_text("train:\n  max_steps: 3\n")
-    rel = os.path.relpath(tmp_path / "evil", REPO / "src/cselab/presets")
-    assert main(["config", rel]) == 2
-    assert capsys.readouterr().err.strip() == f"cselab config: error: config file not found: {rel}"
-
-
 def test_sweep_preset_by_name(
     capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -89,6 +89,7 @@ def _leading_comments(path: Path) -> list[str]:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from ..config import Config, load_config
+    from ..model.backbones import summary as backbones_summary
 
     folder = presets_dir(args.presets)
     names = preset_names(folder)
@@ -109,6 +110,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         f"Presets ({folder}): {', '.join(names)}" if names else f"Presets: none in {folder}",
         "Show a preset's values: cselab config NAME; train with it: cselab train NAME"
         + (f" --presets {args.presets}" if args.presets else ""),
+        backbones_summary(),
     ]
     print(render(config, header), end="")
     return 0

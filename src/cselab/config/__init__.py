@@ -53,6 +53,10 @@ class TrainConfig:
         overwrite: replace a previous run in ``output_dir`` (nothing of it is kept). Without
             ``resume`` or ``overwrite`` a folder holding a run is refused.
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
+        gradient_checkpointing: keep only each layer's input in the forward and recompute the
+            layer in the backward (the backbone's ``gradient_checkpointing_enable``, non-reentrant,
+            so dropout draws the same masks again): far less activation memory for about a
+            third more compute. Runs the plain padded forward (no CPU packing).
         compile: wrap the encoder in ``torch.compile``
             (:func:`cselab.model.encoder.compile_encoder`: the packed CPU forward, attention
             operator included, is one graph, its backward another; dynamic shapes, so one
@@ -64,6 +68,9 @@ class TrainConfig:
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
             ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none;
             ``null`` (the default): ``tensorboard`` when it is installed, else none.
+        save_merged: with ``model.lora``, also write ``output_dir/merged``: the best model with
+            its adapters merged into the weights, a plain model folder (as ``cselab merge``);
+            ``best/`` and ``last/`` keep the adapters.
     """
 
     output_dir: str = "outputs/run"
@@ -84,15 +91,18 @@ class TrainConfig:
     resume: bool = False
     overwrite: bool = False
     cache_chunk_size: int | None = None
+    gradient_checkpointing: bool = False
     compile: bool = False
     fused_adamw: bool = True
     push_to_hub: str | None = None
     report_to: list[ReportTo] | None = None
+    save_merged: bool = False
 
 
 def dev_metric_for(dev: str, metric: str | None) -> str:
     """``eval.dev_metric`` checked against ``eval.dev`` (a BEIR folder takes a retrieval measure,
-    STS pairs a correlation); ``None`` is ``ndcg@10`` for a BEIR folder, else ``spearman``.
+    STS pairs a correlation), in lower case (names are case-insensitive); ``None`` is
+    ``ndcg@10`` for a BEIR folder, else ``spearman``.
 
     Raises:
         ConfigError: naming the key, the value and what ``dev`` takes instead.
@@ -104,13 +114,14 @@ def dev_metric_for(dev: str, metric: str | None) -> str:
         return "ndcg@10" if beir else "spearman"
     measures = ", ".join(f"{m}@K" for m in RETRIEVAL_MEASURES)
     parsed = retrieval_metric(metric)
-    if metric in STS_DEV_METRICS:
+    # one rule for every name: case does not matter (Spearman, NDCG@10)
+    if str(metric).lower() in STS_DEV_METRICS:
         if beir:
             raise ConfigError(
                 f"eval.dev_metric={metric} is a correlation of STS pairs, but eval.dev={dev} is a "
                 f"BEIR retrieval folder; use {measures}"
             )
-        return metric
+        return str(metric).lower()
     if parsed is None:
         raise ConfigError(
             f"eval.dev_metric: unknown metric {metric!r}; expected spearman, pearson or (for a "
@@ -198,6 +209,16 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        m.lora.validate()
+        if t.cache_chunk_size and self.objective.mntp.enabled:
+            raise ConfigError(
+                "train.cache_chunk_size (GradCache) caches sentence vectors for in-batch "
+                "negatives; objective.mntp predicts tokens and has none: leave it null"
+            )
+        if t.save_merged and not m.lora.enabled:
+            raise ConfigError(
+                "train.save_merged=true merges LoRA adapters, but model.lora.r is 0 (no adapters)"
+            )
         if m.pooler == "prompt":
             m.prompt.validate()
             if not m.mlp_only_train:

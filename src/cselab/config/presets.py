@@ -57,19 +57,26 @@ def find_preset(name: str, folder: Path | None = None, what: str = "preset or co
         return path
     folder = presets_dir() if folder is None else folder
     stem = name.removesuffix(".yaml").removesuffix(".yml")
-    is_name = stem and "/" not in stem and os.sep not in stem and stem not in (".", "..")
+    # a preset is a name in the folder, never a path: "../x" would read any YAML file on disk
+    is_name = stem not in ("", ".", "..") and not any(
+        sep in stem for sep in ("/", "\\", os.sep, os.altsep or "/")
+    )
     if is_name and (folder / f"{stem}.yaml").is_file():
         return folder / f"{stem}.yaml"
-    if not is_name or stem != name:  # a path, or a file name: as a config file was read
-        base = Path(stem).name
-        hint = (
-            f" (a preset is named without its folder: {base})"
-            if base and (folder / f"{base}.yaml").is_file()
-            else ""
-        )
-        raise ConfigError(f"config file not found: {name}{hint}")
     names = preset_names(folder)
     listed = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
+    if not is_name:
+        base = Path(stem.replace("\\", "/")).name
+        if base and (folder / f"{base}.yaml").is_file():  # e.g. the old configs/NAME.yaml
+            raise ConfigError(
+                f"config file not found: {name} (a preset is named without its folder: {base})"
+            )
+        raise ConfigError(
+            f"config file not found: {name} (and a preset is a name without a path separator; "
+            f"{listed})"
+        )
+    if stem != name:  # a file name: read as a config file would be
+        raise ConfigError(f"config file not found: {name}")
     raise ConfigError(f"unknown {what} {name!r} ({listed})")
 
 

@@ -188,14 +188,14 @@ def plot_runs(
     for i, run in enumerate(logs):
         c = colours[i % len(colours)]
         if "loss" in run.series:
-            ax_loss.plot(*run.series["loss"], color=c, label=run.name)
+            ax_loss.plot(*run.series["loss"], color=c, label=run.name, **_lone(run, "loss"))
             losses += run.series["loss"][1]
         if len(run.terms) > 1:
             styles = ["--", ":", "-."]
             for j, term in enumerate(run.terms):
                 ax_loss.plot(
                     *run.series[term], color=c, linestyle=styles[j % 3], linewidth=1,
-                    label=f"{run.name}: {term}",
+                    label=f"{run.name}: {term}", **_lone(run, term),
                 )  # fmt: skip
                 losses += run.series[term][1]
         if "lr" in run.series:
@@ -206,7 +206,8 @@ def plot_runs(
                 *run.series["lr"], color=c,
                 label=run.name if same is None else f"{run.name} (same as {same})",
                 linestyle="-" if same is None else (0, (4, 2 + len(lr_drawn))),
-                marker=None if same is None else "x", markevery=0.1, linewidth=1.5,
+                marker=_lone(run, "lr").get("marker", None if same is None else "x"),
+                markevery=0.1, linewidth=1.5,
             )  # fmt: skip
             lr_drawn.append((run.name, run.series["lr"]))
         if run.dev_score is not None:
@@ -275,6 +276,12 @@ def score_words(column: str) -> str:
     else:
         words = metric.capitalize()
     return f"{'STS-B dev' if stsb else 'dev'} {words}"
+
+
+def _lone(run: RunLog, column: str) -> dict[str, str]:
+    """A marker for a series of one point (a run with one logged step): a line through one
+    point draws nothing, and the panel would look empty."""
+    return {"marker": "o"} if len(run.series[column][0]) == 1 else {}
 
 
 #: The loss panel turns logarithmic when its positive values span more decades than this.

@@ -25,6 +25,8 @@ from .base import (
     VIEW_MOMENTUM,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
+    VIEW_TOKEN_LABELS,
+    VIEW_TOKEN_LOGITS,
     AuxiliaryTerm,
     LossTerms,
     NegativeBlock,
@@ -57,6 +59,8 @@ from .hard_negatives import HardNegatives
 from .infonce import InBatchNegatives, InfoNCE
 from .matryoshka import MATRYOSHKA, Matryoshka, MatryoshkaPrefixes
 from .mixcse import MixedNegatives
+from .mntp import MaskedNextTokenPrediction, MNTPConfig
+from .mntp import build as build_mntp
 from .noise import AdditiveNoise
 from .off_dropout import OffDropoutNegatives, PositiveRatioScore
 from .papers import Cited, Paper, describe_objective, objective_papers, objective_tags
@@ -93,6 +97,8 @@ def build_objective(
         cfg.validate(width=width)
     else:
         cfg.validate(data.pairs, data.hard_negatives, width)
+    if cfg.mntp.enabled:  # a language-modelling loss of its own, not an InfoNCE part
+        return build_mntp(cfg.mntp)
     hard_negatives = data is not None and data.hard_negatives
     noise = AdditiveNoise(cfg.noise.variance, cfg.noise.side) if cfg.noise.enabled else None
     noisy_negatives = noise is not None and noise.on_negatives
@@ -125,7 +131,7 @@ def build_objective(
 
     q = cfg.momentum_queue
     if q.enabled and q.queue_size > 0:
-        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space))
+        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space, init=q.init))
     r = cfg.word_repetition
     repetition = WordRepetition(r.dup_rate) if r.enabled and r.dup_rate > 0 else None
 
@@ -170,6 +176,8 @@ __all__ = [
     "VIEW_OFF_DROPOUT",
     "VIEW_POSITIVE",
     "VIEW_POSITIVE_NOISY",
+    "VIEW_TOKEN_LABELS",
+    "VIEW_TOKEN_LOGITS",
     "AdditiveNoise",
     "AuxiliaryTerm",
     "BarlowTwinsConfig",
@@ -187,6 +195,8 @@ __all__ = [
     "InfoNCE",
     "LossTerms",
     "MATRYOSHKA",
+    "MNTPConfig",
+    "MaskedNextTokenPrediction",
     "Matryoshka",
     "MatryoshkaConfig",
     "MatryoshkaPrefixes",

@@ -22,6 +22,7 @@ distinct names::
       momentum_queue: {enabled: true, queue_size: 160, momentum: 0.995}  # Wu et al. 2022, Sec. 3.2
       hard_negative_weight: 0.0          # pairs with hard negatives: Gao et al. 2021, Sec. 4
       matryoshka: {dims: [384, 256, 128, 64]}                      # Kusupati et al. 2022, Eq. 1
+      mntp: {enabled: true, mask_ratio: 0.2}     # instead of InfoNCE: BehnamGhader et al. 2024
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..core.schema import ConfigError, check, check_kinds, finite
+from .mntp import MNTPConfig
 
 
 @dataclass
@@ -264,6 +266,10 @@ class WordRepetitionConfig:
     dup_rate: float = 0.32
 
 
+#: ``objective.momentum_queue.init``: the momentum encoder's starting weights.
+MOMENTUM_INITS = ("pretrained", "random")
+
+
 @dataclass
 class MomentumQueueConfig:
     """ESimCSE's momentum contrast (Wu et al. 2022, Sec. 3.2): a queue of the last
@@ -281,11 +287,16 @@ class MomentumQueueConfig:
             160 at batch 64 for BERT-base/-large and RoBERTa-base, 128 for RoBERTa-large);
             ``0`` keeps none (SimCSE).
         momentum: the EMA coefficient, in ``[0, 1]`` (the authors' scripts: 0.995).
+        init: the momentum encoder's starting weights: ``pretrained`` (a copy of the backbone
+            as training starts) or ``random`` (the architecture's own random initialisation,
+            drawn from ``train.seed``: what the authors' code does, since its copy is made
+            before the checkpoint loads).
     """
 
     enabled: bool = False
     queue_size: int = 160
     momentum: float = 0.995
+    init: str = "pretrained"
 
 
 @dataclass
@@ -306,6 +317,8 @@ class ObjectiveConfig:
             negative(s) (Gao et al. 2021, Sec. 4 and Appendix; their code's
             ``hard_negative_weight``): the column enters the denominator as ``e^w · e^{s/τ}``.
             ``0`` (the paper's setting) is plain InfoNCE; needs pairs data with hard negatives.
+        mntp: masked next-token prediction (LLM2Vec's step 2, :class:`MNTPConfig`); it
+            replaces the contrastive loss, so every other sub-section must be off.
     """
 
     temperature: float = 0.05
@@ -321,6 +334,7 @@ class ObjectiveConfig:
     momentum_queue: MomentumQueueConfig = field(default_factory=MomentumQueueConfig)
     hard_negative_weight: float = 0.0
     matryoshka: MatryoshkaConfig = field(default_factory=MatryoshkaConfig)
+    mntp: MNTPConfig = field(default_factory=MNTPConfig)
 
     def validate(
         self,
@@ -391,13 +405,18 @@ class ObjectiveConfig:
         check(q.queue_size >= 0, f"{p}.momentum_queue.queue_size must be >= 0", q.queue_size)
         check(finite(q.momentum) and 0 <= q.momentum <= 1,
               f"{p}.momentum_queue.momentum must be in [0, 1]", q.momentum)  # fmt: skip
+        check(q.init in MOMENTUM_INITS,
+              f"{p}.momentum_queue.init must be one of {', '.join(MOMENTUM_INITS)}", q.init)  # fmt: skip
 
         check(finite(self.hard_negative_weight), f"{p}.hard_negative_weight must be finite",
               self.hard_negative_weight)  # fmt: skip
 
         self.matryoshka.validate(width)
+        self.mntp.validate(f"{p}.mntp")
 
         # Combinations.
+        if self.mntp.enabled:
+            self._check_mntp(pairs or hard_negatives)
         self._check_data(pairs, hard_negatives)
         if x.enabled and x.directions == "single" and self.symmetric:
             raise ConfigError(
@@ -452,6 +471,26 @@ class ObjectiveConfig:
                 f"{p}.noise.side='{n.side}' perturbs the dropout views z1/z2 (ImSimCSE Table 1); "
                 "given hard negatives have no such view, so the negative side would be half "
                 "noisy: use noise.side='positive' with hard negatives"
+            )
+
+    def _check_mntp(self, pairs: bool | None) -> None:
+        """MNTP is a language-modelling loss on sentences: no contrastive part composes with
+        it (LLM2Vec trains MNTP, then SimCSE, as two runs)."""
+        p = "objective"
+        parts = ("focal", "gaussian", "off_dropout", "dcl", "barlow_twins", "mixcse", "noise",
+                 "word_repetition", "momentum_queue", "matryoshka")  # fmt: skip
+        on = [name for name in parts if getattr(self, name).enabled]
+        on += ["hard_negative_weight"] if self.hard_negative_weight != 0 else []
+        on += ["symmetric"] if self.symmetric else []
+        if on:
+            raise ConfigError(
+                f"{p}.mntp replaces the contrastive loss, so {p}.{on[0]} has nothing to act on: "
+                "disable it (LLM2Vec trains MNTP first, then SimCSE in a second run)"
+            )
+        if pairs:
+            raise ConfigError(
+                f"{p}.mntp predicts masked tokens of single sentences; the training data are "
+                "pairs: train it on a sentence corpus"
             )
 
     @property
