@@ -115,7 +115,6 @@ def _build_and_install(tmp_path: Path) -> Path:
     return site
 
 
-@pytest.mark.slow
 def test_the_wheel_carries_presets_and_the_collection_builder(
     tmp_path: Path, senteval_dir: Path
 ) -> None:
