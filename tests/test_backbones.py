@@ -398,7 +398,7 @@ def test_gradient_checkpointing_gives_the_same_gradients_with_dropout(
 
 # ---------------------------------------------------------------------------------------- presets
 def test_presets_hold_the_authors_settings() -> None:
-    cfg = load_config(REPO / "configs" / "llm2vec-simcse-llama3-8b.yaml")
+    cfg = load_config(REPO / "src/cselab/presets" / "llm2vec-simcse-llama3-8b.yaml")
     m, t = cfg.model, cfg.train
     assert (m.pooler, m.dropout, m.bidirectional, m.dtype, m.max_seq_len) == (
         "avg", 0.3, True, "bfloat16", 128,
@@ -406,12 +406,12 @@ def test_presets_hold_the_authors_settings() -> None:
     assert (t.batch_size, t.lr, t.max_steps, t.gradient_checkpointing) == (128, 3e-5, 1000, True)
     assert (cfg.data.train_file, cfg.objective.temperature) == ("wiki1m", 0.05)
     assert (m.lora.r, m.lora.alpha, m.lora.dropout) == (16, 32, 0.05)
-    mntp = load_config(REPO / "configs" / "llm2vec-mntp-llama3-8b.yaml")
+    mntp = load_config(REPO / "src/cselab/presets" / "llm2vec-mntp-llama3-8b.yaml")
     assert (mntp.model.bidirectional, mntp.model.lora.r, mntp.objective.mntp.mask_ratio) == (
         True, 16, 0.2,
     )  # fmt: skip
     assert mntp.train.gradient_checkpointing
-    mb = load_config(REPO / "configs" / "simcse-modernbert-base.yaml").model
+    mb = load_config(REPO / "src/cselab/presets" / "simcse-modernbert-base.yaml").model
     assert (mb.pooler, mb.dropout) == ("avg", 0.1)
 
 

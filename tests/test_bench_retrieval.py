@@ -1,5 +1,5 @@
-"""The retrieval benchmark script runs end to end at a tiny size, both sides agree, and the
-collection script writes a folder `cselab evaluate --retrieval` reads."""
+"""The retrieval benchmark script runs end to end at a tiny size, both sides agree, and
+`cselab collection` writes a folder `cselab evaluate --retrieval` reads."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ def load_script(name: str):
     return module
 
 
-def test_make_retrieval_collection(tmp_path: Path, senteval_dir: Path) -> None:
+def test_collection_command(tmp_path: Path, senteval_dir: Path, capsys) -> None:
+    from cselab.cli import main
     from cselab.io.readers import read_beir
 
-    load_script("make_retrieval_collection").main(
-        ["--split", "dev", "--data-dir", str(senteval_dir), "--out", str(tmp_path / "c")]
-    )
+    args = ["collection", str(tmp_path / "c"), "--data-dir", str(senteval_dir), "--no-download"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'c'}: corpus.jsonl")
     c = read_beir(tmp_path / "c", "dev")
     assert (len(c.query_ids), len(c.doc_ids)) == (259, 2650)
     assert not set(c.query_texts) & set(c.doc_texts)

@@ -56,7 +56,9 @@ def test_missing_config_file(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "src/cselab/presets").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_preset_loads(path: Path) -> None:
     config = load_config(path)
     assert config.train.batch_size >= 2
@@ -70,5 +72,5 @@ def test_simcse_presets_match_the_paper() -> None:
         "roberta-large": (512, 3e-5),
     }
     for name, (batch, lr) in expected.items():
-        c = load_config(REPO / "configs" / f"simcse-{name}.yaml")
+        c = load_config(REPO / "src/cselab/presets" / f"simcse-{name}.yaml")
         assert (c.train.batch_size, c.train.lr) == (batch, lr), name

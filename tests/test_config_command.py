@@ -18,7 +18,7 @@ from cselab.config.keys import UndocumentedKey, field_docs, keys
 from cselab.objectives.config import GaussianConfig, ObjectiveConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
+PRESETS = sorted((ROOT / "src/cselab/presets").glob("*.yaml"))
 
 
 def sections(cls: type, prefix: str = "") -> list[tuple[str, type]]:
@@ -146,7 +146,7 @@ def test_preset_changes_values_and_lists_the_presets(capsys: pytest.CaptureFixtu
     values = leaf_keys(yaml.safe_load(text))
     assert values["objective.focal.enabled"] is True and values["objective.focal.hardness"] == 0.3
     header = " ".join(line.removeprefix("#").strip() for line in text.split("\n\n")[0].splitlines())
-    assert f"Presets ({ROOT / 'configs'}): " in header
+    assert f"Presets ({ROOT / 'src/cselab/presets'}): " in header
     for preset in PRESETS:
         assert preset.stem in header
 

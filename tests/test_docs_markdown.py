@@ -72,7 +72,9 @@ def test_readme_sections_and_commands_render() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     tokens = markdown_it.MarkdownIt("commonmark").parse(text)
     titles = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
-    assert {"Evaluate", "Plots, sweeps over seeds, loggers", "Develop"} <= set(titles)
+    assert {"Evaluate", "Plots, sweeps over seeds, loggers", "Develop (from a clone)"} <= set(
+        titles
+    )
     code = "".join(t.content for t in tokens if t.type == "fence")
     for line in ("cselab compare mine.json other.json --plot scores.png",
                  "cselab evaluate outputs/mine/best --sts-file my_pairs.tsv -o mine.json",

@@ -318,7 +318,12 @@ def test_a_killed_runs_working_folder_is_removed_and_a_live_one_kept(
         assert main(argv) == 0
         assert live.is_dir()
     assert not dead.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "pairs.jsonl", "t.tsv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        live.name,
+        "pairs.jsonl",
+        "t.tsv",
+        "t.tsv.mining.json",
+    ]
 
 
 def test_a_rerun_after_sigkill_removes_the_killed_runs_working_folder(
@@ -354,4 +359,8 @@ def test_a_rerun_after_sigkill_removes_the_killed_runs_working_folder(
     assert not out.exists()
     assert main(["-q", *argv[:-2], "--batch-size", "128"]) == 0
     assert not left.exists() and out.is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl", "t.tsv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "pairs.jsonl",
+        "t.tsv",
+        "t.tsv.mining.json",
+    ]

@@ -301,7 +301,7 @@ def test_nested_objective_keys_load_from_yaml_and_overrides(tmp_path: Path) -> N
 
 PAPER_PRESETS = sorted(
     p
-    for p in (REPO / "configs").glob("*.yaml")
+    for p in (REPO / "src/cselab/presets").glob("*.yaml")
     if p.name.split("-")[0]
     in {"focal", "gs", "offdropout", "dcl", "imsimcse", "barlow", "mixcse", "esimcse"}
 )

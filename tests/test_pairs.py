@@ -224,14 +224,14 @@ def test_config_rejects_off_dropout_for_pairs_before_training(tmp_path: Path) ->
 
 
 def test_presets_load() -> None:
-    sup = load_config(REPO / "configs/sup-simcse-bert-base.yaml")
+    sup = load_config(REPO / "src/cselab/presets/sup-simcse-bert-base.yaml")
     assert (sup.train.batch_size, sup.train.lr, sup.train.epochs) == (512, 5e-5, 3)
     assert (sup.model.max_seq_len, sup.objective.temperature) == (32, 0.05)
     assert sup.data.train_file == "nli_for_simcse.csv"
     assert is_pairs_source(sup.data.train_file, sup.data.format)
     assert (sup.data.columns.anchor, sup.data.columns.positive) == ("sent0", "sent1")
     assert sup.data.columns.negative == ["hard_neg"] and sup.objective.hard_negative_weight == 0
-    demo = load_config(REPO / "configs/sup-sick-minilm.yaml")
+    demo = load_config(REPO / "src/cselab/presets/sup-sick-minilm.yaml")
     assert demo.data.format == "sick" and (REPO / demo.data.train_file).is_file()
 
 

@@ -75,7 +75,7 @@ def test_an_own_dev_score_is_the_dev_curve_not_a_loss_term(tiny_run: Path, tmp_p
     ax_loss, _, ax_dev = plot_runs([run]).axes
     assert len(ax_loss.lines) == 3  # total + 2 terms
     assert list(ax_dev.lines[0].get_xdata()) == [0, 4, 8]
-    assert ax_dev.get_ylabel() == "dev score x 100"
+    assert ax_dev.get_ylabel() == "dev Pearson x 100"
 
 
 def test_trajectory_has_one_marker_per_eval_and_arrows_in_time_order(

@@ -12,6 +12,7 @@ run the tiny random BERT in float64, so the comparisons are tight.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -277,9 +278,35 @@ def test_saved_folder_round_trip_and_sentence_transformers_loads_it(
     again = load(str(tmp_path / "m"), fast_path=False)  # enc's forward: the same kernels
     assert again.prompt.config == enc.prompt.config
     np.testing.assert_array_equal(again.encode(SENTENCES), enc.encode(SENTENCES))
+
+
+def test_sentence_transformers_computes_the_prompt_vectors(tiny_bert: Path, tmp_path: Path) -> None:
+    """modules.json names cselab's module: SentenceTransformer(folder, trust_remote_code=True)
+    gives cselab.load(folder)'s vectors, denoised as the folder says; without
+    trust_remote_code it refuses, and without cselab the import fails naming it."""
+    import subprocess
+    import sys
+
     st = pytest.importorskip("sentence_transformers")
-    model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
-    assert model.encode(SENTENCES).shape == (len(SENTENCES), enc.dim)  # loads, other vectors
+    enc = prompt_encoder(tiny_bert, denoise_inference=True).eval()
+    enc.save(tmp_path / "m")
+    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+    assert [m["type"] for m in modules] == ["cselab.st.SentenceEncoderModule"]
+    model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu", trust_remote_code=True)
+    ours = load(str(tmp_path / "m")).encode(SENTENCES)
+    np.testing.assert_allclose(model.encode(SENTENCES), ours, rtol=1e-4, atol=1e-5)
+    if int(st.__version__.split(".")[0]) >= 6:  # earlier versions import local classes unasked
+        with pytest.raises(
+            ValueError, match=r"(?s)cselab.st.SentenceEncoderModule.*trust_remote_code=True"
+        ):
+            st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    code = (
+        "import sys; sys.modules['cselab'] = None\n"
+        "from sentence_transformers import SentenceTransformer\n"
+        f"SentenceTransformer({str(tmp_path / 'm')!r}, device='cpu', trust_remote_code=True)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0 and "cselab" in proc.stderr.strip().splitlines()[-1]
 
 
 # ------------------------------------------------------------------------------------ refusals
@@ -314,13 +341,13 @@ def test_head_at_inference_and_a_tokenizer_without_mask_are_refused(tiny_bert: P
 
 # ---------------------------------------------------------------------------- preset, card, docs
 def test_preset_is_the_authors_unsupervised_bert_recipe() -> None:
-    cfg = load_config(REPO / "configs" / "promptbert-bert-base.yaml")
+    cfg = load_config(REPO / "src/cselab/presets" / "promptbert-bert-base.yaml")
     m, t = cfg.model, cfg.train
     assert (m.pooler, m.mlp_only_train, m.max_seq_len) == ("prompt", True, 34)
     assert (m.prompt.template, m.prompt.template2) == (T1, T2)
     assert m.prompt.denoise and not m.prompt.denoise_inference
     assert (t.batch_size, t.lr, t.epochs, cfg.objective.temperature) == (256, 1e-5, 1, 0.05)
-    text = (REPO / "configs" / "promptbert-bert-base.yaml").read_text()
+    text = (REPO / "src/cselab/presets" / "promptbert-bert-base.yaml").read_text()
     assert re.search(r"Avg\.\):\n#.*78\.54$", text, re.M)
     build_objective(cfg.objective)
 
@@ -329,8 +356,8 @@ def test_card_cites_promptbert_and_tells_sentence_transformers_users() -> None:
     model = ModelConfig(pooler="prompt")
     assert model_papers(model) == (PROMPTBERT,) and model_papers(ModelConfig()) == ()
     text = usage_snippets("m", model)
-    assert "sentence-transformers cannot compute" in text and "prompt_vectors(" in text
-    assert "from sentence_transformers import" not in text
+    assert "cselab.st.SentenceEncoderModule" in text and "prompt_vectors(" in text
+    assert "SentenceTransformer(model_id, trust_remote_code=True)" in text
 
 
 def test_card_snippets_run_give_cselab_s_vectors_and_cite_promptbert(
@@ -344,15 +371,16 @@ def test_card_snippets_run_give_cselab_s_vectors_and_cite_promptbert(
     write_model_card(tmp_path / "model", config)
     text = (tmp_path / "model" / CARD_FILE).read_text()
     assert "@inproceedings{jiang2022promptbert" in text and "- promptbert" in text
-    assert "sentence-transformers cannot compute" in text
+    assert "SentenceTransformer(model_id, trust_remote_code=True)" in text
     spaces = []
     for block in code_blocks(text):
         ns: dict = {}
         exec(compile(block, "README.md", "exec"), ns)  # noqa: S102 - the test's point
         spaces.append(ns)
-    assert len(spaces) == 2  # cselab, transformers
-    cs, hf = spaces[0]["vectors"], spaces[1]["vectors"].numpy()[:2]
+    assert len(spaces) == 3  # sentence-transformers, cselab, transformers
+    st, cs, hf = spaces[0]["embeddings"][:2], spaces[1]["vectors"], spaces[2]["vectors"].numpy()[:2]
     np.testing.assert_allclose(hf, cs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(st, cs, rtol=1e-4, atol=1e-5)
 
 
 def test_the_device_splice_equals_the_row_by_row_one(tiny_bert: Path) -> None:

@@ -84,13 +84,13 @@ def test_mine_into_a_folder_holding_an_index_leaves_it_alone(
     assert {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()} == before
 
 
-@pytest.mark.parametrize("option", ["--update-card", "--csv"])
+@pytest.mark.parametrize("option", ["--csv"])
 def test_retrieval_with_senteval_only_outputs_is_refused(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, option: str
 ) -> None:
-    """``--update-card`` replaced the card's evaluation block with an empty one (the earlier
-    tables lost); ``--csv`` wrote the retrieval numbers as a Python dict. Both are refused in one
-    line before anything is encoded, and the card is left as it was."""
+    """``--csv`` wrote the retrieval numbers as a Python dict: refused in one line before
+    anything is encoded, and the card is left as it was. (``--update-card`` takes retrieval
+    results, each collection in its own part of the card: tests/test_newcomer.py.)"""
     from test_retrieval import write_beir
 
     card = tmp_path / "model" / "README.md"

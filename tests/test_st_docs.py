@@ -41,3 +41,15 @@ def test_script_runs(index: int, tiny_bert: Path, tmp_path: Path, one_thread) ->
     exec(compile(script, f"{DOC}[{index}]", "exec"), {})  # noqa: S102 - the test's point
     model = SentenceTransformer(str(tmp_path / "out" / "final"), device="cpu")
     assert model.encode(["alpha beta gamma"]).shape == (1, 32)
+
+
+def test_the_objective_config_block_runs(tiny_bert: Path) -> None:
+    """The doc shows how to build CSELoss's objective config; its block runs as written (the
+    three ways agree: its own assert) and the loss holds that objective."""
+    section = DOC.read_text(encoding="utf-8").split("## The objective config of `CSELoss`", 1)
+    (block,) = code_blocks(section[1].split("\n## ", 1)[0])
+    script, n = re.subn(r'^MODEL = ".*"$', f"MODEL = {str(tiny_bert)!r}", block, flags=re.M)
+    assert n == 1
+    scope: dict = {}
+    exec(compile(script, f"{DOC}[objective config]", "exec"), scope)  # noqa: S102
+    assert scope["loss"].config.focal.enabled and scope["loss"].config.dcl.enabled

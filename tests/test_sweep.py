@@ -309,5 +309,5 @@ def test_report_by_hand(tmp_path: Path) -> None:
 def test_example_sweep_file_loads() -> None:
     from conftest import REPO
 
-    spec = load_sweep(REPO / "configs" / "sweeps" / "focal-vs-simcse.yaml")
+    spec = load_sweep(REPO / "src/cselab/presets" / "sweeps" / "focal-vs-simcse.yaml")
     assert [c.config for c in spec.cells()[:2]] == ["simcse", "focal"] and len(spec.seeds) == 5

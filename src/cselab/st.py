@@ -356,6 +356,68 @@ class ImSimCSELoss(CSELoss):
         super().__init__(model, config, **kwargs)
 
 
+class SentenceEncoderModule(nn.Module):
+    """A cselab model folder as one sentence-transformers module: tokeniser, backbone and
+    cselab's pooler, for the poolers sentence-transformers has no module of (PromptBERT's
+    ``prompt``: the ``[MASK]`` state of a template around the sentence, Jiang et al. 2022).
+
+    A saved ``prompt`` folder's ``modules.json`` names this class
+    (:data:`cselab.model.st_folder.ENCODER_MODULE`), so
+    ``SentenceTransformer(folder, trust_remote_code=True)`` computes the vectors
+    ``cselab.load(folder).encode`` does where cselab is installed (a ``Normalize`` module after
+    it, as the folder says). sentence-transformers >= 6 asks for ``trust_remote_code=True``
+    before it imports a class of another package; without cselab the import fails, naming it.
+    """
+
+    #: sentence-transformers >= 6 asks the input module what it reads
+    modalities = ("text",)
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    @staticmethod
+    def load(input_path: str) -> SentenceEncoderModule:
+        """The module of the cselab folder ``input_path`` (sentence-transformers' one-argument
+        ``load``, which every version calls with the module's local folder)."""
+        from .model.loader import load
+
+        return SentenceEncoderModule(load(input_path))
+
+    def save(self, output_path: str, *args: Any, **kwargs: Any) -> None:
+        """Write the cselab folder (sentence-transformers then writes its ``modules.json``)."""
+        self.encoder.save(output_path)
+
+    def preprocess(
+        self, inputs: Iterable[str], prompt: str | None = None, **kwargs: Any
+    ) -> dict[str, Tensor]:
+        """Token ids of each sentence alone (the pooler splices it into its template)."""
+        texts = [(prompt or "") + t for t in inputs]
+        return self.encoder.tokenize(texts, self.encoder.inference_max_len)
+
+    def tokenize(self, texts: Iterable[str], **kwargs: Any) -> dict[str, Tensor]:
+        """:meth:`preprocess` under the name sentence-transformers < 6 calls."""
+        return self.preprocess(texts)
+
+    def forward(self, features: dict[str, Tensor], **kwargs: Any) -> dict[str, Tensor]:
+        features["sentence_embedding"] = self.encoder(
+            features["input_ids"], features["attention_mask"], features.get("token_type_ids")
+        )
+        return features
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return int(self.encoder.dim)
+
+    get_embedding_dimension = get_sentence_embedding_dimension
+
+    def get_max_seq_length(self) -> int:
+        return int(self.encoder.inference_max_len)
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.get_max_seq_length()
+
+
 __all__ = [
     "CSELoss",
     "DCLLoss",
@@ -363,4 +425,5 @@ __all__ = [
     "GSInfoNCELoss",
     "ImSimCSELoss",
     "MixCSELoss",
+    "SentenceEncoderModule",
 ]

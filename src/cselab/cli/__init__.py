@@ -36,10 +36,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..config import load_config
+    from ..config.presets import find_preset, presets_dir
     from ..io.runfolder import RunFolder
     from ..training.run import train
 
-    config = load_config(args.config, args.overrides)
+    path = find_preset(args.config, presets_dir(args.presets)) if args.config else None
+    config = load_config(path, args.overrides)
     results = train(config)
     if results:
         name = results.get("dev", {}).get("name", "stsb_dev")
@@ -68,6 +70,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     # model loads, so a bad input is reported at once.
     source = sys.stdin.buffer if args.input == "-" else args.input
     lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
+    # the width is in the folder's config.json: a wrong --dim is refused before the model loads
+    if args.dim is not None and (width := _declared_width(args.model)) is not None:
+        check_prefix(args.dim, width, "--dim")
     encoder = load(
         args.model, pooler=args.pooler, device=args.device, compile_inference=args.compile_inference
     )
@@ -85,6 +90,20 @@ def cmd_encode(args: argparse.Namespace) -> int:
         np.save(tmp, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
     return 0
+
+
+def _declared_width(model: str) -> int | None:
+    """The vectors' width a local model folder declares (``config.json``'s ``hidden_size``,
+    which every cselab pooler keeps), or ``None`` when it does not say (checked after loading)."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    width = config.get("hidden_size") if isinstance(config, dict) else None
+    return width if isinstance(width, int) and not isinstance(width, bool) else None
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -120,8 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "config",
         nargs="?",
-        help="YAML config, e.g. a preset in configs/ (default: SimCSE BERT-base unsup; every "
-        "key: `cselab config`)",
+        help="a preset name (e.g. demo-minilm; the list: `cselab config`) or a YAML config file "
+        "(default: SimCSE BERT-base unsup)",
+    )
+    p.add_argument(
+        "--presets",
+        metavar="DIR",
+        help="look preset names up in this folder (default: $CSELAB_CONFIGS, else cselab's own)",
     )
     p.set_defaults(func=cmd_train)
 

@@ -2,27 +2,21 @@
 and meaning, printed as a YAML file with comments, and the presets that can be named.
 
 The listing is generated from the config dataclasses (:mod:`cselab.config.keys`). The presets are
-the ``configs/*.yaml`` files of the cselab repository; they are found in ``--presets DIR``, else
-``$CSELAB_CONFIGS``, else the ``configs/`` folder of the source tree this cselab runs from (a
-clone, or an editable install), else ``./configs``. A package installed from a wheel carries no
-presets: clone the repository, or point ``--presets`` / ``$CSELAB_CONFIGS`` at its ``configs/``.
+the package's own (:mod:`cselab.config.presets`), or ``--presets DIR`` / ``$CSELAB_CONFIGS``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..core.errors import ConfigError
+from ..config.presets import PRESETS_ENV, find_preset, preset_names, presets_dir
 
-#: Where ``cselab config`` looks for presets when neither ``--presets`` nor this is given.
-PRESETS_ENV = "CSELAB_CONFIGS"
 WIDTH = 100
 
 
@@ -42,58 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--presets",
         metavar="DIR",
-        help=f"the presets folder (default: ${PRESETS_ENV}, else the repository's configs/)",
+        help=f"the presets folder (default: ${PRESETS_ENV}, else the presets cselab ships)",
     )
     p.set_defaults(func=cmd_config)
-
-
-def presets_dir(explicit: str | None = None) -> Path | None:
-    """The folder of preset YAML files (see the module docstring for the order), or ``None``."""
-    if explicit:
-        folder = Path(explicit).expanduser()
-        if not folder.is_dir():
-            raise ConfigError(f"--presets {explicit}: folder not found")
-        return folder
-    if os.environ.get(PRESETS_ENV):
-        folder = Path(os.environ[PRESETS_ENV]).expanduser()
-        if not folder.is_dir():
-            raise ConfigError(f"${PRESETS_ENV}={folder}: folder not found")
-        return folder
-    # src/cselab/cli/config.py -> the repository root holding configs/ (a clone or editable install)
-    repo = Path(__file__).resolve().parents[3] / "configs"
-    for folder in (repo, Path("configs")):
-        if folder.is_dir():
-            return folder
-    return None
-
-
-def preset_names(folder: Path | None) -> list[str]:
-    """The presets in ``folder``: its ``*.yaml`` files, by name without the ending."""
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder is not None else []
-
-
-def find_preset(name: str, folder: Path | None) -> Path:
-    """A YAML file given as a path, or a preset named in ``folder``."""
-    if Path(name).expanduser().is_file():
-        return Path(name).expanduser()
-    stem = name.removesuffix(".yaml").removesuffix(".yml")
-    # a preset is a name in the folder, never a path: "../x" would read any YAML file on disk
-    is_name = stem not in ("", ".", "..") and not any(
-        sep in stem for sep in ("/", "\\", os.sep, os.altsep or "/")
-    )
-    if is_name and folder is not None and (folder / f"{stem}.yaml").is_file():
-        return folder / f"{stem}.yaml"
-    names = preset_names(folder)
-    if folder is None:
-        where = f"no presets folder found; pass --presets DIR or set ${PRESETS_ENV}"
-    else:
-        where = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
-    if not is_name:
-        raise ConfigError(
-            f"config file not found: {name} (and a preset is a name without a path separator; "
-            f"{where})"
-        )
-    raise ConfigError(f"unknown preset or config file {name!r} ({where})")
 
 
 def _comment(text: str, indent: str) -> list[str]:
@@ -162,12 +107,9 @@ def cmd_config(args: argparse.Namespace) -> int:
         "Save this as a file, edit it and run `cselab train FILE`, or set any key on the command",
         "line: cselab train [FILE] --section.key=value (e.g. --train.max_steps=1000).",
         "",
-        f"Presets ({folder}): {', '.join(names)}"
-        if names
-        else "Presets: none found (they are the configs/ folder of the cselab repository; pass "
-        f"--presets DIR or set ${PRESETS_ENV})",
-        "Show a preset's values: cselab config NAME; train with it: cselab train "
-        f"{folder / 'NAME.yaml' if folder is not None else 'configs/NAME.yaml'}",
+        f"Presets ({folder}): {', '.join(names)}" if names else f"Presets: none in {folder}",
+        "Show a preset's values: cselab config NAME; train with it: cselab train NAME"
+        + (f" --presets {args.presets}" if args.presets else ""),
         backbones_summary(),
     ]
     print(render(config, header), end="")

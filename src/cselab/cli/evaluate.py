@@ -117,6 +117,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp_.add_argument("--plot", help="write a bar chart of the per-task scores (.png or .pdf)")
     cmp_.set_defaults(func=run_compare)
 
+    col = subparsers.add_parser(
+        "collection",
+        help="write a BEIR retrieval collection made from STS-B pairs",
+        description="Write a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) from an "
+        "STS-B split: each sentence1 of a pair scored THRESHOLD or more is a query, its sentence2 "
+        "the relevant document, every other sentence of the split the corpus. Evaluate on it with "
+        "`cselab evaluate MODEL --retrieval FOLDER --split SPLIT`; select checkpoints on it with "
+        "--eval.dev=FOLDER (the dev split).",
+    )
+    col.add_argument("out", metavar="FOLDER", help="the BEIR folder to write")
+    col.add_argument(
+        "--split", default="dev", choices=("train", "dev", "test"), help="STS-B split (dev)"
+    )
+    col.add_argument(
+        "--threshold", type=float, default=4.0, help="least gold score of a judged pair (4)"
+    )
+    col.add_argument(
+        "--data-dir", help="SentEval data/downstream folder (else $CSELAB_DATA or cache)"
+    )
+    col.add_argument("--no-download", action="store_true", help="never download missing data")
+    col.set_defaults(func=run_collection)
+
 
 def check_output_path(path: str, option: str) -> None:
     """Raise :class:`ConfigError` naming ``option`` if ``path`` cannot be written, so that a bad
@@ -211,15 +233,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError("--k and --backend go with --retrieval FOLDER")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
+    if args.retrieval:
+        from ..search.index import check_backend
+
+        check_backend(args.backend)  # before the model and the collection are encoded
     dims = parse_dims(args.dims)
-    if args.retrieval and (args.update_card or args.csv):
-        # Both carry the SentEval tables only: the card's evaluation block would be replaced by
-        # one without the earlier tables, the CSV would hold the retrieval numbers as text.
-        option = "--update-card" if args.update_card else "--csv"
+    if args.retrieval and args.csv:
+        # the long-format CSV holds SentEval's numbers; the retrieval ones would be text in it
         raise ConfigError(
-            f"{option} carries the SentEval tables only, not --retrieval results; write them "
-            "with -o/--output (JSON), and run the SentEval tasks without --retrieval for "
-            f"{option}"
+            "--csv carries the SentEval tables only, not --retrieval results; write them with "
+            "-o/--output (JSON), and run the SentEval tasks without --retrieval for --csv"
         )
     for option, path in (("--output", args.output), ("--csv", args.csv)):
         if path:
@@ -342,6 +365,24 @@ def evaluate_markdown(out: dict) -> str:
         parts.append(f"**Dimension {dim}**\n\n" + report.compare([{**out, **at}]))
     parts += [retrieval_markdown(r) for r in out["results"].values() if r.get("kind") == KIND]
     return "\n\n".join(p for p in parts if p)
+
+
+def run_collection(args: argparse.Namespace) -> int:
+    """``cselab collection FOLDER``: :func:`~cselab.evaluation.retrieval.collection_from_sts`
+    over STS-B ``--split``, fetched like ``cselab evaluate``'s data."""
+    from ..evaluation.datasets import STSB_FILES, load_stsb
+    from ..evaluation.download import ensure_files
+    from ..evaluation.retrieval import collection_from_sts
+
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"{args.out}: is a file; the collection is a folder")
+    data = ensure_files(
+        [f"STS/STSBenchmark/{STSB_FILES[args.split]}"], args.data_dir, not args.no_download
+    )
+    pairs = load_stsb(args.split, data)
+    folder = collection_from_sts(pairs, args.out, split=args.split, threshold=args.threshold)
+    print(f"wrote {folder}: corpus.jsonl, queries.jsonl, qrels/{args.split}.tsv")
+    return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -15,7 +15,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders holding metrics.csv")
     p.add_argument("-o", "--output", required=True, help="figure file (.png or .pdf)")
-    p.add_argument("--names", help="comma-separated legend names (default: the folder names)")
+    p.add_argument(
+        "--names",
+        help="comma-separated legend names (default: the folder names, or what tells the runs "
+        "apart: a sweep cell's configuration and seed, the config keys that differ)",
+    )
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=cmd_plot)
 
@@ -25,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every (configuration, seed) cell of a sweep file; finished cells are "
         "skipped and interrupted ones resumed (see cselab.insight.sweep for the file's keys).",
     )
-    p.add_argument("spec", help="sweep YAML file")
+    p.add_argument("spec", help="sweep YAML file, or a sweep preset's name (e.g. focal-vs-simcse)")
     p.add_argument("--parallel", type=int, help="override the file's 'parallel'")
     p.add_argument("--dry-run", action="store_true", help="list the cells and their state only")
     p.set_defaults(func=cmd_sweep)
@@ -34,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report",
         help="mean ± std over seeds and paired comparisons of a sweep",
         description="Tabulate a sweep's cells: mean ± std per configuration and task, and each "
-        "configuration's same-seed difference to a baseline (95%% CI by paired t and bootstrap; "
+        "configuration's same-seed difference to a baseline (95% CI by paired t and bootstrap; "
         "paired t-test and Wilcoxon p-values). Writes report.md, report.csv and report.png.",
     )
     p.add_argument("root", help="the sweep's output_root")
@@ -44,9 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ..insight.plots import PlotError, plot_runs, read_run
+    from ..insight.plots import PlotError, plot_runs, read_run, run_labels
 
-    names = [n.strip() for n in args.names.split(",")] if args.names else [None] * len(args.runs)
+    names = [n.strip() for n in args.names.split(",")] if args.names else run_labels(args.runs)
     if len(names) != len(args.runs):
         raise PlotError(f"{len(names)} names for {len(args.runs)} runs")
     runs = [read_run(r, n) for r, n in zip(args.runs, names, strict=True)]
@@ -59,9 +63,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..config.presets import find_sweep
     from ..insight.sweep import check_spec, load_sweep, run_sweep, sweep_progress
 
-    spec = load_sweep(args.spec)
+    spec = load_sweep(find_sweep(args.spec))
     if args.parallel is not None:
         spec.parallel = args.parallel
         check_spec(spec)

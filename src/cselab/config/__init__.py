@@ -82,7 +82,8 @@ class TrainConfig:
             before the process group aborts: rank 0 tokenises the corpus, evaluates and saves
             ``best/`` while the others wait (PyTorch's NCCL default is 10 minutes).
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
-            ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
+            ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none;
+            ``null`` (the default): ``tensorboard`` when it is installed, else none.
         save_merged: with ``model.lora``, also write ``output_dir/merged``: the best model with
             its adapters merged into the weights, a plain model folder (as ``cselab merge``);
             ``best/`` and ``last/`` keep the adapters.
@@ -113,7 +114,7 @@ class TrainConfig:
     fused_adamw: bool = True
     push_to_hub: str | None = None
     dist_timeout_s: float = 7200.0
-    report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
+    report_to: list[ReportTo] | None = None
     save_merged: bool = False
 
 

@@ -55,6 +55,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as err:
                 errors.append(str(err))
+        # one alternative that failed inside (an item of a list): that item is the error to name
+        if len(errors) == 1 and errors[0].startswith(f"{key}["):
+            raise ConfigError(errors[0])
         raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
         allowed = typing.get_args(tp)

@@ -77,6 +77,29 @@ class PairRecords:
 #: What a missing-column error suggests for training data.
 COLUMNS_HINT = "set data.columns to name the file's columns"
 
+#: Beside a file ``cselab mine`` wrote (``triplets.tsv`` -> ``triplets.tsv.mining.json``): how
+#: its negatives were mined (model, filters, counts), which the model card of a run trained on
+#: the file reports.
+MINING_RECORD_SUFFIX = ".mining.json"
+
+
+def mining_record_path(path: str | Path) -> Path:
+    """Where ``cselab mine`` records how the negatives of ``path`` were mined."""
+    return Path(str(path) + MINING_RECORD_SUFFIX)
+
+
+def read_mining_record(path: str | Path) -> dict[str, Any] | None:
+    """The mining record of ``path`` (:func:`mining_record_path`), or ``None`` when there is
+    none or it cannot be read (it describes the file; the file itself is what trains)."""
+    import json
+
+    record = mining_record_path(path)
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
 
 def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairRecords:
     """Read the anchor, positive and hard-negative columns of every row of ``path``, a table

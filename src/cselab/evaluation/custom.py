@@ -175,11 +175,13 @@ def dev_evaluator(
     if "@" in metric:
         return _retrieval_dev_evaluator(dev, metric, batch_size)
     if dev.lower() == "stsb":
-        from .sts import stsb_dev_measures
+        from .sts import ensure_stsb_dev, stsb_dev_measures
 
         name = dev_score_name(dev, metric)
 
         def evaluate(encoder: EncoderLike) -> dict[str, float]:
+            # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
+            ensure_stsb_dev(data_dir, option="--eval.data_dir")
             # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
             out = stsb_dev_measures(encoder, data_dir, batch_size=batch_size)
             return {name: out[metric], "align": out["align"], "uniform": out["uniform"]}

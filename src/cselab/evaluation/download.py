@@ -236,8 +236,11 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def missing_data_message(root: Path, missing: list[str], tried_download: bool) -> str:
-    """The error text: which files are missing and where to get them."""
+def missing_data_message(
+    root: Path, missing: list[str], tried_download: bool, option: str = "--data-dir"
+) -> str:
+    """The error text: which files are missing and where to get them; ``option`` is how the
+    command at hand takes the folder (``--data-dir``, or ``cselab train``'s ``--eval.data_dir``)."""
     shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} files)" if len(missing) > 8 else "")
     how = (
         "the download failed (offline?)"
@@ -247,7 +250,7 @@ def missing_data_message(root: Path, missing: list[str], tried_download: bool) -
     return (
         f"SentEval data missing in {root}: {shown}; {how}. Get SimCSE's processed copy "
         f"({ARCHIVE_URL}, extract it so that {root}/STS/STSBenchmark/sts-test.csv exists) or "
-        "run SentEval's data/downstream/get_transfer_data.bash, then pass --data-dir DIR or "
+        f"run SentEval's data/downstream/get_transfer_data.bash, then pass {option} DIR or "
         f"set ${ENV_VAR}."
     )
 
@@ -256,11 +259,13 @@ def ensure_files(
     files: Iterable[str],
     data_dir: str | os.PathLike[str] | None = None,
     download_missing: bool = True,
+    option: str = "--data-dir",
 ) -> Path:
     """The data folder, after downloading any of ``files`` (relative paths) it lacks.
 
     Downloads happen only when the folder is the cache (``default_cache_dir()``); otherwise,
-    or offline, :class:`MissingDataError` lists the missing files and their sources.
+    or offline, :class:`MissingDataError` lists the missing files and their sources, and names
+    ``option`` as the way to point at another folder.
     """
     root = resolve_data_dir(data_dir)
     missing = [rel for rel in dict.fromkeys(files) if not (root / rel).is_file()]
@@ -271,7 +276,7 @@ def ensure_files(
         tried = True
         missing = download(missing, root)
     if missing:
-        raise MissingDataError(missing_data_message(root, missing, tried))
+        raise MissingDataError(missing_data_message(root, missing, tried, option))
     return root
 
 

@@ -166,6 +166,19 @@ def _stsb_dev_plan(data_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray, n
     return datasets._cached("stsb-dev-plan", (path,), build)
 
 
+def ensure_stsb_dev(
+    data_dir: str | os.PathLike[str] | None = None, option: str = "--data-dir"
+) -> Path:
+    """The data folder holding STS-B dev, downloaded into the cache if missing there; else
+    :class:`~cselab.core.errors.MissingDataError` naming ``option`` as the way to another one."""
+    root = datasets.resolve_data_dir(data_dir)
+    if not (root / _STSB_DEV).is_file():
+        from .download import ensure_files
+
+        ensure_files([_STSB_DEV], root, option=option)
+    return root
+
+
 def stsb_dev_measures(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
@@ -184,11 +197,7 @@ def stsb_dev_measures(
     """
     from .alignment import POSITIVE_THRESHOLD, alignment, l2_normalize, uniformity
 
-    root = datasets.resolve_data_dir(data_dir)
-    if not (root / _STSB_DEV).is_file():
-        from .download import ensure_files
-
-        ensure_files([_STSB_DEV], root)
+    root = ensure_stsb_dev(data_dir)
     unique, i1, i2, gold = _stsb_dev_plan(root)
     vectors = call_encoder(encoder, list(unique), batch_size)
     corr = correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)

@@ -25,6 +25,7 @@ from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
 from ..io.files import atomic_path
 from ..io.runfolder import RunFolder
 from ..training.metrics import read_metrics
+from ..training.rundir import _flatten
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -87,6 +88,50 @@ def read_run(run_dir: str | os.PathLike[str], name: str | None = None) -> RunLog
     return run
 
 
+#: Config keys that differ between any two runs without telling them apart as methods.
+_NOT_A_DIFFERENCE = ("train.output_dir", "data.cache_dir", "train.resume", "train.overwrite")
+
+
+def run_labels(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Legend names of runs: their folder names when those differ; else, for sweep cells
+    (``cell.json``), ``<configuration> seed<N>``; else the config keys that differ between the
+    runs (``config.yaml``, ``key=value, ...``); else the shortest path ends that differ."""
+    import json
+
+    import yaml
+
+    folders = [Path(d) if Path(d).is_dir() else Path(d).parent for d in run_dirs]
+    names = [f.name for f in folders]
+    if len(set(names)) == len(names):
+        return names
+    cells = []
+    for f in folders:
+        try:
+            info = json.loads(RunFolder(f).cell.read_text(encoding="utf-8"))
+            cells.append(f"{info['config']} seed{info['seed']}")
+        except (OSError, ValueError, KeyError, TypeError):
+            break
+    else:
+        if len(set(cells)) == len(cells):
+            return cells
+    try:
+        flat = [dict(_flatten(yaml.safe_load(RunFolder(f).config.read_text(encoding="utf-8"))))
+                for f in folders]  # fmt: skip
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        flat = []
+    if flat:
+        keys = sorted({k for c in flat for k in c} - set(_NOT_A_DIFFERENCE))
+        differ = [k for k in keys if len({repr(c.get(k)) for c in flat}) > 1]
+        labels = [", ".join(f"{k}={c.get(k)}" for k in differ) for c in flat]
+        if differ and len(set(labels)) == len(labels):
+            return labels
+    for depth in range(2, max(len(f.parts) for f in folders) + 1):
+        ends = ["/".join(f.parts[-depth:]) for f in folders]
+        if len(set(ends)) == len(ends):
+            return ends
+    return [str(f) for f in folders]
+
+
 def _pyplot():  # noqa: ANN202 - the module, imported lazily on the non-interactive backend
     try:
         import matplotlib
@@ -137,6 +182,9 @@ def plot_runs(
     ax_traj = fig.add_subplot(grid[1, 1]) if with_trajectory else None
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     losses: list[float] = []
+    lr_drawn: list[tuple[str, tuple[list[int], list[float]]]] = []
+    scores = list(dict.fromkeys(r.dev_score for r in logs if r.dev_score is not None))
+    mixed_scores = len(scores) > 1
     for i, run in enumerate(logs):
         c = colours[i % len(colours)]
         if "loss" in run.series:
@@ -151,9 +199,19 @@ def plot_runs(
                 )  # fmt: skip
                 losses += run.series[term][1]
         if "lr" in run.series:
-            ax_lr.plot(*run.series["lr"], color=c, label=run.name, **_lone(run, "lr"))
+            # a schedule equal to an earlier run's would hide under it: drawn dashed on top,
+            # with markers, and named as the same in the legend
+            same = next((name for name, lr in lr_drawn if lr == run.series["lr"]), None)
+            ax_lr.plot(
+                *run.series["lr"], color=c,
+                label=run.name if same is None else f"{run.name} (same as {same})",
+                linestyle="-" if same is None else (0, (4, 2 + len(lr_drawn))),
+                marker=_lone(run, "lr").get("marker", None if same is None else "x"),
+                markevery=0.1, linewidth=1.5,
+            )  # fmt: skip
+            lr_drawn.append((run.name, run.series["lr"]))
         if run.dev_score is not None:
-            label = run.name if run.dev_score == "stsb_dev" else f"{run.name} ({run.dev_score})"
+            label = run.name if not mixed_scores else f"{run.name} ({score_words(run.dev_score)})"
             ax_dev.plot(*run.series[run.dev_score], color=c, marker="o", label=label)
         uniform, align, _ = run.trajectory()
         if uniform and ax_traj is not None:
@@ -171,8 +229,8 @@ def plot_runs(
             )  # fmt: skip
     if spans_decades(losses):
         ax_loss.set_yscale("log")
-    scores = {r.dev_score for r in logs} - {None}
-    dev_label = "STS-B dev Spearman x 100" if scores <= {"stsb_dev"} else "dev score x 100"
+    # one metric: the axis names it; several: each, and every run's legend entry says its own
+    dev_label = ", ".join(score_words(n) for n in scores) + " x 100" if scores else "dev score"
     for ax, ylabel, what in (
         (ax_loss, "loss", "Training loss"),
         (ax_lr, "learning rate", "Learning rate"),
@@ -202,6 +260,22 @@ def plot_runs(
     fig.tight_layout()
     _save(fig, out)
     return fig
+
+
+def score_words(column: str) -> str:
+    """A dev-score column of ``metrics.csv`` in words: ``stsb_dev`` -> ``STS-B dev Spearman``,
+    ``dev_ndcg@10`` -> ``dev nDCG@10``, ``dev_pearson`` -> ``dev Pearson``."""
+    from ..core.metrics import retrieval_metric
+    from ..publish.hub_metadata import RETRIEVAL_NAMES
+
+    stsb = column.startswith("stsb_dev")
+    metric = column.removeprefix("stsb_dev").removeprefix("dev").lstrip("_") or "spearman"
+    measure = retrieval_metric(metric)
+    if measure is not None:
+        words = f"{RETRIEVAL_NAMES.get(measure[0], measure[0])}@{measure[1]}"
+    else:
+        words = metric.capitalize()
+    return f"{'STS-B dev' if stsb else 'dev'} {words}"
 
 
 def _lone(run: RunLog, column: str) -> dict[str, str]:
@@ -246,19 +320,25 @@ def plot_task_scores(
 ) -> Figure:
     """Grouped bars of the headline scores (:func:`cselab.evaluation.report.headline`) of
     ``outs``: one panel per group present (STS, your own ``--sts-file`` files, transfer), one
-    bar per result and task. Bars start at 0, so that their lengths compare the scores."""
+    bar per result and task that some result has (a task none of them ran gets no empty slot,
+    which would read as a zero). Bars start at 0, so that their lengths compare the scores."""
     from ..evaluation.report import headline
 
     heads = [o.get("headline") or headline(o) for o in outs]
-    groups = [g for g in TASK_GROUPS if any(h.get(g[0]) for h in heads)]
+    groups = [
+        g for g in TASK_GROUPS
+        if any(v is not None for h in heads for v in (h.get(g[0]) or {}).values())
+    ]  # fmt: skip
     if not groups:
         raise PlotError("no STS, STS-file or transfer scores to plot")
     plt = _pyplot()
     fig, axes = plt.subplots(len(groups), 1, figsize=(11, 4 * len(groups)), squeeze=False)
     for ax, (group, title, ylabel) in zip(axes[:, 0], groups, strict=True):
         columns: list[str] = []
-        for h in heads:
-            columns += [c for c in h.get(group) or {} if c not in columns]
+        for h in heads:  # a task no result has (not run, or an Avg over missing tasks): no slot
+            columns += [
+                c for c, v in (h.get(group) or {}).items() if v is not None and c not in columns
+            ]
         width = 0.8 / len(outs)
         for i, (h, name) in enumerate(zip(heads, names, strict=True)):
             row = h.get(group) or {}

@@ -3,7 +3,7 @@
 A sweep file names a base config, the configurations to compare (a grid of overrides, or a
 named list), the seeds and an output root::
 
-    base: configs/demo-minilm.yaml        # a YAML path, or an inline mapping of sections
+    base: demo-minilm                     # a preset name, a YAML path, or a mapping of sections
     overrides: [train.max_steps=200]      # applied to every cell
     configs:                              # or `grid: {objective.focal.enabled: [false, true]}`
       simcse: []
@@ -53,6 +53,7 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
+from ..config.presets import find_preset
 from ..core.errors import RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
 from ..io.files import write_json_atomic
@@ -194,7 +195,11 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
         raise fail(f"unknown key '{unknown[0]}' (valid: {', '.join(sorted(_KEYS))})")
     base = data.get("base") or {}
     if isinstance(base, str):
-        base = load_yaml(base)
+        try:
+            base_path = find_preset(base)
+        except ConfigError as err:
+            raise fail(f"'base': {err}") from None
+        base = load_yaml(base_path)
     if not isinstance(base, dict):
         raise fail("'base' must be a config file path or a mapping of sections")
     if ("grid" in data) == ("configs" in data):

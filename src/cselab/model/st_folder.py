@@ -3,8 +3,10 @@
 Writing (:func:`write_model_folder`, behind ``SentenceEncoder.save``): ``config.json`` +
 ``model.safetensors`` + tokenizer (the backbone, safetensors only), ``cselab.json`` (cselab's
 pooler settings), ``pooler_head.safetensors`` (the ``cls`` head, if any), and
-sentence-transformers' own modules reproducing the *inference* pooler, followed by ``Normalize``
-when the base model's folder ended in one, and ``sentence_bert_config.json``.
+sentence-transformers' own modules reproducing the *inference* pooler (for PromptBERT's
+``prompt`` pooler, which has none, cselab's encoder as one module: :data:`ENCODER_MODULE`),
+followed by ``Normalize`` when the base model's folder ended in one, and
+``sentence_bert_config.json``.
 
 Reading (:func:`read_folder_settings`): what a sentence-transformers folder says about inference
 besides its pooling (which :func:`cselab.model.hf_models.st_pooler_name` reads):
@@ -40,11 +42,16 @@ _ST = "sentence_transformers.models."
 #: sentence-transformers modules whose effect cselab reproduces in a third-party folder (the
 #: backbone, the pooling of :data:`cselab.model.hf_models.ST_POOLING_MODES`, L2 normalisation)
 REPRODUCED_MODULES = ("Transformer", "Pooling", "Normalize")
+#: The sentence-transformers module of a folder whose pooler sentence-transformers has no module
+#: of (``prompt``): cselab's encoder as one module (:class:`cselab.st.SentenceEncoderModule`).
+ENCODER_MODULE = "cselab.st.SentenceEncoderModule"
 #: what ``cselab.json`` and the folder's ``README.md`` say of a ``prompt`` folder
 PROMPT_NOT_REPRODUCED = (
-    "pooler 'prompt' (PromptBERT) has no sentence-transformers module: SentenceTransformer(folder) "
-    "loads this folder but gives the [CLS] vector of the bare sentence, not this model's vectors; "
-    "use cselab.load(folder) or the transformers recipe of cselab's docs/objectives.md (PromptBERT)"
+    "pooler 'prompt' (PromptBERT) has no sentence-transformers module of its own: modules.json "
+    f"names cselab's ({ENCODER_MODULE}), so SentenceTransformer(folder, trust_remote_code=True) "
+    "gives this model's vectors where cselab is installed (pip install cselab); without "
+    "trust_remote_code sentence-transformers >= 6 refuses to load the folder, and without cselab "
+    "the import of the module fails"
 )
 
 #: what ``cselab.json`` says of a decoder made bidirectional (``model.bidirectional``)
@@ -211,7 +218,12 @@ def write_model_folder(
             {k: v.detach().cpu().contiguous() for k, v in pooler.mlp.state_dict().items()},
             str(out / HEAD_FILE),
         )
-    modules = _write_pooling_modules(out, backbone, pooler)
+    if pooler.meaning.token == "mask":
+        # sentence-transformers has no [MASK]-of-a-template pooling: cselab's whole encoder is
+        # the one module, so no loader gives the [CLS] vector of the bare sentence instead
+        modules = [{"idx": 0, "name": "0", "path": "", "type": ENCODER_MODULE}]
+    else:
+        modules = _write_pooling_modules(out, backbone, pooler)
     if settings.normalize:  # the base model's folder ended in Normalize: keep it (no files)
         n = len(modules)
         modules.append(
@@ -239,8 +251,8 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
     ``cls_before_pooler`` / ``cls`` with ``mlp_only_train`` → Pooling(cls); ``cls`` → Pooling(cls)
     + Dense(tanh) with the head's weights; ``avg`` → Pooling(mean); ``avg_top2`` and
     ``avg_first_last`` → WeightedLayerPooling (weights 1 on the two layers, 0 elsewhere) +
-    Pooling(mean); ``prompt`` has no sentence-transformers equivalent: Pooling(cls), so the
-    folder loads, and :data:`PROMPT_NOT_REPRODUCED` in ``cselab.json``.
+    Pooling(mean). (``prompt`` has no sentence-transformers equivalent: its folder names
+    :data:`ENCODER_MODULE` instead.)
     """
     kind = inference_pooler_name(pooler.kind, pooler.mlp_only_train)
     meaning = POOLER_MEANINGS[kind]
@@ -269,8 +281,7 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
             cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
             cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
             _write_json(out / "config.json", cfg)
-    prompt = meaning.token == "mask"
-    pooling_mode = "cls" if prompt else meaning.token
+    pooling_mode = meaning.token
     pool_folder = f"{len(modules)}_Pooling"
     _write_json(
         out / pool_folder / "config.json",
@@ -285,7 +296,7 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
         },
     )
     add(pool_folder, _ST + "Pooling")
-    if meaning.head and not prompt:
+    if meaning.head:
         dense_folder = out / f"{len(modules)}_Dense"
         _write_json(
             dense_folder / "config.json",

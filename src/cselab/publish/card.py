@@ -32,6 +32,7 @@ from ..config import Config
 from ..core.datakind import DataKind
 from ..core.schema import from_dict
 from ..data.config import is_pairs_source
+from ..data.pairs import read_mining_record
 from ..data.source import TrainingData
 from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
@@ -146,19 +147,60 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
-def evaluation_section(evaluation: Mapping[str, Any] | None) -> str:
-    """The markdown of ``cselab evaluate`` results between the evaluation markers."""
+#: Each part of the evaluation section starts with one of these (``{key}``: ``senteval``, or
+#: ``retrieval:<collection>``), so a later ``--update-card`` replaces its own part only.
+PART_MARK = "<!-- cselab:evaluation:part {key} -->"
+_PART_RE = re.compile(r"<!-- cselab:evaluation:part (\S+) -->\n")
+
+
+def evaluation_parts(evaluation: Mapping[str, Any] | None) -> dict[str, str]:
+    """The markdown of ``cselab evaluate`` results, one part per kind: the SentEval tables
+    (``senteval``) and a table per retrieval collection (``retrieval:<name>``)."""
+    from ..evaluation.retrieval import KIND
+    from ..evaluation.retrieval import markdown as retrieval_markdown
+
     if not evaluation:
+        return {}
+    parts = {}
+    senteval = markdown(evaluation)
+    if senteval.strip():
+        parts["senteval"] = (
+            f"`cselab evaluate` (SentEval protocol, mode `{evaluation.get('mode', 'test')}`):"
+            f"\n\n{senteval}"
+        )
+    for key, result in evaluation.get("results", {}).items():
+        if isinstance(result, Mapping) and result.get("kind") == KIND:
+            parts[key] = f"`cselab evaluate --retrieval`: {retrieval_markdown(dict(result))}"
+    return parts
+
+
+def evaluation_section(
+    evaluation: Mapping[str, Any] | None, previous: Mapping[str, str] | None = None
+) -> str:
+    """The markdown of ``cselab evaluate`` results between the evaluation markers: the parts
+    of ``previous`` (an earlier section's, :func:`read_evaluation_parts`) with those of
+    ``evaluation`` replacing or added to them."""
+    parts = {**(previous or {}), **evaluation_parts(evaluation)}
+    if not parts:
         body = (
             "Not evaluated yet. `cselab evaluate MODEL --tasks all -o results.json "
-            "--update-card` fills this section."
+            "--update-card` fills this section (and `--retrieval FOLDER` adds search results)."
         )
     else:
-        body = (
-            f"`cselab evaluate` (SentEval protocol, mode `{evaluation.get('mode', 'test')}`):\n\n"
-            + markdown(evaluation)
+        body = "\n\n".join(
+            f"{PART_MARK.format(key=key)}\n{text.strip()}" for key, text in parts.items()
         )
     return f"{EVAL_START}\n## Evaluation\n\n{body}\n{EVAL_END}"
+
+
+def read_evaluation_parts(section: str) -> dict[str, str]:
+    """The parts of an evaluation section written by :func:`evaluation_section` (a section
+    written before parts existed is one ``senteval`` part, unless it says "Not evaluated")."""
+    body = section.split("## Evaluation", 1)[-1].strip()
+    pieces = _PART_RE.split(body)
+    if len(pieces) == 1:
+        return {} if not body or body.startswith("Not evaluated yet") else {"senteval": body}
+    return {key: text.strip() for key, text in zip(pieces[1::2], pieces[2::2], strict=True)}
 
 
 def _data_section(config: Config, data: TrainingData) -> str:
@@ -168,8 +210,56 @@ def _data_section(config: Config, data: TrainingData) -> str:
     rows.append((data.kind.unit, f"{data.rows:,}" if data.rows is not None else "–"))
     if data.kind.pairs:
         rows.append(("columns", _pair_columns(config, data)))
+    if data.kind.hard_negatives and (mined := mining_words(data.path)):
+        rows.append(("hard negatives", mined))
     rows.append(("SHA-256", f"`{data.sha256}`" if data.sha256 else "– (file not on disk)"))
     return markdown_table(["", ""], rows)
+
+
+def mining_words(path: Path) -> str | None:
+    """How ``cselab mine`` mined the negatives of ``path``, in words (its mining record), or
+    ``None`` when the file has no record."""
+    record = read_mining_record(path)
+    if record is None:
+        return None
+    st = record.get("settings") or {}
+    window = f"ranks {st.get('range_min', 0)}-{st.get('range_max')}"
+    filters = [f"{name} {st[key]}" for key, name in (
+        ("max_score", "cosine at most"), ("absolute_margin", "absolute margin"),
+        ("relative_margin", "relative margin")) if st.get(key) is not None]  # fmt: skip
+    model = f"`{record['model']}`" if record.get("model") else "a model given in Python"
+    return (
+        f"mined by `cselab mine` with {model} ({record.get('backend', 'exact')} search): "
+        f"{st.get('num_negatives')} per anchor from {window} of the anchor's neighbours among "
+        f"{record.get('corpus')} texts, {st.get('sampling', 'top')} sampling"
+        + (f", {', '.join(filters)}" if filters else "")
+        + f"; {record.get('written')} rows from {record.get('pairs')} pairs"
+    )
+
+
+def intended_use(config: Config, data: TrainingData) -> str:
+    """The card's intended use: semantic search for a model selected on a retrieval set or
+    trained on hard negatives, else sentence similarity."""
+    dev = dev_score(config.eval)
+    search = dev.task_type == "retrieval" or data.kind.hard_negatives
+    if search:
+        why = (
+            f"selected on {dev.metric} of {dev.dataset}"
+            if dev.task_type == "retrieval"
+            else "trained on pairs with hard negatives"
+        )
+        return (
+            f"Semantic search ({why}): encode the queries and the documents with this model and "
+            "rank the documents by cosine similarity, e.g. with `cselab index build` and "
+            "`cselab search`. Its scores on retrieval collections are under Evaluation once "
+            "`cselab evaluate MODEL --retrieval FOLDER --update-card` has run. It also gives "
+            "sentence-similarity scores; it was not trained for classification."
+        )
+    return (
+        "Sentence similarity and clustering: compare two sentences' vectors by cosine "
+        "similarity. For search, evaluate it on your collection first "
+        "(`cselab evaluate MODEL --retrieval FOLDER`)."
+    )
 
 
 def _pair_columns(config: Config, data: TrainingData) -> str:
@@ -327,6 +417,10 @@ A sentence encoder trained with cselab from
 `{config.model.name_or_path}`{at}, {how}. It maps a
 sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity.{score}
 
+## Intended use
+
+{intended_use(config, data)}
+
 ## Objective
 
 {chr(10).join(objective)}
@@ -349,7 +443,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 {_dimensions_section(results, dev)}## Hardware and time
 
-{hardware_section(results, config.train.device, config.train.precision)}
+{hardware_section(results, config.train.device, config.train.precision, data.kind.unit)}
 
 {evaluation_section(evaluation)}
 
@@ -420,12 +514,12 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
     if new:
         card.data.eval_results = merge_eval_results(card.data.eval_results or [], new)
         card.data.model_name = card.data.model_name or out.name
-    section = evaluation_section(evaluation)
     if EVAL_START in card.text and EVAL_END in card.text:
         before, rest = card.text.split(EVAL_START, 1)
-        after = rest.split(EVAL_END, 1)[1]
-        card.text = before + section + after
+        old, after = rest.split(EVAL_END, 1)
+        card.text = before + evaluation_section(evaluation, read_evaluation_parts(old)) + after
     else:
+        section = evaluation_section(evaluation)
         card.text = card.text.rstrip("\n") + "\n\n" + section + "\n"
     write_text_atomic(path, str(card), "model card")
     return path

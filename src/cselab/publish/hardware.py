@@ -30,9 +30,28 @@ def hardware_description(device: str) -> str:
     return f"{model} ({os.cpu_count()} logical CPUs)"
 
 
-def hardware_section(results: Mapping[str, Any] | None, device: str, precision: str) -> str:
+#: A throughput is shown for runs that trained at least this long and this many steps: the
+#: first steps (allocation, warm-up) dominate a shorter run, whose rate says nothing of a real one.
+MIN_MEASURED_SECONDS = 10.0
+MIN_MEASURED_STEPS = 20
+
+
+def throughput(results: Mapping[str, Any], unit: str = "sentences") -> str:
+    """The training rate of ``results`` in ``unit`` per second, or why it is not given."""
+    rate, seconds, steps = (results.get(k) for k in ("sentences_per_s", "train_time_s", "steps"))
+    if not rate:
+        return "–"
+    if (seconds or 0) < MIN_MEASURED_SECONDS or (steps or 0) < MIN_MEASURED_STEPS:
+        return f"– ({steps} steps in {seconds or 0:.1f} s: too short to measure a rate)"
+    return f"{rate:,.0f} {unit}/s" if rate >= 100 else f"{rate:.3g} {unit}/s"
+
+
+def hardware_section(
+    results: Mapping[str, Any] | None, device: str, precision: str, unit: str = "sentences"
+) -> str:
     """Hardware, processes, precision and times of a finished run (``results.json``); ``device``
-    and ``precision`` (the config's) stand in for what ``results`` does not say."""
+    and ``precision`` (the config's) stand in for what ``results`` does not say; ``unit``: what a
+    batch row is (sentences, or pairs)."""
     if not results:
         return "Training was still running when this folder was saved (the final card adds times)."
     rows = [
@@ -41,6 +60,6 @@ def hardware_section(results: Mapping[str, Any] | None, device: str, precision: 
         ("precision", results.get("precision", precision)),
         ("wall time", f"{results['wall_time_s']:,.1f} s" if results.get("wall_time_s") else "–"),
         ("training time", f"{results['train_time_s']:,.1f} s" if results.get("train_time_s") else "–"),
-        ("throughput", f"{results['sentences_per_s']:.0f} sentences/s" if results.get("sentences_per_s") else "–"),
+        ("throughput", throughput(results, unit)),
     ]  # fmt: skip
     return markdown_table(["", ""], rows)

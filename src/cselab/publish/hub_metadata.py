@@ -184,6 +184,41 @@ def evaluation_results(evaluation: Mapping[str, Any] | None) -> list[Any]:
                     metric_value=value,
                 )
             )
+    results += retrieval_results(evaluation)
+    return results
+
+
+def retrieval_results(evaluation: Mapping[str, Any]) -> list[Any]:
+    """Each ``cselab evaluate --retrieval`` collection of ``evaluation`` as ``model-index``
+    results: one per measure (nDCG@k, MRR@k, Recall@..., MAP@100, x 100, full width), with MTEB's
+    metric spelling (``ndcg_at_10``)."""
+    from huggingface_hub import EvalResult
+
+    from ..evaluation.retrieval import KIND as RETRIEVAL
+
+    results = []
+    for result in evaluation.get("results", {}).values():
+        if not isinstance(result, Mapping) or result.get("kind") != RETRIEVAL:
+            continue
+        name = Path(str(result["folder"])).name
+        split = "validation" if result["split"] == "dev" else str(result["split"])
+        for metric, value in result["metrics"].items():
+            measure = retrieval_metric(metric)
+            if measure is None:
+                continue
+            what, k = measure
+            results.append(
+                EvalResult(
+                    task_type="retrieval",
+                    task_name="Retrieval",
+                    dataset_type=name,
+                    dataset_name=f"{name} (BEIR folder, {result['documents']} documents)",
+                    dataset_split=split,
+                    metric_type=f"{what}_at_{k}",
+                    metric_name=f"{RETRIEVAL_NAMES[what]}@{k} x 100",
+                    metric_value=round(float(value), 2),
+                )
+            )
     return results
 
 

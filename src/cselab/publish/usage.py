@@ -87,6 +87,18 @@ def _pooling_lines(kind: str) -> str:
     )
 
 
+def pooling_words(model: ModelConfig) -> str:
+    """What the inference pooler of ``model`` computes, in words (the card's usage line)."""
+    kind = inference_pooler_name(model.pooler, model.mlp_only_train)
+    summary = POOLER_MEANINGS[kind].summary
+    if kind != model.pooler:  # cls with mlp_only_train: the head served training only
+        return (
+            f"{summary}, pooling `{kind}`: trained with pooler `{model.pooler}`, whose MLP head "
+            "was used in training only (`mlp_only_train`, as in SimCSE)"
+        )
+    return f"{summary}, pooling `{kind}`, as trained"
+
+
 def usage_snippets(model_id: str, model: ModelConfig) -> str:
     """Snippets that run as written (tested by executing them against a saved model)."""
     kind = inference_pooler_name(model.pooler, model.mlp_only_train)
@@ -120,7 +132,7 @@ cosine = torch.nn.functional.normalize(vectors, dim=-1) @ torch.nn.functional.no
 print(vectors.shape, cosine)
 ```'''
     return (
-        f"With sentence-transformers (pooling `{kind}`, as trained):\n\n{st}\n\n"
+        f"With sentence-transformers ({pooling_words(model)}):\n\n{st}\n\n"
         f"With `transformers` only:\n\n{hf}\n\n"
         f"With cselab:\n\n{_cselab_snippet(model_id)}"
     )
@@ -168,8 +180,8 @@ print(vectors.shape)
 
 
 def _prompt_snippets(model_id: str, model: ModelConfig) -> str:
-    """The ``prompt`` pooler: cselab, or ``transformers`` with :data:`PROMPT_RECIPE`;
-    sentence-transformers cannot reproduce it."""
+    """The ``prompt`` pooler: sentence-transformers through cselab's module, cselab, or
+    ``transformers`` with :data:`PROMPT_RECIPE`."""
     p = model.prompt
     hf = f'''```python
 model_id = "{model_id}"
@@ -182,8 +194,18 @@ sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat s
 vectors = prompt_vectors(model, tokenizer, sentences, {p.template!r}, denoise={p.denoise_inference})
 print(vectors.shape)
 ```'''
+    st = f'''```python
+model_id = "{model_id}"
+from sentence_transformers import SentenceTransformer
+
+# the folder's module is cselab's own (pip install cselab); trust_remote_code lets it be imported
+model = SentenceTransformer(model_id, trust_remote_code=True)
+sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
+embeddings = model.encode(sentences)
+print(embeddings.shape, model.similarity(embeddings, embeddings))
+```'''
     return (
-        f"**sentence-transformers cannot compute this model's vectors**: {PROMPT_NOT_REPRODUCED}."
-        f"\n\nWith cselab:\n\n{_cselab_snippet(model_id)}\n\n"
+        f"With sentence-transformers and cselab installed ({PROMPT_NOT_REPRODUCED}):\n\n{st}\n\n"
+        f"With cselab:\n\n{_cselab_snippet(model_id)}\n\n"
         f"With `transformers` only (PromptBERT's template around each sentence):\n\n{hf}"
     )

@@ -215,6 +215,13 @@ def _faiss() -> Any:
     return faiss
 
 
+def check_backend(backend: str) -> None:
+    """Refuse a FAISS backend (``flat``, ``hnsw``, ``ivf``) when FAISS is not installed, before
+    anything is encoded for it (:class:`SearchIndexError` naming the extra)."""
+    if backend != "exact":
+        _faiss()
+
+
 def _ann_file(backend: str) -> str:
     return f"faiss-{backend}.index"
 
@@ -383,6 +390,7 @@ class Index:
             )
         if chunk_size < 1 or batch_size < 1:
             raise SearchIndexError("chunk size and batch size must be positive")
+        check_backend(backend)  # before the corpus is encoded for it
         out = Path(path)
         corpus = Path(corpus)
         if not corpus.is_file():

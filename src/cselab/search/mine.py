@@ -52,7 +52,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,11 +60,11 @@ import numpy as np
 
 from ..core.errors import ConfigError, CorpusError, RunFolderBusy
 from ..data.config import DataFormat, PairColumns
-from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, stream_pairs
-from ..io.files import TABLE_WRITE_SUFFIXES, write_table
+from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, mining_record_path, stream_pairs
+from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from ..io.runfolder import RunFolder
-from .index import SEARCH_BACKENDS, Index, ann_params, check_new_folder
+from .index import SEARCH_BACKENDS, Index, ann_params, check_backend, check_new_folder
 
 SAMPLING = ("top", "random")
 #: What a missing-column error suggests.
@@ -333,6 +333,7 @@ def mine_hard_negatives(
             f"{settings.num_negatives} candidates after range_min {settings.range_min}"
         )
 
+    check_backend(backend)  # before the corpus is encoded for it
     settings = replace(settings, range_max=report.range_max)
     encoder = model
     if isinstance(model, str | os.PathLike):
@@ -360,6 +361,19 @@ def mine_hard_negatives(
             report.written = len(report.rows)
         else:
             report.written = write_table(output, report.header, mined, "mined triplets")
+            record = {
+                "tool": "cselab mine",
+                "model": str(model) if isinstance(model, str | os.PathLike) else None,
+                "pooler": pooler,
+                "backend": backend,
+                "settings": asdict(settings),
+                "pairs": report.pairs,
+                "anchors": report.anchors,
+                "corpus": report.corpus,
+                "written": report.written,
+                "short": report.short,
+            }
+            write_json_atomic(mining_record_path(output), record, indent=2)
         del index
     return report
 

@@ -298,8 +298,22 @@ LOGGERS: dict[str, type[Logger]] = {
 }
 
 
+#: The loggers of ``train.report_to: null`` (the default), where their package is installed:
+#: the ones that need no account or server.
+DEFAULT_LOGGERS = ("tensorboard",)
+
+
+def installed_loggers() -> list[str]:
+    """The :data:`DEFAULT_LOGGERS` whose package can be imported (a plain install has none)."""
+    import importlib.util
+
+    return [name for name in DEFAULT_LOGGERS if importlib.util.find_spec(name) is not None]
+
+
 def report_callbacks(
-    report_to: Sequence[str], output_dir: str | os.PathLike[str], config: Mapping[str, Any]
+    report_to: Sequence[str] | None, output_dir: str | os.PathLike[str], config: Mapping[str, Any]
 ) -> list[Callback]:
-    """The loggers named in ``train.report_to``, in that order (each at most once)."""
-    return [LOGGERS[n](output_dir, config) for n in dict.fromkeys(report_to)]
+    """The loggers named in ``train.report_to``, in that order (each at most once); ``None``:
+    those of :func:`installed_loggers`, so that a plain install logs without a warning."""
+    names = installed_loggers() if report_to is None else report_to
+    return [LOGGERS[n](output_dir, config) for n in dict.fromkeys(names)]

@@ -6,7 +6,10 @@ process can start a run there between the check and the run), :func:`prepare_out
 at ``train.output_dir``:
 
 * it holds a previous run and neither ``train.resume`` nor ``train.overwrite`` is set: refused,
-  naming the folder and both ways out;
+  naming the folder and both ways out. A folder holds a run only once training started
+  (:func:`trained`): what a start that never took a step left behind (its ``config.yaml``, the
+  step-0 evaluation in ``metrics.csv`` and ``best/``, the logger's folder) is removed, so the
+  corrected command simply runs;
 * ``train.overwrite``: the previous run's files are removed (nothing of the old run is kept);
 * ``train.resume`` and a checkpoint exists: the checkpoint's config is compared with this one.
   A difference in a key that changes the run (the model, the data file and its content, the
@@ -25,9 +28,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import UserError
 from ..core.schema import ConfigError
 from ..io.runfolder import RunFolder
 from .checkpoint import read_metadata
+from .metrics import read_metrics
 
 log = logging.getLogger("cselab")
 
@@ -62,6 +67,35 @@ RESUMABLE_KEYS = frozenset(
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
 
 
+#: What a run writes before its first training step: the config, the step-0 evaluation (its
+#: metrics row and the untrained model kept as ``best/``) and the loggers' files.
+BEFORE_FIRST_STEP = frozenset(
+    {RunFolder.CONFIG, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
+)
+
+
+def trained(run: RunFolder, found: list[str]) -> bool:
+    """Whether the run files ``found`` in ``run`` are those of a run that took a training step:
+    a checkpoint, ``last/`` or ``results.json``, or a ``metrics.csv`` row past step 0. Anything
+    that cannot be told (``best/`` without ``metrics.csv``, an unreadable ``metrics.csv``)
+    counts as a run, so nothing of one is ever removed unasked."""
+    if set(found) - BEFORE_FIRST_STEP:
+        return True
+    if RunFolder.METRICS not in found:
+        return RunFolder.BEST in found
+    try:
+        rows = read_metrics(run.metrics).rows
+    except (UserError, OSError):
+        return True
+    return any(row["step"] > 0 for row in rows)
+
+
+def _remove(folder: Path, names: list[str]) -> None:
+    for name in names:
+        path = folder / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
 def prepare_output_dir(
     folder: Path,
     config: Mapping[str, Any],
@@ -83,14 +117,18 @@ def prepare_output_dir(
         return
     if not found or resume:
         return
+    if not trained(run, found):
+        _remove(folder, found)
+        log.info(
+            "%s: removed what a start that ran no training step left (%s)", folder, ", ".join(found)
+        )
+        return
     if not overwrite:
         raise ConfigError(
             f"train.output_dir={folder} already holds a run ({', '.join(found)}); continue it "
             "with --train.resume=true, or replace it with --train.overwrite=true"
         )
-    for name in found:
-        path = folder / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    _remove(folder, found)
     log.info("train.overwrite: removed the previous run in %s (%s)", folder, ", ".join(found))
 
 

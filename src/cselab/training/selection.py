@@ -8,7 +8,9 @@ the checkpoint so that a resumed run keeps all three.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 from ..config import EvalConfig
 from ..model.encoder import SentenceEncoder
 from .distributed import barrier
+
+log = logging.getLogger("cselab")
 
 Evaluator = Callable[[SentenceEncoder], float | Mapping[str, float]]
 
@@ -91,23 +95,36 @@ class ModelSelection:
         return numbers
 
     def at_dimensions(
-        self, encoder: SentenceEncoder, dims: Sequence[int]
+        self, encoder: SentenceEncoder, dims: Sequence[int], batch_size: int = 128
     ) -> list[dict[str, float]]:
         """The dev score of ``encoder`` at each Matryoshka prefix dimension (Kusupati et al.
         2022), widest first, and at the full width: ``[{"dim": d, name: score}, ...]``, each
         the evaluator on the re-normalised prefix
-        (:func:`~cselab.evaluation.embed.at_dimension`). Rank 0 only; ``[]`` without an
-        evaluator. Nothing here changes the selection."""
+        (:func:`~cselab.evaluation.embed.at_dimension`). The dev texts are encoded once, at the
+        full width (:class:`~cselab.evaluation.embed.EmbeddingCache`), and each dimension scores
+        a prefix of those vectors; each score is logged as it comes. Rank 0 only; ``[]`` without
+        an evaluator. Nothing here changes the selection."""
         if self.evaluator is None or not self.is_main:
             return []
-        from ..evaluation.embed import at_dimension
+        from ..evaluation.embed import EmbeddingCache, at_dimension
 
+        cache = EmbeddingCache(encoder, batch_size)
+        widths = sorted({*dims, encoder.dim}, reverse=True)
+        log.info(
+            "scoring the selected model on %s at dimensions %s (the texts encoded once)",
+            self.name, ", ".join(map(str, widths)),
+        )  # fmt: skip
         rows = []
-        for dim in sorted({*dims, encoder.dim}, reverse=True):
-            view = encoder if dim == encoder.dim else at_dimension(encoder, dim)
+        for i, dim in enumerate(widths, 1):
+            t0 = time.perf_counter()
+            view = cache.embed if dim == encoder.dim else at_dimension(cache.embed, dim)
             out = self.evaluator(view)  # type: ignore[arg-type]
-            score = out[self.name] if isinstance(out, Mapping) else out
-            rows.append({"dim": dim, self.name: float(score)})
+            score = float(out[self.name] if isinstance(out, Mapping) else out)
+            rows.append({"dim": dim, self.name: score})
+            log.info(
+                "dimension %d (%d/%d): %s=%.2f (%.1f s)",
+                dim, i, len(widths), self.name, score, time.perf_counter() - t0,
+            )  # fmt: skip
         return rows
 
     def state_dict(self) -> dict[str, Any]:

@@ -412,6 +412,16 @@ class Trainer:
             copy_model_folder(self.folder.last, self.folder.best)
             sel.best_step = self.step
         state = sel.state_dict()
+        at_dims: list[dict[str, float]] | None = None
+        if dims := self.config.objective.matryoshka.dims:  # the card's table per dimension
+            # the best model is loaded only where it is scored (rank 0, with a dev set); before
+            # the times are taken, so the wall time counts it
+            scored = sel.evaluator is not None and sel.is_main
+            at_dims = (
+                sel.at_dimensions(self._best_encoder(), dims, self.config.eval.batch_size)
+                if scored
+                else []
+            )
         results = {
             "best_step": sel.best_step,
             f"best_{sel.name}": state["best_score"],
@@ -431,10 +441,8 @@ class Trainer:
             "precision": precision_name(self.amp_dtype),  # what ran: `auto` resolved
             "world_size": self.dist.world_size,
         }
-        if dims := self.config.objective.matryoshka.dims:  # the card's table per dimension
-            # the best model is loaded only where it is scored (rank 0, with a dev set)
-            scored = sel.evaluator is not None and sel.is_main
-            results["dev_at_dims"] = sel.at_dimensions(self._best_encoder(), dims) if scored else []
+        if at_dims is not None:
+            results["dev_at_dims"] = at_dims
         if notes := evaluation_notes(self.config.data):  # e.g. SICK-R is not unseen
             results["notes"] = notes
             log.info("%s", "; ".join(notes))  # kept in results.json; evaluations repeat it
