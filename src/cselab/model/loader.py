@@ -84,8 +84,9 @@ def load(
         if kind not in POOLERS:
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
-        if kind == "last" and pooler is None:  # a folder's lasttoken mode reads the last token
-            encoder.end_id = None  # as tokenised, as sentence-transformers does: nothing appended
+        # a folder's lasttoken mode reads the last token
+        if encoder.pooler.meaning.token == "lasttoken" and pooler is None:
+            encoder.end_id = None  # as tokenised, as sentence-transformers: nothing appended
         if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
             encoder.pooler.mlp = hf_pooler_head(encoder.backbone, transformer_folder(local), path)
             encoder.pooler.mlp_only_train = False
