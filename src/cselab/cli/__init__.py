@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from ..core.errors import UserError
 from ..core.version import __version__
 from ..io.readers import Lines
-from ..model.encoder import PRECISIONS
-from ..model.pooling import POOLERS
+from ..model.choices import POOLERS, PRECISIONS
 from .config import register as register_config
 from .evaluate import register as register_evaluation
 from .insight import register as register_insight

@@ -8,10 +8,8 @@ import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.api import MODES
-from ..evaluation.custom import read_sts_file
-from ..evaluation.download import ensure_data
-from ..model.pooling import POOLERS
+from ..evaluation.names import MODES
+from ..model.choices import POOLERS
 from ..search.index import SEARCH_BACKENDS
 from .options import add_compile_flag
 
@@ -241,6 +239,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.
+    from ..evaluation.custom import read_sts_file
+
     files = [read_sts_file(f, columns) for f in args.sts_file]
     collection = None
     if args.retrieval:
@@ -249,6 +249,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         collection = read_beir(args.retrieval, args.split or "test")
     check_model(args.model)
     if tasks:
+        from ..evaluation.download import ensure_data
+
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from ..model.encoder import load  # lazy: model loading pulls in transformers
 

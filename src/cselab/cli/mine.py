@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..data.config import PairColumns
-from ..model.pooling import POOLERS
+from ..model.choices import POOLERS
 from ..search.index import SEARCH_BACKENDS
 from ..search.mine import OUTPUT_FORMATS, SAMPLING, MineSettings, mine_hard_negatives
 from .options import add_compile_flag

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..model.pooling import POOLERS
+from ..model.choices import POOLERS
 from ..search.index import (
     BUILD_BACKENDS,
     DEFAULT_CHUNK,

@@ -13,6 +13,7 @@ from . import alignment, custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
 from .download import ensure_data
 from .embed import EmbeddingCache, EncoderLike
+from .names import MODES
 from .report import headline
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,6 @@ TASK_GROUPS: dict[str, tuple[str, ...]] = {
     "transfer": transfer.TRANSFER_TASKS,
     "all": (*sts.STS_TASKS, *transfer.TRANSFER_TASKS, ALIGN_UNIFORM),
 }
-MODES = ("test", "dev", "fasttest")
 
 _ALIASES = {
     **{t.lower(): t for t in TASK_FILES},

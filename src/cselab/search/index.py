@@ -48,6 +48,7 @@ from ..io.files import (  # the corpus digest is training's
     write_json_atomic,
 )
 from ..io.readers import Lines, reraise_as
+from ..model.choices import POOLERS
 from ..model.similarity import (  # exact_topk: the one exact search
     TopK,
     check_prefix,
@@ -149,8 +150,6 @@ def read_meta(file: str | Path) -> dict[str, Any]:
             raise SearchIndexError(f"{file}: key {key!r} is missing")
         if not ok(meta[key]):
             raise SearchIndexError(f"{file}: key {key!r} must be {what}, not {_shown(meta[key])}")
-    from ..model.pooling import POOLERS  # lazily: the pooling module imports torch
-
     if meta["pooler"] not in POOLERS:
         raise SearchIndexError(
             f"{file}: key 'pooler' must be one of {', '.join(POOLERS)}, not {_shown(meta['pooler'])}"

@@ -56,8 +56,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core.errors import ConfigError, CorpusError
-from ..data.config import DataFormat, PairColumns
-from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, stream_pairs
+from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from .index import SEARCH_BACKENDS, Index, ann_params, check_new_folder
@@ -188,6 +187,8 @@ def _pair_rows(
             with reraise_as(CorpusError):
                 table = open_table(Path(pairs).expanduser(), prefer_split="train")
                 table.require((columns.anchor, columns.positive), COLUMNS_HINT)
+        from ..data.pairs import stream_pairs  # lazily: the pair reader imports torch
+
         for anchor, positive, *_ in stream_pairs(pairs, data_format, columns):
             yield anchor, positive
         return

@@ -1,0 +1,62 @@
+"""Reading a config and printing the command line's help never load torch (issue 28, point 7):
+checked in a fresh interpreter, where ``sys.modules`` shows what an import really pulled in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def modules_after(code: str) -> set[str]:
+    """The top-level modules loaded in a fresh interpreter after running ``code``."""
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
+
+
+def test_reading_a_config_loads_no_torch(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("objective:\n  focal: {enabled: true}\n", encoding="utf-8")
+    loaded = modules_after(
+        "from cselab.config import load_config\n"
+        f"c = load_config({str(config)!r}, [])\n"
+        "assert c.objective.focal.enabled\n"
+        "import cselab.data, cselab.objectives, cselab.evaluation, cselab.search"
+    )
+    assert "cselab" in loaded
+    assert "torch" not in loaded
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["train", "--help"], ["evaluate", "--help"], ["mine", "--help"],
+     ["index", "build", "--help"], ["encode", "--help"], ["config", "--help"]],
+)  # fmt: skip
+def test_help_loads_no_torch(argv: list[str]) -> None:
+    loaded = modules_after(
+        "from cselab.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert e.code == 0, e.code"
+    )
+    assert "cselab" in loaded
+    assert not {"torch", "transformers"} & loaded
+
+
+def test_a_lazy_face_still_gives_every_name() -> None:
+    """The package faces import their names on first use: every ``__all__`` name resolves."""
+    import importlib
+
+    for package in ("cselab.data", "cselab.objectives", "cselab.evaluation", "cselab.search"):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            assert getattr(module, name) is not None, (package, name)
+        with pytest.raises(AttributeError):
+            module.no_such_name  # noqa: B018
