@@ -10,7 +10,9 @@ each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_d
 SimCSE's given hard negatives), :mod:`.esimcse` (ESimCSE's word repetition and momentum
 queue). :mod:`.matryoshka` wraps any of them at several prefix
 dimensions (Matryoshka Representation Learning). :mod:`.config` is the ``objective:``
-section of a run config and the one place it is validated. :mod:`.papers`: each part names the
+section of a run config (torch-free): one sub-section per paper, each with its own checks.
+:mod:`.registry` is the ordered list of ``(key, paper module's build)`` that assembles the
+:class:`InfoNCE` (:mod:`.assembly`) in :func:`build_objective`. :mod:`.papers`: each part names the
 papers it implements and describes itself; :func:`objective_papers`, :func:`objective_tags` and
 :func:`describe_objective` ask a built objective (the model card and :mod:`cselab.st` use them).
 """
@@ -81,11 +83,17 @@ _HOMES = {
     "VIEW_POSITIVE_NOISY": ".spaces",
     "NegativeSpace": ".spaces",
     "build_objective": ".registry",
+    "OBJECTIVE_PARTS": ".registry",
+    "Assembly": ".assembly",
+    "ObjectiveFacts": ".config",
 }
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
 
 
 __all__ = [
+    "OBJECTIVE_PARTS",
+    "Assembly",
+    "ObjectiveFacts",
     "DROPOUT_SPACE",
     "NOISY_SPACE",
     "OFF_DROPOUT_SPACE",

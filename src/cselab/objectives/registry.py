@@ -1,36 +1,53 @@
-"""The assembly of an objective from the ``objective:`` section: :func:`build_objective`."""
+"""The ordered registry of the objective's parts, and :func:`build_objective`, which assembles
+an :class:`~cselab.objectives.infonce.InfoNCE` from the ``objective:`` section with it.
+
+Each entry names a key of :class:`~cselab.objectives.config.ObjectiveConfig` and the ``build``
+of the paper module that owns it; the config section (torch-free, so that a config is read
+without torch) holds the key's default and its checks. A new paper is its module with a
+``build`` (and its part), its section in :mod:`.config`, and one line here (``docs/design.md``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..core.datakind import DataKind
-from .barlow import BarlowTwinsTerm
-from .base import (
-    VIEW_ANCHOR,
-    VIEW_POSITIVE,
-    AuxiliaryTerm,
-    NegativeSource,
-    Objective,
-    Score,
+from . import (
+    barlow,
+    dcl,
+    esimcse,
+    focal,
+    gaussian,
+    hard_negatives,
+    matryoshka,
+    mixcse,
+    noise,
+    off_dropout,
 )
-from .config import (
-    ObjectiveConfig,
-)
-from .dcl import DimensionContrastive
-from .esimcse import MomentumQueue, WordRepetition
-from .focal import FocalScore
-from .gaussian import GaussianNegatives
-from .hard_negatives import HardNegatives
-from .infonce import InBatchNegatives, InfoNCE
-from .matryoshka import Matryoshka
-from .mixcse import MixedNegatives
-from .noise import AdditiveNoise
-from .off_dropout import OffDropoutNegatives, PositiveRatioScore
-from .spaces import (
-    DROPOUT_SPACE,
-    NOISY_SPACE,
-    OFF_DROPOUT_SPACE,
-    VIEW_ANCHOR_NOISY,
-    VIEW_POSITIVE_NOISY,
+from .assembly import Assembly
+from .base import Objective
+from .config import ObjectiveConfig
+
+#: A paper module's ``build(section, assembly)``: adds or replaces its part.
+Builder = Callable[[Any, Assembly], None]
+
+#: ``(key of the objective section, build)`` in assembly order: the negative space first (the
+#: noise ablation, then off-dropout, which replaces it), then the negative blocks in their column
+#: order (given hard negatives, Gaussian, mixed, the momentum queue), the positive view, the
+#: score, the auxiliary terms, and the wrapper last.
+OBJECTIVE_PARTS: tuple[tuple[str, Builder], ...] = (
+    ("noise", noise.build),
+    ("off_dropout", off_dropout.build),
+    ("hard_negative_weight", hard_negatives.build),
+    ("gaussian", gaussian.build),
+    ("mixcse", mixcse.build),
+    ("momentum_queue", esimcse.build_queue),
+    ("word_repetition", esimcse.build_repetition),
+    ("focal", focal.build),
+    ("dcl", dcl.build),
+    ("barlow_twins", barlow.build),
+    ("matryoshka", matryoshka.build),
 )
 
 
@@ -40,8 +57,9 @@ def build_objective(
     """Validate ``cfg`` and assemble the :class:`InfoNCE` it describes.
 
     With no sub-section enabled this is unsupervised SimCSE (default parts); each enabled
-    sub-section adds or replaces a part following the composition rules of :mod:`.infonce`.
-    With ``matryoshka.dims`` set, that InfoNCE is wrapped in :class:`Matryoshka`.
+    sub-section adds or replaces a part following the composition rules of :mod:`.infonce`, in
+    the order of :data:`OBJECTIVE_PARTS`. With ``matryoshka.dims`` set, that InfoNCE is wrapped
+    in :class:`Matryoshka`.
 
     Args:
         cfg: the ``objective:`` section.
@@ -57,67 +75,7 @@ def build_objective(
         cfg.validate(width=width)
     else:
         cfg.validate(data.pairs, data.hard_negatives, width)
-    hard_negatives = data is not None and data.hard_negatives
-    noise = AdditiveNoise(cfg.noise.variance, cfg.noise.side) if cfg.noise.enabled else None
-    noisy_negatives = noise is not None and noise.on_negatives
-    noisy_positive = noise is not None and noise.on_positive
-
-    off = cfg.off_dropout
-    if off.enabled:
-        space = OFF_DROPOUT_SPACE
-        negatives: list[NegativeSource] = [
-            OffDropoutNegatives(off.tradeoff if off.variant == "paper" else 1.0)
-        ]
-    else:
-        space = NOISY_SPACE if noisy_negatives else DROPOUT_SPACE
-        negatives = [InBatchNegatives(space)]
-
-    if hard_negatives:
-        negatives.append(HardNegatives(cfg.hard_negative_weight, space=space))
-
-    g = cfg.gaussian
-    if g.enabled and g.weight > 0 and (g.num if g.num is not None else g.batch_multiple) > 0:
-        negatives.append(
-            GaussianNegatives(g.num, g.batch_multiple, g.mean, g.std, g.weight, space=space)
-        )
-
-    x = cfg.mixcse
-    if x.enabled:
-        negatives.append(
-            MixedNegatives(x.mix_ratio, x.partner, x.columns, x.stop_gradient, space=space)
-        )
-
-    q = cfg.momentum_queue
-    if q.enabled and q.queue_size > 0:
-        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space))
-    r = cfg.word_repetition
-    repetition = WordRepetition(r.dup_rate) if r.enabled and r.dup_rate > 0 else None
-
-    score: Score = FocalScore(cfg.focal.hardness) if cfg.focal.enabled else Score()
-    if off.enabled and off.variant == "authors_code":
-        score = PositiveRatioScore(score, off.tradeoff)
-
-    auxiliary: list[AuxiliaryTerm] = []
-    d = cfg.dcl
-    if d.enabled and d.weight > 0:
-        auxiliary.append(DimensionContrastive(d.weight, d.temperature, d.formulation, d.eps))
-    b = cfg.barlow_twins
-    if b.enabled and b.weight > 0:
-        auxiliary.append(BarlowTwinsTerm(b.weight, b.off_diagonal, b.padding, b.center))
-
-    objective = InfoNCE(
-        cfg.temperature,
-        negatives,
-        score=score,
-        auxiliary=auxiliary,
-        symmetric=cfg.symmetric_loss,
-        transforms=[noise] if noise is not None else [],
-        positive_views=(VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY)
-        if noisy_positive
-        else (VIEW_ANCHOR, VIEW_POSITIVE),
-        repetition=repetition,
-    )
-    # --- Matryoshka: wraps the objective assembled above ---
-    if cfg.matryoshka.enabled:
-        return Matryoshka(objective, cfg.matryoshka.dims, cfg.matryoshka.weights)
-    return objective
+    parts = Assembly(cfg, data)
+    for key, build in OBJECTIVE_PARTS:
+        build(getattr(cfg, key), parts)
+    return parts.finish()
