@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
 from pathlib import Path
 
@@ -242,11 +241,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from ..evaluation.custom import read_sts_file
 
     files = [read_sts_file(f, columns) for f in args.sts_file]
-    collection = None
+    plan: list = []
     if args.retrieval:
+        from ..evaluation.tasks import RetrievalTask
         from ..io.readers import read_beir
+        from ..search.index import vector_search
 
-        collection = read_beir(args.retrieval, args.split or "test")
+        split = args.split or "test"
+        plan.append(
+            RetrievalTask(
+                read_beir(args.retrieval, split), split, args.k, tuple(dims) if dims else None,
+                args.backend, vector_search(args.backend),
+            )
+        )  # fmt: skip
     check_model(args.model)
     if tasks:
         from ..evaluation.download import ensure_data
@@ -256,22 +263,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     encoder = load(args.model, pooler=args.pooler, compile_inference=args.compile_inference)
     check_dims(dims, encoder)
-    out = (
-        evaluate_senteval(encoder, args, tasks, files, dims)
-        if senteval
-        else {"model": args.model, "pooler": None, "mode": args.split or "test", "tasks": [],
-              "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "results": {}}
+    # the task list: the SentEval names and STS files (when asked for), then retrieval
+    out = api.evaluate(
+        encoder, tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
+        data_dir=args.data_dir, batch_size=args.batch_size, download=not args.no_download,
+        model_name=args.model, sts_files=files if senteval else (), dims=dims,
     )  # fmt: skip
-    if collection is not None:
-        from ..evaluation.retrieval import evaluate_retrieval
-        from ..search.index import vector_search
-
-        result = evaluate_retrieval(
-            encoder, collection, k=args.k, dims=dims, search=vector_search(args.backend),
-            backend=args.backend, batch_size=args.batch_size,
-        )  # fmt: skip
-        out["results"][f"retrieval:{Path(args.retrieval).name}"] = result
     if args.pooler:
         out["pooler"] = args.pooler
     from ..data.pairs import (
@@ -293,43 +290,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         print(f"model card: {update_model_card(args.model, out)}")
     return 0
-
-
-def evaluate_senteval(
-    encoder: object,
-    args: argparse.Namespace,
-    tasks: list[str] | None,
-    files: list,
-    dims: list[int] | None,
-) -> dict:
-    """The SentEval tasks and STS files of ``cselab evaluate``; with ``--dims`` also at each
-    dimension (``out["dims"]["64"]``: that dimension's ``results`` and ``headline``), every
-    distinct sentence encoded once for all of them."""
-    from ..evaluation import api
-    from ..evaluation.embed import EmbeddingCache, at_dimension
-
-    def run(model: object) -> dict:
-        return api.evaluate(
-            model,
-            tasks=tasks,
-            mode=args.mode,
-            data_dir=args.data_dir,
-            batch_size=args.batch_size,
-            download=not args.no_download,
-            model_name=args.model,
-            sts_files=files,
-        )
-
-    if not dims:
-        return run(encoder)
-    cache = EmbeddingCache(encoder, args.batch_size)
-    out = run(cache.embed)
-    out["pooler"] = getattr(getattr(encoder, "pooler", None), "kind", None)
-    out["dims"] = {}
-    for dim in dims:
-        at = run(at_dimension(cache.embed, dim))
-        out["dims"][str(dim)] = {"results": at["results"], "headline": at["headline"]}
-    return out
 
 
 def evaluate_markdown(out: dict) -> str:
