@@ -30,7 +30,8 @@ def test_reading_a_config_loads_no_torch(tmp_path: Path) -> None:
         "from cselab.config import load_config\n"
         f"c = load_config({str(config)!r}, [])\n"
         "assert c.objective.focal.enabled\n"
-        "import cselab.data, cselab.objectives, cselab.evaluation, cselab.search"
+        "import cselab, cselab.data, cselab.objectives, cselab.evaluation, cselab.search\n"
+        "assert cselab.Config is cselab.load_config.__globals__['Config']"
     )
     assert "cselab" in loaded
     assert "torch" not in loaded
@@ -54,9 +55,27 @@ def test_a_lazy_face_still_gives_every_name() -> None:
     """The package faces import their names on first use: every ``__all__`` name resolves."""
     import importlib
 
-    for package in ("cselab.data", "cselab.objectives", "cselab.evaluation", "cselab.search"):
+    packages = ("cselab", "cselab.data", "cselab.objectives", "cselab.evaluation", "cselab.search")
+    for package in packages:
         module = importlib.import_module(package)
         for name in module.__all__:
             assert getattr(module, name) is not None, (package, name)
         with pytest.raises(AttributeError):
             module.no_such_name  # noqa: B018
+
+
+def test_the_public_face() -> None:
+    """The root's documented names (docs/api.md) are the homes' objects."""
+    import cselab
+    from cselab.config import Config, load_config
+    from cselab.evaluation.api import evaluate
+    from cselab.search.index import Index
+    from cselab.search.mine import mine_hard_negatives
+    from cselab.training.callbacks import Callback
+
+    assert (cselab.Config, cselab.load_config, cselab.evaluate) == (Config, load_config, evaluate)
+    assert (cselab.Index, cselab.mine, cselab.Callback) == (Index, mine_hard_negatives, Callback)
+    documented = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+    text = documented.read_text(encoding="utf-8")
+    assert all(f"`cselab.{name}" in text or f"`{name}`" in text for name in cselab.__all__
+               if name != "__version__")  # fmt: skip

@@ -17,14 +17,16 @@ def lazy_exports(
     package: str, namespace: dict[str, Any], homes: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: ``homes`` maps each public name to the
-    relative module it lives in (``".store"``); a name is imported on first access and then
-    kept in ``namespace`` (the package's globals), so later accesses are plain lookups."""
+    relative module it lives in (``".store"``), or ``"module:name"`` where the home spells it
+    otherwise; a name is imported on first access and then kept in ``namespace`` (the
+    package's globals), so later accesses are plain lookups."""
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home, package), name)
+        module, _, attribute = home.partition(":")
+        value = getattr(importlib.import_module(module, package), attribute or name)
         namespace[name] = value
         return value
 
