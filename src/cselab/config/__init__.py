@@ -182,7 +182,21 @@ class Config:
         # The kind of data as far as the config can tell (pairs or not; the hard negatives are
         # known once the file is read): impossible combinations fail here, naming the key.
         self.objective.validate(pairs=is_pairs_source(self.data.train_file, self.data.format))
+        self.__dict__["_checked"] = _fingerprint(self)
         return self
+
+    def checked(self) -> Config:
+        """This config, validated unless exactly these values were validated already: the
+        entry points call it, so a config read by :func:`load_config` is not checked (and the
+        disk not read) a second time when the run starts, while one changed since is."""
+        if self.__dict__.get("_checked") != _fingerprint(self):
+            self.validate()
+        return self
+
+
+def _fingerprint(config: Config) -> str:
+    """Every value of ``config``, as one string (what :meth:`Config.checked` compares)."""
+    return repr(asdict(config))
 
 
 def check_precision(precision: str, device_type: str, device: str | None = None) -> None:

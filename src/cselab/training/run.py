@@ -79,7 +79,7 @@ def build_trainer(
     taken (the caller owns the folder).
     """
     tc = config.train
-    config.objective.validate()  # a config built in Python fails before any work
+    config.checked()  # a config built in Python fails before any work
     dist_info = init_distributed(
         "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
     )
@@ -135,7 +135,7 @@ def build_trainer(
 def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
     ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
-    config = load_config(config) if not isinstance(config, Config) else config.validate()
+    config = load_config(config) if not isinstance(config, Config) else config.checked()
     try:
         with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
             return build_trainer(config, callbacks, hold).train()
