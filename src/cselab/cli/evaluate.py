@@ -8,9 +8,12 @@ from pathlib import Path
 
 from ..core.schema import ConfigError
 from ..evaluation.names import MODES
-from ..model.choices import POOLERS
 from ..search.index import SEARCH_BACKENDS
-from .options import add_compile_flag
+from .options import (
+    add_batch_size_flag,
+    add_compile_flag,
+    add_pooler_flag,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,13 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: sentence1,sentence2,score)",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
-    ev.add_argument(
-        "--pooler",
-        choices=POOLERS,
-        default=None,
-        help="override the saved pooler (plain HF models default to cls_before_pooler)",
-    )
-    ev.add_argument("--batch-size", type=int, default=128, help="encoding batch size (128)")
+    add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
+    add_batch_size_flag(ev, "encoding batch size (128)")
     add_compile_flag(ev)
     ev.add_argument("--output", "-o", help="write the full results as JSON")
     ev.add_argument("--csv", help="write every number as long-format CSV")
