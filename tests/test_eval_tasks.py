@@ -55,7 +55,14 @@ def without_times(out: dict) -> dict:
 
 
 def test_every_task_kind_is_registered_and_has_the_interface() -> None:
-    assert set(TASK_KINDS) == {"sts", "align-uniform", STS_FILE_KIND, "transfer", "retrieval"}
+    assert set(TASK_KINDS) == {
+        "sts",
+        "align-uniform",
+        STS_FILE_KIND,
+        "transfer",
+        "retrieval",
+        "mteb",
+    }
     for kind, cls in TASK_KINDS.items():
         assert cls.kind == kind
         assert dataclasses.is_dataclass(cls)

@@ -203,7 +203,8 @@ def evaluate(
             "results": {},
         }
     for task in whole:
-        run_on = TaskRun(EmbeddingCache(encoder, batch_size), encoder, root, mode, batch_size)
+        folder = root if root is not None else (Path(data_dir) if data_dir else None)
+        run_on = TaskRun(EmbeddingCache(encoder, batch_size), encoder, folder, mode, batch_size)
         out["results"].update(task.run(run_on).entries)
     return out
 

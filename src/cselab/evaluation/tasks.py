@@ -261,11 +261,49 @@ class RetrievalTask:
         return TaskResult({name: result}, name)
 
 
-#: The registry: every kind of task ``evaluate`` runs, by its ``kind``. MTEB is not here: it
-#: runs through ``mteb.evaluate``, which owns its encoding loop and result files
-#: (:mod:`cselab.evaluation.mteb`, ``cselab evaluate --mteb``).
+@dataclass(frozen=True)
+class MTEBTask:
+    """MTEB tasks through ``mteb.evaluate`` (:func:`cselab.evaluation.mteb.run_mteb`; needs
+    ``cselab[mteb]``), once on the encoder: the entry ``mteb`` holds ``scores`` (each task's
+    main score x 100 per split and subset) and MTEB's full ``results``. ``cselab evaluate
+    --mteb`` prints and saves the same run its own way."""
+
+    tasks: tuple[Any, ...]  # MTEB task names, or task objects (SentEvalSTSBenchmark)
+    split: str | None = None
+    output_folder: str | None = None
+    kind: ClassVar[str] = "mteb"
+    headline: ClassVar[str | None] = None
+    whole_encoder: ClassVar[bool] = True
+
+    @property
+    def label(self) -> str:
+        return "MTEB " + ", ".join(
+            t if isinstance(t, str) else type(t).__name__ for t in self.tasks
+        )
+
+    @property
+    def senteval_names(self) -> tuple[str, ...]:
+        return ()
+
+    def weight(self, root: Path | None) -> float:
+        return 0.0
+
+    def run(self, run: TaskRun) -> TaskResult:
+        from .mteb import run_mteb  # lazily: mteb is an optional dependency
+
+        out = run_mteb(
+            run.encoder, list(self.tasks), batch_size=run.batch_size,
+            output_folder=self.output_folder, data_dir=run.root, split=self.split,
+        )  # fmt: skip
+        return TaskResult({"mteb": {"kind": self.kind, **out}}, "mteb")
+
+
+#: The registry: every kind of task ``evaluate`` runs, by its ``kind``. ``cselab evaluate
+#: --mteb`` keeps its own route (MTEB's progress, tables and result folder); the library runs
+#: the same tasks as an :class:`MTEBTask`.
 TASK_KINDS: dict[str, type] = {
-    t.kind: t for t in (STSTask, AlignUniformTask, STSFileTask, TransferTask, RetrievalTask)
+    t.kind: t
+    for t in (STSTask, AlignUniformTask, STSFileTask, TransferTask, RetrievalTask, MTEBTask)
 }
 
 
