@@ -150,10 +150,10 @@ def evaluate(
             ``out["dims"]["64"]`` holds that dimension's ``results`` and ``headline``.
 
     ``tasks`` may also hold :class:`~cselab.evaluation.tasks.EvalTask` objects (a
-    :class:`~cselab.evaluation.tasks.RetrievalTask` on a BEIR folder, ...): they run after the
-    named ones; a task with ``whole_encoder`` runs once on ``encoder`` (retrieval: with its own
-    ``dims``), the others at each dimension. This is everything ``cselab evaluate`` runs
-    (but ``--mteb``).
+    :class:`~cselab.evaluation.tasks.RetrievalTask` on a BEIR folder, an
+    :class:`~cselab.evaluation.tasks.MTEBTask`, ...): they run after the named ones; a task with
+    ``whole_encoder`` runs once on ``encoder`` (retrieval: with its own ``dims``), the others at
+    each dimension. This is everything ``cselab evaluate`` runs.
 
     Returns:
         ``{"model", "pooler", "mode", "tasks", "data_dir", "date", "results": {task: ...},
