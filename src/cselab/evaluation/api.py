@@ -164,7 +164,7 @@ def evaluate(
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     given = [] if tasks is None or isinstance(tasks, str) else list(tasks)
     objects = [t for t in given if isinstance(t, EvalTask)]
-    named = [t for t in given if isinstance(t, str)]
+    named = [n for t in given if isinstance(t, str) for n in t.split(",")]  # "sts,MR" too
     files = [
         f if isinstance(f, ScoredPairs) else custom.read_sts_file(f, sts_columns) for f in sts_files
     ]
