@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared/data
 
-.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu clean
+.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu bench-backbones bench-lora-memory clean
 
 # The stamp is written only after every install step succeeded: `python -m venv` creates
 # bin/activate first, so a target on it would count a failed install as done.
@@ -54,6 +54,12 @@ bench-objectives: setup
 
 bench-gpu: setup
 	$(BIN)/python bench/bench_gpu.py
+
+bench-backbones: setup
+	$(BIN)/python bench/bench_backbones.py
+
+bench-lora-memory: setup
+	$(BIN)/python bench/bench_lora_memory.py --out docs/results/lora_memory.md
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

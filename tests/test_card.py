@@ -127,7 +127,14 @@ def test_bibtex_entries_are_well_formed() -> None:
 
 @pytest.mark.parametrize(
     ("pooler", "mlp_only_train"),
-    [("cls", True), ("cls", False), ("avg", False), ("avg_first_last", False)],
+    [
+        ("cls", True),
+        ("cls", False),
+        ("avg", False),
+        ("avg_first_last", False),
+        ("last", False),
+        ("weighted_mean", False),
+    ],
 )
 def test_usage_snippets_run_and_agree(
     tiny_bert: Path, tmp_path: Path, pooler: str, mlp_only_train: bool, one_thread

@@ -89,3 +89,49 @@ def test_encode_gives_one_vector_per_line(tiny_bert64: Path, tmp_path: Path) -> 
     vectors = np.load(tmp_path / "v.npy")
     assert vectors.shape[0] == 5
     np.testing.assert_allclose(vectors, enc.encode(lines), rtol=EPS32, atol=1e-12)
+
+
+def test_override_values_with_spaces_reach_the_config(tiny_bert: Path, tmp_path: Path) -> None:
+    """argparse takes an argument holding a space for a positional one (the config file): the
+    overrides are taken out before it parses (issue 31)."""
+    import yaml
+
+    from conftest import write_corpus
+
+    corpus = write_corpus(tmp_path / "with space", 32)
+    out = tmp_path / "a b"
+    template = 'The sentence "[X]" means [MASK].'
+    proc = run(
+        "-q", "train", f"--model.name_or_path={tiny_bert}", "--model.pooler=prompt",
+        f"--model.prompt.template={template}", "--model.prompt.template2=null",
+        f"--data.train_file={corpus}", f"--data.cache_dir={tmp_path / 'cache'}",
+        f"--train.output_dir={out}", "--train.batch_size=8", "--train.max_steps=1",
+        "--train.eval_steps=0", "--train.device=cpu",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    saved = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    assert saved["model"]["prompt"]["template"] == template
+    assert saved["data"]["train_file"] == str(corpus)
+    # other commands take no overrides, with or without spaces
+    with pytest.raises(SystemExit, match="2"):
+        main(["encode", str(tiny_bert), "--input", "x", "--output", "y", "--a.b=c d"])
+
+
+def test_train_on_a_float64_checkpoint(tiny_bert64: Path, tmp_path: Path) -> None:
+    """The ``cls`` head was float32 beside a float64 backbone: ``mat1 and mat2 must have the
+    same dtype`` (issue 31). The head follows the backbone's dtype."""
+    from safetensors.torch import load_file
+
+    from conftest import write_corpus
+
+    out = tmp_path / "run"
+    argv = ["-q", "train", f"--model.name_or_path={tiny_bert64}", "--model.pooler=cls",
+            f"--data.train_file={write_corpus(tmp_path / 'data', 32)}",
+            f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={out}",
+            "--train.batch_size=8", "--train.max_steps=2", "--train.eval_steps=0",
+            "--train.device=cpu"]  # fmt: skip
+    assert main(argv) == 0
+    head = load_file(str(out / "last" / "pooler_head.safetensors"))
+    assert {str(t.dtype) for t in head.values()} == {"torch.float64"}
+    vectors = SentenceEncoder.from_pretrained(str(out / "last"), pooler="cls").encode(["a b c"])
+    assert vectors.shape == (1, 32) and np.isfinite(vectors).all()

@@ -186,3 +186,25 @@ def test_train_help_points_to_config(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "`cselab config`" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_preset_name_is_a_name_not_a_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cselab config ../x/evil`` joined the name onto the presets folder and read any YAML
+    file on disk (issue 31): a name with a separator is refused, unless it is a file given as
+    such."""
+    presets = tmp_path / "configs"
+    presets.mkdir()
+    (presets / "a.yaml").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "evil.yaml").write_text("model:\n  max_seq_len: 7\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path / "x")  # "../x/evil" names no file from here
+    assert main(["config", "../x/evil", "--presets", str(presets)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "cselab config: error: config file not found: ../x/evil (and a preset is a name without "
+        f"a path separator; presets in {presets}: a)"
+    ]
+    # the file named as a file is read, as `cselab train FILE` reads it
+    assert main(["config", "../x/evil.yaml", "--presets", str(presets)]) == 0
+    assert "max_seq_len: 7" in capsys.readouterr().out

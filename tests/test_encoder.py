@@ -59,6 +59,12 @@ def test_poolers_match_hidden_states(tiny_bert64: Path, batch: dict, kind: str) 
         "avg_top2": lambda: mean((hs[-1] + hs[-2]) / 2),
         # hidden_states[0] is the embedding layer: "first" means the first transformer layer.
         "avg_first_last": lambda: mean((hs[1] + hs[-1]) / 2),
+        # BERT's tokenizer ends each row in [SEP]: the last real token, nothing appended
+        "last": lambda: hs[-1][torch.arange(len(mask)), mask[..., 0].sum(1).long() - 1],
+        # SGPT: the i-th real token weighs i / (1 + ... + n)
+        "weighted_mean": lambda: (
+            (hs[-1] * mask * mask.cumsum(1)).sum(1) / (mask * mask.cumsum(1)).sum(1)
+        ),
     }[kind]()
     assert got.dtype == torch.float64
     close(got, expected, enc, batch["input_ids"].shape[1])

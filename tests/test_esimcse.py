@@ -341,6 +341,11 @@ def test_two_ranks_equal_one_process_and_hold_the_same_queue(ddp: list[dict], va
         ),
         ({"momentum_queue": {"enabled": True, "queue_size": -1}}, None, "queue_size must be >= 0"),
         ({"momentum_queue": {"momentum": 1.5}}, None, r"momentum must be in \[0, 1\]"),
+        (
+            {"momentum_queue": {"init": "zero"}},
+            None,
+            "momentum_queue.init must be one of pretrained, random",
+        ),
         ({**QUEUE, "noise": {"enabled": True, "side": "negative"}}, None, "half noisy"),
     ],
 )
@@ -366,3 +371,44 @@ def test_sentence_transformers_loss_refuses_esimcse() -> None:
     for sections in (QUEUE, REPEAT):
         with pytest.raises(ConfigError, match="not available as a sentence-transformers loss"):
             CSELoss(torch.nn.Module(), esimcse(**sections))
+
+
+@pytest.mark.parametrize("init", ["pretrained", "random"])
+def test_the_momentum_encoder_starts_pretrained_or_random_as_the_authors_code(
+    tiny_bert: Path, tmp_path: Path, init: str
+) -> None:
+    """The authors' ``BertForCL.__init__`` copies the backbone before the checkpoint loads, so
+    their momentum encoder starts from random weights (issue 31). ``init: random`` starts from
+    the architecture's own random initialisation under ``train.seed``; ``pretrained`` (the
+    default) from the backbone. Momentum 1 keeps the start, which the checkpoint then holds."""
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertModel
+
+    from conftest import write_corpus
+    from cselab.cli import main
+    from cselab.io.runfolder import RunFolder
+
+    out = tmp_path / "run"
+    argv = ["-q", "train", f"--model.name_or_path={tiny_bert}", "--model.pooler=cls",
+            f"--data.train_file={write_corpus(tmp_path / 'data', 32)}",
+            f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={out}",
+            "--train.batch_size=8", "--train.max_steps=1", "--train.eval_steps=0",
+            "--train.device=cpu", "--train.seed=7", "--objective.momentum_queue.enabled=true",
+            "--objective.momentum_queue.momentum=1", f"--objective.momentum_queue.init={init}",
+            "--train.save_steps=1"]  # fmt: skip
+    assert main(argv) == 0
+    saved = load_file(str(RunFolder(out).checkpoint_file))
+    prefix = next(k for k in saved if k.endswith("momentum.embeddings.word_embeddings.weight"))
+    prefix = prefix.removesuffix("embeddings.word_embeddings.weight")
+    momentum = {k[len(prefix) :]: v for k, v in saved.items() if k.startswith(prefix)}
+    pretrained = BertModel.from_pretrained(str(tiny_bert)).state_dict()
+    torch.manual_seed(7)
+    fresh = BertModel(BertConfig.from_pretrained(str(tiny_bert))).state_dict()
+    names = [k for k in pretrained if "pooler" not in k and k in momentum]
+    assert len(names) > 10
+    want = pretrained if init == "pretrained" else fresh
+    other = fresh if init == "pretrained" else pretrained
+    for name in names:
+        torch.testing.assert_close(momentum[name], want[name], rtol=0, atol=0, msg=name)
+    weights = [n for n in names if n.endswith("weight") and "LayerNorm" not in n]
+    assert all(not torch.equal(momentum[n], other[n]) for n in weights)

@@ -176,7 +176,8 @@ def test_training_selects_on_a_dev_file_and_validates_it_first(
     assert not (tmp_path / "cache").exists() and not out_bad.exists()
 
     out = tmp_path / "out"
-    argv = [*common, "--eval.dev_columns=[a,b,sim]", "--eval.dev_metric=pearson"]
+    # metric names are case-insensitive, as retrieval's NDCG@10 always was (issue 31)
+    argv = [*common, "--eval.dev_columns=[a,b,sim]", "--eval.dev_metric=Pearson"]
     assert main([*argv, f"--train.output_dir={out}"]) == 0
     assert f"dev_pearson ({dev}): before" in capsys.readouterr().out
     with (out / "metrics.csv").open() as fh:

@@ -191,10 +191,9 @@ def st_folder(tiny_bert: Path, dst: Path, pooling: dict) -> Path:
     ("pooling", "mode"),
     [
         ({"pooling_mode": "max"}, "max"),
-        ({"pooling_mode": "lasttoken"}, "lasttoken"),
+        ({"pooling_mode": ["cls", "lasttoken"]}, "cls+lasttoken"),
         ({"pooling_mode": ["cls", "mean"]}, "cls+mean"),
         ({"pooling_mode_mean_sqrt_len_tokens": True}, "mean_sqrt_len_tokens"),
-        ({"pooling_mode_weightedmean_tokens": True}, "weightedmean"),
         ({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}, "cls+max"),
     ],
 )
@@ -210,7 +209,9 @@ def test_unsupported_sentence_transformers_pooling_is_refused(
 @pytest.mark.parametrize(
     ("pooling", "kind"),
     [({"pooling_mode": "mean"}, "avg"), ({"pooling_mode": "cls"}, "cls_before_pooler"),
-     ({"pooling_mode_cls_token": True}, "cls_before_pooler")],
+     ({"pooling_mode_cls_token": True}, "cls_before_pooler"),
+     ({"pooling_mode": "lasttoken"}, "last"), ({"pooling_mode": "weightedmean"}, "weighted_mean"),
+     ({"pooling_mode_weightedmean_tokens": True}, "weighted_mean")],
 )  # fmt: skip
 def test_supported_sentence_transformers_pooling(
     tiny_bert: Path, tmp_path: Path, pooling: dict, kind: str

@@ -529,3 +529,35 @@ def test_bytes_as_a_sweep_file_json_are_none_a_dict_or_one_line(
         assert isinstance(readers.read_json(path), dict)
     except DataFormatError as err:
         assert str(path) in str(err) and "\n" not in str(err)
+
+
+def test_configs_without_a_shared_seed_say_why_there_is_no_paired_row(
+    own_dev_sweep: Path, tmp_path: Path, capsys
+) -> None:
+    """The paired table was printed empty, without a word (issue 31)."""
+    cell = cell_of(own_dev_sweep)
+    copy_cell(cell, tmp_path / "simcse" / "seed1")
+    other = copy_cell(cell, tmp_path / "other" / "seed2", seed=2)
+    edit_json(other / "cell.json", config="other")
+    assert main(["report", str(tmp_path), "--baseline", "simcse"]) == 0
+    out = capsys.readouterr().out
+    assert "| config | task |" not in out  # no empty table
+    assert (
+        "**Paired difference to simcse (same seed)**: no pair to compare.\n\nother: no paired "
+        "comparison: its seeds (2) share none with simcse's (1); run both configurations with "
+        "the same seeds."
+    ) in out
+
+
+def test_a_task_scored_on_fewer_seeds_shows_its_own_count(
+    own_dev_sweep: Path, tmp_path: Path, capsys
+) -> None:
+    """A row said n=2 beside a value from one seed (one cell evaluated on another file)."""
+    cell = cell_of(own_dev_sweep)
+    copy_cell(cell, tmp_path / "simcse" / "seed1")
+    second = copy_cell(cell, tmp_path / "simcse" / "seed2", seed=2)
+    (second / "eval.json").unlink()  # seed 2 has its dev score only
+    assert main(["report", str(tmp_path)]) == 0
+    value = json.loads((cell / "eval.json").read_text())["headline"]["sts_files"]["own_dev.tsv"]
+    row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| simcse"))
+    assert row.startswith("| simcse | 1–2 | ") and row.endswith(f" | {value:.2f} (n=1) |")

@@ -50,6 +50,8 @@ GENERIC = {
     "cselab.objectives.VIEW_OFF_DROPOUT",
     "cselab.objectives.VIEW_HARD_NEGATIVE",
     "cselab.objectives.VIEW_MOMENTUM",
+    "cselab.objectives.VIEW_TOKEN_LOGITS",  # token prediction (MNTP)
+    "cselab.objectives.VIEW_TOKEN_LABELS",
 }
 
 
@@ -352,6 +354,27 @@ def test_only_the_composition_root_of_training_imports_publish() -> None:
     real = internal_graph()
     assert "cselab.publish.callbacks" in real["cselab.training.run"]
     assert not any(d.startswith("cselab.publish") for d in real["cselab.training.trainer"])
+
+
+def test_the_table_of_backbones_is_the_one_home_of_architecture_names() -> None:
+    """Per-architecture facts live in ``cselab.model.backbones``: no other module of the
+    package spells a ``model_type`` of the table as a string constant (a second list of
+    architectures), and the table sits in the model layer, which objectives never import
+    (they see embeddings only: ``LAYER_RULES``)."""
+    from cselab.model.backbones import BACKBONES
+
+    home = SRC / "cselab/model/backbones.py"
+    assert home.is_file()
+    names = set(BACKBONES)
+    found = []
+    for path in sorted((SRC / "cselab").rglob("*.py")):
+        if path == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append((path.name, node.value, node.lineno))
+    assert found == []
+    assert "cselab.model" in LAYER_RULES["cselab.objectives"]
 
 
 #: the package faces that are lazy re-exports only (docs/design.md, "A package face costs

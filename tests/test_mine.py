@@ -246,3 +246,112 @@ def test_a_corpus_file_adds_candidates_once_and_never_the_anchor_itself(
 def test_output_in_a_missing_folder_is_refused_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="its folder does not exist"):
         mine_hard_negatives("no-model", [("a b", "c d")], tmp_path / "nope" / "o.tsv")
+
+
+# ------------------------------------------------------------- the input and outputs (issue 31)
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink"])
+def test_an_output_that_is_the_input_is_refused_before_encoding(
+    tmp_path: Path, capsys, link: str
+) -> None:
+    pairs = _write_pairs(tmp_path / "pairs.jsonl")
+    before = pairs.read_bytes()
+    out = pairs if link == "same" else tmp_path / "out.jsonl"
+    if link == "symlink":
+        out.symlink_to(pairs)
+    elif link == "hardlink":
+        out.hardlink_to(pairs)
+    # a model that does not exist: the refusal must come before it is opened
+    argv = ["mine", str(pairs), "--model", str(tmp_path / "no-model"), "-o", str(out),
+            "--anchor-column", "q", "--positive-column", "doc"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"cselab mine: error: {out}: is the pairs file {pairs} (writing it would replace the "
+        "input); choose another output file"
+    ]
+    assert pairs.read_bytes() == before
+
+
+def test_the_corpus_file_as_output_is_refused(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("x\n")
+    with pytest.raises(ConfigError, match="is the corpus file"):
+        mine_hard_negatives("no-model", [("a b", "c d")], corpus, corpus=corpus)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--sampling", "random", "--seed", "-1"], "seed must be 0 or more, not -1"),
+        (["-o", "{tmp}/folder.tsv"], "folder.tsv: is a folder; name the output file"),
+    ],
+)
+def test_settings_and_outputs_are_checked_before_the_model_opens(
+    tmp_path: Path, capsys, extra: list[str], message: str
+) -> None:
+    (tmp_path / "folder.tsv").mkdir()
+    pairs = _write_pairs(tmp_path / "pairs.jsonl")
+    argv = ["mine", str(pairs), "--model", str(tmp_path / "no-model"), "-o",
+            str(tmp_path / "o.tsv"), "--anchor-column", "q", "--positive-column", "doc",
+            *(x.format(tmp=tmp_path) for x in extra)]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cselab mine: error: ") and message in err[0]
+
+
+def test_a_killed_runs_working_folder_is_removed_and_a_live_one_kept(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    from cselab.io.runfolder import RunFolder
+
+    pairs = _write_pairs(tmp_path / "pairs.jsonl", n=6)
+    # what a run killed by SIGKILL leaves: its working folder, the lock file and a partial index
+    dead = tmp_path / ".cselab-mine-0123456789ab"
+    (dead / "corpus.index").mkdir(parents=True)
+    (dead / RunFolder.LOCK).write_text("12345\n")
+    (dead / "corpus.index" / "vectors.npy").write_bytes(b"\0" * 4096)
+    live = tmp_path / ".cselab-mine-live00000000"
+    argv = ["-q", "mine", str(pairs), "--model", str(tiny_bert), "-o", str(tmp_path / "t.tsv"),
+            "--anchor-column", "q", "--positive-column", "doc", "--num-negatives", "1"]  # fmt: skip
+    with RunFolder(live).lock():  # a run mining beside the same output right now
+        (live / "corpus.index").mkdir()
+        assert main(argv) == 0
+        assert live.is_dir()
+    assert not dead.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "pairs.jsonl", "t.tsv"]
+
+
+def test_a_rerun_after_sigkill_removes_the_killed_runs_working_folder(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """A ``cselab mine`` killed while encoding leaves its ``.cselab-mine-*`` folder (nothing
+    can clean up after SIGKILL); the next run beside the same output removes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pairs = _write_pairs(tmp_path / "pairs.jsonl", n=3000)
+    out = tmp_path / "t.tsv"
+    argv = ["mine", str(pairs), "--model", str(tiny_bert), "-o", str(out), "--anchor-column",
+            "q", "--positive-column", "doc", "--num-negatives", "1", "--batch-size", "1"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cselab", "-q", *argv],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".cselab-mine-*/corpus.index")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = tmp_path.glob(".cselab-mine-*")
+    assert not out.exists()
+    assert main(["-q", *argv[:-2], "--batch-size", "128"]) == 0
+    assert not left.exists() and out.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl", "t.tsv"]

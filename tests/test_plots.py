@@ -153,3 +153,22 @@ def test_bad_inputs_are_one_line(tmp_path: Path, capsys) -> None:
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("cselab plot: error: ") and "x.svg: unsupported figure format" in line
     assert math.isclose(read_run(tmp_path).series["loss"][1][1], 0.25)
+
+
+def test_a_run_with_one_logged_step_draws_its_point(tiny_bert: Path, tmp_path: Path) -> None:
+    """The loss and lr panels of a one-step run were empty: a line through one point draws
+    nothing (issue 31). A lone point gets a marker."""
+    out = tmp_path / "out"
+    argv = ["-q", "train", f"--model.name_or_path={tiny_bert}",
+            f"--data.train_file={write_corpus(tmp_path, n=16)}",
+            f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={out}",
+            "--train.batch_size=8", "--train.max_steps=1", "--train.eval_steps=0",
+            "--train.log_steps=1", "--train.report_to=[]", "--train.device=cpu"]  # fmt: skip
+    assert main(argv) == 0
+    png = tmp_path / "run.png"
+    assert main(["plot", str(out), "-o", str(png)]) == 0
+    assert_png(png, (1000, 800))
+    ax_loss, ax_lr, _ = plot_runs([read_run(out)]).axes
+    for ax in (ax_loss, ax_lr):
+        (line,) = ax.lines
+        assert len(line.get_xdata()) == 1 and line.get_marker() == "o"

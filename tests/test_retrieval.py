@@ -405,3 +405,26 @@ def test_training_selects_on_a_beir_folder(
     (result,) = [r for r in card.data.eval_results if r.dataset_split == "validation"]
     assert (result.task_type, result.metric_type) == ("retrieval", "mrr_at_10")
     assert result.metric_value == round(results["best_dev_mrr@10"], 2)
+
+
+@pytest.mark.parametrize("score", ["1e20", "99999999999999999999999"])
+def test_a_huge_relevance_is_one_line_in_evaluate_and_train(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, score: str
+) -> None:
+    """A relevance past what a float holds exactly was an OverflowError in evaluation and at the
+    start of training (issue 31): the reader refuses it, naming file, line and value."""
+    from conftest import write_corpus
+    from cselab.cli import main
+
+    folder = write_beir(tmp_path / "b", qrels=[*QRELS[:2], ("q2", "d5", score)])
+    where = f"{folder / 'qrels' / 'dev.tsv'}:4"
+    message = f"{where}: score '{score}' is too large (a relevance is at most 2**53 = {2**53})"
+    assert main(["evaluate", str(tiny_bert), "--retrieval", str(folder), "--split", "dev"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"cselab evaluate: error: {message}"
+    argv = ["train", f"--model.name_or_path={tiny_bert}", "--model.pooler=avg",
+            f"--data.train_file={write_corpus(tmp_path / 'data', 32)}",
+            f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'run'}",
+            "--train.batch_size=8", "--train.max_steps=2", "--train.eval_steps=1",
+            f"--eval.dev={folder}", "--train.device=cpu"]  # fmt: skip
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"cselab train: error: {message}"

@@ -17,7 +17,7 @@ from conftest import write_corpus
 from cselab.cli import main
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.pooling import POOLERS
-from cselab.search.index import META_FILE, Index, SearchIndexError, check_queries
+from cselab.search.index import META_FILE, PROGRESS_FILE, Index, SearchIndexError, check_queries
 
 DIM = 8
 
@@ -207,3 +207,97 @@ def test_index_json_property(base_index: tuple[Path, dict]) -> None:
     finally:
         (index / META_FILE).write_text(json.dumps(valid))
     assert len(Index.open(index)) == 12
+
+
+def test_a_second_index_build_into_the_same_folder_is_refused_at_once(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Two builds into one folder both encoded everything (issue 31): a build holds the
+    folder's lock (``RunFolder.lock``, as ``cselab train`` does), and a second one is refused in
+    one line before its model loads."""
+    import subprocess
+    import sys
+
+    corpus = write_corpus(tmp_path / "data", 20)
+    out = tmp_path / "idx"
+    holder = subprocess.Popen(  # the first build, as another process holding the folder
+        [sys.executable, "-c", "import sys, time\nfrom cselab.io.runfolder import RunFolder\n"
+         f"with RunFolder({str(out)!r}).lock():\n    print('held', flush=True)\n"
+         "    sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        argv = [
+            "index",
+            "build",
+            str(corpus),
+            "--model",
+            str(tmp_path / "no-model"),
+            "-o",
+            str(out),
+        ]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"cselab index: error: {out} is in use by another cselab process (it holds "
+            f"{out / '.cselab.lock'}); wait for it to finish or choose another folder"
+        ]
+    finally:
+        holder.communicate("\n", timeout=60)
+    argv = ["-q", "index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]
+    assert main(argv) == 0
+    assert len(Index.open(out)) == 20
+
+
+def test_a_long_query_is_not_echoed_in_full(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A 10 MB query was printed back whole above its hits (issue 31)."""
+    corpus = write_corpus(tmp_path / "data", 8)
+    out = tmp_path / "idx"
+    assert (
+        main(["-q", "index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]) == 0
+    )
+    capsys.readouterr()
+    query = "alpha beta " * 100_000  # 1.1 MB
+    assert main(["search", str(out), query, "-k", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert len(printed) < 2000
+    assert printed.splitlines()[0] == f"# {query[:200]}… (1,100,000 characters)"
+    assert len(printed.splitlines()) == 3  # the echo and two hits
+
+
+def test_two_concurrent_index_builds_the_second_is_refused(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Two real ``cselab index build`` processes into one folder: the second is refused in one
+    line while the first runs, and the first finishes its index."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    corpus = write_corpus(tmp_path / "data", 3000)
+    out = tmp_path / "idx"
+    argv = ["index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out),
+            "--chunk-size", "64"]  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "-m", "cselab", "-q", *argv, "--batch-size", "1"],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / PROGRESS_FILE).is_file():  # encoding: the lock is held
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"cselab index: error: {out} is in use by another cselab process (it holds "
+            f"{out / '.cselab.lock'}); wait for it to finish or choose another folder"
+        )
+        assert first.poll() is None  # still encoding
+    finally:
+        first.kill()
+        first.wait()
+    assert main(["-q", *argv]) == 0  # the killed build's lock is free: the next one resumes
+    assert len(Index.open(out)) == 3000

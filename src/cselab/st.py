@@ -149,13 +149,14 @@ class CSELoss(nn.Module):
         for key, on in (
             ("word_repetition", self.objective.positive_repetition > 0),
             ("momentum_queue", VIEW_MOMENTUM in self.objective.required_views),
+            ("mntp", self.objective.masked_token_rate > 0),
         ):
-            if on:  # ESimCSE's parts need cselab's own step: token ids and a momentum encoder
+            if on:  # ESimCSE's parts and MNTP need cselab's own step (token ids, LM head, ...)
                 raise ConfigError(
                     f"objective.{key} is not available as a sentence-transformers loss (it needs "
                     "cselab's training step: the batch's token ids, the momentum encoder updated "
-                    "after each optimiser step, the queue in the checkpoint); train with "
-                    "`cselab train` instead"
+                    "after each optimiser step, the queue in the checkpoint, the LM head); train "
+                    "with `cselab train` instead"
                 )
         # cselab's step: the objective on the views, its generator re-seeded per call.
         self.task = Task(model, self.objective, seed=seed)

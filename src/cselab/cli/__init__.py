@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
+"""Command line: ``cselab train | merge | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -82,9 +83,19 @@ def cmd_encode(args: argparse.Namespace) -> int:
     )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
-    with atomic_path(output, "vectors") as tmp:
+    # the .npy header (a multiple of 64 bytes, 128 for a 2-D float32 array) and the vectors
+    needed = 128 + vectors.nbytes
+    with atomic_path(output, "vectors", needed) as tmp:
         np.save(tmp, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from ..training.merge import merge_folder
+
+    out = merge_folder(args.source, args.output)
+    print(f"wrote the merged model (LoRA adapters folded into the weights) to {out}")
     return 0
 
 
@@ -120,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_config(sub)
 
+    p = sub.add_parser(
+        "merge",
+        help="merge a model's LoRA adapters into its weights (a plain model folder)",
+        description="Fold the LoRA adapters of SOURCE (a model folder saved with model.lora, or "
+        "a run folder: its best/) into the base weights and write a plain Hugging Face and "
+        "sentence-transformers folder that needs neither peft nor the base model.",
+    )
+    p.add_argument("source", help="a run folder or a model folder holding adapters")
+    p.add_argument("-o", "--output", required=True, help="the new folder (must not exist)")
+    p.set_defaults(func=cmd_merge)
+
     p = sub.add_parser("encode", help="encode sentences (one per line) to a .npy file")
     p.add_argument("model", help="cselab output folder, sentence-transformers folder or HF model")
     p.add_argument(
@@ -128,7 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output .npy path")
     add_pooler_flag(p)
     add_batch_size_flag(p)
-    p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="L2-normalise the vectors (always done for a folder whose modules end in Normalize)",
+    )
     p.add_argument(
         "--dim",
         type=int,
@@ -165,9 +191,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: A config override, ``--section.key=value`` (a dotted key, then ``=``). Overrides are taken
+#: out of the command line before argparse sees it: argparse reads any argument that holds a
+#: space as a positional one, so ``--train.output_dir='a b'`` would become the config file.
+OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+=")
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` without its ``--section.key=value`` overrides, and the overrides in order
+    (everything after a ``--`` stays where it is)."""
+    rest: list[str] = []
+    overrides: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        (overrides if OVERRIDE.match(arg) else rest).append(arg)
+    return rest, overrides
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
     args, rest = parser.parse_known_args(argv)
+    rest = overrides + rest
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",

@@ -77,13 +77,22 @@ def find_preset(name: str, folder: Path | None) -> Path:
     if Path(name).expanduser().is_file():
         return Path(name).expanduser()
     stem = name.removesuffix(".yaml").removesuffix(".yml")
-    if folder is not None and (folder / f"{stem}.yaml").is_file():
+    # a preset is a name in the folder, never a path: "../x" would read any YAML file on disk
+    is_name = stem not in ("", ".", "..") and not any(
+        sep in stem for sep in ("/", "\\", os.sep, os.altsep or "/")
+    )
+    if is_name and folder is not None and (folder / f"{stem}.yaml").is_file():
         return folder / f"{stem}.yaml"
     names = preset_names(folder)
     if folder is None:
         where = f"no presets folder found; pass --presets DIR or set ${PRESETS_ENV}"
     else:
         where = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
+    if not is_name:
+        raise ConfigError(
+            f"config file not found: {name} (and a preset is a name without a path separator; "
+            f"{where})"
+        )
     raise ConfigError(f"unknown preset or config file {name!r} ({where})")
 
 
@@ -135,6 +144,7 @@ def _leading_comments(path: Path) -> list[str]:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from ..config import Config, load_config
+    from ..model.backbones import summary as backbones_summary
 
     folder = presets_dir(args.presets)
     names = preset_names(folder)
@@ -158,6 +168,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         f"--presets DIR or set ${PRESETS_ENV})",
         "Show a preset's values: cselab config NAME; train with it: cselab train "
         f"{folder / 'NAME.yaml' if folder is not None else 'configs/NAME.yaml'}",
+        backbones_summary(),
     ]
     print(render(config, header), end="")
     return 0

@@ -95,6 +95,19 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The most characters of a query the text output repeats above its hits (``--json`` keeps it
+#: whole, for programs that match results to queries).
+ECHO_CHARS = 200
+
+
+def echo(query: str) -> str:
+    """``query`` as the text output repeats it: whole up to :data:`ECHO_CHARS` characters, else
+    its start and its length (a 10 MB query is not printed back)."""
+    if len(query) <= ECHO_CHARS:
+        return query
+    return f"{query[:ECHO_CHARS]}… ({len(query):,} characters)"
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     if (args.query is None) == (args.queries is None):
         raise SearchIndexError("give either a QUERY or --queries FILE")
@@ -117,7 +130,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}))
             continue
-        print(f"# {query}")
+        print(f"# {echo(query)}")
         for h in hits:
             print(f"{h.rank}\t{h.score:.4f}\t{h.line}\t{h.text}")
     return 0

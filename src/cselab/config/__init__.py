@@ -53,6 +53,10 @@ class TrainConfig:
         overwrite: replace a previous run in ``output_dir`` (nothing of it is kept). Without
             ``resume`` or ``overwrite`` a folder holding a run is refused.
         cache_chunk_size: GradCache chunk size in sentences (``null``: no caching).
+        gradient_checkpointing: keep only each layer's input in the forward and recompute the
+            layer in the backward (the backbone's ``gradient_checkpointing_enable``, non-reentrant,
+            so dropout draws the same masks again): far less activation memory for about a
+            third more compute. Runs the plain padded forward (no CPU packing).
         compile: wrap the encoder in ``torch.compile``
             (:func:`cselab.model.encoder.compile_encoder`: the packed CPU forward, attention
             operator included, is one graph, its backward another; dynamic shapes, so one
@@ -63,6 +67,9 @@ class TrainConfig:
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
             ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none.
+        save_merged: with ``model.lora``, also write ``output_dir/merged``: the best model with
+            its adapters merged into the weights, a plain model folder (as ``cselab merge``);
+            ``best/`` and ``last/`` keep the adapters.
     """
 
     output_dir: str = "outputs/run"
@@ -83,10 +90,12 @@ class TrainConfig:
     resume: bool = False
     overwrite: bool = False
     cache_chunk_size: int | None = None
+    gradient_checkpointing: bool = False
     compile: bool = False
     fused_adamw: bool = True
     push_to_hub: str | None = None
     report_to: list[ReportTo] = field(default_factory=lambda: ["tensorboard"])
+    save_merged: bool = False
 
 
 @dataclass
@@ -159,6 +168,16 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        m.lora.validate()
+        if t.cache_chunk_size and self.objective.mntp.enabled:
+            raise ConfigError(
+                "train.cache_chunk_size (GradCache) caches sentence vectors for in-batch "
+                "negatives; objective.mntp predicts tokens and has none: leave it null"
+            )
+        if t.save_merged and not m.lora.enabled:
+            raise ConfigError(
+                "train.save_merged=true merges LoRA adapters, but model.lora.r is 0 (no adapters)"
+            )
         if m.pooler == "prompt":
             m.prompt.validate()
             if not m.mlp_only_train:

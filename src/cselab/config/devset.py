@@ -32,7 +32,8 @@ DevKind = Literal["stsb", "sts-file", "retrieval"]
 
 def dev_metric_for(dev: str, metric: str | None) -> str:
     """``eval.dev_metric`` checked against ``eval.dev`` (a BEIR folder takes a retrieval measure,
-    STS pairs a correlation); ``None`` is ``ndcg@10`` for a BEIR folder, else ``spearman``.
+    STS pairs a correlation), in lower case (names are case-insensitive); ``None`` is
+    ``ndcg@10`` for a BEIR folder, else ``spearman``.
 
     Raises:
         ConfigError: naming the key, the value and what ``dev`` takes instead.
@@ -44,13 +45,14 @@ def dev_metric_for(dev: str, metric: str | None) -> str:
         return "ndcg@10" if beir else "spearman"
     measures = ", ".join(f"{m}@K" for m in RETRIEVAL_MEASURES)
     parsed = retrieval_metric(metric)
-    if metric in STS_DEV_METRICS:
+    # one rule for every name: case does not matter (Spearman, NDCG@10)
+    if str(metric).lower() in STS_DEV_METRICS:
         if beir:
             raise ConfigError(
                 f"eval.dev_metric={metric} is a correlation of STS pairs, but eval.dev={dev} is a "
                 f"BEIR retrieval folder; use {measures}"
             )
-        return metric
+        return str(metric).lower()
     if parsed is None:
         raise ConfigError(
             f"eval.dev_metric: unknown metric {metric!r}; expected spearman, pearson or (for a "

@@ -140,18 +140,18 @@ def plot_runs(
     for i, run in enumerate(logs):
         c = colours[i % len(colours)]
         if "loss" in run.series:
-            ax_loss.plot(*run.series["loss"], color=c, label=run.name)
+            ax_loss.plot(*run.series["loss"], color=c, label=run.name, **_lone(run, "loss"))
             losses += run.series["loss"][1]
         if len(run.terms) > 1:
             styles = ["--", ":", "-."]
             for j, term in enumerate(run.terms):
                 ax_loss.plot(
                     *run.series[term], color=c, linestyle=styles[j % 3], linewidth=1,
-                    label=f"{run.name}: {term}",
+                    label=f"{run.name}: {term}", **_lone(run, term),
                 )  # fmt: skip
                 losses += run.series[term][1]
         if "lr" in run.series:
-            ax_lr.plot(*run.series["lr"], color=c, label=run.name)
+            ax_lr.plot(*run.series["lr"], color=c, label=run.name, **_lone(run, "lr"))
         if run.dev_score is not None:
             label = run.name if run.dev_score == "stsb_dev" else f"{run.name} ({run.dev_score})"
             ax_dev.plot(*run.series[run.dev_score], color=c, marker="o", label=label)
@@ -202,6 +202,12 @@ def plot_runs(
     fig.tight_layout()
     _save(fig, out)
     return fig
+
+
+def _lone(run: RunLog, column: str) -> dict[str, str]:
+    """A marker for a series of one point (a run with one logged step): a line through one
+    point draws nothing, and the panel would look empty."""
+    return {"marker": "o"} if len(run.series[column][0]) == 1 else {}
 
 
 #: The loss panel turns logarithmic when its positive values span more decades than this.

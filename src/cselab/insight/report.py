@@ -331,16 +331,22 @@ def markdown(report: Report) -> str:
     """The two tables (summary, paired differences) as markdown."""
     rows = []
     for config in report.configs:
-        n = max((len(report.values.get((config, t), {})) for t in report.tasks), default=0)
+        counts = [len(report.values.get((config, t), {})) for t in report.tasks]
+        n = max(counts, default=0)
         cells = []
-        for task in report.tasks:
+        for task, count in zip(report.tasks, counts, strict=True):
             vals = list(report.values.get((config, task), {}).values())
             if not vals:
                 cells.append("–")
                 continue
             mean, std = mean_std(vals)
-            cells.append(_num(mean) if math.isnan(std) else f"{mean:.2f} ± {std:.2f}")
-        rows.append([f"{config} {UNTRAINED}" if config in report.untrained else config, n, *cells])
+            cell = _num(mean) if math.isnan(std) else f"{mean:.2f} ± {std:.2f}"
+            # a task scored on fewer seeds than the row's n (one cell evaluated on another file)
+            cells.append(cell if count == n else f"{cell} (n={count})")
+        fewest = min((c for c in counts if c), default=0)  # a task never scored shows "–"
+        shown = n if fewest == n else f"{fewest}–{n}"
+        name = f"{config} {UNTRAINED}" if config in report.untrained else config
+        rows.append([name, shown, *cells])
     lines = [
         "**Mean ± std over seeds** (sample std; n = seeds)",
         "",
@@ -359,7 +365,12 @@ def markdown(report: Report) -> str:
     if report.baseline is None:
         lines += ["", "No baseline given: no paired comparison (use --baseline NAME)."]
         return "\n".join(lines) + "\n"
-    level = next(iter(report.paired.values())).confidence if report.paired else 0.95
+    unpaired = _unpaired(report)
+    if not report.paired:  # no table to explain, only why it is empty
+        lines += ["", f"**Paired difference to {report.baseline} (same seed)**: no pair to "
+                  "compare.", "", *unpaired]  # fmt: skip
+        return "\n".join(lines) + "\n"
+    level = next(iter(report.paired.values())).confidence
     pct = f"{100 * level:g}%"
     lines += [
         "",
@@ -378,7 +389,29 @@ def markdown(report: Report) -> str:
         for (config, task), d in report.paired.items()
     ]  # fmt: skip
     lines.append(markdown_table(header, paired))
+    if unpaired:
+        lines += ["", *unpaired]
     return "\n".join(lines) + "\n"
+
+
+def _seeds(report: Report, config: str) -> list[int]:
+    return sorted({s for (c, _), v in report.values.items() if c == config for s in v})
+
+
+def _unpaired(report: Report) -> list[str]:
+    """Why a configuration has no paired row: it shares no seed with the baseline (a paired
+    difference compares the same seed's two cells)."""
+    base = _seeds(report, report.baseline or "")
+    lines = []
+    for config in report.configs:
+        if config == report.baseline or any(c == config for c, _ in report.paired):
+            continue
+        lines.append(
+            f"{config}: no paired comparison: its seeds ({', '.join(map(str, _seeds(report, config)))}) "
+            f"share none with {report.baseline}'s ({', '.join(map(str, base))}); run both "
+            "configurations with the same seeds."
+        )
+    return lines
 
 
 CSV_FIELDS = (

@@ -36,23 +36,57 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_error(path: str | os.PathLike[str], err: OSError, what: str = "file") -> WriteError:
+def write_error(
+    path: str | os.PathLike[str], err: OSError, what: str = "file", needed: int | None = None
+) -> WriteError:
     """The one-line :class:`~cselab.core.errors.WriteError` for a failed write of ``path``:
     ``could not write the {what} {path}: No space left on device``. Raise it ``from err``: the
-    original error stays reachable as ``__cause__`` (the checkpoint writer reports its cause)."""
-    return WriteError(f"could not write the {what} {path}: {_cause(err)}")
+    original error stays reachable as ``__cause__`` (the checkpoint writer reports its cause).
+
+    ``needed``: the bytes the file takes; on a full disk the message says how many were needed
+    and were free. A short write reported without an ``errno`` (numpy's ``tofile``: "19200
+    requested and 14304 written", counting items) is named a full disk when the folder's free
+    space is short of ``needed`` (or nearly nil)."""
+    cause = _cause(err)
+    full = err.errno == errno.ENOSPC
+    free = _free_bytes(Path(path).parent)
+    if err.errno is None and free is not None:
+        full = free < needed if needed is not None else free < FULL_DISK_SLACK
+    if full:
+        cause = os.strerror(errno.ENOSPC)
+        if needed is not None:
+            room = f", {free:,} free" if free is not None and free < needed else ""
+            cause += f" ({needed:,} bytes needed{room})"
+    return WriteError(f"could not write the {what} {path}: {cause}")
+
+
+#: Free bytes below which a short write without an ``errno`` is taken for a full disk.
+FULL_DISK_SLACK = 1 << 16
+
+
+def _free_bytes(folder: Path) -> int | None:
+    """The bytes an unprivileged process may still write in ``folder``'s filesystem."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str], what: str = "file") -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike[str], what: str = "file", needed: int | None = None
+) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block ends without an error it replaces
     ``path`` in one rename, so a reader sees the old file or the new one, never half of one.
 
     A failure while writing (disk full, permission denied, a folder missing) removes the
     temporary file, keeps the previous ``path`` as it was, and raises
     :class:`~cselab.core.errors.WriteError` naming ``path`` and the cause (``what`` says what the
-    file is: "vectors", "plot", ...). The temporary name keeps the suffix of ``path``, so writers
-    that choose a format by suffix (``np.save``, ``savefig``) write the right one.
+    file is: "vectors", "plot", ...; ``needed``, when known, the file's size, which a full disk's
+    message then names, see :func:`write_error`). The temporary name keeps the suffix of
+    ``path``, so writers that choose a format by suffix (``np.save``, ``savefig``) write the
+    right one.
     """
     target = Path(path)
     tmp = target.with_name(f".{target.stem}.{uuid.uuid4().hex[:12]}.tmp{target.suffix}")
@@ -61,9 +95,9 @@ def atomic_path(path: str | os.PathLike[str], what: str = "file") -> Iterator[Pa
         os.replace(tmp, target)
     except BaseException as err:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            tmp.unlink()  # first: the free space measured then is what the write had
         if isinstance(err, OSError) and not isinstance(err, WriteError):
-            raise write_error(target, err, what) from err
+            raise write_error(target, err, what, needed) from err
         raise
 
 

@@ -174,6 +174,9 @@ def read_json(path: Path) -> dict[str, Any] | None:
 #: The three parts of a BEIR retrieval collection (Thakur et al. 2021, "BEIR: A Heterogeneous
 #: Benchmark for Zero-shot Evaluation of Information Retrieval Models", Sec. 3 / its data loader).
 BEIR_CORPUS, BEIR_QUERIES, BEIR_QRELS = "corpus", "queries", "qrels"
+#: The largest qrels relevance: the last integer a float64 holds exactly (2**53), so that the
+#: relevance, read as a number, is the integer written, and its gain sums stay exact enough.
+MAX_RELEVANCE = 2**53
 #: The qrels columns (the header line of ``qrels/<split>.tsv``).
 BEIR_QRELS_COLUMNS = ("query-id", "corpus-id", "score")
 
@@ -269,7 +272,8 @@ def read_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirCollec
     Raises:
         DataFormatError: naming the file and line: a missing part or split, an id given twice, a
             qrels line naming a document or query the collection does not have, a judgement
-            given twice, a relevance that is not a non-negative integer, a document without text.
+            given twice, a relevance that is not a non-negative integer (or above 2**53), a document
+            without text.
     """
     root = Path(folder)
     if not root.is_dir():
@@ -317,6 +321,11 @@ def read_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirCollec
         score = row.number("score")
         if not score.is_integer() or score < 0:
             raise row.error(f"score {row.values.get('score')!r:.40} is not a non-negative integer")
+        if score > MAX_RELEVANCE:
+            raise row.error(
+                f"score {row.values.get('score')!r:.40} is too large (a relevance is at most "
+                f"2**53 = {MAX_RELEVANCE})"
+            )
         q = query_index.setdefault(qid, len(query_index))
         if (q, doc_index[did]) in judged:
             raise row.error(f"query '{qid}' and document '{did}' are judged twice")

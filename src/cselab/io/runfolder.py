@@ -37,6 +37,8 @@ class RunFolder:
     CHECKPOINT_FILE = "checkpoint.safetensors"
     BEST = "best"
     LAST = "last"
+    #: ``best`` with its LoRA adapters merged into the weights (``train.save_merged``)
+    MERGED = "merged"
     TENSORBOARD = "tensorboard"
     #: The run's config inside each saved model folder (:attr:`BEST`, :attr:`LAST`).
     MODEL_CONFIG = "cselab_config.yaml"
@@ -52,7 +54,7 @@ class RunFolder:
     SWEEP_LOCK = ".cselab-sweep.lock"
 
     #: What a previous run leaves in its folder (the lock file is not part of a run).
-    RUN_FILES = (CHECKPOINT, BEST, LAST, CONFIG, METRICS, RESULTS, TENSORBOARD)
+    RUN_FILES = (CHECKPOINT, BEST, LAST, MERGED, CONFIG, METRICS, RESULTS, TENSORBOARD)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         object.__setattr__(self, "path", Path(path))
@@ -84,6 +86,10 @@ class RunFolder:
     @property
     def last(self) -> Path:
         return self.path / self.LAST
+
+    @property
+    def merged(self) -> Path:
+        return self.path / self.MERGED
 
     @property
     def tensorboard(self) -> Path:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import typing
 from typing import Literal
 
-PoolerName = Literal["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "prompt"]
+PoolerName = Literal[
+    "cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "prompt", "last",
+    "weighted_mean",
+]  # fmt: skip
 POOLERS: tuple[str, ...] = typing.get_args(PoolerName)
 
 #: ``encode(precision=...)``: the backbone's compute precision at inference

@@ -15,6 +15,9 @@ from .choices import PoolerName
 #: where the sentence goes in a prompt template, and the token whose state is its vector
 SENTENCE_SLOT = "[X]"
 MASK_SLOT = "[MASK]"
+#: PromptEOL's template (Jiang et al. 2023, "Scaling Sentence Embeddings with Large Language
+#: Models", Sec. 3.1): the vector is the state of its last token
+PROMPTEOL_TEMPLATE = 'This sentence : "[X]" means in one word:"'
 
 
 @dataclass
@@ -23,11 +26,14 @@ class PromptConfig:
 
     The sentence's tokens are spliced in at ``[X]`` and its vector is the last layer's state at
     ``[MASK]`` (the tokenizer's mask token). The defaults are the authors' unsupervised BERT
-    recipe (``run.sh unsup-bert``).
+    recipe (``run.sh unsup-bert``). A template without ``[MASK]`` reads its last token: PromptEOL
+    for decoders (Jiang et al. 2023: :data:`PROMPTEOL_TEMPLATE`, with ``template2: null`` and
+    ``denoise: false``).
 
     Attributes:
-        template: the template of the anchor view, of inference and of evaluation; ``[X]`` and
-            ``[MASK]`` each exactly once.
+        template: the template of the anchor view, of inference and of evaluation; ``[X]``
+            exactly once, ``[MASK]`` once (PromptBERT) or not at all (PromptEOL: the last
+            token is read).
         template2: the template of the second view in training (the positive, and a pair's
             hard negatives); ``null``: ``template``. Unsupervised PromptBERT uses two templates.
         denoise: template denoising in training: subtract from each vector the ``[MASK]`` state
@@ -47,18 +53,70 @@ class PromptConfig:
         return (self.template,) if second == self.template else (self.template, second)
 
     def validate(self, prefix: str = "model.prompt") -> PromptConfig:
-        """Each template holds ``[X]`` and ``[MASK]`` exactly once; raises :class:`ConfigError`
-        naming the key."""
+        """Each template holds ``[X]`` exactly once and ``[MASK]`` at most once (without it, some
+        text after ``[X]``); raises :class:`ConfigError` naming the key."""
         for key, text in (("template", self.template), ("template2", self.template2)):
             if text is None and key == "template2":
                 continue
             if not isinstance(text, str):
                 raise ConfigError(f"{prefix}.{key} must be a string, got {text!r}")
-            for slot in (SENTENCE_SLOT, MASK_SLOT):
-                if text.count(slot) != 1:
-                    raise ConfigError(
-                        f"{prefix}.{key} must contain {slot} exactly once, got {text!r}"
-                    )
+            if text.count(SENTENCE_SLOT) != 1:
+                raise ConfigError(
+                    f"{prefix}.{key} must contain {SENTENCE_SLOT} exactly once, got {text!r}"
+                )
+            if text.count(MASK_SLOT) > 1:
+                raise ConfigError(
+                    f"{prefix}.{key} must contain {MASK_SLOT} at most once, got {text!r}"
+                )
+            if MASK_SLOT not in text and not text.split(SENTENCE_SLOT)[1].strip():
+                raise ConfigError(
+                    f"{prefix}.{key}: a template without {MASK_SLOT} (PromptEOL) reads its last "
+                    f"token, so it needs text after {SENTENCE_SLOT}, got {text!r}"
+                )
+        return self
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters (Hu et al. 2022) through ``peft``, read from ``model.lora``.
+
+    ``W x`` becomes ``W x + (alpha / r) · B A x`` in every target module, with ``A`` (``r × in``)
+    random, ``B`` (``out × r``) zero at the start; the backbone's own weights are frozen and only
+    ``A``, ``B`` (and the pooler's head, if any) train. Off while ``r`` is 0 (the default).
+
+    Attributes:
+        r: the adapters' rank; ``0``: no LoRA (every weight trains). LLM2Vec: 16.
+        alpha: the scale's numerator; ``null``: ``2 · r`` (LLM2Vec's ``lora_alpha = 2 · lora_r``).
+        dropout: dropout on the adapters' input (LLM2Vec: 0.05).
+        target_modules: the module names that get adapters; ``null``: the architecture's
+            default (:data:`cselab.model.backbones.BACKBONES`' ``lora_targets``: attention and MLP
+            projections), or ``peft``'s own table for an architecture not listed there.
+    """
+
+    r: int = 0
+    alpha: float | None = None
+    dropout: float = 0.05
+    target_modules: list[str] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0
+
+    @property
+    def scale_alpha(self) -> float:
+        """``alpha``, or ``2 · r`` when unset."""
+        return float(self.alpha) if self.alpha is not None else 2.0 * self.r
+
+    def validate(self, prefix: str = "model.lora") -> LoRAConfig:
+        """Ranges of the keys; raises :class:`ConfigError` naming the key."""
+        if self.r < 0:
+            raise ConfigError(f"{prefix}.r must be >= 0 (0: no LoRA), got {self.r}")
+        if self.alpha is not None and not self.alpha > 0:
+            raise ConfigError(f"{prefix}.alpha must be > 0 or null (2 * r), got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"{prefix}.dropout must be in [0, 1), got {self.dropout}")
+        if self.target_modules is not None and not self.target_modules:
+            raise ConfigError(f"{prefix}.target_modules must name at least one module, or be null")
         return self
 
 
@@ -72,11 +130,21 @@ class ModelConfig:
         mlp_only_train: with ``pooler: cls`` (or ``prompt``, where it must be true), use the MLP
             head in training only (SimCSE unsup; PromptBERT unsup).
         max_seq_len: truncation length in tokens (SimCSE: 32).
-        dropout: if set, overrides hidden and attention dropout probabilities of the encoder.
+        dropout: if set, every dropout probability of the backbone (the keys of its row in the
+            table of backbones, :mod:`cselab.model.backbones`: BERT's hidden and attention
+            dropout, ModernBERT's attention, MLP and embedding dropout, a decoder's attention
+            dropout, the only one it has). SimCSE uses 0.1, LLM2Vec 0.3 for decoders.
         attn_implementation: ``sdpa`` (PyTorch scaled-dot-product attention) or ``eager``.
+        bidirectional: remove a decoder's causal mask, so every token attends to every token
+            (LLM2Vec, BehnamGhader et al. 2024); encoders already are. The saved folder keeps
+            the setting (``cselab.load`` applies it; sentence-transformers cannot).
+        dtype: the backbone's weights: ``float32`` (a half-precision checkpoint is upcast; a
+            float64 one is kept) or ``bfloat16`` (half the memory; AdamW on bf16 weights, as
+            LLM2Vec trains its 8B models).
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.
+        lora: LoRA adapters (:class:`LoRAConfig`); off while ``lora.r`` is 0.
         fast_path: cselab's CPU fast path for the backbone: the forward on the real tokens only
             (for the architectures of :data:`cselab.model.unpad.FAST_PATH_MODEL_TYPES`; others
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
@@ -90,7 +158,10 @@ class ModelConfig:
     max_seq_len: int = 32
     dropout: float | None = None
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    bidirectional: bool = False
+    dtype: Literal["float32", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     revision: str | None = None
     fast_path: bool = True
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)

@@ -5,7 +5,7 @@ sentence-transformers folders.
   pooler (``pooler_output``: ``tanh(W h_[CLS] + b)`` for BERT and RoBERTa), as SimCSE's
   ``evaluation.py`` does for ``--pooler cls``; a model without one is refused.
 * :func:`st_pooler_name`: the cselab pooler of a sentence-transformers folder's Pooling module;
-  modes cselab cannot reproduce (max, weighted mean, last token, several at once) are refused.
+  modes cselab cannot reproduce (max, mean_sqrt_len_tokens, several at once) are refused.
 * :func:`max_sequence_length`: the longest input a model really accepts, i.e. the tokenizer's
   ``model_max_length`` capped by the position embeddings usable by tokens (RoBERTa-style models
   start positions after ``padding_idx``: 514 embeddings hold 512 tokens).

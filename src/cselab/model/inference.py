@@ -82,9 +82,27 @@ def encode_sentences(
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
     if dim is not None:
         check_prefix(dim, encoder.dim)  # before any work
-        full = encode_sentences(encoder, sentences, batch_size, False, show_progress,
-                                max_seq_len, precision)  # fmt: skip
+        # the prefix is cut from the pooled vector, then normalised (never normalised twice)
+        full = _encode(encoder, sentences, batch_size, False, show_progress, max_seq_len,
+                       precision)  # fmt: skip
         return truncate_rows(full, dim)
+    settings = getattr(encoder, "folder_settings", None)
+    # A folder whose module list ends in Normalize gives unit vectors, as SentenceTransformer
+    # gives them: the folder's vectors are the normalised ones (dot product = cosine).
+    normalize = normalize or bool(getattr(settings, "normalize", False))
+    return _encode(encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision)
+
+
+def _encode(
+    encoder: nn.Module,
+    sentences: Sequence[str],
+    batch_size: int,
+    normalize: bool,
+    show_progress: bool,
+    max_seq_len: int | None,
+    precision: str,
+) -> np.ndarray:
+    """The pooled vectors (L2-normalised with ``normalize``), in input order."""
     n = len(sentences)
     if n == 0:
         return np.zeros((0, encoder.dim), dtype=np.float32)

@@ -15,12 +15,13 @@ import torch
 from safetensors.torch import load_file
 
 from ..core.errors import ModelFormatError
+from . import backbones
 from .config import ModelConfig
 from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
 from .pooling import POOLERS
 from .sentence_encoder import SentenceEncoder
-from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible
+from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible, transformer_folder
 
 
 def load(
@@ -42,8 +43,9 @@ def load(
       ``max_seq_length`` and ``do_lower_case`` apply to :meth:`~SentenceEncoder.encode`. Without
       ``pooler``, a folder whose modules cselab cannot reproduce (a ``Dense`` layer, ...) is
       refused;
-    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``; ``cls`` is
-      the model's own ``pooler_output``, as in SimCSE's evaluation).
+    * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``, or for a
+      decoder its default in the table of backbones, ``avg``; ``cls`` is the model's own
+      ``pooler_output``, as in SimCSE's evaluation).
 
     ``fast_path``: see :meth:`SentenceEncoder.from_pretrained` (``False``: the backbone exactly
     as ``transformers`` loads it). ``compile_inference``: :meth:`SentenceEncoder.encode` runs a
@@ -63,6 +65,8 @@ def load(
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, mlp_only_train=mlp_only_train,
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
+            bidirectional=kwargs.pop("bidirectional", bool(meta.get("bidirectional", False))),
+            dtype=kwargs.pop("dtype", meta.get("dtype", "float32")),
             **kwargs,
         )  # fmt: skip
         if (
@@ -76,12 +80,14 @@ def load(
     else:
         if pooler is None:
             check_reproducible(local)
-        kind = pooler or st_pooler_name(local) or "cls_before_pooler"
+        kind = pooler or st_pooler_name(local) or _plain_default_pooler(local)
         if kind not in POOLERS:
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
+        if kind == "last" and pooler is None:  # a folder's lasttoken mode reads the last token
+            encoder.end_id = None  # as tokenised, as sentence-transformers does: nothing appended
         if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
-            encoder.pooler.mlp = hf_pooler_head(encoder.backbone, local, path)
+            encoder.pooler.mlp = hf_pooler_head(encoder.backbone, transformer_folder(local), path)
             encoder.pooler.mlp_only_train = False
     encoder.source = path
     encoder.compile_inference(compile_inference)
@@ -89,3 +95,18 @@ def load(
     if device is not None:
         encoder.to(device)
     return encoder
+
+
+def _plain_default_pooler(folder: Path) -> str:
+    """A plain HF folder's pooler: the raw [CLS] vector, or a decoder's default from the table
+    of backbones (a causal decoder's first token has seen nothing of the sentence)."""
+    config_file = folder / "config.json"
+    if config_file.is_file():
+        try:
+            model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            model_type = None
+        row = backbones.BACKBONES.get(str(model_type))
+        if row is not None and row.is_decoder:
+            return row.default_pooler
+    return "cls_before_pooler"

@@ -15,7 +15,15 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
 * ``prompt``: PromptBERT (Jiang et al. 2022): the sentence is spliced into a template
   (:mod:`cselab.model.prompt`) and its vector is the last layer's state at the template's
   ``[MASK]``, minus the template's own state there with template denoising; the ``cls`` MLP head
-  follows, with ``mlp_only_train`` in training only (the authors' unsupervised recipe).
+  follows, with ``mlp_only_train`` in training only (the authors' unsupervised recipe). A
+  template without ``[MASK]`` reads its last token instead: PromptEOL (Jiang et al. 2023,
+  ``This sentence : "[X]" means in one word:"``), the decoder form of the prompt pooler.
+* ``last``: the last layer's state at the last real token (left or right padding), with the
+  sentence's end token (EOS for decoders) appended where the tokenizer did not add it: the
+  token that has seen the whole sentence in a causal decoder (LLM2Vec's ``eos_token``).
+* ``weighted_mean``: SGPT's position-weighted mean (Muennighoff 2022, Eq. 1): the ``i``-th real
+  token (from 1) weighs ``i / (1 + 2 + ... + n)``, so in a causal decoder the tokens that have
+  seen more of the sentence count more.
 
 :data:`POOLER_MEANINGS` is the one home of what each name means (which token, which layers, a
 head): :class:`Pooler` computes it, the sentence-transformers folder writer and reader translate
@@ -31,7 +39,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .choices import POOLERS
+from .choices import POOLERS, PoolerName  # noqa: F401 - re-exported
 
 #: ``hidden_states`` index of the last layer alone (index 0 is the embedding output).
 LAST_LAYER = (-1,)
@@ -42,16 +50,18 @@ class PoolerMeaning:
     """What a pooler computes.
 
     Attributes:
-        token: ``cls`` (the first token's vector) or ``mean`` (the mean over real tokens):
-            sentence-transformers' ``Pooling`` mode of the same name; ``mask``: the prompt's
-            ``[MASK]`` token, which sentence-transformers has no module for.
+        token: ``cls`` (the first token's vector), ``mean`` (the mean over real tokens),
+            ``lasttoken`` (the last real token), ``weightedmean`` (SGPT's position-weighted
+            mean): sentence-transformers' ``Pooling`` mode of the same name; ``mask``: the
+            prompt's ``[MASK]`` token (or PromptEOL's last template token), which
+            sentence-transformers has no module for.
         layers: the ``hidden_states`` indices averaged before pooling (0 is the embedding
             output); :data:`LAST_LAYER` is the last layer alone.
         head: SimCSE's MLP head ``tanh(W h + b)`` is applied to the pooled vector.
         summary: the pooler in words.
     """
 
-    token: Literal["cls", "mean", "mask"]
+    token: Literal["cls", "mean", "mask", "lasttoken", "weightedmean"]
     layers: tuple[int, ...]
     head: bool
     summary: str
@@ -68,6 +78,10 @@ POOLER_MEANINGS: dict[str, PoolerMeaning] = {
     "prompt": PoolerMeaning(
         "mask", LAST_LAYER, True, "the [MASK] vector of a PromptBERT template, through an MLP head"
     ),
+    "last": PoolerMeaning("lasttoken", LAST_LAYER, False, "the last real token's vector"),
+    "weighted_mean": PoolerMeaning(
+        "weightedmean", LAST_LAYER, False, "the position-weighted mean of the last layer (SGPT)"
+    ),
 }
 assert set(POOLER_MEANINGS) == set(POOLERS)
 
@@ -76,6 +90,41 @@ def masked_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """Mean over positions where ``attention_mask`` is 1. ``(N, L, D), (N, L) -> (N, D)``."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+
+def last_index(attention_mask: Tensor) -> Tensor:
+    """``(N,)``: the column of each row's last real token, for left or right padding."""
+    width = attention_mask.shape[1]
+    return width - 1 - attention_mask.flip(1).to(torch.int64).argmax(1)
+
+
+def position_weighted_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """SGPT's weighted mean (Muennighoff 2022, Eq. 1): ``sum_i w_i h_i`` with
+    ``w_i = i / sum_j j`` over the real tokens numbered ``1..n`` from the first real one."""
+    mask = attention_mask.to(hidden.dtype)
+    weights = mask.cumsum(1) * mask  # 1..n on real tokens, 0 on padding (either side)
+    weights = weights / weights.sum(1, keepdim=True).clamp_min(1.0)
+    return (hidden * weights.unsqueeze(-1)).sum(1)
+
+
+def with_end_token(
+    input_ids: Tensor, attention_mask: Tensor, end_id: int, pad_id: int
+) -> tuple[Tensor, Tensor]:
+    """Rows whose last real token is not ``end_id`` get ``end_id`` after it (one column more
+    when a row fills the width); rows that end in it are left as they are."""
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    last = last_index(attention_mask)
+    need = (input_ids[rows, last] != end_id) & (attention_mask.sum(1) > 0)
+    if not bool(need.any()):
+        return input_ids, attention_mask
+    ids = torch.cat([input_ids, input_ids.new_full((input_ids.shape[0], 1), pad_id)], 1)
+    mask = torch.cat([attention_mask, attention_mask.new_zeros((input_ids.shape[0], 1))], 1)
+    at = (last + 1)[need]
+    ids[rows[need], at] = end_id
+    mask[rows[need], at] = 1
+    if not bool(mask[:, -1].any()):  # every grown row had room inside the width
+        ids, mask = ids[:, :-1], mask[:, :-1]
+    return ids, mask
 
 
 class MLPHead(nn.Module):
@@ -87,7 +136,8 @@ class MLPHead(nn.Module):
         self.activation = nn.Tanh()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.activation(self.dense(x))
+        # a backbone cast after the head was made (model.to(dtype)) still meets a head it fits
+        return self.activation(self.dense(x.to(self.dense.weight.dtype)))
 
 
 class Pooler(nn.Module):
@@ -153,6 +203,11 @@ class Pooler(nn.Module):
             if self.uses_head:
                 out = self.mlp(out)
             return out
+        if self.meaning.token == "lasttoken":
+            rows = torch.arange(last_hidden.shape[0], device=last_hidden.device)
+            return last_hidden[rows, last_index(attention_mask)]
+        if self.meaning.token == "weightedmean":
+            return position_weighted_mean(last_hidden, attention_mask)
         if not self.needs_hidden_states:
             return masked_mean(last_hidden, attention_mask)
         if hidden_states is None:

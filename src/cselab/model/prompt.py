@@ -20,8 +20,14 @@ template's pass runs in training mode with gradients (the authors' default,
 ``mask_embedding_sentence_delta_freeze=False``); :func:`template_alone` gives its inputs for the
 lengths present in a batch (the authors compute lengths 0..49 and index them: the same values).
 
-The splice uses the tokenizer's ``cls``/``sep`` ids, so a row must be one sentence tokenised
+The splice keeps the special tokens the tokenizer puts around one sentence (BERT's
+``[CLS] ... [SEP]``, Llama's ``<s> ...``, none for Qwen), so a row must be one sentence tokenised
 with its special tokens (what :meth:`SentenceEncoder.tokenize` and the token store give).
+
+**PromptEOL** (Jiang et al. 2023, "Scaling Sentence Embeddings with Large Language Models",
+Sec. 3.1) is the decoder form: the template ``This sentence : "[X]" means in one word:"`` has no
+``[MASK]``, and the vector is the state of its last token, the one from which a causal decoder
+would predict the word that sums up the sentence. A template without ``[MASK]`` reads so.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from torch import Tensor
 
 from ..core.errors import ConfigError
 from ..core.papers import Paper
-from .config import MASK_SLOT, SENTENCE_SLOT, ModelConfig, PromptConfig
+from .config import MASK_SLOT, PROMPTEOL_TEMPLATE, SENTENCE_SLOT, ModelConfig, PromptConfig
 
 PROMPTBERT = Paper(
     key="jiang2022promptbert",
@@ -80,22 +86,32 @@ class Template:
         """How many tokens the template adds to a sentence."""
         return len(self.prefix) + len(self.suffix)
 
-    def mask_index(self, length: int) -> int:
-        """The ``[MASK]`` column of a spliced row whose sentence has ``length`` tokens."""
+    def mask_index(self, length: int, lead: int = 1) -> int:
+        """The ``[MASK]`` column of a spliced row whose sentence has ``length`` tokens, after
+        ``lead`` special tokens (BERT's ``[CLS]``: 1)."""
         if self.mask_in_prefix:
-            return 1 + self.mask_offset
-        return 1 + len(self.prefix) + length + self.mask_offset
+            return lead + self.mask_offset
+        return lead + len(self.prefix) + length + self.mask_offset
 
 
 def tokenize_template(text: str, tokenizer: Any, key: str = "model.prompt.template") -> Template:
     """Tokenise the two pieces of ``text`` around ``[X]`` alone, without special tokens
-    (``[MASK]`` becomes the tokenizer's mask token). Raises :class:`ConfigError` naming ``key``
-    when the tokenizer has no mask token or the template's ``[MASK]`` is not one token."""
+    (``[MASK]`` becomes the tokenizer's mask token; without ``[MASK]``, PromptEOL, the read
+    token is the template's last). Raises :class:`ConfigError` naming ``key`` when the template
+    has ``[MASK]`` and the tokenizer no mask token, or ``[MASK]`` is not one token."""
+    if MASK_SLOT not in text:  # PromptEOL: the last token of the suffix
+        before, after = text.split(SENTENCE_SLOT)
+        prefix = tuple(tokenizer(before, add_special_tokens=False)["input_ids"])
+        suffix = tuple(tokenizer(after, add_special_tokens=False)["input_ids"])
+        if not suffix:
+            raise ConfigError(f"{key}: PromptEOL reads the token after the sentence: {text!r}")
+        return Template(prefix, suffix, False, len(suffix) - 1)
     mask = getattr(tokenizer, "mask_token", None)
     if mask is None or tokenizer.mask_token_id is None:
         raise ConfigError(
-            f"{key}: the tokenizer has no mask token, which pooler 'prompt' reads; use a "
-            "masked-language-model tokenizer (BERT, RoBERTa, MiniLM)"
+            f"{key}: the tokenizer has no mask token, which a {MASK_SLOT} template reads; use a "
+            "masked-language-model tokenizer (BERT, RoBERTa, MiniLM) or, for a decoder, a "
+            f"template without {MASK_SLOT} (PromptEOL: {PROMPTEOL_TEMPLATE!r})"
         )
     before, after = text.replace(MASK_SLOT, mask).split(SENTENCE_SLOT)
     prefix = tuple(tokenizer(before, add_special_tokens=False)["input_ids"])
@@ -125,8 +141,8 @@ class Prompt:
 
     Args:
         config: the ``model.prompt`` section.
-        tokenizer: the model's tokenizer (it must add ``cls ... sep`` around one sentence and
-            have a mask token).
+        tokenizer: the model's tokenizer (with a mask token for a ``[MASK]`` template); the
+            special tokens it puts around one sentence stay around the spliced row.
     """
 
     def __init__(self, config: PromptConfig, tokenizer: Any) -> None:
@@ -137,12 +153,8 @@ class Prompt:
             tokenize_template(text, tokenizer, key)
             for text, key in zip(config.templates(), keys, strict=False)
         )
-        self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+        self.lead, self.trail = special_tokens_around(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        if self.cls_id is None or self.sep_id is None:
-            raise ConfigError(
-                "model.pooler: 'prompt' needs a tokenizer with cls and sep tokens around a sentence"
-            )
 
     @property
     def extra(self) -> int:
@@ -159,22 +171,28 @@ class Prompt:
     def splice(
         self, input_ids: Tensor, attention_mask: Tensor, template: Tensor | None = None
     ) -> Spliced:
-        """Put each row's sentence (its ids between ``cls`` and ``sep``, right padding) into
-        template ``template[i]`` (default: all ``0``); pads to the longest spliced row."""
+        """Put each row's sentence (its ids between the tokenizer's special tokens, right
+        padding) into template ``template[i]`` (default: all ``0``); pads to the longest
+        spliced row."""
         n = input_ids.shape[0]
         which = [0] * n if template is None else [int(t) for t in template.tolist()]
         lengths = attention_mask.sum(1).tolist()
         rows, masks, sent = [], [], []
+        lead, trail = list(self.lead), list(self.trail)
         for i, (ids, real) in enumerate(zip(input_ids.tolist(), lengths, strict=True)):
-            if real < 2 or ids[0] != self.cls_id or ids[real - 1] != self.sep_id:
+            if (
+                real < len(lead) + len(trail)
+                or ids[: len(lead)] != lead
+                or ids[real - len(trail) : real] != trail
+            ):
                 raise ValueError(
                     "pooler 'prompt' splices one sentence tokenised with its special tokens; "
-                    f"row {i} does not start with cls and end with sep"
+                    f"row {i} does not start with {lead} and end with {trail}"
                 )
             t = self.templates[which[i]]
-            body = ids[1 : real - 1]
-            rows.append([self.cls_id, *t.prefix, *body, *t.suffix, self.sep_id])
-            masks.append(t.mask_index(len(body)))
+            body = ids[len(lead) : real - len(trail)]
+            rows.append([*lead, *t.prefix, *body, *t.suffix, *trail])
+            masks.append(t.mask_index(len(body), len(lead)))
             sent.append(len(body))
         width = max(len(r) for r in rows)
         device = input_ids.device
@@ -200,9 +218,21 @@ class Prompt:
         Row ``k`` is ``[CLS] prefix suffix [SEP]`` with the positions after the prefix shifted
         by ``lengths[k]`` (``get_delta``: ``position_ids[:, len(bs)+1:] += k``)."""
         t = self.templates[template]
-        ids = torch.tensor([self.cls_id, *t.prefix, *t.suffix, self.sep_id], device=device)
+        ids = torch.tensor([*self.lead, *t.prefix, *t.suffix, *self.trail], device=device)
         shift = torch.tensor(list(lengths), device=device).unsqueeze(1)
         positions = torch.arange(ids.shape[0], device=device).expand(len(lengths), -1).clone()
-        positions[:, 1 + len(t.prefix) :] += shift
-        mask_at = t.mask_index(0)
+        positions[:, len(self.lead) + len(t.prefix) :] += shift
+        mask_at = t.mask_index(0, len(self.lead))
         return ids.expand(len(lengths), -1), positions, torch.full_like(shift[:, 0], mask_at)
+
+
+def special_tokens_around(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids the tokenizer puts before and after one sentence (BERT: ``([CLS],), ([SEP],)``;
+    Llama: ``(<s>,), ()``), found by tokenising a probe with and without special tokens."""
+    probe = "probe"
+    bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
+    full = list(tokenizer(probe)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return tuple(full[:start]), tuple(full[start + len(bare) :])
+    raise ConfigError("model.pooler: 'prompt' cannot find the sentence among its special tokens")

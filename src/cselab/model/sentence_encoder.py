@@ -8,6 +8,7 @@ guessed from the model's name. Batched inference is :mod:`.inference`, the folde
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,18 +18,27 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..core.errors import ModelFormatError
+from ..core.errors import ConfigError, ModelFormatError
 from ..core.schema import from_dict
-from . import unpad
-from .config import ModelConfig, PromptConfig
+from . import backbones, unpad
+from . import lora as adapters
+from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
 from .hub import resolve_model
 from .inference import drop_inference_graph, encode_sentences, inference_copy
-from .pooling import Pooler
+from .pooling import Pooler, with_end_token
 from .prompt import Prompt, Spliced
 from .similarity import cosine_matrix
-from .st_folder import FolderSettings, read_folder_settings, write_model_folder
+from .st_folder import (
+    FolderSettings,
+    read_folder_settings,
+    transformer_folder,
+    write_model_folder,
+)
+
+#: ``model.dtype`` -> the weights' dtype
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class SentenceEncoder(nn.Module):
@@ -84,6 +94,24 @@ class SentenceEncoder(nn.Module):
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
+        # the causal LM head, loaded only for objectives that predict tokens (MNTP)
+        self.lm_head: nn.Module | None = None
+        # the model the LoRA adapters sit on (what the adapter folder names as its base)
+        self.lora_base: str | None = None
+        # model.bidirectional: the decoder's causal mask removed (kept in the saved folder)
+        self.bidirectional = False
+        # the token the ``last`` pooler reads, appended where the tokenizer did not add it
+        self.end_id: int | None = None
+        if pooler.meaning.token == "lasttoken":
+            config = getattr(backbone, "config", None)
+            self.end_id = backbones.end_token_id(tokenizer, config)
+            if self.end_id is None:
+                raise ConfigError(
+                    "model.pooler: 'last' reads the token that ends a sentence, and the "
+                    "tokenizer has neither an EOS nor a SEP token"
+                )
+        # whether the backbone's forward takes token_type_ids (decoders do not)
+        self._takes_token_types = "token_type_ids" in inspect.signature(backbone.forward).parameters
 
     # ---------------------------------------------------------------------------------- building
     @classmethod
@@ -99,14 +127,24 @@ class SentenceEncoder(nn.Module):
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
+        bidirectional: bool = ModelConfig.bidirectional,
+        dtype: str = ModelConfig.dtype,
+        lora: LoRAConfig | Mapping[str, Any] | None = None,
+        lm_head: bool = False,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
         The defaults are :class:`~cselab.model.config.ModelConfig`'s (SimCSE's unsupervised
         recipe).
 
-        ``dropout`` overrides the hidden and attention dropout probabilities (GS-InfoNCE's scripts
-        use 0.2 for BERT).
+        ``dropout`` sets every dropout probability of the architecture (its row of
+        :data:`cselab.model.backbones.BACKBONES`; GS-InfoNCE's scripts use 0.2 for BERT, LLM2Vec
+        0.3 for decoders) and logs the keys it set.
+
+        ``bidirectional``: remove a decoder's causal mask
+        (:func:`cselab.model.backbones.make_bidirectional`); an architecture that cannot is
+        refused with :class:`~cselab.core.errors.ConfigError`. ``dtype``: ``float32`` or
+        ``bfloat16`` weights (the pooler's head too).
 
         ``fast_path`` (default on): cselab's CPU fast path for this backbone: its plain
         ``nn.Dropout`` modules become :class:`cselab.model.dropout.Dropout` (the same
@@ -120,56 +158,172 @@ class SentenceEncoder(nn.Module):
         ``prompt``: the templates of ``pooler="prompt"`` (a
         :class:`~cselab.model.config.PromptConfig` or its mapping; default: its defaults).
 
+        ``lora``: LoRA adapters on the backbone (a :class:`~cselab.model.config.LoRAConfig` or
+        its mapping; off while ``r`` is 0): its own weights are frozen and only the adapters and
+        the pooler's head train (:mod:`cselab.model.lora`). ``name_or_path`` may also be a
+        folder of adapters saved by cselab: they are put back on their base model (frozen).
+
+        ``lm_head``: load the model with its causal language-modelling head
+        (``AutoModelForCausalLM``) and keep the head as :attr:`lm_head`, for objectives that
+        predict tokens (MNTP, :meth:`token_logits`); the backbone is the same base model.
+
         A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
         are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
         loaded as tensors only; one that holds code or objects is refused with
         :class:`~cselab.core.errors.ModelFormatError` and nothing in it runs.
         """
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-        path = resolve_model(name_or_path, revision)
+        root = resolve_model(name_or_path, revision)
+        # the backbone of an older sentence-transformers folder sits in 0_Transformer/
+        path = str(transformer_folder(Path(root)))
+        if isinstance(lora, Mapping):
+            lora = from_dict(LoRAConfig, dict(lora), prefix="model.lora")
+        adapter_folder = Path(root) if adapters.is_adapter_folder(Path(root)) else None
+        if adapter_folder is not None:  # saved adapters: the base model first, then them
+            if lora is not None and lora.enabled:
+                raise ModelFormatError(
+                    f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
+                    "train new adapters on top"
+                )
+            base = adapters.adapter_base(adapter_folder)
+            # every setting but the adapters (and the base's revision) applies to the base model
+            encoder = cls.from_pretrained(
+                base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
+                dropout=dropout, attn_implementation=attn_implementation,
+                trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
+                bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
+            )  # fmt: skip
+            encoder.backbone = adapters.load_adapters(encoder.backbone, adapter_folder)
+            encoder.lora_base = base
+            encoder.source = name_or_path
+            encoder.tokenizer = AutoTokenizer.from_pretrained(
+                path, trust_remote_code=trust_remote_code
+            )
+            encoder.folder_settings = read_folder_settings(adapter_folder)
+            return encoder
+        auto = AutoModelForCausalLM if lm_head else AutoModel
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
         if dropout is not None:
-            for attr in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
-                         "attention_dropout", "hidden_dropout"):  # fmt: skip
-                if hasattr(config, attr):
-                    setattr(config, attr, dropout)
+            backbones.set_dropout(config, dropout)
+        if dtype not in DTYPES:
+            raise ConfigError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
         kwargs: dict[str, Any] = {"config": config, "trust_remote_code": trust_remote_code}
+        if dtype != "float32":  # float32: the saved dtype, half precision upcast below
+            kwargs["dtype"] = DTYPES[dtype]
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         try:
             try:
-                backbone = AutoModel.from_pretrained(path, **kwargs)
+                backbone = auto.from_pretrained(path, **kwargs)
             except (ValueError, ImportError) as err:
                 if not attn_implementation or _unpickling_failed(err):
                     raise
                 # Some architectures have no SDPA path; eager attention is always available.
                 kwargs["attn_implementation"] = "eager"
-                backbone = AutoModel.from_pretrained(path, **kwargs)
+                backbone = auto.from_pretrained(path, **kwargs)
         except Exception as err:
             if _unpickling_failed(err):
                 raise ModelFormatError(_pickled_weights_refused(Path(path))) from None
+            if lm_head and isinstance(err, ValueError) and "Unrecognized configuration" in str(err):
+                raise ModelFormatError(
+                    f"{name_or_path} ({config.model_type}) has no causal language-modelling head "
+                    "(AutoModelForCausalLM), which token prediction (MNTP) needs"
+                ) from None
             raise
+        if dtype == "float32" and backbone.dtype in (torch.bfloat16, torch.float16):
+            backbone.float()  # a half-precision checkpoint trains in float32 unless asked
+        head_module: nn.Module | None = None
+        if lm_head:  # keep the base model as the backbone and the head beside it
+            head_module = backbone.get_output_embeddings()
+            backbone = backbone.base_model
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token  # decoders have none; the mask hides it
+        if bidirectional and not backbones.make_bidirectional(backbone):
+            raise ConfigError(
+                f"model.bidirectional: cselab cannot remove the causal mask of "
+                f"{config.model_type} (not a decoder of cselab's table of backbones)"
+            )
+        causal = backbones.is_decoder(config) and not bidirectional
+        if causal and pooler in ("cls", "cls_before_pooler"):
+            default = row.default_pooler if row is not None else "avg"
+            raise ConfigError(
+                f"model.pooler={pooler}: {config.model_type} is a causal decoder, whose first "
+                f"token sees no other token; use model.pooler: {default} (its default), last or "
+                "weighted_mean, or model.bidirectional: true"
+            )
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
+        # the head computes in the backbone's dtype (a float64 or bf16 checkpoint loads as such)
+        head.to(backbone.dtype)
         templates = None
         if head.meaning.token == "mask":
             if isinstance(prompt, Mapping):
                 prompt = from_dict(PromptConfig, dict(prompt), prefix="model.prompt")
             templates = Prompt(prompt or PromptConfig(), tokenizer)
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates)
+        encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
         encoder.source = name_or_path
-        encoder.folder_settings = read_folder_settings(Path(path))
+        encoder.folder_settings = read_folder_settings(Path(root))
         if fast_path:
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
+        if head_module is not None:
+            encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
+        if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
+            local = Path(name_or_path)  # a folder: by its absolute path, found from anywhere
+            base = str(local.resolve()) if local.is_dir() else name_or_path
+            encoder.backbone = adapters.add_adapters(backbone, lora, base)
+            encoder.lora_base = base
         return encoder
 
     @classmethod
-    def from_config(cls, model_cfg: ModelConfig) -> SentenceEncoder:
-        """Build from the ``model`` section of a run config."""
-        return cls.from_pretrained(**dataclasses.asdict(model_cfg))
+    def from_config(cls, model_cfg: ModelConfig, lm_head: bool = False) -> SentenceEncoder:
+        """Build from the ``model`` section of a run config (``lm_head``: see
+        :meth:`from_pretrained`)."""
+        return cls.from_pretrained(**dataclasses.asdict(model_cfg), lm_head=lm_head)
+
+    @property
+    def has_adapters(self) -> bool:
+        """Whether the backbone carries LoRA adapters (:mod:`cselab.model.lora`)."""
+        return adapters.has_adapters(self.backbone)
+
+    def merged(self) -> SentenceEncoder:
+        """This encoder with its LoRA adapters folded into the backbone's weights (a plain
+        ``transformers`` model; the same vectors up to float rounding); itself if it has none."""
+        if self.has_adapters:
+            self.backbone = adapters.merge_adapters(self.backbone)
+            self.lora_base = None
+        return self
+
+    def gradient_checkpointing(self, enabled: bool = True) -> SentenceEncoder:
+        """Recompute each backbone layer in the backward instead of keeping its activations
+        (``train.gradient_checkpointing``); returns ``self``.
+
+        Non-reentrant checkpoints (``use_reentrant=False``): the recomputation restores the
+        random state of the forward, so dropout draws the same masks and the gradients are
+        those of the plain forward. Training then runs the padded forward (the packed one
+        calls the layers' parts directly).
+        """
+        # transformers 5 renamed gradient_* to activation_checkpointing_* (the old names warn)
+        new = hasattr(self.backbone, "activation_checkpointing_enable")
+        if enabled:
+            if new:
+                self.backbone.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                self.backbone.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+            self.unpad_training = False
+        else:
+            if new:
+                self.backbone.activation_checkpointing_disable()
+            else:
+                self.backbone.gradient_checkpointing_disable()
+            self.unpad_training = self.fast_path and unpad.enable(self.backbone)
+        return self
 
     @property
     def device(self) -> torch.device:
@@ -229,6 +383,14 @@ class SentenceEncoder(nn.Module):
         :meth:`~cselab.model.prompt.Prompt.denoises` says for the current mode.
         """
         extra: dict[str, Tensor] = {}  # the prompt pooler's [MASK] columns and offsets
+        if token_type_ids is not None and not self._takes_token_types:
+            token_type_ids = None  # a decoder has no segments
+        if self.end_id is not None:  # `last` reads the end token: append it where missing
+            pad = self.tokenizer.pad_token_id
+            input_ids, attention_mask = with_end_token(
+                input_ids, attention_mask, self.end_id, self.end_id if pad is None else pad
+            )
+            token_type_ids = None
         if self.prompt is not None:
             spliced = self.prompt.splice(input_ids, attention_mask, template)
             if self.prompt.denoises(self.training):  # first, as the authors' cl_forward does
@@ -257,6 +419,16 @@ class SentenceEncoder(nn.Module):
         )
         return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
 
+    def token_logits(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
+        """The language-modelling head's logits ``(M, V)`` at ``positions`` (``(M, 2)``: row,
+        token) of the backbone's last hidden states; needs :attr:`lm_head` (``lm_head=True``)."""
+        if self.lm_head is None:
+            raise ValueError("token_logits needs the LM head: load with lm_head=True")
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, return_dict=True
+        ).last_hidden_state
+        return self.lm_head(hidden[positions[:, 0], positions[:, 1]])
+
     def _template_states(self, spliced: Spliced) -> Tensor:
         """``(N, D)``: each row's template run alone at the row's sentence length (one
         backbone pass per template, one row per distinct length)."""
@@ -267,12 +439,13 @@ class SentenceEncoder(nn.Module):
             ids, positions, at = self.prompt.template_alone(
                 t, lengths.tolist(), spliced.input_ids.device
             )
+            types = {"token_type_ids": torch.zeros_like(ids)} if self._takes_token_types else {}
             hidden = self.backbone(
                 input_ids=ids,
                 position_ids=positions,
                 attention_mask=torch.ones_like(ids),
-                token_type_ids=torch.zeros_like(ids),
                 return_dict=True,
+                **types,
             ).last_hidden_state
             states = hidden[torch.arange(ids.shape[0], device=ids.device), at]
             if out is None:
@@ -297,6 +470,11 @@ class SentenceEncoder(nn.Module):
         Sentences are sorted by length so each batch pads little; the result is put back in the
         input order. The module's train/eval state is restored afterwards.
 
+        ``normalize``: L2-normalise each vector. A folder whose sentence-transformers modules
+        end in ``Normalize`` (:attr:`folder_settings`, e.g. all-MiniLM-L6-v2 and the folders
+        cselab trains from it) always gives unit vectors, the vectors
+        ``SentenceTransformer(folder).encode`` gives.
+
         ``max_seq_len`` defaults to :attr:`inference_max_len` (the folder's ``max_seq_length``,
         else the most the model accepts: inference should not truncate at the training length);
         pass a value to truncate elsewhere (capped by what the model accepts).
@@ -311,7 +489,9 @@ class SentenceEncoder(nn.Module):
         (:func:`~cselab.model.similarity.truncate_rows`): a model trained with
         ``objective.matryoshka.dims`` (Kusupati et al. 2022) is meant to be used so, at one of
         those dimensions. With ``dim`` the vectors are always unit length (``normalize`` is
-        implied), as a prefix is only defined up to its scale. ``None``: the full width.
+        implied), as a prefix is only defined up to its scale; the prefix is cut from the
+        vector before any normalisation, so ``dim=`` the full width equals ``normalize=True``.
+        ``None``: the full width.
         """
         return encode_sentences(
             self, sentences, batch_size, normalize, show_progress, max_seq_len, precision, dim
@@ -370,17 +550,31 @@ class SentenceEncoder(nn.Module):
             "max_seq_len": self.max_seq_len,
             "source": self.source,
         }
+        if self.bidirectional:
+            meta["bidirectional"] = True
+        weights = getattr(self.backbone, "dtype", torch.float32)
+        if weights != torch.float32 and weights in DTYPES.values():
+            meta["dtype"] = next(k for k, v in DTYPES.items() if v == weights)
         if self.prompt is not None:
             meta["prompt"] = dataclasses.asdict(self.prompt.config)
+        if self.has_adapters:
+            meta["lora"] = {**adapters.adapter_settings(self.backbone), "base": self.lora_base}
         settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
-        write_model_folder(
-            Path(path),
-            backbone=self.backbone,
-            tokenizer=self.tokenizer,
-            pooler=self.pooler,
-            meta=meta,
-            settings=settings,
-        )
+        # the folder's config.json stays the architecture's own (causal as transformers loads
+        # it); cselab.json says bidirectional and cselab.load applies it
+        causal = self.backbone.config.__dict__.pop("is_causal", None)
+        try:
+            write_model_folder(
+                Path(path),
+                backbone=self.backbone,
+                tokenizer=self.tokenizer,
+                pooler=self.pooler,
+                meta=meta,
+                settings=settings,
+            )
+        finally:
+            if causal is not None:
+                self.backbone.config.is_causal = causal
 
 
 def _unpickling_failed(err: BaseException) -> bool:

@@ -47,6 +47,24 @@ PROMPT_NOT_REPRODUCED = (
     "use cselab.load(folder) or the transformers recipe of cselab's docs/objectives.md (PromptBERT)"
 )
 
+#: what ``cselab.json`` says of a decoder made bidirectional (``model.bidirectional``)
+BIDIRECTIONAL_NOT_REPRODUCED = (
+    "model.bidirectional: this decoder runs without its causal mask in cselab; "
+    "SentenceTransformer(folder) and AutoModel load it causal, which gives other vectors; use "
+    "cselab.load(folder)"
+)
+#: what ``cselab.json`` says of the ``last`` pooler when the tokenizer adds no end token
+LAST_TOKEN_NOT_REPRODUCED = (
+    "pooler 'last': cselab appends the end token (EOS) where the tokenizer does not; "
+    "sentence-transformers' lasttoken pooling reads the last token as tokenised"
+)
+#: what ``cselab.json`` says of a folder of LoRA adapters whose pooler reads several layers
+ADAPTER_LAYERS_NOT_REPRODUCED = (
+    "a pooler over several layers on LoRA adapters: SentenceTransformer(folder) loads the base "
+    "model without its hidden states and gives other vectors; use cselab.load(folder), or merge "
+    "the adapters (cselab merge) and load the merged folder"
+)
+
 
 @dataclass(frozen=True)
 class FolderSettings:
@@ -87,6 +105,25 @@ def read_modules(folder: Path) -> list[dict[str, Any]] | None:
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelFormatError(f"{path}: expected a list of modules, got {type(modules).__name__}")
     return modules
+
+
+def transformer_folder(folder: Path) -> Path:
+    """The folder of a sentence-transformers folder's ``Transformer`` module: where its
+    backbone's ``config.json``, weights and tokenizer are. The root for folders written since
+    2021 (and for a plain Hugging Face folder); ``0_Transformer/`` in the older layout, which
+    ``SentenceTransformer`` loads too. A path that leaves ``folder`` is refused."""
+    modules = read_modules(folder)
+    transformer = next((m for m in modules or [] if _module_kind(m) == "Transformer"), None)
+    sub = str((transformer or {}).get("path", "") or "")
+    if not sub:
+        return folder
+    inner = (folder / sub).resolve()
+    if not inner.is_relative_to(folder.resolve()) or not inner.is_dir():
+        raise ModelFormatError(
+            f"{folder / MODULES_FILE}: the Transformer module's path {sub!r} is not a folder "
+            "inside the model folder"
+        )
+    return inner
 
 
 def read_folder_settings(folder: Path) -> FolderSettings:
@@ -158,8 +195,16 @@ def write_model_folder(
     out.mkdir(parents=True, exist_ok=True)
     backbone.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    if pooler.meaning.token == "mask":
-        meta = {**meta, "sentence_transformers": PROMPT_NOT_REPRODUCED}
+    notes = [PROMPT_NOT_REPRODUCED] if pooler.meaning.token == "mask" else []
+    if meta.get("bidirectional"):
+        notes.append(BIDIRECTIONAL_NOT_REPRODUCED)
+    if pooler.meaning.token == "lasttoken" and _adds_no_end_token(tokenizer):
+        notes.append(LAST_TOKEN_NOT_REPRODUCED)
+    layers = POOLER_MEANINGS[inference_pooler_name(pooler.kind, pooler.mlp_only_train)].layers
+    if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
+        notes.append(ADAPTER_LAYERS_NOT_REPRODUCED)
+    if notes:
+        meta = {**meta, "sentence_transformers": "; ".join(notes)}
     _write_json(out / CSELAB_FILE, meta)
     if pooler.mlp is not None:
         save_file(
@@ -177,6 +222,14 @@ def write_model_folder(
         out / ST_CONFIG_FILE,
         {"max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case},
     )
+
+
+def _adds_no_end_token(tokenizer: Any) -> bool:
+    """Whether a sentence tokenised with its special tokens ends in something other than the
+    EOS (or SEP) token, so that cselab's ``last`` pooler appends one."""
+    end = getattr(tokenizer, "eos_token_id", None) or getattr(tokenizer, "sep_token_id", None)
+    ids = tokenizer("probe")["input_ids"]
+    return end is None or not ids or ids[-1] != end
 
 
 def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> list[dict[str, Any]]:
@@ -212,9 +265,10 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
         )
         save_file({"layer_weights": weights}, str(folder / "model.safetensors"))
         add(folder.name, _ST + "WeightedLayerPooling")
-        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
-        cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
-        _write_json(out / "config.json", cfg)
+        if (out / "config.json").is_file():  # an adapter folder has none: its base's config
+            cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+            cfg["output_hidden_states"] = True  # so the Transformer module returns every layer
+            _write_json(out / "config.json", cfg)
     prompt = meaning.token == "mask"
     pooling_mode = "cls" if prompt else meaning.token
     pool_folder = f"{len(modules)}_Pooling"
@@ -226,6 +280,8 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
             "pooling_mode_mean_tokens": pooling_mode == "mean",
             "pooling_mode_max_tokens": False,
             "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": pooling_mode == "weightedmean",
+            "pooling_mode_lasttoken": pooling_mode == "lasttoken",
         },
     )
     add(pool_folder, _ST + "Pooling")

@@ -21,8 +21,9 @@ switched to it (:func:`enable`): registering it changes nothing for any other mo
 architecture or another, which keeps ``sdpa`` or whatever it was loaded with
 (``tests/test_fast_path.py``).
 
-**Which architectures get the fast path** is said here and only here:
-:data:`FAST_PATH_MODEL_TYPES`. The packed forward reads BERT's attribute names
+**Which architectures get the fast path** is said in the table of backbones
+(:mod:`.backbones`, the ``fast_path`` column), read here as :data:`FAST_PATH_MODEL_TYPES`. The
+packed forward reads BERT's attribute names
 (``embeddings(position_ids=..., token_type_ids=...)``, ``encoder.layer``,
 ``attention.self.query``, ...) and numbers positions from 0 as BERT does; RoBERTa/XLM-R (positions
 from ``padding_idx + 1``), DistilBERT (no token types) and every other family run the plain
@@ -36,16 +37,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import backbones
 from .attention import PackInfo, compute_dtype, packed_attention
 from .dropout import dropout
 
 #: cselab's private attention name; only backbones switched by :func:`enable` use it.
 ATTENTION_NAME = "cselab_unpad_sdpa"
-#: The architectures (``config.model_type``) that get the packed forward: embeddings that take
-#: ``position_ids`` per token counted from 0, layers that are token-wise apart from
-#: self-attention, and BERT's attribute names (BERT and BERT-architecture checkpoints like
-#: MiniLM). Every other architecture runs the plain padded forward.
-FAST_PATH_MODEL_TYPES = frozenset({"bert"})
+#: The architectures that get the packed forward: the rows of the table of backbones
+#: (:mod:`.backbones`, its one home) marked ``fast_path``. Every other architecture runs the plain
+#: padded forward.
+FAST_PATH_MODEL_TYPES = backbones.FAST_PATH_MODEL_TYPES
 
 _registered = False
 

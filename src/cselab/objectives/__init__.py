@@ -8,7 +8,8 @@ each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_d
 :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
 (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation), :mod:`.hard_negatives` (supervised
 SimCSE's given hard negatives), :mod:`.esimcse` (ESimCSE's word repetition and momentum
-queue). :mod:`.matryoshka` wraps any of them at several prefix
+queue), :mod:`.mntp` (LLM2Vec's masked next-token prediction, which replaces InfoNCE).
+:mod:`.matryoshka` wraps any of them at several prefix
 dimensions (Matryoshka Representation Learning). :mod:`.config` is the ``objective:``
 section of a run config (torch-free): one sub-section per paper, each with its own checks.
 :mod:`.registry` is the ordered list of ``(key, paper module's build)`` that assembles the
@@ -83,6 +84,10 @@ _HOMES = {
     "VIEW_POSITIVE_NOISY": ".spaces",
     "NegativeSpace": ".spaces",
     "build_objective": ".registry",
+    "VIEW_TOKEN_LABELS": ".base",
+    "VIEW_TOKEN_LOGITS": ".base",
+    "MNTPConfig": ".config",
+    "MaskedNextTokenPrediction": ".mntp",
     "OBJECTIVE_PARTS": ".registry",
     "Assembly": ".assembly",
     "ObjectiveFacts": ".config",
@@ -104,6 +109,8 @@ __all__ = [
     "VIEW_OFF_DROPOUT",
     "VIEW_POSITIVE",
     "VIEW_POSITIVE_NOISY",
+    "VIEW_TOKEN_LABELS",
+    "VIEW_TOKEN_LOGITS",
     "AdditiveNoise",
     "AuxiliaryTerm",
     "BarlowTwinsConfig",
@@ -121,6 +128,8 @@ __all__ = [
     "InfoNCE",
     "LossTerms",
     "MATRYOSHKA",
+    "MNTPConfig",
+    "MaskedNextTokenPrediction",
     "Matryoshka",
     "MatryoshkaConfig",
     "MatryoshkaPrefixes",

@@ -39,6 +39,8 @@ class Assembly:
         positive_views: the two views of the positive column.
         repetition: the token-level view maker of the positive (ESimCSE), if any.
         wrappers: applied to the built InfoNCE in order (Matryoshka).
+        replacement: an objective that replaces InfoNCE altogether (MNTP, a language-modelling
+            loss; every other part is off then).
     """
 
     config: ObjectiveConfig
@@ -53,9 +55,12 @@ class Assembly:
     positive_views: tuple[str, str] = (VIEW_ANCHOR, VIEW_POSITIVE)
     repetition: nn.Module | None = None
     wrappers: list[Callable[[Objective], Objective]] = field(default_factory=list)
+    replacement: Objective | None = None
 
     def finish(self) -> Objective:
         """The objective the parts describe."""
+        if self.replacement is not None:
+            return self.replacement
         base = self.base if self.base is not None else InBatchNegatives(self.space)
         score = self.score
         for wrap in self.score_wrappers:

@@ -17,6 +17,11 @@ every one. Objectives declare the *views* they need (:attr:`Objective.required_v
     :attr:`Objective.positive_repetition` ``> 0``, ``"z2"`` is encoded from the batch with some
     tokens repeated (ESimCSE's word repetition, :mod:`cselab.data.repetition`) instead of the same
     tokens.
+``"token_logits"``, ``"token_labels"``
+    token prediction (MNTP, LLM2Vec, BehnamGhader et al. 2024): the batch with some tokens
+    masked (at :attr:`Objective.masked_token_rate`), encoded through the language-modelling
+    head; ``token_logits`` ``(M, V)`` are the logits at the position **before** each of the
+    ``M`` masked tokens, ``token_labels`` ``(M,)`` the masked tokens' ids.
 ``"neg"``
     the given hard negatives of a pair batch, ``(B, K, D)``: the ``K`` negatives of row ``i``
     on row ``i`` (supervised SimCSE, Gao et al. 2021, Sec. 4). For pairs, ``z1`` are the anchors
@@ -47,6 +52,8 @@ VIEW_POSITIVE = "z2"
 VIEW_OFF_DROPOUT = "off"
 VIEW_HARD_NEGATIVE = "neg"
 VIEW_MOMENTUM = "momentum"
+VIEW_TOKEN_LOGITS = "token_logits"
+VIEW_TOKEN_LABELS = "token_labels"
 BASE_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE})
 
 LossTerms = dict[str, Tensor]
@@ -80,6 +87,13 @@ class Objective(Cited, nn.Module):
     #: :attr:`required_views`); the training layer owns that encoder and updates it after every
     #: optimiser step.
     encoder_momentum: float = 0.0
+    #: where that encoder starts: ``pretrained`` (a copy of the encoder) or ``random``
+    momentum_init: str = "pretrained"
+    #: the probability that a token of the batch is masked for the ``token_*`` views (MNTP);
+    #: ``0``: no masking.
+    masked_token_rate: float = 0.0
+    #: the token that replaces a masked one (``None``: the tokenizer's mask token, else ``_``)
+    mask_token: str | None = None
 
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
@@ -154,6 +168,8 @@ class NegativeSource(Cited, nn.Module):
     required_views: frozenset[str] = BASE_VIEWS
     #: see :attr:`Objective.encoder_momentum` (``0``: this source needs no momentum encoder)
     encoder_momentum: float = 0.0
+    #: see :attr:`Objective.momentum_init`
+    momentum_init: str = "pretrained"
 
     def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
         """See :meth:`Objective.on_step_end` (default: nothing)."""

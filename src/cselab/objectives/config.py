@@ -22,6 +22,7 @@ distinct names::
       momentum_queue: {enabled: true, queue_size: 160, momentum: 0.995}  # Wu et al. 2022, Sec. 3.2
       hard_negative_weight: 0.0          # pairs with hard negatives: Gao et al. 2021, Sec. 4
       matryoshka: {dims: [384, 256, 128, 64]}                      # Kusupati et al. 2022, Eq. 1
+      mntp: {enabled: true, mask_ratio: 0.2}     # instead of InfoNCE: BehnamGhader et al. 2024
 """
 
 from __future__ import annotations
@@ -365,6 +366,10 @@ class WordRepetitionConfig:
             )
 
 
+#: ``objective.momentum_queue.init``: the momentum encoder's starting weights.
+MOMENTUM_INITS = ("pretrained", "random")
+
+
 @dataclass
 class MomentumQueueConfig:
     """ESimCSE's momentum contrast (Wu et al. 2022, Sec. 3.2): a queue of the last
@@ -382,11 +387,16 @@ class MomentumQueueConfig:
             160 at batch 64 for BERT-base/-large and RoBERTa-base, 128 for RoBERTa-large);
             ``0`` keeps none (SimCSE).
         momentum: the EMA coefficient, in ``[0, 1]`` (the authors' scripts: 0.995).
+        init: the momentum encoder's starting weights: ``pretrained`` (a copy of the backbone
+            as training starts) or ``random`` (the architecture's own random initialisation,
+            drawn from ``train.seed``: what the authors' code does, since its copy is made
+            before the checkpoint loads).
     """
 
     enabled: bool = False
     queue_size: int = 160
     momentum: float = 0.995
+    init: str = "pretrained"
 
     def validate(self, facts: ObjectiveFacts) -> None:
         """The checks of ``objective.momentum_queue``."""
@@ -394,6 +404,54 @@ class MomentumQueueConfig:
         check(q.queue_size >= 0, f"{_P}.momentum_queue.queue_size must be >= 0", q.queue_size)
         check(finite(q.momentum) and 0 <= q.momentum <= 1,
               f"{_P}.momentum_queue.momentum must be in [0, 1]", q.momentum)  # fmt: skip
+        check(q.init in MOMENTUM_INITS,
+              f"{_P}.momentum_queue.init must be one of {', '.join(MOMENTUM_INITS)}", q.init)  # fmt: skip
+
+
+@dataclass
+class MNTPConfig:
+    """Masked next-token prediction (LLM2Vec step 2, BehnamGhader et al. 2024), read from
+    ``objective.mntp``. It replaces the contrastive loss: the run trains the LM objective only
+    (:mod:`cselab.objectives.mntp`).
+
+    Attributes:
+        enabled: train with MNTP instead of InfoNCE (the model is loaded with its causal LM
+            head; sentences data only).
+        mask_ratio: the probability that a (non-special) token is chosen; the authors: 0.2 for
+            Llama models, 0.8 for Mistral.
+        mask_token: the token that replaces a chosen token (80% of them; 10% get a random token,
+            10% stay); ``null``: the tokenizer's mask token, else ``_`` (the authors' "blank").
+    """
+
+    enabled: bool = False
+    mask_ratio: float = 0.2
+    mask_token: str | None = None
+
+    def validate(self, facts: ObjectiveFacts | None = None) -> None:
+        """Ranges of the keys; with ``facts``, MNTP is a language-modelling loss on sentences:
+        no contrastive part composes with it (LLM2Vec trains MNTP, then SimCSE, as two runs).
+        Raises :class:`ConfigError` naming the key."""
+        prefix = f"{_P}.mntp"
+        check(finite(self.mask_ratio) and 0 < self.mask_ratio <= 1,
+              f"{prefix}.mask_ratio must be in (0, 1]", self.mask_ratio)  # fmt: skip
+        if self.mask_token is not None and not self.mask_token:
+            raise ConfigError(f"{prefix}.mask_token must be a token or null, not empty")
+        if facts is None or not self.enabled:
+            return
+        objective = facts.objective
+        on = [n for n in objective.sections() if n != "mntp" and getattr(objective, n).enabled]
+        on += ["hard_negative_weight"] if objective.hard_negative_weight != 0 else []
+        on += ["symmetric"] if objective.symmetric else []
+        if on:
+            raise ConfigError(
+                f"{_P}.mntp replaces the contrastive loss, so {_P}.{on[0]} has nothing to act on: "
+                "disable it (LLM2Vec trains MNTP first, then SimCSE in a second run)"
+            )
+        if facts.pairs or facts.hard_negatives:
+            raise ConfigError(
+                f"{_P}.mntp predicts masked tokens of single sentences; the training data are "
+                "pairs: train it on a sentence corpus"
+            )
 
 
 @dataclass
@@ -414,6 +472,8 @@ class ObjectiveConfig:
             negative(s) (Gao et al. 2021, Sec. 4 and Appendix; their code's
             ``hard_negative_weight``): the column enters the denominator as ``e^w · e^{s/τ}``.
             ``0`` (the paper's setting) is plain InfoNCE; needs pairs data with hard negatives.
+        mntp: masked next-token prediction (LLM2Vec's step 2, :class:`MNTPConfig`); it
+            replaces the contrastive loss, so every other sub-section must be off.
     """
 
     temperature: float = 0.05
@@ -429,6 +489,7 @@ class ObjectiveConfig:
     momentum_queue: MomentumQueueConfig = field(default_factory=MomentumQueueConfig)
     hard_negative_weight: float = 0.0
     matryoshka: MatryoshkaConfig = field(default_factory=MatryoshkaConfig)
+    mntp: MNTPConfig = field(default_factory=MNTPConfig)
 
     def validate(
         self,

@@ -134,10 +134,12 @@ class MomentumQueue(NegativeSource):
         queue_size: int = MomentumQueueConfig.queue_size,
         momentum: float = MomentumQueueConfig.momentum,
         space: NegativeSpace = DROPOUT_SPACE,
+        init: str = MomentumQueueConfig.init,
     ) -> None:
         super().__init__()
         self.queue_size = int(queue_size)
         self.encoder_momentum = float(momentum)
+        self.momentum_init = init
         self.space = space
         self.required_views = space.required_views | {VIEW_MOMENTUM}
         self.entries: Tensor | None = None  # (n, D), n <= queue_size, oldest first
@@ -172,13 +174,19 @@ class MomentumQueue(NegativeSource):
         return (
             f"**Momentum contrast** (ESimCSE, Wu et al. 2022, Sec. 3.2): the last {self.queue_size} "
             "sentences, encoded without dropout by a momentum encoder (EMA of the encoder's "
-            f"weights, momentum {self.encoder_momentum:g}), are extra negatives of every anchor."
+            f"weights, momentum {self.encoder_momentum:g}"
+            + (
+                ", started from random weights as in the authors' code"
+                if self.momentum_init == "random"
+                else ""
+            )
+            + "), are extra negatives of every anchor."
         )
 
     def extra_repr(self) -> str:
         return (
             f"queue_size={self.queue_size}, momentum={self.encoder_momentum}, "
-            f"space={self.space.name}"
+            f"init={self.momentum_init}, space={self.space.name}"
         )
 
 
@@ -186,7 +194,9 @@ def build_queue(section: MomentumQueueConfig, parts: Assembly) -> None:
     """``objective.momentum_queue``: the queued block, unless the queue keeps nothing."""
     if section.enabled and section.queue_size > 0:
         parts.negatives.append(
-            MomentumQueue(section.queue_size, section.momentum, space=parts.space)
+            MomentumQueue(
+                section.queue_size, section.momentum, space=parts.space, init=section.init
+            )
         )
 
 

@@ -170,6 +170,9 @@ class InfoNCE(Objective):
         self.repetition = repetition
         self.positive_repetition = float(getattr(repetition, "dup_rate", 0.0))
         self.encoder_momentum = max((float(n.encoder_momentum) for n in negatives), default=0.0)
+        self.momentum_init = next(
+            (n.momentum_init for n in negatives if n.encoder_momentum > 0), "pretrained"
+        )
         views = set(positive_views)
         for part in [*negatives, *auxiliary]:
             views |= set(part.required_views)

@@ -156,6 +156,7 @@ class Matryoshka(Objective):
         # inner objective's: the wrapper changes widths, not steps.
         self.positive_repetition = inner.positive_repetition
         self.encoder_momentum = inner.encoder_momentum
+        self.momentum_init = inner.momentum_init
 
     def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
         self.inner.on_step_end(views, ctx)

@@ -22,6 +22,7 @@ from . import (
     hard_negatives,
     matryoshka,
     mixcse,
+    mntp,
     noise,
     off_dropout,
 )
@@ -35,7 +36,7 @@ Builder = Callable[[Any, Assembly], None]
 #: ``(key of the objective section, build)`` in assembly order: the negative space first (the
 #: noise ablation, then off-dropout, which replaces it), then the negative blocks in their column
 #: order (given hard negatives, Gaussian, mixed, the momentum queue), the positive view, the
-#: score, the auxiliary terms, and the wrapper last.
+#: score, the auxiliary terms, the wrapper, and MNTP (which replaces the whole InfoNCE).
 OBJECTIVE_PARTS: tuple[tuple[str, Builder], ...] = (
     ("noise", noise.build),
     ("off_dropout", off_dropout.build),
@@ -48,6 +49,7 @@ OBJECTIVE_PARTS: tuple[tuple[str, Builder], ...] = (
     ("dcl", dcl.build),
     ("barlow_twins", barlow.build),
     ("matryoshka", matryoshka.build),
+    ("mntp", mntp.build),  # replaces the InfoNCE above (all of it off then: validated)
 )
 
 

@@ -37,7 +37,9 @@ from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
 from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
+from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
+from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
 from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
 from ..training.metrics import read_metrics as read_metrics_table
 from .hardware import hardware_section
@@ -191,6 +193,7 @@ def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
         *([("prompt", f"`{m.prompt.template}` / `{m.prompt.template2 or m.prompt.template}`, denoising in training {m.prompt.denoise}, at inference {m.prompt.denoise_inference}")] if m.pooler == "prompt" else []),
         ("max_seq_len", m.max_seq_len),
         ("dropout", m.dropout if m.dropout is not None else "the base model's"),
+        *([("LoRA", f"r {m.lora.r}, alpha {m.lora.scale_alpha:g}, dropout {m.lora.dropout:g}, modules {', '.join(m.lora.target_modules) if m.lora.target_modules else 'the architecture default'}")] if m.lora.enabled else []),
         ("batch size", t.batch_size),
         ("learning rate", f"{t.lr:g} (AdamW, weight decay {t.weight_decay:g})"),
         ("schedule", f"linear, warm-up {t.warmup_steps or t.warmup_ratio:g}" + (" steps" if t.warmup_steps else " of the steps")),
@@ -313,6 +316,8 @@ def write_model_card(
     how = (
         "by supervised contrastive learning on given sentence pairs"
         if data.kind.pairs
+        else "by masked next-token prediction (LLM2Vec's MNTP) on raw sentences"
+        if config.objective.mntp.enabled
         else "by unsupervised contrastive learning on raw sentences"
     )
     text = f"""
@@ -328,7 +333,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Usage
 
-{usage_snippets(model_id, config.model)}
+{_adapters_note(out)}{usage_snippets(model_id, config.model)}
 
 ## Training data
 
@@ -361,8 +366,31 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
     return path
 
 
+def _adapters_note(folder: Path) -> str:
+    """For a folder of LoRA adapters: what loading it needs, and how to merge it."""
+    if not is_adapter_folder(folder):
+        return ""
+    meta = json.loads((folder / CSELAB_FILE).read_text(encoding="utf-8"))
+    st = meta.get("sentence_transformers") == ADAPTER_LAYERS_NOT_REPRODUCED
+    loads = (
+        "**sentence-transformers cannot compute its vectors** (its pooler reads several "
+        "layers, which an adapter folder does not return); `transformers` loads it with `peft` "
+        "installed"
+        if st
+        else "sentence-transformers and `transformers` load it with `peft` installed (they "
+        "fetch the base model)"
+    )
+    return (
+        f"This folder holds LoRA adapters for `{adapter_base(folder)}`: {loads}, cselab as any "
+        "folder. `cselab merge FOLDER -o MERGED` writes a plain model folder with the adapters "
+        "folded into the weights, which every library loads.\n\n"
+    )
+
+
 def _width(folder: Path) -> str:
     cfg = folder / "config.json"
+    if not cfg.is_file() and is_adapter_folder(folder):  # adapters: the base model's width
+        cfg = Path(adapter_base(folder)) / "config.json"
     if cfg.is_file():
         return str(json.loads(cfg.read_text(encoding="utf-8")).get("hidden_size", "D"))
     return "D"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..model.config import ModelConfig
 from ..model.pooling import LAST_LAYER, POOLER_MEANINGS, inference_pooler_name
-from ..model.st_folder import PROMPT_NOT_REPRODUCED
+from ..model.st_folder import BIDIRECTIONAL_NOT_REPRODUCED, PROMPT_NOT_REPRODUCED
 
 #: cselab's ``prompt`` pooler (PromptBERT) with ``transformers`` alone: the card's snippet and
 #: docs/objectives.md show this function as written (tested to give ``cselab.load``'s vectors).
@@ -62,6 +62,19 @@ def _pooling_lines(kind: str) -> str:
                 'vectors = torch.tanh(vectors @ head["linear.weight"].T + head["linear.bias"])'
             )
         return pool
+    if meaning.token == "lasttoken":
+        return (
+            'mask = batch["attention_mask"]\n'
+            "last = mask.shape[1] - 1 - mask.flip(1).argmax(1)  # the last real token\n"
+            "vectors = out.last_hidden_state[torch.arange(len(last)), last]"
+        )
+    if meaning.token == "weightedmean":
+        return (
+            'mask = batch["attention_mask"].to(out.last_hidden_state.dtype)\n'
+            "weights = mask.cumsum(1) * mask  # SGPT: the i-th real token weighs i\n"
+            "weights = weights / weights.sum(1, keepdim=True)\n"
+            "vectors = (out.last_hidden_state * weights.unsqueeze(-1)).sum(1)"
+        )
     if meaning.layers == LAST_LAYER:
         layers = "out.last_hidden_state"
     else:
@@ -79,6 +92,8 @@ def usage_snippets(model_id: str, model: ModelConfig) -> str:
     kind = inference_pooler_name(model.pooler, model.mlp_only_train)
     if POOLER_MEANINGS[kind].token == "mask":
         return _prompt_snippets(model_id, model)
+    if model.bidirectional:
+        return _bidirectional_snippets(model_id, kind)
     st = f'''```python
 model_id = "{model_id}"
 from sentence_transformers import SentenceTransformer
@@ -108,6 +123,36 @@ print(vectors.shape, cosine)
         f"With sentence-transformers (pooling `{kind}`, as trained):\n\n{st}\n\n"
         f"With `transformers` only:\n\n{hf}\n\n"
         f"With cselab:\n\n{_cselab_snippet(model_id)}"
+    )
+
+
+def _bidirectional_snippets(model_id: str, kind: str) -> str:
+    """A decoder trained without its causal mask (LLM2Vec): cselab, or ``transformers`` with
+    the two switches cselab sets (``cselab.model.backbones.make_bidirectional``)."""
+    hf = f'''```python
+model_id = "{model_id}"
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+config = AutoConfig.from_pretrained(model_id)
+config.is_causal = False  # the mask builders build the padding-only mask
+tokenizer = AutoTokenizer.from_pretrained(model_id)
+tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+model = AutoModel.from_pretrained(model_id, config=config).eval()
+for module in model.modules():  # and no attention module applies its own causal flag
+    if isinstance(getattr(module, "is_causal", None), bool):
+        module.is_causal = False
+sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
+batch = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")
+with torch.no_grad():
+    out = model(**batch)
+{_pooling_lines(kind)}
+print(vectors.shape)
+```'''
+    return (
+        f"**sentence-transformers cannot compute this model's vectors**: "
+        f"{BIDIRECTIONAL_NOT_REPRODUCED}.\n\nWith cselab:\n\n{_cselab_snippet(model_id)}\n\n"
+        f"With `transformers` only (the causal mask removed as cselab does):\n\n{hf}"
     )
 
 

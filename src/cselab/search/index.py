@@ -44,6 +44,7 @@ from ..io.files import (  # the corpus digest is training's
     file_digest,
     write_json_atomic,
 )
+from ..io.runfolder import RunFolder
 from ..model.similarity import (  # exact_topk: the one exact search
     check_prefix,
     exact_topk,
@@ -195,45 +196,48 @@ class Index:
             raise SearchIndexError(
                 f"{out}: exists and is not a folder (an index is a folder); choose another output"
             )
-        encoder = model if not isinstance(model, str | os.PathLike) else None
-        # A loaded encoder is recorded by its source (None: queries then need model=...).
-        model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
-        if model_name and Path(model_name).exists():
-            model_name = str(Path(model_name).resolve())  # searching from another folder works
-        if encoder is None:
-            from ..model.encoder import load
+        # One build at a time in a folder, as one run in a run folder: a second build would
+        # encode everything again beside the first (the lock is released however this ends).
+        with RunFolder(out).lock():
+            encoder = model if not isinstance(model, str | os.PathLike) else None
+            # A loaded encoder is recorded by its source (None: queries then need model=...).
+            model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
+            if model_name and Path(model_name).exists():
+                model_name = str(Path(model_name).resolve())  # searching from another folder works
+            if encoder is None:
+                from ..model.encoder import load
 
-            encoder = load(
-                model_name, pooler=pooler, device=device, compile_inference=compile_inference
-            )
-        width = int(encoder.dim)
-        stored = width if dim is None else check_prefix(dim, width, "--dim")
-        want = {
-            "format": INDEX_FORMAT,
-            "model": model_name,
-            "pooler": encoder.pooler.kind,
-            "corpus": str(corpus.resolve()),
-            "corpus_sha256": file_digest(corpus),
-            "dim": stored,
-            "chunk_size": int(chunk_size),
-        }
-        if stored != width:  # a Matryoshka prefix: queries are encoded at it too
-            want["model_dim"] = width
-        if (out / META_FILE).is_file() and not overwrite:
-            meta = _check_resumable(out, want)
-        else:
-            meta = _start(out, corpus, want)
-        total = -(-int(meta["count"]) // chunk_size)
-        done, _ = _progress(out, meta)
-        if done < total:
-            _encode_chunks(out, meta, encoder, done, total, batch_size, show_progress)
-        index = cls(out, encoder=encoder, device=device)
-        if backend != "exact":
-            params = ann_params(
-                backend, len(index), m=hnsw_m, ef_construction=ef_construction, nlist=nlist
-            )
-            index.build_ann(backend, params)
-        return index
+                encoder = load(
+                    model_name, pooler=pooler, device=device, compile_inference=compile_inference
+                )
+            width = int(encoder.dim)
+            stored = width if dim is None else check_prefix(dim, width, "--dim")
+            want = {
+                "format": INDEX_FORMAT,
+                "model": model_name,
+                "pooler": encoder.pooler.kind,
+                "corpus": str(corpus.resolve()),
+                "corpus_sha256": file_digest(corpus),
+                "dim": stored,
+                "chunk_size": int(chunk_size),
+            }
+            if stored != width:  # a Matryoshka prefix: queries are encoded at it too
+                want["model_dim"] = width
+            if (out / META_FILE).is_file() and not overwrite:
+                meta = _check_resumable(out, want)
+            else:
+                meta = _start(out, corpus, want)
+            total = -(-int(meta["count"]) // chunk_size)
+            done, _ = _progress(out, meta)
+            if done < total:
+                _encode_chunks(out, meta, encoder, done, total, batch_size, show_progress)
+            index = cls(out, encoder=encoder, device=device)
+            if backend != "exact":
+                params = ann_params(
+                    backend, len(index), m=hnsw_m, ef_construction=ef_construction, nlist=nlist
+                )
+                index.build_ann(backend, params)
+            return index
 
     @classmethod
     def from_vectors(

@@ -45,9 +45,12 @@ partial output.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,10 +58,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import ConfigError, CorpusError
+from ..core.errors import ConfigError, CorpusError, RunFolderBusy
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_table
 from ..io.readers import Lines, open_table, reraise_as
+from ..io.runfolder import RunFolder
 from .index import SEARCH_BACKENDS, Index, ann_params, check_new_folder
 
 SAMPLING = ("top", "random")
@@ -109,6 +113,8 @@ class MineSettings:
             raise ConfigError(f"num_negatives must be at least 1, not {self.num_negatives}")
         if self.range_min < 0:
             raise ConfigError(f"range_min must be 0 or more, not {self.range_min}")
+        if self.seed < 0:  # numpy's generators take non-negative seeds only
+            raise ConfigError(f"seed must be 0 or more, not {self.seed}")
         if self.range_max is not None and self.range_max - self.range_min < self.num_negatives:
             raise ConfigError(
                 f"range_max {self.range_max} leaves {max(0, self.range_max - self.range_min)} "
@@ -247,8 +253,9 @@ def mine_hard_negatives(
         backend: ``exact`` (top-k over the memory-mapped vectors), ``flat`` (FAISS, exact),
             ``hnsw`` or ``ivf`` (FAISS, approximate).
         chunk_size: anchors encoded and searched at a time (and corpus texts per encoded chunk).
-        index_dir: keep the corpus index in this folder (default: a temporary folder beside
-            ``output``, removed at the end).
+        index_dir: keep the corpus index in this folder (default: a hidden working folder
+            ``.cselab-mine-*`` beside ``output``, removed at the end; one left by a killed run
+            is removed by the next run beside the same output).
         compile_inference: a model opened here encodes through a compiled graph
             (:meth:`~cselab.model.encoder.SentenceEncoder.compile_inference`).
 
@@ -277,8 +284,8 @@ def mine_hard_negatives(
         raise ConfigError(
             f"{output}: the output must end in {', '.join(TABLE_WRITE_SUFFIXES)} (the format)"
         )
-    if output is not None and not Path(output).expanduser().resolve().parent.is_dir():
-        raise ConfigError(f"{output}: its folder does not exist")
+    if output is not None:
+        check_output(output, pairs, corpus)
     if index_dir is not None:
         check_new_folder(index_dir)  # before any reading or encoding
     cols = PairColumns(
@@ -337,8 +344,8 @@ def mine_hard_negatives(
         )
 
     where = Path(output).expanduser().resolve().parent if output is not None else None
-    with tempfile.TemporaryDirectory(prefix=".cselab-mine-", dir=where) as tmp:
-        folder = Path(index_dir) if index_dir is not None else Path(tmp) / "corpus.index"
+    with _work_folder(where) as tmp:
+        folder = Path(index_dir) if index_dir is not None else tmp / "corpus.index"
         texts = list(rows)  # the dict's own strings: no second copy of the texts
         index = Index.from_texts(
             folder, texts, encoder, chunk_size=max(chunk_size, 1024), batch_size=batch_size,
@@ -356,6 +363,73 @@ def mine_hard_negatives(
             report.written = write_table(output, report.header, mined, "mined triplets")
         del index
     return report
+
+
+def check_output(
+    output: str | os.PathLike[str],
+    pairs: PairsSource,
+    corpus: str | os.PathLike[str] | None = None,
+) -> None:
+    """Refuse an output that cannot be written, before anything is read or encoded: its folder
+    missing, a folder in its place, or the pairs or corpus file itself (the same path, a
+    symbolic link to it or a hard link: writing it would replace the input)."""
+    out = Path(output).expanduser()
+    if not out.resolve().parent.is_dir():
+        raise ConfigError(f"{output}: its folder does not exist")
+    if out.is_dir():
+        raise ConfigError(f"{output}: is a folder; name the output file (.tsv, .csv or .jsonl)")
+    if not os.access(out.resolve().parent, os.W_OK):
+        raise ConfigError(f"{output}: its folder is not writable")
+    inputs = [("pairs", pairs), ("corpus", corpus)]
+    for what, source in inputs:
+        if not isinstance(source, str | os.PathLike):
+            continue
+        given = Path(source).expanduser()
+        same = out.resolve() == given.resolve()
+        if not same and out.exists() and given.exists():
+            same = os.path.samefile(out, given)  # a hard link: another name, the same file
+        if same:
+            raise ConfigError(
+                f"{output}: is the {what} file {source} (writing it would replace the input); "
+                "choose another output file"
+            )
+
+
+#: The working folder beside the output (the corpus index while mining); a run killed before
+#: its end leaves one, which the next run beside the same output removes.
+WORK_PREFIX = ".cselab-mine-"
+
+
+@contextlib.contextmanager
+def _work_folder(where: Path | None) -> Iterator[Path]:
+    """A new working folder in ``where`` (default: the system's temporary folder), held with
+    :meth:`RunFolder.lock` while mining and removed at the end.
+
+    Working folders that no process holds any more (a run ended by SIGKILL or a power cut
+    cannot clean up) are removed first: their lock is free once their process is gone.
+    """
+    base = Path(where) if where is not None else Path(tempfile.gettempdir())
+    for old in base.glob(WORK_PREFIX + "*"):
+        if not old.is_dir() or old.is_symlink():
+            continue
+        try:
+            with RunFolder(old).lock():
+                shutil.rmtree(old, ignore_errors=True)
+        except (RunFolderBusy, OSError):
+            continue  # a live run's folder, or not ours to remove
+    while True:
+        folder = base / f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
+        held = contextlib.ExitStack()
+        try:
+            held.enter_context(RunFolder(folder).lock())
+        except RunFolderBusy:
+            continue  # another run's clean-up took it the instant it was made: another name
+        with held:
+            try:
+                yield folder
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        return
 
 
 def _mine(

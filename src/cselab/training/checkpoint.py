@@ -1,6 +1,7 @@
 """Resumable checkpoints in one safetensors file, written atomically.
 
-A checkpoint holds the model weights, the optimizer state, the scheduler state, the task's state
+A checkpoint holds the model weights (with LoRA, the trainable tensors only:
+:func:`model_state`), the optimizer state, the scheduler state, the task's state
 across steps (an objective's queue and the momentum encoder's weights, ESimCSE;
 :meth:`Task.state_dict <cselab.training.task.Task.state_dict>`), the RNG states of every rank (each rank draws its own dropout masks, so each resumes its own stream), the data
 position (the step), the best dev score so far and the resolved config. Tensors go in
@@ -113,6 +114,29 @@ def _join_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> d
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors a checkpoint keeps: all of them, or, when some parameters are frozen
+    (LoRA: the base model's weights), the trainable parameters only; the frozen weights are
+    loaded again from the base model on resume, so an 8B model's checkpoint holds megabytes."""
+    params = dict(model.named_parameters())
+    if all(p.requires_grad for p in params.values()):
+        return model.state_dict()
+    return {k: p for k, p in params.items() if p.requires_grad}
+
+
+def load_model_state(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Load :func:`model_state`'s tensors: a partial state must cover every trainable
+    parameter, and name nothing the model lacks (a checkpoint of another model)."""
+    missing, unexpected = model.load_state_dict(dict(state), strict=False)
+    trainable = {k for k, p in model.named_parameters() if p.requires_grad}
+    if unexpected or trainable & set(missing) or (missing and len(state) != len(trainable)):
+        raise ConfigError(
+            "the checkpoint's model tensors do not fit this model (missing "
+            f"{sorted(trainable & set(missing))[:3]}, unexpected {sorted(unexpected)[:3]}); "
+            "start the run again with --train.overwrite=true"
+        )
+
+
 def save_checkpoint(
     path: str | Path,
     model: torch.nn.Module,
@@ -133,7 +157,7 @@ def save_checkpoint(
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {
-        f"model.{k}": v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()
+        f"model.{k}": v.detach().cpu().clone().contiguous() for k, v in model_state(model).items()
     }
     opt_tensors, opt_meta = _split_optimizer(optimizer.state_dict())
     tensors.update({k: v.detach().cpu().contiguous() for k, v in opt_tensors.items()})
@@ -220,7 +244,7 @@ def restore(
     """Load model, optimizer and scheduler states saved by :func:`save_checkpoint`, and rank
     ``rank``'s RNG states. Returns ``False`` if the checkpoint holds no RNG record for ``rank``
     (then the caller must seed that rank's RNGs itself)."""
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    load_model_state(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
     optimizer.load_state_dict(_join_optimizer(tensors, meta["optimizer"]))
     # LambdaLR stores its functions as ``lr_lambdas`` (None for plain functions); they are rebuilt

@@ -57,6 +57,13 @@ def repetition_seed(seed: int, step: int, row: int) -> int:
     return (objective_seed(seed, step) * 1_000_003 + row * 104_729 + 0xD0B) % (2**63 - 1)
 
 
+def masking_seed(seed: int, step: int, row: int) -> int:
+    """Seed of the token-masking draw of global row ``row`` at ``step`` (MNTP,
+    :mod:`cselab.data.masking`), independent of ranks, GradCache and resumes as
+    :func:`repetition_seed`, and a stream of its own."""
+    return (objective_seed(seed, step) * 999_983 + row * 15_485_863 + 0x3A5) % (2**63 - 1)
+
+
 #: ``(tensors, json-able metadata)``: how an :class:`RNGState` travels in a checkpoint.
 RNGRecord = tuple[dict[str, Tensor], dict[str, Any]]
 

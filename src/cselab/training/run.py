@@ -27,14 +27,16 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
+from ..core.datakind import DataKind
 from ..core.errors import ConfigError
 from ..data.pairs import source_digest
 from ..data.repetition import MAX_REPEATED
 from ..data.source import TrainingSource
 from ..io.runfolder import RunFolder
+from ..model.backbones import noise_free
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
-from ..objectives import Objective, build_objective
+from ..objectives import VIEW_POSITIVE, VIEW_TOKEN_LOGITS, Objective, build_objective
 from ..publish.callbacks import ModelCardCallback, PushCallback
 from . import rundir
 from .callbacks import Callback
@@ -65,6 +67,27 @@ def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: O
             f"model.max_seq_len={config.model.max_seq_len} is too long: {' '.join(parts)}; "
             f"use model.max_seq_len <= {room}"
         )
+
+
+def check_dropout_noise(encoder: SentenceEncoder, kind: DataKind, dropout: float | None) -> None:
+    """That a run whose positive is a second dropout view has dropout to draw.
+
+    On sentences, SimCSE's positive (and that of every objective built on it: Focal, GS, DCL,
+    MixCSE, ESimCSE, ...) is the same sentence encoded again under another dropout mask (Gao
+    et al. 2021, Sec. 3). A backbone without dropout (ModernBERT, and decoders, as released)
+    makes it the anchor itself: the loss is about 0 from the first step and nothing is learnt.
+    Refused in one line before step 1. Pairs runs have a given positive and are not refused;
+    an explicit ``model.dropout: 0`` is the user's choice (equivalence tests use it) and is
+    only logged.
+    """
+    if kind.pairs:
+        return
+    message = noise_free(encoder.backbone.config)
+    if message is None:
+        return
+    if dropout is None:
+        raise ConfigError(message)
+    log.warning("model.dropout=%s: the two views of each sentence are the same vector", dropout)
 
 
 def build_trainer(
@@ -104,9 +127,20 @@ def build_trainer(
         # Its kind is decided here, once; a pairs file's columns are checked before the model.
         source = TrainingSource(train_file, config.data)
         objective = build_objective(config.objective, source.kind)
-        encoder = SentenceEncoder.from_config(config.model)
+        # token prediction (MNTP) reads the causal LM head, loaded only then
+        lm_head = VIEW_TOKEN_LOGITS in objective.required_views
+        encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
+        if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
+            raise ConfigError(
+                f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "
+                "into the weights first (cselab merge FOLDER -o DIR) and train DIR"
+            )
         config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
         check_sequence_length(config, encoder, objective)
+        if VIEW_POSITIVE in objective.required_views:  # MNTP has no dropout views
+            check_dropout_noise(encoder, source.kind, config.model.dropout)
+        if tc.gradient_checkpointing:
+            encoder.gradient_checkpointing(True)
         corpus, data = source.tokenize(
             encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
         )

@@ -48,6 +48,7 @@ RESUMABLE_KEYS = frozenset(
         "train.cache_chunk_size",  # GradCache gives the full batch's gradients
         "train.report_to",
         "train.push_to_hub",
+        "train.save_merged",  # what is written at the end, not how the run trains
         "eval.data_dir",
         "eval.batch_size",
         "eval.enabled",

@@ -34,11 +34,12 @@ import torch
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
+from ..data.masking import MASKED_IDS, MASKED_LABELS, mask_token_id, mask_tokens
 from ..data.pairs import POSITIVE_PREFIX, is_pair_batch
 from ..data.repetition import repeat_tokens
 from ..objectives import VIEW_MOMENTUM, LossTerms, Objective, ObjectiveContext
 from .momentum import MomentumEncoder
-from .rng import objective_seed, repetition_seed
+from .rng import masking_seed, objective_seed, repetition_seed
 from .views import check_views, compute_views
 
 
@@ -96,10 +97,20 @@ class Task:
         self.ctx = ctx or ObjectiveContext()
         self.seed = seed
         self.amp_dtype = amp_dtype
+        self.mask_id: int | None = None
+        if objective.masked_token_rate > 0:  # MNTP: the tokenizer's mask token, checked once
+            self.mask_id = mask_token_id(self._raw.tokenizer, objective.mask_token)
         self.momentum: MomentumEncoder | None = None
         if VIEW_MOMENTUM in objective.required_views:
             raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
-            self.momentum = MomentumEncoder(raw, objective.encoder_momentum)
+            self.momentum = MomentumEncoder(
+                raw, objective.encoder_momentum, init=objective.momentum_init, seed=seed
+            )
+
+    @property
+    def _raw(self) -> nn.Module:
+        """The encoder itself (torch.compile's wrapper: its module)."""
+        return getattr(self.encoder, "_orig_mod", self.encoder)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the encoder passes."""
@@ -112,6 +123,7 @@ class Task:
         """``batch`` with what the step's views need besides its tokens: the word-repeated
         positive (``positive.*`` columns) when the objective asks for one. Called once per step
         on the whole local batch, before any encoding (GradCache chunks the result)."""
+        batch = self._masked(batch)
         rate = self.objective.positive_repetition
         if rate <= 0 or self.kind.pairs or is_pair_batch(dict(batch.inputs)):
             return batch
@@ -123,6 +135,24 @@ class Task:
         repeated = repeat_tokens(batch.inputs, rate, rngs)
         inputs = {**batch.inputs, **{POSITIVE_PREFIX + k: v for k, v in repeated.items()}}
         return Batch(batch.step, inputs)
+
+    def _masked(self, batch: Batch) -> Batch:
+        """``batch`` with its masked copy (``masked.*`` columns) when the objective predicts
+        masked tokens (MNTP), drawn per global row from ``(seed, step)``."""
+        rate = self.objective.masked_token_rate
+        if rate <= 0 or self.mask_id is None:
+            return batch
+        seed = self.seed if self.seed is not None else 0
+        gens = [
+            torch.Generator().manual_seed(masking_seed(seed, batch.step, self.ctx.offset + i))
+            for i in range(len(batch))
+        ]
+        tokenizer = self._raw.tokenizer
+        ids, labels = mask_tokens(
+            batch.inputs["input_ids"], batch.inputs["attention_mask"], rate, self.mask_id,
+            len(tokenizer), tokenizer.all_special_ids, gens,
+        )  # fmt: skip
+        return Batch(batch.step, {**batch.inputs, MASKED_IDS: ids, MASKED_LABELS: labels})
 
     def encode(
         self, inputs: Mapping[str, Tensor], names: Collection[str] | None = None

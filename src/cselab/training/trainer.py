@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +52,7 @@ from .distributed import (
     gather_with_grad,
 )
 from .gradcache import VERIFY_ENV, cached_forward_backward
+from .merge import merge_folder
 from .metrics import LossWindow, MetricsLog, Progress, write_results
 from .optim import Optimization
 from .rng import RNGState, dropout_seed, seed_everything
@@ -353,4 +355,13 @@ class Trainer:
             self.callbacks.on_model_save(  # now with the times
                 SavedModel(self.folder.model(name), step, self.folder.metrics, results=results)
             )
+        if self.config.train.save_merged and self.encoder.has_adapters:
+            merged = self.folder.merged
+            if merged.exists():  # a resumed run that had finished once: the new best replaces it
+                shutil.rmtree(merged)
+            merge_folder(
+                self.folder.best, merged, lambda tmp: self.callbacks.on_model_save(
+                    SavedModel(tmp, sel.best_step, self.folder.metrics, results=results)
+                ),
+            )  # fmt: skip
         return results

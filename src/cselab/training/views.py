@@ -23,6 +23,13 @@ columns (added by :meth:`Task.prepare <cselab.training.task.Task.prepare>`); the
 encoded from them, in the same forward pass as ``z1`` (rows stacked, padded to the widest).
 ``momentum``: the batch's sentences (the anchors of pairs) encoded by the task's
 :class:`~cselab.training.momentum.MomentumEncoder`, dropout off, no gradient.
+
+``token_logits``/``token_labels`` (MNTP, LLM2Vec, BehnamGhader et al. 2024, Sec. 2.2): the
+batch's masked copy (``masked.*`` columns, :mod:`cselab.data.masking`, added by
+:meth:`Task.prepare <cselab.training.task.Task.prepare>`) goes through the backbone once, and
+the language-modelling head reads only the position **before** each masked token (a masked
+token is predicted from the previous position's state; a masked first token has no previous
+position and is skipped): ``(M, V)`` logits instead of the ``(B, L, V)`` of a full LM pass.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import torch
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from ..data.masking import IGNORE, MASKED_IDS, MASKED_LABELS
 from ..data.pairs import is_pair_batch, split_inputs, stack_rows
 from ..model.encoder import SentenceEncoder, dropout_disabled
 from ..objectives import (
@@ -41,12 +49,16 @@ from ..objectives import (
     VIEW_MOMENTUM,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
+    VIEW_TOKEN_LABELS,
+    VIEW_TOKEN_LOGITS,
 )
 from .momentum import MomentumEncoder
 
 KNOWN_VIEWS = frozenset(
-    {VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE, VIEW_MOMENTUM}
-)
+    {VIEW_ANCHOR, VIEW_POSITIVE, VIEW_OFF_DROPOUT, VIEW_HARD_NEGATIVE, VIEW_MOMENTUM,
+     VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS}
+)  # fmt: skip
+TOKEN_VIEWS = frozenset({VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS})
 
 
 def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
@@ -57,6 +69,8 @@ def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
         raise ValueError(
             f"objective requires unknown views {sorted(unknown)}; known: {sorted(KNOWN_VIEWS)}"
         )
+    if names & TOKEN_VIEWS and kind.pairs:
+        raise ValueError("token prediction (MNTP) is defined for sentences, not given pairs")
     if VIEW_HARD_NEGATIVE in names and not kind.hard_negatives:
         what = "the pairs have none" if kind.pairs else "the batch has no pairs"
         raise ValueError(f"the objective asks for hard negatives, but {what}")
@@ -77,19 +91,35 @@ def compute_views(
     check_views(names, kind)
     if VIEW_MOMENTUM in names and momentum is None:
         raise ValueError("the objective asks for the momentum view, but no momentum encoder")
-    if kind.pairs or is_pair_batch(dict(batch)):  # given pairs, or a repeated positive (ESimCSE)
-        views = pair_views(encoder, batch, names)
-    else:
+    views: dict[str, Tensor] = {}
+    if names & TOKEN_VIEWS:
+        views.update(token_views(encoder, batch))
+        batch = {k: v for k, v in batch.items() if k not in (MASKED_IDS, MASKED_LABELS)}
+    if names & {VIEW_ANCHOR, VIEW_POSITIVE} and (kind.pairs or is_pair_batch(dict(batch))):
+        views.update(pair_views(encoder, batch, names))  # given pairs, or ESimCSE's repetition
+    elif names & {VIEW_ANCHOR, VIEW_POSITIVE}:
         n = batch["input_ids"].shape[0]
         doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
         both = encoder(**doubled, **_templates(encoder, n, 2 * n))
-        views = {VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]}
+        views.update({VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]})
     if VIEW_OFF_DROPOUT in names:
         with dropout_disabled(encoder.backbone):
             views[VIEW_OFF_DROPOUT] = encoder(**split_inputs(dict(batch))[0])
     if momentum is not None and VIEW_MOMENTUM in names:
         views[VIEW_MOMENTUM] = momentum(split_inputs(dict(batch))[0])
     return views
+
+
+def token_views(encoder: SentenceEncoder, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``token_logits`` ``(M, V)`` and ``token_labels`` ``(M,)`` of the batch's masked copy:
+    the logits at position ``i - 1`` for each masked token at ``i`` whose previous position is
+    a real token."""
+    raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
+    labels, mask = batch[MASKED_LABELS], batch["attention_mask"]
+    scored = (labels[:, 1:] != IGNORE) & mask[:, :-1].bool()  # (B, L-1): label i+1 from i
+    positions = scored.nonzero()  # (M, 2): row, the previous position
+    logits = raw.token_logits(batch[MASKED_IDS], mask, positions)
+    return {VIEW_TOKEN_LOGITS: logits, VIEW_TOKEN_LABELS: labels[:, 1:][scored]}
 
 
 def pair_views(

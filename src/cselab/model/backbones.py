@@ -1,0 +1,312 @@
+"""The table of backbones: what cselab knows of each architecture (``config.model_type``).
+
+One home for every per-architecture fact the model layer acts on, read by the encoder
+(:mod:`.sentence_encoder`), by the CPU fast path (:data:`FAST_PATH_MODEL_TYPES`, used by
+:mod:`.unpad`), by ``cselab config`` (the ``model`` keys' help) and by ``docs/backbones.md``
+(whose table ``tests/test_backbones.py`` checks against :func:`table_rows`):
+
+* which config keys are its dropout probabilities (``model.dropout`` sets all of them, and an
+  objective whose positive is a second dropout view refuses a backbone where all are 0);
+* the attention implementations ``transformers`` has for it;
+* whether cselab's packed CPU forward applies;
+* its default pooler;
+* whether it is already bidirectional (encoders) or can be made so (decoders: LLM2Vec,
+  BehnamGhader et al. 2024, Sec. 2: the causal mask is replaced by an all-ones mask);
+* the special token that ends a sentence (``last`` pooling reads it; EOS for decoders, whose
+  tokenizers often do not add it).
+
+An architecture not in the table runs the plain ``transformers`` forward with the dropout keys it
+happens to have; :func:`lookup` logs one line saying so.
+
+Decoders have no dropout outside attention: Llama, Mistral, Qwen2/3 and Gemma apply dropout only
+to the attention probabilities (``attention_dropout``); there is no hidden-state or MLP dropout to
+set. LLM2Vec does the same: its SimCSE step passes ``attention_dropout=simcse_dropout`` (0.3) when
+it loads the model (``experiments/run_simcse.py``), and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("cselab")
+
+#: what ``model.bidirectional`` means for an architecture
+ALREADY = "already"  # an encoder: every token attends to every token
+SWITCHABLE = "switchable"  # a decoder whose causal mask cselab can remove (LLM2Vec)
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """What cselab knows of one architecture.
+
+    Attributes:
+        model_type: ``config.model_type``.
+        dropout_keys: the config keys that are dropout probabilities inside the backbone (not
+            classifier heads); ``model.dropout`` sets each of them.
+        attention: the ``attn_implementation`` values ``transformers`` has for it (``eager`` is
+            what cselab falls back to when ``sdpa`` is missing).
+        fast_path: cselab's packed CPU forward (:mod:`.unpad`) applies.
+        default_pooler: the pooler to use with it (encoders with a trained ``[CLS]``: ``cls``,
+            as SimCSE; ModernBERT and decoders: ``avg``, LLM2Vec's mean pooling).
+        is_decoder: a causal language model (its attention is causal as loaded).
+        bidirectional: :data:`ALREADY` (an encoder) or :data:`SWITCHABLE` (a decoder whose
+            causal mask cselab removes with ``model.bidirectional``).
+        end_token: the tokenizer attribute of the token that ends a sentence, read by the
+            ``last`` pooler (appended to a row whose tokenizer did not add it).
+        lora_targets: the modules that get LoRA adapters when ``model.lora.target_modules`` is
+            null: the attention and MLP projections (for decoders LLM2Vec's list,
+            ``initialize_peft`` of ``McGill-NLP/llm2vec``).
+    """
+
+    model_type: str
+    dropout_keys: tuple[str, ...]
+    attention: tuple[str, ...]
+    fast_path: bool
+    default_pooler: str
+    is_decoder: bool
+    bidirectional: str
+    end_token: str
+    lora_targets: tuple[str, ...]
+
+
+_BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+_ALL_ATTENTION = ("sdpa", "eager", "flash_attention_2", "flex_attention")
+_DECODER_DROPOUT = ("attention_dropout",)
+_BERT_LORA = ("query", "key", "value", "dense")
+_DECODER_LORA = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _encoder(kind: str, dropout: tuple[str, ...] = _BERT_DROPOUT, **kw: Any) -> Backbone:
+    fields: dict[str, Any] = {
+        "model_type": kind,
+        "dropout_keys": dropout,
+        "attention": _ALL_ATTENTION,
+        "fast_path": False,
+        "default_pooler": "cls",
+        "is_decoder": False,
+        "bidirectional": ALREADY,
+        "end_token": "sep_token",
+        "lora_targets": _BERT_LORA,
+    }
+    return Backbone(**{**fields, **kw})
+
+
+def _decoder(kind: str, **kw: Any) -> Backbone:
+    fields: dict[str, Any] = {
+        "model_type": kind,
+        "dropout_keys": _DECODER_DROPOUT,
+        "attention": _ALL_ATTENTION,
+        "fast_path": False,
+        "default_pooler": "avg",
+        "is_decoder": True,
+        "bidirectional": SWITCHABLE,
+        "end_token": "eos_token",
+        "lora_targets": _DECODER_LORA,
+    }
+    return Backbone(**{**fields, **kw})
+
+
+#: ``model_type`` -> :class:`Backbone`: the one table (attention implementations as declared by
+#: the ``_supports_*`` flags of ``transformers`` 5's model classes)
+BACKBONES: dict[str, Backbone] = {
+    b.model_type: b
+    for b in (
+        _encoder("bert", fast_path=True),
+        _encoder("roberta"),
+        _encoder("xlm-roberta"),
+        _encoder("mpnet", attention=("eager",), lora_targets=("q", "k", "v", "o", "dense")),
+        _encoder(
+            "deberta-v2",
+            attention=("eager",),
+            lora_targets=("query_proj", "key_proj", "value_proj", "dense"),
+        ),
+        _encoder("electra"),
+        _encoder(
+            "distilbert",
+            dropout=("dropout", "attention_dropout"),
+            lora_targets=("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
+        ),
+        _encoder(
+            "modernbert",
+            dropout=("attention_dropout", "mlp_dropout", "embedding_dropout"),
+            default_pooler="avg",
+            lora_targets=("Wqkv", "Wo", "Wi"),
+        ),
+        _decoder("llama"),
+        _decoder("mistral"),
+        _decoder("qwen2"),
+        _decoder("qwen3"),
+        _decoder("gemma"),
+        _decoder("gemma2", attention=("eager", "flash_attention_2", "flex_attention")),
+    )
+}
+
+#: The architectures that get the packed CPU forward (:mod:`.unpad`): embeddings that take
+#: ``position_ids`` counted from 0, token-wise layers apart from self-attention and BERT's
+#: attribute names. Every other architecture runs the plain padded forward.
+FAST_PATH_MODEL_TYPES = frozenset(k for k, b in BACKBONES.items() if b.fast_path)
+
+#: the dropout keys ``model.dropout`` sets on an architecture outside the table (those it has)
+FALLBACK_DROPOUT_KEYS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout",
+    "attention_dropout",
+    "hidden_dropout",
+    "mlp_dropout",
+    "embedding_dropout",
+)
+
+_noted: set[str] = set()
+
+
+def lookup(model_type: str | None) -> Backbone | None:
+    """The table's row for ``model_type``; ``None`` (and one logged line, once per type) for an
+    architecture cselab has no row for, which then runs the plain ``transformers`` forward."""
+    row = BACKBONES.get(str(model_type))
+    if row is None and str(model_type) not in _noted:
+        _noted.add(str(model_type))
+        log.info(
+            "model_type %r is not in cselab's table of backbones (cselab.model.backbones): the "
+            "plain transformers forward, dropout keys as found",
+            model_type,
+        )
+    return row
+
+
+def dropout_keys(config: Any) -> tuple[str, ...]:
+    """The dropout keys of a ``transformers`` config: the table's, else those of
+    :data:`FALLBACK_DROPOUT_KEYS` it has."""
+    row = lookup(getattr(config, "model_type", None))
+    if row is not None:
+        return row.dropout_keys
+    return tuple(k for k in FALLBACK_DROPOUT_KEYS if hasattr(config, k))
+
+
+def set_dropout(config: Any, p: float) -> tuple[str, ...]:
+    """Set every dropout probability of ``config`` to ``p`` (before the model is built); returns
+    the keys set and logs them once."""
+    keys = dropout_keys(config)
+    for key in keys:
+        setattr(config, key, float(p))
+    kind = getattr(config, "model_type", "?")
+    if keys:
+        note = " (no hidden-state dropout in this architecture)" if is_decoder(config) else ""
+        log.info("model.dropout=%s set %s of %s%s", p, ", ".join(keys), kind, note)
+    else:
+        log.warning("model.dropout=%s: %s has no dropout key cselab knows; nothing set", p, kind)
+    return keys
+
+
+def dropout_probabilities(config: Any) -> dict[str, float]:
+    """``key -> p`` for every dropout key of ``config`` (a missing key counts as 0)."""
+    return {k: float(getattr(config, k, 0.0) or 0.0) for k in dropout_keys(config)}
+
+
+def noise_free(config: Any) -> str | None:
+    """``None`` when the backbone applies dropout; else the one line refusing a dropout-view
+    objective on it (SimCSE's positive is a second dropout mask: without dropout it is the
+    anchor itself and the loss is 0 from the first step)."""
+    probs = dropout_probabilities(config)
+    if any(p > 0.0 for p in probs.values()):
+        return None
+    kind = getattr(config, "model_type", "this model")
+    keys = ", ".join(probs) or "it has no dropout key"
+    verb = "is" if len(probs) == 1 else "are"
+    named = f"{keys} {verb} 0" if probs else keys
+    return (
+        f"{kind} applies no dropout ({named}): set model.dropout "
+        "(SimCSE: 0.1; LLM2Vec uses 0.3 for decoders)"
+    )
+
+
+def is_decoder(config: Any) -> bool:
+    """Whether the architecture is a causal decoder (the table; else ``config.is_decoder``)."""
+    row = BACKBONES.get(str(getattr(config, "model_type", None)))
+    if row is not None:
+        return row.is_decoder
+    return bool(getattr(config, "is_decoder", False))
+
+
+def end_token_id(tokenizer: Any, config: Any) -> int | None:
+    """The id of the token that ends a sentence for ``last`` pooling: the table's
+    ``end_token`` (EOS for decoders, SEP for encoders), else the other one; ``None``: none."""
+    row = BACKBONES.get(str(getattr(config, "model_type", None)))
+    first = row.end_token if row is not None else "eos_token"
+    for name in (first, "eos_token" if first == "sep_token" else "sep_token"):
+        if getattr(tokenizer, name, None) is not None:
+            value = getattr(tokenizer, f"{name}_id", None)
+            if value is not None:
+                return int(value)
+    return None
+
+
+def make_bidirectional(backbone: Any) -> bool:
+    """Remove a decoder's causal mask; ``True`` if the backbone is bidirectional afterwards.
+
+    Two switches, both needed in ``transformers`` 5: ``config.is_causal = False`` makes the
+    model's mask builders (``masking_utils.create_causal_mask`` and its sliding-window form)
+    build the padding-only (bidirectional) mask, and ``is_causal = False`` on each attention
+    module stops ``sdpa`` and flash attention from applying their own causal flag when the
+    mask builder returns no mask (a batch without padding). The weights are untouched; this is
+    LLM2Vec's bidirectional attention (BehnamGhader et al. 2024, Sec. 2.1) without subclassing
+    each model class.
+    """
+    config = backbone.config
+    row = lookup(getattr(config, "model_type", None))
+    if row is not None and row.bidirectional == ALREADY:
+        return True
+    if row is None and not getattr(config, "is_decoder", False):
+        return False
+    config.is_causal = False
+    if hasattr(config, "use_bidirectional_attention"):
+        config.use_bidirectional_attention = True
+    for module in backbone.modules():
+        if hasattr(module, "is_causal") and isinstance(module.is_causal, bool):
+            module.is_causal = False
+    return True
+
+
+#: the columns of :func:`table_rows`
+TABLE_HEADER = (
+    "model_type",
+    "dropout keys (`model.dropout`)",
+    "attention",
+    "CPU fast path",
+    "default pooler",
+    "decoder",
+    "bidirectional",
+    "`last` reads",
+)
+
+
+def table_rows(rows: Mapping[str, Backbone] = BACKBONES) -> list[tuple[str, ...]]:
+    """The table as rows of text under :data:`TABLE_HEADER` (``docs/backbones.md`` holds them
+    as a markdown table, ``cselab config`` names the architectures; a test compares)."""
+    return [
+        (
+            b.model_type,
+            ", ".join(b.dropout_keys),
+            ", ".join(b.attention),
+            "yes" if b.fast_path else "no",
+            b.default_pooler,
+            "yes" if b.is_decoder else "no",
+            "yes" if b.bidirectional == ALREADY else "with model.bidirectional",
+            b.end_token.removesuffix("_token").upper(),
+        )
+        for b in rows.values()
+    ]
+
+
+def summary() -> str:
+    """One line naming the architectures of the table (``cselab config``'s header)."""
+    encoders = [k for k, b in BACKBONES.items() if not b.is_decoder]
+    decoders = [k for k, b in BACKBONES.items() if b.is_decoder]
+    return (
+        f"Backbones cselab knows (cselab.model.backbones, docs/backbones.md): encoders "
+        f"{', '.join(encoders)}; decoders (model.bidirectional, pooler avg/last/weighted_mean) "
+        f"{', '.join(decoders)}; any other AutoModel runs the plain forward."
+    )

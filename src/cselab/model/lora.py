@@ -1,0 +1,122 @@
+"""LoRA adapters on a backbone, through ``peft`` (Hu et al. 2022, "LoRA: Low-Rank Adaptation of
+Large Language Models", Eq. 3: ``h = W₀x + (α/r)·BAx``).
+
+:func:`add_adapters` wraps a backbone in a ``peft.PeftModel`` whose base weights are frozen, so
+only the adapters (and cselab's pooler head) train. A saved folder of such a model holds the
+adapters (``adapter_config.json`` + ``adapter_model.safetensors``, ``peft``'s own files) and
+names its base model; :func:`load_adapters` puts them back on that base, :func:`merge_adapters`
+folds them into the base weights (``W₀ + (α/r)·BA``) and returns a plain ``transformers`` model.
+
+``peft`` is an optional dependency (``pip install cselab[lora]``); it is imported only where
+adapters are used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..core.errors import ConfigError, ModelFormatError
+from . import backbones
+from .config import LoRAConfig
+
+#: peft's file that makes a folder an adapter folder
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("model.lora needs the peft package: pip install 'cselab[lora]'") from None
+    return peft
+
+
+def target_modules(backbone: nn.Module, settings: LoRAConfig) -> list[str] | None:
+    """The module names that get adapters: the config's, else the architecture's default
+    (``None``: ``peft`` decides from its own table)."""
+    if settings.target_modules is not None:
+        return list(settings.target_modules)
+    row = backbones.lookup(getattr(getattr(backbone, "config", None), "model_type", None))
+    return list(row.lora_targets) if row is not None else None
+
+
+def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) -> nn.Module:
+    """``backbone`` wrapped with fresh LoRA adapters (a ``peft.PeftModel``); its own weights are
+    frozen. ``base``: what the adapter folder names as its base model (the Hub name or folder
+    the backbone was loaded from).
+
+    Raises:
+        ConfigError: ``peft`` is missing, or no module of the backbone matches the targets
+            (naming ``model.lora.target_modules``).
+    """
+    peft = _peft()
+    targets = target_modules(backbone, settings)
+    config = peft.LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.scale_alpha,
+        lora_dropout=settings.dropout,
+        target_modules=targets,
+        bias="none",
+        base_model_name_or_path=base,
+    )
+    try:
+        return peft.get_peft_model(backbone, config)
+    except ValueError as err:  # peft: "Target modules ... not found in the base model"
+        model_type = getattr(backbone.config, "model_type", "?")
+        raise ConfigError(
+            f"model.lora.target_modules: {targets or 'peft default'} on a {model_type} model: "
+            f"{str(err).splitlines()[0]}"
+        ) from None
+
+
+def has_adapters(backbone: nn.Module) -> bool:
+    """Whether ``backbone`` carries LoRA adapters (a ``peft`` model)."""
+    return hasattr(backbone, "peft_config")
+
+
+def adapter_settings(backbone: nn.Module) -> dict[str, Any]:
+    """What ``cselab.json`` records of ``backbone``'s adapters: rank, alpha, dropout, targets."""
+    cfg = backbone.peft_config["default"]
+    targets = cfg.target_modules
+    return {
+        "r": int(cfg.r),
+        "alpha": float(cfg.lora_alpha),
+        "dropout": float(cfg.lora_dropout),
+        "target_modules": sorted(targets) if isinstance(targets, set | list) else targets,
+    }
+
+
+def is_adapter_folder(folder: Path) -> bool:
+    return (folder / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(folder: Path) -> str:
+    """The base model an adapter folder was trained on (``base_model_name_or_path`` of its
+    ``adapter_config.json``)."""
+    path = folder / ADAPTER_CONFIG
+    try:
+        base = json.loads(path.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        raise ModelFormatError(f"{path}: not a JSON object ({err})") from None
+    if not isinstance(base, str) or not base:
+        raise ModelFormatError(
+            f"{path}: base_model_name_or_path is missing; the adapters cannot be put on a model"
+        )
+    return base
+
+
+def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
+    """``backbone`` (the base model) with the adapters saved in ``folder``, frozen."""
+    peft = _peft()
+    return peft.PeftModel.from_pretrained(backbone, str(folder), is_trainable=False)
+
+
+def merge_adapters(backbone: nn.Module) -> nn.Module:
+    """The plain ``transformers`` model with the adapters folded into its weights
+    (``W₀ + (α/r)·BA``), its parameters trainable again as after a plain load."""
+    merged = backbone.merge_and_unload()
+    return merged.requires_grad_(True)

@@ -1,0 +1,102 @@
+"""Masked next-token prediction (MNTP): LLM2Vec's step 2 (BehnamGhader et al. 2024, Sec. 2.2).
+
+A decoder made bidirectional has never been trained to use the tokens after a position. MNTP
+adapts it: a fraction of the input tokens is masked, and each masked token at position ``i`` is
+predicted by the language-modelling head from the **previous** position's state ``h_{i-1}``
+(the position a causal LM already predicts the next token from)::
+
+    L = - 1/|M| Σ_{i ∈ M} log softmax(W_lm h_{i-1})[x_i]
+
+``M`` the masked positions of the batch (a masked first token has no previous position and is
+not scored). The unsupervised recipe is then three steps, two cselab runs: bidirectional
+attention + MNTP (this objective), then SimCSE on the merged result.
+
+What the authors' code does (``McGill-NLP/llm2vec``, ``experiments/run_mntp.py`` and
+``train_configs/mntp``), read for facts: the masking is ``transformers``'
+``DataCollatorForLanguageModeling`` (``data_collator_type: default``): a token that is not a
+special token is chosen with probability ``mlm_probability`` (0.2 for Llama-2, Llama-3 and
+Sheared-LLaMA, 0.8 for Mistral); a chosen token is replaced by the mask token 80% of the time, by
+a random token 10%, kept 10%; the loss is ``LlamaForCausalLM``'s (labels shifted by one, mean
+over the chosen tokens). A tokenizer without a mask token takes ``_`` (``mask_token_type:
+blank``). LoRA r 16 on the base model only (the LM head stays frozen), 1,000 steps, batch 32.
+
+The objective sees tensors only: the training layer masks the batch
+(:mod:`cselab.data.masking`, asked for through :attr:`Objective.masked_token_rate`) and hands
+over the ``token_logits`` view (the LM head's logits at the position before each chosen token)
+and the ``token_labels`` view (the chosen tokens' ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
+from .base import VIEW_TOKEN_LABELS, VIEW_TOKEN_LOGITS, LossTerms, Objective, upcast
+from .config import MNTPConfig  # noqa: F401 - its section, re-exported
+from .context import ObjectiveContext
+from .papers import Paper
+
+LLM2VEC = Paper(
+    key="behnamghader2024llm2vec",
+    name="LLM2Vec",
+    summary="decoder LLMs as text encoders: bidirectional attention, masked next-token "
+    "prediction, unsupervised SimCSE",
+    bibtex="""@inproceedings{behnamghader2024llm2vec,
+  title     = {{LLM2Vec}: Large Language Models Are Secretly Powerful Text Encoders},
+  author    = {BehnamGhader, Parishad and Adlakha, Vaibhav and Mosbach, Marius and Bahdanau, Dzmitry and Chapados, Nicolas and Reddy, Siva},
+  booktitle = {First Conference on Language Modeling},
+  year      = {2024}
+}""",
+)
+
+#: the authors' replacement of a chosen token: mask token, random token, kept (BERT's split)
+REPLACEMENT = (0.8, 0.1, 0.1)
+#: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)
+BLANK_MASK_TOKEN = "_"
+
+
+def build(section: MNTPConfig, parts: Assembly) -> None:
+    """``objective.mntp``: the MNTP loss replaces the InfoNCE the other keys would assemble
+    (validated: they are all off)."""
+    if section.enabled:
+        parts.replacement = MaskedNextTokenPrediction(section.mask_ratio, section.mask_token)
+
+
+class MaskedNextTokenPrediction(Objective):
+    """``{"mntp": L}``: cross-entropy of the masked tokens under the logits of the position
+    before each (see the module docstring).
+
+    Args:
+        mask_ratio: the probability that a token is chosen (read by the training layer, as
+            :attr:`masked_token_rate`).
+        mask_token: the replacing token (``None``: the tokenizer's, else ``_``).
+    """
+
+    papers = (LLM2VEC,)
+    tags = ("llm2vec", "mntp")
+    required_views = frozenset({VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS})
+
+    def __init__(self, mask_ratio: float = 0.2, mask_token: str | None = None) -> None:
+        super().__init__()
+        self.masked_token_rate = float(mask_ratio)
+        self.mask_token = mask_token
+
+    def forward(
+        self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
+    ) -> LossTerms:
+        logits, labels = upcast(views[VIEW_TOKEN_LOGITS]), views[VIEW_TOKEN_LABELS]
+        if labels.numel() == 0:  # no token chosen in this batch: nothing to learn, no NaN
+            return {"mntp": logits.sum() * 0.0}
+        return {"mntp": F.cross_entropy(logits, labels)}
+
+    def describe(self, kind: DataKind = SENTENCES) -> str:
+        token = f"`{self.mask_token}`" if self.mask_token else "the tokenizer's mask token (or `_`)"
+        return (
+            "**Masked next-token prediction** (LLM2Vec): each token is chosen with probability "
+            f"{self.masked_token_rate:g} and replaced by {token} (80%), a random token (10%) or "
+            "kept (10%); it is predicted by the LM head from the previous position's state"
+        )

@@ -1,0 +1,65 @@
+"""``cselab merge`` and ``train.save_merged``: a model folder with LoRA adapters → a plain one.
+
+The adapters are folded into the base weights (``W₀ + (α/r)·BA``, Hu et al. 2022, Sec. 4.1: "no
+additional inference latency"), and the folder is written as any cselab model folder: a
+Hugging Face and sentence-transformers folder that needs neither ``peft`` nor the base model.
+``cselab.load`` gives the same vectors from both folders (float rounding of the merge apart).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.errors import ModelFormatError
+from ..io.runfolder import RunFolder
+from ..model.lora import is_adapter_folder
+from ..model.st_folder import CSELAB_FILE
+from .checkpoint import publish_folder, publishing
+
+
+def adapter_source(source: str | Path) -> Path:
+    """The adapter folder meant by ``source``: a model folder, or a run folder (its ``best/``).
+
+    Raises:
+        ModelFormatError: naming the folder when it holds no adapters.
+    """
+    path = Path(source)
+    if not (path / CSELAB_FILE).is_file() and RunFolder(path).best.is_dir():
+        path = RunFolder(path).best
+    if not is_adapter_folder(path):
+        raise ModelFormatError(
+            f"{path}: holds no LoRA adapters (no adapter_config.json), so there is nothing to "
+            "merge; it is a plain model folder already"
+        )
+    return path
+
+
+def merge_folder(
+    source: str | Path, out: str | Path, describe: Callable[[Path], object] | None = None
+) -> Path:
+    """Write ``out``: ``source``'s model (see :func:`adapter_source`) with its adapters merged.
+
+    ``out`` is published atomically and must not exist yet (nothing of the user's is replaced);
+    the source's run config (``cselab_config.yaml``) is copied along; ``describe(tmp)`` adds
+    files (the model card) before the folder is published.
+    """
+    from ..model.loader import load
+
+    folder, target = adapter_source(source), Path(out)
+    if target.exists():
+        raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
+    encoder = load(str(folder), fast_path=False).merged()
+    tmp = target.with_name(target.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    with publishing(target, "merged model folder", tmp):
+        encoder.save(tmp)
+        config = folder / RunFolder.MODEL_CONFIG
+        if config.is_file():
+            shutil.copy2(config, tmp / RunFolder.MODEL_CONFIG)
+        if describe is not None:
+            describe(tmp)
+        publish_folder(tmp, target)
+    return target

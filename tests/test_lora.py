@@ -1,0 +1,197 @@
+"""LoRA adapters (model.lora): only the adapters train, the folders, cselab merge, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from backbone_models import make_tiny_decoder
+from conftest import write_corpus
+from cselab.cli import main as cli_main
+from cselab.config import load_config
+from cselab.core.errors import ConfigError, ModelFormatError
+from cselab.model.encoder import SentenceEncoder
+from cselab.model.loader import load
+from cselab.training.checkpoint import load_checkpoint
+from cselab.training.run import build_trainer
+
+SENTENCES = ["alpha beta gamma", "a man plays a guitar .", "delta", "the cat sat on the mat"]
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_decoder(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def lora_config(model: Path, out: Path, *extra: str):
+    return load_config(
+        None,
+        [
+            f"--model.name_or_path={model}",
+            "--model.pooler=avg",
+            "--model.dropout=0.1",  # decoders ship without dropout: SimCSE needs the noise
+            "--model.lora.r=4",
+            f"--data.train_file={write_corpus(out)}",
+            f"--data.cache_dir={out / 'cache'}",
+            f"--train.output_dir={out / 'out'}",
+            "--train.batch_size=8",
+            "--train.max_steps=3",
+            "--train.lr=1e-2",
+            "--train.eval_steps=0",
+            "--train.log_steps=1",
+            "--train.report_to=[]",
+            *extra,
+        ],
+    )
+
+
+def test_only_the_adapters_train(tiny_llama: Path, tmp_path: Path) -> None:
+    trainer = build_trainer(lora_config(tiny_llama, tmp_path))
+    named = dict(trainer.encoder.named_parameters())
+    before = {k: v.detach().clone() for k, v in named.items()}
+    held = {id(p) for group in trainer.optim.optimizer.param_groups for p in group["params"]}
+    adapters = {k for k in named if ".lora_A." in k or ".lora_B." in k}
+    assert adapters and held == {id(named[k]) for k in adapters}  # the optimiser: adapters only
+    trainer.train()
+    changed = {k for k, v in named.items() if not torch.equal(v.detach(), before[k])}
+    assert changed == adapters  # every adapter moved (B starts at 0), nothing else did
+    # best/ and last/ hold peft's adapter files and cselab's settings, not the base weights
+    best = tmp_path / "out/best"
+    assert (best / "adapter_config.json").is_file() and not (best / "model.safetensors").exists()
+    meta = json.loads((best / "cselab.json").read_text())
+    assert meta["lora"]["r"] == 4 and meta["lora"]["base"] == str(tiny_llama.resolve())
+    saved = load_file(str(best / "adapter_model.safetensors"))
+    assert saved and all(".lora_" in k for k in saved)
+    # the checkpoint: the adapters and their AdamW moments, not the frozen base model
+    tensors, _ = load_checkpoint(tmp_path / "out/checkpoint")
+    model = {k.removeprefix("model.") for k in tensors if k.startswith("model.")}
+    assert model == adapters
+    moments = [k for k in tensors if k.startswith("optim.") and k.endswith(".exp_avg")]
+    assert len(moments) == len(adapters)
+
+
+def test_adapter_folder_merged_folder_and_sentence_transformers_agree(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    build_trainer(lora_config(tiny_llama, tmp_path, "--train.save_merged=true")).train()
+    adapters = load(str(tmp_path / "out/best"))
+    assert adapters.has_adapters
+    want = adapters.encode(SENTENCES)
+    base = load(str(tiny_llama), pooler="avg").encode(SENTENCES)
+    assert np.abs(want - base).max() > 1e-3  # the adapters change the vectors
+    merged_dir = tmp_path / "out/merged"  # train.save_merged
+    assert (merged_dir / "model.safetensors").is_file()
+    assert not (merged_dir / "adapter_config.json").exists()
+    card = (tmp_path / "out/best/README.md").read_text(encoding="utf-8")
+    assert f"LoRA adapters for `{tiny_llama.resolve()}`" in card and "cselab merge" in card
+    assert "| LoRA | r 4, alpha 8, dropout 0.05" in card and "a 32-dimensional vector" in card
+    merged_card = (merged_dir / "README.md").read_text(encoding="utf-8")  # the model card
+    assert "LoRA adapters for" not in merged_card and "a 32-dimensional vector" in merged_card
+    assert cli_main(["merge", str(tmp_path / "out"), "-o", str(tmp_path / "cli")]) == 0
+    for folder in (merged_dir, tmp_path / "cli"):
+        merged = load(str(folder))
+        assert not merged.has_adapters
+        np.testing.assert_allclose(merged.encode(SENTENCES), want, rtol=0, atol=1e-5)
+    from sentence_transformers import SentenceTransformer
+
+    for folder in (merged_dir, tmp_path / "out/best"):  # the adapter folder too, through peft
+        st = SentenceTransformer(str(folder), device="cpu")
+        np.testing.assert_allclose(st.encode(SENTENCES), want, rtol=0, atol=1e-5)
+
+
+def test_merge_refuses_what_it_cannot_merge(tiny_bert: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelFormatError, match="holds no LoRA adapters"):
+        from cselab.training.merge import merge_folder
+
+        merge_folder(tiny_bert, tmp_path / "x")
+    assert cli_main(["merge", str(tiny_bert), "-o", str(tmp_path / "y")]) == 2
+    with pytest.raises(ConfigError, match="model.lora.r"):
+        load_config(None, ["--model.lora.r=-1"])
+    with pytest.raises(ConfigError, match="train.save_merged"):
+        load_config(None, ["--train.save_merged=true"])
+
+
+def test_new_adapters_on_saved_adapters_are_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_llama), pooler="avg", lora={"r": 2})
+    enc.save(tmp_path / "adapters")
+    with pytest.raises(ModelFormatError, match="merge them first"):
+        SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg", lora={"r": 2})
+    again = SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg")
+    assert again.has_adapters and not any(p.requires_grad for p in again.parameters())
+    with pytest.raises(ConfigError, match="holds LoRA adapters; merge them"):
+        config = lora_config(tmp_path / "adapters", tmp_path / "run", "--model.lora.r=0")
+        build_trainer(config)
+
+
+def test_lora_on_bert_targets_its_projections(tiny_bert: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", lora={"r": 2})
+    trainable = [k for k, p in enc.named_parameters() if p.requires_grad]
+    assert any("attention.self.query.lora_A" in k for k in trainable)
+    assert any("output.dense.lora_B" in k for k in trainable)
+    assert all(".lora_" in k for k in trainable)
+    with pytest.raises(ConfigError, match="model.lora.target_modules"):
+        SentenceEncoder.from_pretrained(
+            str(tiny_bert), pooler="avg", lora={"r": 2, "target_modules": ["nope"]}
+        )
+
+
+def test_cli_run_with_model_selection_keeps_the_best_adapters(
+    tiny_llama: Path, tmp_path: Path, fresh_eval_cache: None
+) -> None:
+    """`cselab train` with a dev file: best/ is saved (adapters) when the score improves, and
+    read back at the end for the Matryoshka table (a load of the adapter folder)."""
+    rows = [("a man plays a guitar", "a man plays music", 4.5), ("a cat sleeps", "dogs run", 0.5),
+            ("the sun is hot", "the sun is warm", 4.0),
+        ("birds fly south", "birds migrate", 3.5), ("he eats", "a car drives", 0.2)]  # fmt: skip
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows)
+    )
+    args = [
+        "train", f"--model.name_or_path={tiny_llama}", "--model.pooler=avg", "--model.dropout=0.1",
+        "--model.lora.r=4", f"--data.train_file={write_corpus(tmp_path)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=4", "--train.eval_steps=1", "--train.lr=1e-2",
+        f"--eval.dev={dev}", "--train.report_to=[]", "--objective.matryoshka.dims=[32,16]",
+    ]  # fmt: skip
+    assert cli_main(args) == 0
+    results = json.loads((tmp_path / "out/results.json").read_text())
+    assert [r["dim"] for r in results["dev_at_dims"]] == [32, 16]
+    best = load(str(tmp_path / "out/best"))
+    assert best.has_adapters and (tmp_path / "out/best/adapter_model.safetensors").is_file()
+
+
+def test_adapter_folder_of_a_several_layer_pooler_says_sentence_transformers_differs(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    """sentence-transformers loads an adapter folder's base without its hidden states, so a
+    pooler over several layers is not reproduced there: cselab.json says so; the merged folder
+    (which has config.json with output_hidden_states) is reproduced."""
+    from sentence_transformers import SentenceTransformer
+
+    from cselab.model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED
+    from cselab.training.merge import merge_folder
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_llama), pooler="avg_first_last", lora={"r": 2})
+    with torch.no_grad():
+        for name, p in enc.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    enc.save(tmp_path / "adapters")
+    meta = json.loads((tmp_path / "adapters/cselab.json").read_text())
+    assert meta["sentence_transformers"] == ADAPTER_LAYERS_NOT_REPRODUCED
+    from cselab.publish.card import _adapters_note
+
+    assert "sentence-transformers cannot compute its vectors" in _adapters_note(
+        tmp_path / "adapters"
+    )
+    want = load(str(tmp_path / "adapters")).encode(SENTENCES)
+    merged = merge_folder(tmp_path / "adapters", tmp_path / "merged")
+    assert "sentence_transformers" not in json.loads((merged / "cselab.json").read_text())
+    st = SentenceTransformer(str(merged), device="cpu")
+    np.testing.assert_allclose(st.encode(SENTENCES), want, rtol=0, atol=1e-5)
