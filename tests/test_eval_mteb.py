@@ -112,3 +112,20 @@ def test_cli_offline_download_is_one_line(tiny_folder: Path) -> None:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("cselab evaluate: error: ") and "mteb/sts12-sts" in last
     assert "Traceback" not in proc.stderr
+
+
+def test_mteb_as_an_evaluation_task(tiny_folder: Path, senteval_dir: Path, one_thread) -> None:
+    """``evaluate(encoder, tasks=[MTEBTask(...)])`` gives run_mteb's scores, beside SentEval's."""
+    from cselab.evaluation.tasks import MTEBTask
+
+    encoder = cselab.load(str(tiny_folder))
+    task = MTEBTask((SentEvalSTSBenchmark("dev", senteval_dir),))
+    out = evaluate(encoder, tasks=["STSBenchmark", task], mode="dev", data_dir=senteval_dir,
+                   download=False)  # fmt: skip
+    direct = run_mteb(encoder, [SentEvalSTSBenchmark("dev", senteval_dir)])
+    assert out["results"]["mteb"]["kind"] == "mteb"
+    assert out["results"]["mteb"]["scores"] == direct["scores"]
+    ours = 100.0 * out["results"]["STSBenchmark"]["spearman"]
+    assert direct["scores"]["SentEvalSTSBenchmark"]["dev"]["default"] == pytest.approx(
+        ours, abs=0.01
+    )

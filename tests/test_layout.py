@@ -375,3 +375,81 @@ def test_the_table_of_backbones_is_the_one_home_of_architecture_names() -> None:
                 found.append((path.name, node.value, node.lineno))
     assert found == []
     assert "cselab.model" in LAYER_RULES["cselab.objectives"]
+
+
+#: the package faces that are lazy re-exports only (docs/design.md, "A package face costs
+#: nothing"); the root adds its two one-line functions
+LAZY_FACES = ("cselab", "cselab.data", "cselab.objectives", "cselab.evaluation", "cselab.search")
+FACE_FUNCTIONS = {"cselab": {"load", "train"}}
+
+
+def face_problems(path: Path, functions: set[str]) -> list[str]:
+    """What in a package ``__init__`` is more than a docstring and lazy re-exports."""
+    found = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom) and (
+            node.module == "__future__"
+            or (node.level and node.module in ("core.lazy", "core.version"))
+        ):
+            continue
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            continue  # _HOMES, __all__, __getattr__/__dir__
+        if isinstance(node, ast.FunctionDef) and node.name in functions:
+            continue
+        found.append(f"line {node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    return found
+
+
+def test_package_faces_are_lazy_re_exports() -> None:
+    for package in LAZY_FACES:
+        path = SRC / package.replace(".", "/") / "__init__.py"
+        assert face_problems(path, FACE_FUNCTIONS.get(package, set())) == [], package
+
+
+def test_the_face_check_can_fail(tmp_path: Path) -> None:
+    face = tmp_path / "__init__.py"
+    face.write_text('"""A face."""\nfrom .store import TokenizedCorpus\n', encoding="utf-8")
+    assert face_problems(face, set()) == ["line 2: from .store import TokenizedCorpus"]
+
+
+def test_every_objective_build_is_registered() -> None:
+    """Each paper module's ``build`` (``def build...(section, parts)``) is one entry of the
+    ordered registry ``OBJECTIVE_PARTS``, and only the registry assembles objectives."""
+    registry = (SRC / "cselab/objectives/registry.py").read_text(encoding="utf-8")
+    tree = ast.parse(registry)
+    (parts,) = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "OBJECTIVE_PARTS"
+    ]
+    registered = {ast.unparse(entry.elts[1]) for entry in parts.elts}  # type: ignore[attr-defined]
+    builds = {
+        f"{path.stem}.{fn.name}"
+        for path in (SRC / "cselab/objectives").glob("*.py")
+        for fn in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(fn, ast.FunctionDef)
+        and fn.name.startswith("build")
+        and path.stem != "registry"
+    }
+    assert builds == registered
+    users = {
+        module_name(p)
+        for p in SRC.rglob("*.py")
+        if "cselab.objectives.assembly" in cselab_imports(p)
+    }
+    assert users <= {f"cselab.objectives.{b.split('.')[0]}" for b in builds} | {
+        "cselab.objectives.registry",
+        "cselab.objectives",
+    }
+
+
+def test_no_module_over_600_lines() -> None:
+    """A module that outgrows one reading is split by what its parts do (``io/tables.py`` from
+    ``io/readers.py``; ``search/layout.py``, ``ann.py``, ``build.py`` from ``search/index.py``),
+    the old path re-exporting the moved names."""
+    sizes = {
+        module_name(p): len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.rglob("*.py")
+    }
+    assert {m: n for m, n in sizes.items() if n > 600} == {}

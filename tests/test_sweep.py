@@ -311,3 +311,31 @@ def test_example_sweep_file_loads() -> None:
 
     spec = load_sweep(REPO / "src/cselab/presets" / "sweeps" / "focal-vs-simcse.yaml")
     assert [c.config for c in spec.cells()[:2]] == ["simcse", "focal"] and len(spec.seeds) == 5
+
+
+def test_a_sweep_evaluates_retrieval_the_same_in_process_and_as_a_command(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """One request, two routes: the in-process cell's task list and the subprocess cell's
+    ``cselab evaluate`` options give the same retrieval numbers (issue 28, point 1)."""
+    from cselab.insight.sweep import _evaluate_inprocess
+    from cselab.model.encoder import SentenceEncoder
+    from test_retrieval import write_beir
+
+    beir = write_beir(tmp_path / "beir", split="test")
+    evaluate = {"retrieval": str(beir), "k": 5, "batch_size": 16}
+    spec = load_sweep(write_sweep(tmp_path, tiny_bert, None, evaluate=evaluate))
+    assert spec.evaluate is not None and spec.evaluate.task_spec is None
+    cell = spec.cells()[0]
+    SentenceEncoder.from_pretrained(str(tiny_bert)).save(cell.folder.model(spec.evaluate.model))
+    (command,) = cell_commands(spec, cell, cell.dir / "sweep_config.yaml")[-1:]
+    assert command[command.index("--retrieval") + 1] == str(beir)
+    assert command[command.index("--k") + 1] == "5"
+    _evaluate_inprocess(spec, cell)
+    inprocess = json.loads(cell.folder.evaluation.read_text())["results"]["retrieval:beir"]
+    assert main(command[4:]) == 0  # the subprocess cell's command, run here
+    as_command = json.loads(cell.folder.evaluation.read_text())["results"]["retrieval:beir"]
+    assert inprocess["metrics"] == as_command["metrics"] and inprocess["k"] == 5
+    bad = {"retrieval": str(tmp_path / "nothing")}
+    with pytest.raises(ConfigError, match="evaluate.retrieval"):
+        load_sweep(write_sweep(tmp_path / "bad", tiny_bert, None, evaluate=bad))

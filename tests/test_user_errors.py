@@ -86,7 +86,6 @@ def test_evaluate_output_path_is_checked_before_the_run(
         raise AssertionError("the evaluation started before the output path was checked")
 
     monkeypatch.setattr(download, "ensure_data", must_not_run)
-    monkeypatch.setattr(ev_cli, "ensure_data", must_not_run)
     if case == "no folder":
         path, reason = (
             tmp_path / "missing" / "r.json",

@@ -1,7 +1,23 @@
-"""cselab: unsupervised contrastive learning of sentence embeddings."""
+"""cselab: unsupervised contrastive learning of sentence embeddings.
+
+The public face, a small set of names (each imported from its home on first use, so
+``import cselab`` loads no torch):
+
+* :func:`load` opens a model folder or Hub model as an encoder; :func:`train` runs a config;
+  :func:`evaluate` runs evaluation tasks on an encoder (everything ``cselab evaluate`` runs);
+* :class:`Index` is the search index; :func:`mine` mines hard negatives for pairs;
+* the config types: :class:`Config` with its sections (:class:`ModelConfig`,
+  :class:`DataConfig`, :class:`ObjectiveConfig`, :class:`TrainConfig`, :class:`EvalConfig`)
+  and :func:`load_config` (YAML plus ``section.key=value`` overrides);
+* :class:`Callback`, the hooks of a training run.
+
+Deeper names stay where they live (``cselab.evaluation.tasks``, ``cselab.objectives``, ...);
+``docs/api.md`` lists these and where to go next.
+"""
 
 from __future__ import annotations
 
+from .core.lazy import lazy_exports
 from .core.version import __version__
 
 
@@ -27,12 +43,35 @@ def train(config, callbacks=None):
     return _train(config, callbacks or ())
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy: `cselab.Index` without importing numpy early
-    if name == "Index":
-        from .search.index import Index
+#: the other public names and their homes (imported on first use)
+_HOMES = {
+    "Index": ".search.index",
+    "evaluate": ".evaluation.api",
+    "mine": ".search.mine:mine_hard_negatives",
+    "Callback": ".training.callbacks",
+    "Config": ".config",
+    "ModelConfig": ".config",
+    "DataConfig": ".config",
+    "ObjectiveConfig": ".config",
+    "TrainConfig": ".config",
+    "EvalConfig": ".config",
+    "load_config": ".config",
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
 
-        return Index
-    raise AttributeError(f"module 'cselab' has no attribute {name!r}")
-
-
-__all__ = ["Index", "__version__", "load", "train"]
+__all__ = [
+    "Callback",
+    "Config",
+    "DataConfig",
+    "EvalConfig",
+    "Index",
+    "ModelConfig",
+    "ObjectiveConfig",
+    "TrainConfig",
+    "__version__",
+    "evaluate",
+    "load",
+    "load_config",
+    "mine",
+    "train",
+]

@@ -293,7 +293,9 @@ class GSInfoNCELoss(CSELoss):
         std: float = GaussianConfig.std,
         **kwargs: Any,
     ) -> None:
-        gaussian = GaussianConfig(True, num, batch_multiple, mean, std, weight)
+        gaussian = GaussianConfig(
+            enabled=True, num=num, batch_multiple=batch_multiple, mean=mean, std=std, weight=weight
+        )
         super().__init__(model, _config(temperature, gaussian=gaussian), **kwargs)
 
 
@@ -311,7 +313,14 @@ class MixCSELoss(CSELoss):
         stop_gradient: bool = MixCSEConfig.stop_gradient,
         **kwargs: Any,
     ) -> None:
-        mixcse = MixCSEConfig(True, mix_ratio, directions, partner, columns, stop_gradient)
+        mixcse = MixCSEConfig(
+            enabled=True,
+            mix_ratio=mix_ratio,
+            directions=directions,
+            partner=partner,
+            columns=columns,
+            stop_gradient=stop_gradient,
+        )
         super().__init__(model, _config(temperature, mixcse=mixcse), **kwargs)
 
 
@@ -327,7 +336,9 @@ class DCLLoss(CSELoss):
         formulation: str = DCLConfig.formulation,
         **kwargs: Any,
     ) -> None:
-        dcl = DCLConfig(True, weight, dcl_temperature, formulation)
+        dcl = DCLConfig(
+            enabled=True, weight=weight, temperature=dcl_temperature, formulation=formulation
+        )
         super().__init__(model, _config(temperature, dcl=dcl), **kwargs)
 
 
@@ -350,8 +361,8 @@ class ImSimCSELoss(CSELoss):
     ) -> None:
         config = _config(
             temperature,
-            off_dropout=OffDropoutConfig(True, tradeoff, variant),
-            dcl=DCLConfig(True, dcl_weight, dcl_temperature),
+            off_dropout=OffDropoutConfig(enabled=True, tradeoff=tradeoff, variant=variant),
+            dcl=DCLConfig(enabled=True, weight=dcl_weight, temperature=dcl_temperature),
         )
         super().__init__(model, config, **kwargs)
 

@@ -15,13 +15,17 @@ from collections.abc import Sequence
 from ..core.errors import UserError
 from ..core.version import __version__
 from ..io.readers import Lines
-from ..model.encoder import PRECISIONS
-from ..model.pooling import POOLERS
+from ..model.choices import PRECISIONS
 from .config import register as register_config
 from .evaluate import register as register_evaluation
 from .insight import register as register_insight
 from .mine import register as register_mine
-from .options import add_compile_flag
+from .options import (
+    add_batch_size_flag,
+    add_compile_flag,
+    add_device_flag,
+    add_pooler_flag,
+)
 from .search import register as register_index
 
 log = logging.getLogger("cselab")
@@ -168,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", required=True, help="text file, one sentence per line, or - for stdin"
     )
     p.add_argument("--output", required=True, help="output .npy path")
-    p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
-    p.add_argument("--batch-size", type=int, default=128)
+    add_pooler_flag(p)
+    add_batch_size_flag(p)
     p.add_argument(
         "--normalize",
         action="store_true",
@@ -188,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PRECISIONS,
         help="compute precision; bf16 is faster on CPUs with AMX/AVX512-BF16 and on GPUs",
     )
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_device_flag(p)
     add_compile_flag(p)
     p.set_defaults(func=cmd_encode)
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.api import MODES
-from ..evaluation.custom import read_sts_file
-from ..evaluation.download import ensure_data
-from ..model.pooling import POOLERS
+from ..evaluation.names import MODES
 from ..search.index import SEARCH_BACKENDS
-from .options import add_compile_flag
+from .options import (
+    add_batch_size_flag,
+    add_compile_flag,
+    add_pooler_flag,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,13 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: sentence1,sentence2,score)",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
-    ev.add_argument(
-        "--pooler",
-        choices=POOLERS,
-        default=None,
-        help="override the saved pooler (plain HF models default to cls_before_pooler)",
-    )
-    ev.add_argument("--batch-size", type=int, default=128, help="encoding batch size (128)")
+    add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
+    add_batch_size_flag(ev, "encoding batch size (128)")
     add_compile_flag(ev)
     ev.add_argument("--output", "-o", help="write the full results as JSON")
     ev.add_argument("--csv", help="write every number as long-format CSV")
@@ -264,35 +259,37 @@ def run_evaluate(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.
-    files = [read_sts_file(f, columns) for f in args.sts_file]
-    collection = None
-    if args.retrieval:
-        from ..io.readers import read_beir
+    from ..evaluation.custom import read_sts_file
 
-        collection = read_beir(args.retrieval, args.split or "test")
+    files = [read_sts_file(f, columns) for f in args.sts_file]
+    plan: list = []
+    if args.retrieval:
+        from ..evaluation.tasks import RetrievalTask
+        from ..io.readers import read_beir
+        from ..search.index import vector_search
+
+        split = args.split or "test"
+        plan.append(
+            RetrievalTask(
+                read_beir(args.retrieval, split), split, args.k, tuple(dims) if dims else None,
+                args.backend, vector_search(args.backend),
+            )
+        )  # fmt: skip
     check_model(args.model)
     if tasks:
+        from ..evaluation.download import ensure_data
+
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from ..model.encoder import load  # lazy: model loading pulls in transformers
 
     encoder = load(args.model, pooler=args.pooler, compile_inference=args.compile_inference)
     check_dims(dims, encoder)
-    out = (
-        evaluate_senteval(encoder, args, tasks, files, dims)
-        if senteval
-        else {"model": args.model, "pooler": None, "mode": args.split or "test", "tasks": [],
-              "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "results": {}}
+    # the task list: the SentEval names and STS files (when asked for), then retrieval
+    out = api.evaluate(
+        encoder, tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
+        data_dir=args.data_dir, batch_size=args.batch_size, download=not args.no_download,
+        model_name=args.model, sts_files=files if senteval else (), dims=dims,
     )  # fmt: skip
-    if collection is not None:
-        from ..evaluation.retrieval import evaluate_retrieval
-        from ..search.index import vector_search
-
-        result = evaluate_retrieval(
-            encoder, collection, k=args.k, dims=dims, search=vector_search(args.backend),
-            backend=args.backend, batch_size=args.batch_size,
-        )  # fmt: skip
-        out["results"][f"retrieval:{Path(args.retrieval).name}"] = result
     if args.pooler:
         out["pooler"] = args.pooler
     from ..data.pairs import (
@@ -314,43 +311,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         print(f"model card: {update_model_card(args.model, out)}")
     return 0
-
-
-def evaluate_senteval(
-    encoder: object,
-    args: argparse.Namespace,
-    tasks: list[str] | None,
-    files: list,
-    dims: list[int] | None,
-) -> dict:
-    """The SentEval tasks and STS files of ``cselab evaluate``; with ``--dims`` also at each
-    dimension (``out["dims"]["64"]``: that dimension's ``results`` and ``headline``), every
-    distinct sentence encoded once for all of them."""
-    from ..evaluation import api
-    from ..evaluation.embed import EmbeddingCache, at_dimension
-
-    def run(model: object) -> dict:
-        return api.evaluate(
-            model,
-            tasks=tasks,
-            mode=args.mode,
-            data_dir=args.data_dir,
-            batch_size=args.batch_size,
-            download=not args.no_download,
-            model_name=args.model,
-            sts_files=files,
-        )
-
-    if not dims:
-        return run(encoder)
-    cache = EmbeddingCache(encoder, args.batch_size)
-    out = run(cache.embed)
-    out["pooler"] = getattr(getattr(encoder, "pooler", None), "kind", None)
-    out["dims"] = {}
-    for dim in dims:
-        at = run(at_dimension(cache.embed, dim))
-        out["dims"][str(dim)] = {"results": at["results"], "headline": at["headline"]}
-    return out
 
 
 def evaluate_markdown(out: dict) -> str:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..data.config import PairColumns
-from ..model.pooling import POOLERS
 from ..search.index import SEARCH_BACKENDS
 from ..search.mine import OUTPUT_FORMATS, SAMPLING, MineSettings, mine_hard_negatives
-from .options import add_compile_flag
+from .options import (
+    add_batch_size_flag,
+    add_compile_flag,
+    add_device_flag,
+    add_pooler_flag,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,10 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=SEARCH_BACKENDS, default="exact",
                    help="exact (default) | flat (FAISS) | hnsw | ivf (approximate)")  # fmt: skip
     p.add_argument("--index", default=None, help="keep the corpus index in this folder")
-    p.add_argument("--batch-size", type=int, default=128)
+    add_batch_size_flag(p)
     p.add_argument("--chunk-size", type=int, default=4096, help="anchors searched at a time")
-    p.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_pooler_flag(p)
+    add_device_flag(p)
     add_compile_flag(p)
     p.set_defaults(func=cmd_mine)
 

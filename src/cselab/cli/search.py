@@ -7,7 +7,6 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..model.pooling import POOLERS
 from ..search.index import (
     BUILD_BACKENDS,
     DEFAULT_CHUNK,
@@ -17,7 +16,12 @@ from ..search.index import (
     check_queries,
     read_lines,
 )
-from .options import add_compile_flag
+from .options import (
+    add_batch_size_flag,
+    add_compile_flag,
+    add_device_flag,
+    add_pooler_flag,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,12 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("corpus", help="UTF-8 text file, one text per line")
     b.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
     b.add_argument("-o", "--output", required=True, help="index folder to write (e.g. my.index)")
-    b.add_argument("--pooler", default=None, choices=POOLERS, help="override the saved pooler")
+    add_pooler_flag(b)
     b.add_argument("--backend", choices=BUILD_BACKENDS, default="exact",
                    help="exact (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
     b.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,
                    help=f"lines encoded between progress records ({DEFAULT_CHUNK})")  # fmt: skip
-    b.add_argument("--batch-size", type=int, default=128)
+    add_batch_size_flag(b)
     b.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (32)")
     b.add_argument("--ef-construction", type=int, default=None, help="HNSW build depth (80)")
     b.add_argument("--nlist", type=int, default=None, help="IVF cells (default sqrt(N))")
@@ -46,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="store the first DIM coordinates of each vector, re-normalised (a model "
                    "trained with objective.matryoshka.dims); queries are encoded so too")  # fmt: skip
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
-    b.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_device_flag(b)
     add_compile_flag(b)
     b.set_defaults(func=cmd_index_build)
 
@@ -65,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--ef-search", type=int, default=None, help="HNSW search depth (64)")
     s.add_argument("--model", default=None, help="encode queries with this model instead")
     s.add_argument("--json", action="store_true", help="one JSON object per query")
-    s.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    add_device_flag(s)
     s.set_defaults(func=cmd_search)
 
 

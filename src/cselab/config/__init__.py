@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 import yaml
 
-from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES, STS_DEV_METRICS, retrieval_metric
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
+from .devset import DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
@@ -116,46 +116,6 @@ class TrainConfig:
     dist_timeout_s: float = 7200.0
     report_to: list[ReportTo] | None = None
     save_merged: bool = False
-
-
-def dev_metric_for(dev: str, metric: str | None) -> str:
-    """``eval.dev_metric`` checked against ``eval.dev`` (a BEIR folder takes a retrieval measure,
-    STS pairs a correlation), in lower case (names are case-insensitive); ``None`` is
-    ``ndcg@10`` for a BEIR folder, else ``spearman``.
-
-    Raises:
-        ConfigError: naming the key, the value and what ``dev`` takes instead.
-    """
-    from ..io.readers import is_beir_folder
-
-    beir = dev.lower() not in ("stsb", "none") and is_beir_folder(dev)
-    if metric is None:
-        return "ndcg@10" if beir else "spearman"
-    measures = ", ".join(f"{m}@K" for m in RETRIEVAL_MEASURES)
-    parsed = retrieval_metric(metric)
-    # one rule for every name: case does not matter (Spearman, NDCG@10)
-    if str(metric).lower() in STS_DEV_METRICS:
-        if beir:
-            raise ConfigError(
-                f"eval.dev_metric={metric} is a correlation of STS pairs, but eval.dev={dev} is a "
-                f"BEIR retrieval folder; use {measures}"
-            )
-        return str(metric).lower()
-    if parsed is None:
-        raise ConfigError(
-            f"eval.dev_metric: unknown metric {metric!r}; expected spearman, pearson or (for a "
-            f"BEIR eval.dev folder) {measures}"
-        )
-    if not beir:
-        raise ConfigError(
-            f"eval.dev_metric={metric} is a retrieval measure; eval.dev={dev} is not a BEIR folder "
-            "(corpus.jsonl, queries.jsonl, qrels/); use spearman or pearson"
-        )
-    if parsed[1] not in DEV_CUTOFFS:
-        raise ConfigError(
-            f"eval.dev_metric={metric}: K must be one of {', '.join(map(str, DEV_CUTOFFS))}"
-        )
-    return f"{parsed[0]}@{parsed[1]}"
 
 
 @dataclass
@@ -263,7 +223,21 @@ class Config:
         # The kind of data as far as the config can tell (pairs or not; the hard negatives are
         # known once the file is read): impossible combinations fail here, naming the key.
         self.objective.validate(pairs=is_pairs_source(self.data.train_file, self.data.format))
+        self.__dict__["_checked"] = _fingerprint(self)
         return self
+
+    def checked(self) -> Config:
+        """This config, validated unless exactly these values were validated already: the
+        entry points call it, so a config read by :func:`load_config` is not checked (and the
+        disk not read) a second time when the run starts, while one changed since is."""
+        if self.__dict__.get("_checked") != _fingerprint(self):
+            self.validate()
+        return self
+
+
+def _fingerprint(config: Config) -> str:
+    """Every value of ``config``, as one string (what :meth:`Config.checked` compares)."""
+    return repr(asdict(config))
 
 
 def check_precision(precision: str, device_type: str, device: str | None = None) -> None:

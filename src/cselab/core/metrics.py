@@ -20,3 +20,12 @@ def retrieval_metric(name: str) -> tuple[str, int] | None:
     if not at or measure not in RETRIEVAL_MEASURES or not cutoff.isdigit() or int(cutoff) < 1:
         return None
     return measure, int(cutoff)
+
+
+def dev_score_name(dev: str, metric: str = "spearman") -> str:
+    """The name of the ``eval.dev`` score in ``metrics.csv``, ``results.json`` and the callbacks:
+    ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, ``dev_spearman`` /
+    ``dev_pearson`` for a file, and ``dev_ndcg@10`` (the metric's name) for a BEIR folder."""
+    if dev.lower() == "stsb":
+        return "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
+    return f"dev_{metric}"

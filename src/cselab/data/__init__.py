@@ -12,21 +12,39 @@ rank's slice of each batch.
 This layer knows nothing of models' insides: only a tokenizer.
 """
 
-from ..core.datakind import DataKind
-from ..core.errors import CorpusError
-from ..io.files import file_digest, write_json_atomic
-from .cache import tokenize_corpus, tokenize_pairs
-from .corpus import CorpusStats, SentenceStream, iter_sentences, read_corpus
-from .order import BatchOrder, bucket_width, collate, pad_to_width, shard, shard_bounds
-from .source import TrainingData, TrainingSource
-from .store import (
-    STORE_FORMAT,
-    TEXT_COLUMN,
-    ColumnWriter,
-    TokenizedCorpus,
-    encode_chunks,
-    pair_columns,
-)
+from __future__ import annotations
+
+from ..core.lazy import lazy_exports
+
+#: each public name and its home module, imported on first use (no torch at ``import`` time)
+_HOMES = {
+    "DataKind": "..core.datakind",
+    "CorpusError": "..core.errors",
+    "file_digest": "..io.files",
+    "write_json_atomic": "..io.files",
+    "tokenize_corpus": ".cache",
+    "tokenize_pairs": ".cache",
+    "CorpusStats": ".corpus",
+    "SentenceStream": ".corpus",
+    "iter_sentences": ".corpus",
+    "read_corpus": ".corpus",
+    "BatchOrder": ".order",
+    "bucket_width": ".order",
+    "pad_to_width": ".order",
+    "collate": ".order",
+    "shard": ".order",
+    "shard_bounds": ".order",
+    "TrainingData": ".source",
+    "TrainingSource": ".source",
+    "STORE_FORMAT": ".store",
+    "TEXT_COLUMN": ".store",
+    "ColumnWriter": ".store",
+    "TokenizedCorpus": ".store",
+    "encode_chunks": ".store",
+    "pair_columns": ".store",
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
+
 
 __all__ = [
     "STORE_FORMAT",

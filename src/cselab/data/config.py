@@ -12,6 +12,11 @@ PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 DataFormat = Literal["auto", "sentences", "pairs", "sick"]
 
 
+#: The hard-negative column read when ``data.columns.negative`` is null (and written by
+#: ``cselab mine``'s triplets, so that training reads them as they are).
+DEFAULT_NEGATIVE_COLUMN = "negative"
+
+
 @dataclass
 class PairColumns:
     """Which columns of a pairs file hold the anchor, the positive and the hard negatives.

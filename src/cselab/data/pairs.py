@@ -43,7 +43,13 @@ from ..core.errors import CorpusError
 from ..io.files import file_digest
 from ..io.readers import open_table, read_sick, reraise_as
 from ..io.runfolder import RunFolder
-from .config import PAIR_SUFFIXES, DataFormat, PairColumns, is_pairs_source  # noqa: F401
+from .config import (  # noqa: F401
+    DEFAULT_NEGATIVE_COLUMN,
+    PAIR_SUFFIXES,
+    DataFormat,
+    PairColumns,
+    is_pairs_source,
+)
 from .order import collate
 from .store import TokenizedCorpus, pair_columns, write_columns
 
@@ -53,9 +59,6 @@ ROWS_VERSION = 1
 #: Prefixes of the positive and negative columns' token tensors in a step's inputs.
 POSITIVE_PREFIX = "positive."
 NEGATIVE_PREFIX = "negative."
-#: The hard-negative column read when ``data.columns.negative`` is null (and written by
-#: ``cselab mine``'s triplets, so that training reads them as they are).
-DEFAULT_NEGATIVE_COLUMN = "negative"
 
 
 @dataclass

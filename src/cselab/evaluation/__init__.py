@@ -7,12 +7,24 @@
 See ``docs/evaluation.md`` for what is reproduced from SentEval / SimCSE and where from.
 """
 
-from __future__ import annotations
+from ..core.lazy import lazy_exports
 
-from .api import ALIGN_UNIFORM, MODES, TASK_GROUPS, evaluate, parse_tasks
-from .datasets import DataFormatError, MissingDataError, resolve_data_dir
-from .embed import EmbeddingCache, Encoder
-from .sts import stsb_dev_spearman
+#: each public name and its home module, imported on first use (no torch at ``import`` time)
+_HOMES = {
+    "ALIGN_UNIFORM": ".api",
+    "MODES": ".api",
+    "TASK_GROUPS": ".api",
+    "evaluate": ".api",
+    "parse_tasks": ".api",
+    "DataFormatError": ".datasets",
+    "MissingDataError": ".datasets",
+    "resolve_data_dir": ".datasets",
+    "EmbeddingCache": ".embed",
+    "Encoder": ".embed",
+    "stsb_dev_spearman": ".sts",
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
+
 
 __all__ = [
     "ALIGN_UNIFORM",

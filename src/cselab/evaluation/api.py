@@ -7,23 +7,25 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from ..core.schema import ConfigError
-from . import alignment, custom, sts, transfer
+from . import custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
 from .download import ensure_data
-from .embed import EmbeddingCache, EncoderLike
+from .embed import EmbeddingCache, EncoderLike, at_dimension
+from .names import ALIGN_UNIFORM, MODES
 from .report import headline
+from .tasks import EvalTask, STSTask, TaskRun, senteval_tasks
 
 log = logging.getLogger(__name__)
 
-ALIGN_UNIFORM = "AlignUniform"
 TASK_GROUPS: dict[str, tuple[str, ...]] = {
     "sts": sts.STS_TASKS,
     "transfer": transfer.TRANSFER_TASKS,
     "all": (*sts.STS_TASKS, *transfer.TRANSFER_TASKS, ALIGN_UNIFORM),
 }
-MODES = ("test", "dev", "fasttest")
 
 _ALIASES = {
     **{t.lower(): t for t in TASK_FILES},
@@ -113,20 +115,9 @@ class TaskProgress:
         )  # fmt: skip
 
 
-def _files_size(root: os.PathLike[str] | str, task: str) -> float:
-    """Bytes of ``task``'s files in the SentEval folder (the weight of its progress step)."""
-    total = 0
-    for name in TASK_FILES.get(task, ()):
-        try:
-            total += os.path.getsize(os.path.join(root, name))
-        except OSError:  # a task reading fewer files than listed still weighs something
-            continue
-    return float(total)
-
-
 def evaluate(
     encoder: EncoderLike,
-    tasks: str | Iterable[str] | None = "sts",
+    tasks: str | Iterable[str | EvalTask] | None = "sts",
     mode: str = "test",
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = 128,
@@ -135,6 +126,7 @@ def evaluate(
     model_name: str | None = None,
     sts_files: Sequence[str | os.PathLike[str] | ScoredPairs] = (),
     sts_columns: Sequence[str] | None = None,
+    dims: Sequence[int] | None = None,
 ) -> dict:
     """Evaluate ``encoder`` on SentEval tasks the way SentEval + SimCSE's ``evaluation.py`` do.
 
@@ -153,6 +145,15 @@ def evaluate(
             STS-B and reported under its file name (:mod:`cselab.evaluation.custom`); with
             ``tasks=None`` only these are evaluated.
         sts_columns: the sentence 1, sentence 2 and score column names of ``sts_files``.
+        dims: also evaluate the SentEval tasks at these Matryoshka dimensions (the first ``d``
+            coordinates, re-normalised), every distinct sentence encoded once for all of them:
+            ``out["dims"]["64"]`` holds that dimension's ``results`` and ``headline``.
+
+    ``tasks`` may also hold :class:`~cselab.evaluation.tasks.EvalTask` objects (a
+    :class:`~cselab.evaluation.tasks.RetrievalTask` on a BEIR folder, an
+    :class:`~cselab.evaluation.tasks.MTEBTask`, ...): they run after the named ones; a task with
+    ``whole_encoder`` runs once on ``encoder`` (retrieval: with its own ``dims``), the others at
+    each dimension. This is everything ``cselab evaluate`` runs.
 
     Returns:
         ``{"model", "pooler", "mode", "tasks", "data_dir", "date", "results": {task: ...},
@@ -161,79 +162,114 @@ def evaluate(
     """
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    given = [] if tasks is None or isinstance(tasks, str) else list(tasks)
+    objects = [t for t in given if isinstance(t, EvalTask)]
+    named = [n for t in given if isinstance(t, str) for n in t.split(",")]  # "sts,MR" too
     files = [
         f if isinstance(f, ScoredPairs) else custom.read_sts_file(f, sts_columns) for f in sts_files
     ]
-    names = parse_tasks(tasks, mode) if tasks is not None or not files else []
-    root = ensure_data(names, data_dir, download_missing=download) if names else None
-    started = time.perf_counter()
-    results: dict[str, dict] = {}
-    timing: dict[str, float] = {}
-    sts_cache = EmbeddingCache(encoder, batch_size)
-    split = "dev" if mode == "dev" else "test"
-
-    sts_names = [t for t in names if t in sts.STS_TASKS]
-    transfer_names = [t for t in names if t in transfer.TRANSFER_TASKS]
-    steps = []  # (label, weight) in the order run below
-    if sts_names:
-        steps.append((", ".join(sts_names), sum(_files_size(root, t) for t in sts_names)))
-    if ALIGN_UNIFORM in names:
-        steps.append((ALIGN_UNIFORM, _files_size(root, ALIGN_UNIFORM)))
-    for pairs in files:
-        steps.append((str(pairs.path), float(sum(map(len, pairs.sent1 + pairs.sent2)))))
-    steps += [(t, _files_size(root, t)) for t in transfer_names]
-    progress = TaskProgress(steps)
-
-    if sts_names:
-        progress.start()
-        t0 = time.perf_counter()
-        results.update(sts.evaluate_sts(sts_cache, sts_names, split, root))
-        timing["sts"] = time.perf_counter() - t0
-        log.info(
-            "STS (%s): %d distinct sentences encoded in %.1fs",
-            ", ".join(sts_names), sts_cache.encoded, timing["sts"],
-        )  # fmt: skip
-        progress.end()
-    if ALIGN_UNIFORM in names:
-        progress.start()
-        t0 = time.perf_counter()
-        results[ALIGN_UNIFORM] = alignment.align_uniform(sts_cache, root)
-        timing[ALIGN_UNIFORM] = time.perf_counter() - t0
-        progress.end()
-    for pairs in files:
-        progress.start()
-        t0 = time.perf_counter()
-        name = pairs.name if pairs.name not in results else f"{pairs.name} ({pairs.path})"
-        results[name] = custom.evaluate_pairs(sts_cache, pairs)
-        timing[name] = time.perf_counter() - t0
-        progress.end()
-    encodings = {"distinct": sts_cache.encoded, "requested": sts_cache.requested}
-    encode_s = sts_cache.encode_seconds
-    for task in transfer_names:
-        progress.start()
-        # a fresh cache per task: transfer tasks share no sentences and SST-2 alone is 70k
-        cache = EmbeddingCache(encoder, batch_size)
-        t0 = time.perf_counter()
-        results[task] = transfer.evaluate_transfer_task(cache, task, root, mode, transfer_config)
-        timing[task] = time.perf_counter() - t0
-        encodings["distinct"] += cache.encoded
-        encodings["requested"] += cache.requested
-        encode_s += cache.encode_seconds
-        progress.end()
-    timing["encode"] = encode_s
-    timing["total"] = time.perf_counter() - started
-
-    pooler = getattr(getattr(encoder, "pooler", None), "kind", None)  # a cselab SentenceEncoder
-    out = {
-        "model": model_name or getattr(encoder, "source", None),
-        "pooler": pooler if isinstance(pooler, str) else None,
-        "mode": mode,
-        "tasks": names,
-        "data_dir": str(root) if root is not None else None,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "results": results,
-        "timing": timing,
-        "encoding": encodings,
-    }
-    out["headline"] = headline(out)
+    if isinstance(tasks, str) or named:
+        names = parse_tasks(tasks if isinstance(tasks, str) else named, mode)
+    elif files or objects:
+        names = []
+    else:
+        names = parse_tasks(given, mode)  # nothing to evaluate: the one error for it
+    plan = [*senteval_tasks(names, files), *objects]
+    per_dim = [t for t in plan if not t.whole_encoder]
+    whole = [t for t in plan if t.whole_encoder]
+    # the SentEval tasks in the order named (``tasks`` in the JSON), then the objects' own
+    needed = list(dict.fromkeys([*names, *(n for t in per_dim for n in t.senteval_names)]))
+    root = ensure_data(needed, data_dir, download_missing=download) if needed else None
+    if per_dim or not whole:
+        run = _Run(mode, root, batch_size, transfer_config)
+        if not dims:
+            out = run(encoder, per_dim, model_name)
+        else:  # every distinct sentence encoded once for all the dimensions
+            cache = EmbeddingCache(encoder, batch_size)
+            out = run(cache.embed, per_dim, model_name or getattr(encoder, "source", None))
+            out["pooler"] = _pooler(encoder)
+            out["dims"] = {}
+            for dim in dims:
+                at = run(at_dimension(cache.embed, dim), per_dim, model_name)
+                out["dims"][str(dim)] = {"results": at["results"], "headline": at["headline"]}
+        out["tasks"] = needed
+    else:  # retrieval alone: no SentEval table
+        out = {
+            "model": model_name or getattr(encoder, "source", None),
+            "pooler": None,
+            "mode": getattr(whole[0], "split", mode),
+            "tasks": [],
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "results": {},
+        }
+    for task in whole:
+        folder = root if root is not None else (Path(data_dir) if data_dir else None)
+        run_on = TaskRun(EmbeddingCache(encoder, batch_size), encoder, folder, mode, batch_size)
+        out["results"].update(task.run(run_on).entries)
     return out
+
+
+def _pooler(encoder: object) -> str | None:
+    pooler = getattr(getattr(encoder, "pooler", None), "kind", None)  # a cselab SentenceEncoder
+    return pooler if isinstance(pooler, str) else None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One pass of the tasks that share an encoding cache over one encoder (or one
+    Matryoshka view of it): the results dict with its timing, encoding counts and headline."""
+
+    mode: str
+    root: Path | None
+    batch_size: int
+    transfer_config: transfer.ClassifierConfig | None
+
+    def __call__(
+        self, encoder: EncoderLike, tasks: Sequence[EvalTask], model_name: str | None
+    ) -> dict:
+        started = time.perf_counter()
+        results: dict[str, dict] = {}
+        timing: dict[str, float] = {}
+        shared = EmbeddingCache(encoder, self.batch_size)
+        progress = TaskProgress([(t.label, t.weight(self.root)) for t in tasks])
+        encodings = {"distinct": 0, "requested": 0}
+        encode_s = 0.0
+        own: list[EmbeddingCache] = []
+        for task in tasks:
+            progress.start()
+            t0 = time.perf_counter()
+            run = TaskRun(
+                shared, encoder, self.root, self.mode, self.batch_size, self.transfer_config,
+                frozenset(results),
+            )  # fmt: skip
+            result = task.run(run)
+            results.update(result.entries)
+            timing[result.timing_key] = time.perf_counter() - t0
+            if isinstance(task, STSTask):
+                log.info(
+                    "STS (%s): %d distinct sentences encoded in %.1fs",
+                    task.label, shared.encoded, timing[result.timing_key],
+                )  # fmt: skip
+            if result.cache is not None:
+                own.append(result.cache)
+            progress.end()
+        # the shared cache first, then each task's own (the order the counts were summed in)
+        for cache in (shared, *own):
+            encodings["distinct"] += cache.encoded
+            encodings["requested"] += cache.requested
+            encode_s += cache.encode_seconds
+        timing["encode"] = encode_s
+        timing["total"] = time.perf_counter() - started
+        out = {
+            "model": model_name or getattr(encoder, "source", None),
+            "pooler": _pooler(encoder),
+            "mode": self.mode,
+            "tasks": [],
+            "data_dir": str(self.root) if self.root is not None else None,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "results": results,
+            "timing": timing,
+            "encoding": encodings,
+        }
+        out["headline"] = headline(out)
+        return out

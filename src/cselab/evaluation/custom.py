@@ -29,11 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES
+from ..config.devset import STSB, DevSet, resolve_dev_set
+from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES, dev_score_name  # noqa: F401
 from ..core.schema import ConfigError
 from ..io.readers import open_table
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
 from .embed import EmbeddingCache, EncoderLike, call_encoder
+from .names import STS_FILE_KIND
 from .sts import correlations, cosine_similarity
 
 DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
@@ -41,16 +43,7 @@ DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
 MIN_PAIRS = 5
 METRICS = ("spearman", "pearson")
 #: Marks a result entry as a user's STS file (the report gives such entries their own table).
-KIND = "sts-file"
-
-
-def dev_score_name(dev: str, metric: str = "spearman") -> str:
-    """The name of the ``eval.dev`` score in ``metrics.csv``, ``results.json`` and the callbacks:
-    ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, ``dev_spearman`` /
-    ``dev_pearson`` for a file, and ``dev_ndcg@10`` (the metric's name) for a BEIR folder."""
-    if dev.lower() == "stsb":
-        return "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
-    return f"dev_{metric}"
+KIND = STS_FILE_KIND
 
 
 #: Every name :func:`dev_score_name` gives (a BEIR folder's at the cut-offs selection accepts).
@@ -148,78 +141,94 @@ class PairsScorer:
         return 100.0 * correlations(system, self.pairs.scores)[self.metric]
 
 
+class DevEvaluator:
+    """The model-selection score of a resolved :class:`~cselab.config.devset.DevSet`: called on
+    an encoder, it returns the score x 100, or a dict of numbers with the score under
+    :attr:`name` (STS-B dev also gives ``align`` and ``uniform``,
+    :func:`~cselab.evaluation.sts.stsb_dev_measures`, logged next to the score).
+
+    A dev file or BEIR folder is read and validated here, before training.
+    """
+
+    def __init__(
+        self, dev: DevSet, data_dir: str | os.PathLike[str] | None = None, batch_size: int = 128
+    ) -> None:
+        self.dev = dev
+        self.data_dir = data_dir
+        self.batch_size = batch_size
+        self._score: Callable[[EncoderLike], float | dict[str, float]]
+        if dev.kind == "retrieval":
+            self._score = self._retrieval()
+        elif dev.kind == "stsb":
+            self._score = self._stsb
+        else:
+            scorer = PairsScorer(read_sts_file(dev.path, dev.columns), dev.metric, batch_size)
+            self._score = scorer
+
+    @classmethod
+    def from_function(
+        cls, score: Callable[[EncoderLike], float | dict[str, float]]
+    ) -> DevEvaluator:
+        """A user's own ``encoder -> score`` (or ``{name: score, ...}``), scored under the
+        default name (``stsb_dev``) with no known source."""
+        evaluator = cls.__new__(cls)
+        evaluator.dev = DevSet("stsb", STSB, "dev", "spearman", dev_score_name(STSB), None)
+        evaluator.data_dir, evaluator.batch_size, evaluator._score = None, 128, score
+        return evaluator
+
+    @property
+    def name(self) -> str:
+        """The score's column in ``metrics.csv`` and key in ``results.json``."""
+        return self.dev.score_name
+
+    @property
+    def source(self) -> str | None:
+        """The dev set as the logs name it."""
+        return self.dev.label
+
+    def __call__(self, encoder: EncoderLike) -> float | dict[str, float]:
+        return self._score(encoder)
+
+    def _stsb(self, encoder: EncoderLike) -> dict[str, float]:
+        from .sts import ensure_stsb_dev, stsb_dev_measures
+
+        # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
+        ensure_stsb_dev(self.data_dir, option="--eval.data_dir")
+        # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
+        out = stsb_dev_measures(encoder, self.data_dir, batch_size=self.batch_size)
+        return {self.name: out[self.dev.metric], "align": out["align"], "uniform": out["uniform"]}
+
+    def _retrieval(self) -> Callable[[EncoderLike], dict[str, float]]:
+        """``eval.dev`` a BEIR folder: the metric (x 100) of exact search on its split."""
+        import logging
+
+        from .retrieval import RetrievalScorer
+
+        dev = self.dev
+        if dev.split != "dev":
+            logging.getLogger(__name__).warning(
+                "eval.dev=%s has no qrels/dev.tsv; model selection uses its one split, %s",
+                dev.path, dev.split,
+            )  # fmt: skip
+        scorer = RetrievalScorer(dev.path, dev.split, [dev.metric], batch_size=self.batch_size)
+        return lambda encoder: {self.name: scorer(encoder)[dev.metric]}
+
+
 def dev_evaluator(
     dev: str,
-    metric: str = "spearman",
+    metric: str | None = "spearman",
     columns: Sequence[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = 128,
-) -> Callable[[EncoderLike], float | dict[str, float]] | None:
-    """The model-selection score of ``eval.dev``, with a ``name`` attribute for the logs.
+) -> DevEvaluator | None:
+    """The :class:`DevEvaluator` of ``eval.dev`` (resolved by
+    :func:`~cselab.config.devset.resolve_dev_set`), or ``None`` for ``none``.
 
-    The evaluator returns the score, or a dict of numbers with the score under ``name``: for
-    STS-B dev also ``align`` and ``uniform`` (:func:`~cselab.evaluation.sts.stsb_dev_measures`),
-    logged at every evaluation next to the score.
-
-    ``dev``: ``stsb`` (STS-B dev, as SimCSE), ``none`` (no selection: returns ``None``), the
-    path of an STS-format file / saved dataset, or a BEIR folder (scored on its ``dev`` qrels,
-    else on its one split, named in the log; ``metric`` ``ndcg@10``, ``mrr@10``...: see
-    :mod:`cselab.evaluation.retrieval`), read and validated here, before training.
-    The name is :func:`dev_score_name`'s; the value is the correlation or measure x 100.
+    ``dev``: ``stsb`` (STS-B dev, as SimCSE), ``none`` (no selection), the path of an
+    STS-format file / saved dataset, or a BEIR folder (scored on its ``dev`` qrels, else on its
+    one split, named in the log; ``metric`` ``ndcg@10``, ``mrr@10``...: see
+    :mod:`cselab.evaluation.retrieval`). The name is :func:`dev_score_name`'s; the value is the
+    correlation or measure x 100.
     """
-    if dev.lower() == "none":
-        return None
-    from ..config import dev_metric_for  # lazily: the config pulls in torch
-
-    metric = dev_metric_for(dev, metric)
-    if "@" in metric:
-        return _retrieval_dev_evaluator(dev, metric, batch_size)
-    if dev.lower() == "stsb":
-        from .sts import ensure_stsb_dev, stsb_dev_measures
-
-        name = dev_score_name(dev, metric)
-
-        def evaluate(encoder: EncoderLike) -> dict[str, float]:
-            # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
-            ensure_stsb_dev(data_dir, option="--eval.data_dir")
-            # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
-            out = stsb_dev_measures(encoder, data_dir, batch_size=batch_size)
-            return {name: out[metric], "align": out["align"], "uniform": out["uniform"]}
-
-        evaluate.name = name  # type: ignore[attr-defined]
-        evaluate.source = "stsb"  # type: ignore[attr-defined]
-        return evaluate
-    scorer_ = PairsScorer(read_sts_file(dev, columns), metric, batch_size)
-
-    def evaluate_file(encoder: EncoderLike) -> float:
-        return scorer_(encoder)
-
-    evaluate_file.name = dev_score_name(dev, metric)  # type: ignore[attr-defined]
-    evaluate_file.source = str(dev)  # type: ignore[attr-defined]
-    return evaluate_file
-
-
-def _retrieval_dev_evaluator(
-    dev: str, metric: str, batch_size: int
-) -> Callable[[EncoderLike], dict[str, float]]:
-    """``eval.dev`` a BEIR folder: the ``metric`` (x 100) of exact search on the dev split."""
-    import logging
-
-    from ..io.readers import beir_splits
-    from .retrieval import RetrievalScorer
-
-    splits = beir_splits(dev)
-    split = "dev" if "dev" in splits or len(splits) != 1 else splits[0]
-    if split != "dev":
-        logging.getLogger(__name__).warning(
-            "eval.dev=%s has no qrels/dev.tsv; model selection uses its one split, %s", dev, split
-        )
-    scorer = RetrievalScorer(dev, split, [metric], batch_size=batch_size)
-    name = dev_score_name(dev, metric)
-
-    def evaluate_beir(encoder: EncoderLike) -> dict[str, float]:
-        return {name: scorer(encoder)[metric]}
-
-    evaluate_beir.name = name  # type: ignore[attr-defined]
-    evaluate_beir.source = f"{dev} ({split})"  # type: ignore[attr-defined]
-    return evaluate_beir
+    resolved = resolve_dev_set(dev, metric, tuple(columns) if columns else None)
+    return None if resolved is None else DevEvaluator(resolved, data_dir, batch_size)

@@ -19,20 +19,12 @@ from typing import Any
 
 from ..io.files import write_text_atomic
 from .datasets import STS_YEARS, DataFormatError
+from .names import STS_FILE_KIND, TRANSFER_COLUMNS
 
 STS_COLUMNS = (
     *((year, year) for year in STS_YEARS),
     ("STSBenchmark", "STS-B"),
     ("SICKRelatedness", "SICK-R"),
-)
-TRANSFER_COLUMNS = (
-    ("MR", "MR"),
-    ("CR", "CR"),
-    ("SUBJ", "SUBJ"),
-    ("MPQA", "MPQA"),
-    ("SST2", "SST-2"),
-    ("TREC", "TREC"),
-    ("MRPC", "MRPC"),
 )
 
 
@@ -57,7 +49,7 @@ def headline(out: dict) -> dict[str, dict[str, float | None]]:
         row = {label: _sts_value(t, results[t]) if t in results else None for t, label in sts_cols}
         table["sts"] = _with_avg(row)
     files = {
-        t: _r2(100.0 * r["spearman"]) for t, r in results.items() if r.get("kind") == "sts-file"
+        t: _r2(100.0 * r["spearman"]) for t, r in results.items() if r.get("kind") == STS_FILE_KIND
     }
     if files:  # the user's own pair files: no "Avg" (they are not a benchmark's columns)
         table["sts_files"] = files

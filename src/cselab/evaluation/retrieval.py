@@ -63,11 +63,12 @@ from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
 from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
+from .names import RETRIEVAL_KIND
 
 log = logging.getLogger(__name__)
 
 #: Marks a result entry as a retrieval evaluation.
-KIND = "retrieval"
+KIND = RETRIEVAL_KIND
 #: The least depth searched (recall@100 and map@100 are always reported).
 MIN_DEPTH = 100
 

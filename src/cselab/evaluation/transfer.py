@@ -34,10 +34,10 @@ import numpy as np
 
 from . import datasets
 from .embed import EmbeddingCache
+from .names import TRANSFER_TASKS
 
 log = logging.getLogger(__name__)
 
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 L2_GRID = tuple(10.0**t for t in range(-5, -1))  # SentEval, usepytorch=True
 SEED = 1111
 

@@ -3,5 +3,5 @@ statistics.
 
 :mod:`.plots` (``cselab plot``), :mod:`.sweep` (``cselab sweep``), :mod:`.report` (``cselab
 report``), :mod:`.stats` (paired differences with confidence intervals and tests, from
-``scipy.stats``), :mod:`.cli` (the three commands).
+``scipy.stats``); the three commands are :mod:`cselab.cli.insight`.
 """

@@ -18,6 +18,8 @@ named list), the seeds and an output root::
     evaluate: {tasks: sts, mode: test, model: best}   # `null`: no evaluation
     # or your own STS-format pairs, as `cselab evaluate --sts-file` (tasks default to none then):
     # evaluate: {sts_files: [my_dev.tsv], sts_columns: [sentence1, sentence2, score]}
+    # or retrieval on a BEIR folder, as `cselab evaluate --retrieval`:
+    # evaluate: {retrieval: my-beir, retrieval_split: test, k: 10}
 
 Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (with
 ``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
@@ -70,8 +72,9 @@ class EvalSpec:
     """What each cell's final model is evaluated on (see :func:`cselab.evaluation.evaluate`).
 
     ``tasks`` defaults to ``sts``, or to none when ``sts_files`` (your own STS-format pairs,
-    as ``cselab evaluate --sts-file``) are given; ``sts_columns`` names their two sentence
-    columns and their score column."""
+    as ``cselab evaluate --sts-file``) or ``retrieval`` (a BEIR folder, as ``cselab evaluate
+    --retrieval``, scored on ``retrieval_split`` at cut-off ``k``) are given; ``sts_columns``
+    names the files' two sentence columns and their score column."""
 
     tasks: str | None = None
     mode: str = "test"
@@ -81,13 +84,44 @@ class EvalSpec:
     download: bool = False
     sts_files: list[str] = field(default_factory=list)
     sts_columns: list[str] = field(default_factory=lambda: list(DEFAULT_COLUMNS))
+    retrieval: str | None = None
+    retrieval_split: str = "test"
+    k: int = 10
 
     @property
     def task_spec(self) -> str | None:
-        """The SentEval tasks to run (``None``: only the STS files)."""
-        if self.tasks is None and not self.sts_files:
+        """The SentEval tasks to run (``None``: only the STS files, or retrieval)."""
+        if self.tasks is None and not self.sts_files and not self.retrieval:
             return "sts"
         return self.tasks
+
+    def task_list(self) -> list[Any]:
+        """What :func:`cselab.evaluation.evaluate` runs in process: the SentEval task names,
+        then the retrieval task (the STS files go as ``sts_files``)."""
+        from ..evaluation.tasks import RetrievalTask
+
+        tasks: list[Any] = [self.task_spec] if self.task_spec is not None else []
+        if self.retrieval:
+            tasks.append(RetrievalTask(self.retrieval, self.retrieval_split, self.k))
+        return tasks
+
+    def argv(self) -> list[str]:
+        """The same request as ``cselab evaluate`` options (a subprocess cell)."""
+        args = ["--mode", self.mode, "--batch-size", str(self.batch_size)]
+        if self.task_spec is not None:
+            args += ["--tasks", self.task_spec]
+        for sts_file in self.sts_files:
+            args += ["--sts-file", sts_file]
+        if self.sts_files:
+            args += ["--sts-columns", ",".join(self.sts_columns)]
+        if self.retrieval:
+            args += ["--retrieval", self.retrieval, "--split", self.retrieval_split]
+            args += ["--k", str(self.k)]
+        if self.data_dir:
+            args += ["--data-dir", self.data_dir]
+        if not self.download:
+            args.append("--no-download")
+        return args
 
 
 @dataclass
@@ -267,6 +301,15 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
                 read_sts_file(sts_file, evaluate.sts_columns)
             except UserError as err:
                 raise fail(f"evaluate.sts_files: {err}") from None
+        if evaluate.retrieval is not None:
+            from ..io.readers import read_beir
+
+            if evaluate.k < 1:
+                raise fail(f"evaluate.k must be at least 1, not {evaluate.k}")
+            try:  # read and checked now, before any cell trains
+                read_beir(evaluate.retrieval, evaluate.retrieval_split)
+            except UserError as err:
+                raise fail(f"evaluate.retrieval: {err}") from None
     spec = SweepSpec(
         base=base,
         configs=configs,
@@ -331,19 +374,8 @@ def cell_commands(spec: SweepSpec, cell: Cell, config_file: Path) -> list[list[s
     if ev is not None:
         evaluate = [
             sys.executable, "-m", "cselab", "-q", "evaluate", str(cell.folder.model(ev.model)),
-            "--mode", ev.mode, "--batch-size", str(ev.batch_size),
-            "--output", str(cell.folder.evaluation),
+            *ev.argv(), "--output", str(cell.folder.evaluation),
         ]  # fmt: skip
-        if ev.task_spec is not None:
-            evaluate += ["--tasks", ev.task_spec]
-        for sts_file in ev.sts_files:
-            evaluate += ["--sts-file", sts_file]
-        if ev.sts_files:
-            evaluate += ["--sts-columns", ",".join(ev.sts_columns)]
-        if ev.data_dir:
-            evaluate += ["--data-dir", ev.data_dir]
-        if not ev.download:
-            evaluate.append("--no-download")
         commands.append(evaluate)
     return commands
 
@@ -358,7 +390,7 @@ def _evaluate_inprocess(spec: SweepSpec, cell: Cell) -> None:
     encoder = load(str(cell.folder.model(ev.model)), device="cpu")
     out = evaluate(
         encoder,
-        tasks=ev.task_spec,
+        tasks=ev.task_list(),
         mode=ev.mode,
         data_dir=ev.data_dir,
         batch_size=ev.batch_size,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..core.errors import ConfigError
-from .pooling import PoolerName
+from .choices import PoolerName
 
 #: where the sentence goes in a prompt template, and the token whose state is its vector
 SENTENCE_SLOT = "[X]"

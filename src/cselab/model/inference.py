@@ -17,11 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .choices import PRECISIONS
 from .similarity import check_prefix, truncate_rows
-
-#: ``encode(precision=...)``: the backbone's compute precision at inference
-PRECISIONS = ("fp32", "bf16")
-
 
 #: where :func:`inference_graph` keeps a module's compiled forward: in the module's ``__dict__``,
 #: not as a submodule (which would add its weights a second time to ``state_dict``)

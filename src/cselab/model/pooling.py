@@ -32,7 +32,6 @@ it, and the model card's usage snippets spell it out.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -40,11 +39,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-PoolerName = Literal[
-    "cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "prompt", "last",
-    "weighted_mean",
-]  # fmt: skip
-POOLERS: tuple[str, ...] = typing.get_args(PoolerName)
+from .choices import POOLERS, PoolerName  # noqa: F401 - re-exported
+
 #: ``hidden_states`` index of the last layer alone (index 0 is the embedding output).
 LAST_LAYER = (-1,)
 

@@ -8,164 +8,97 @@ each: :mod:`.focal` (Focal-InfoNCE), :mod:`.gaussian` (GS-InfoNCE), :mod:`.off_d
 :mod:`.dcl` (ImSimCSE), :mod:`.barlow` (ImSimCSE's BarlowTwins baseline), :mod:`.mixcse`
 (MixCSE), :mod:`.noise` (ImSimCSE's noise ablation), :mod:`.hard_negatives` (supervised
 SimCSE's given hard negatives), :mod:`.esimcse` (ESimCSE's word repetition and momentum
-queue). :mod:`.matryoshka` wraps any of them at several prefix
+queue), :mod:`.mntp` (LLM2Vec's masked next-token prediction, which replaces InfoNCE).
+:mod:`.matryoshka` wraps any of them at several prefix
 dimensions (Matryoshka Representation Learning). :mod:`.config` is the ``objective:``
-section of a run config and the one place it is validated. :mod:`.papers`: each part names the
+section of a run config (torch-free): one sub-section per paper, each with its own checks.
+:mod:`.registry` is the ordered list of ``(key, paper module's build)`` that assembles the
+:class:`InfoNCE` (:mod:`.assembly`) in :func:`build_objective`. :mod:`.papers`: each part names the
 papers it implements and describes itself; :func:`objective_papers`, :func:`objective_tags` and
 :func:`describe_objective` ask a built objective (the model card and :mod:`cselab.st` use them).
 """
 
 from __future__ import annotations
 
-from ..core.datakind import DataKind
-from .barlow import BarlowTwinsTerm, barlow_twins_loss, cross_correlation
-from .base import (
-    VIEW_ANCHOR,
-    VIEW_HARD_NEGATIVE,
-    VIEW_MOMENTUM,
-    VIEW_OFF_DROPOUT,
-    VIEW_POSITIVE,
-    VIEW_TOKEN_LABELS,
-    VIEW_TOKEN_LOGITS,
-    AuxiliaryTerm,
-    LossTerms,
-    NegativeBlock,
-    NegativeSource,
-    Objective,
-    Pair,
-    Score,
-    ViewTransform,
-    total_loss,
-)
-from .config import (
-    BarlowTwinsConfig,
-    DCLConfig,
-    FocalConfig,
-    GaussianConfig,
-    MatryoshkaConfig,
-    MixCSEConfig,
-    MomentumQueueConfig,
-    NoiseConfig,
-    ObjectiveConfig,
-    OffDropoutConfig,
-    WordRepetitionConfig,
-)
-from .context import ObjectiveContext, StepCache
-from .dcl import DimensionContrastive, dcl_loss
-from .esimcse import MomentumQueue, WordRepetition
-from .focal import FocalScore
-from .gaussian import GaussianNegatives
-from .hard_negatives import HardNegatives
-from .infonce import InBatchNegatives, InfoNCE
-from .matryoshka import MATRYOSHKA, Matryoshka, MatryoshkaPrefixes
-from .mixcse import MixedNegatives
-from .mntp import MaskedNextTokenPrediction, MNTPConfig
-from .mntp import build as build_mntp
-from .noise import AdditiveNoise
-from .off_dropout import OffDropoutNegatives, PositiveRatioScore
-from .papers import Cited, Paper, describe_objective, objective_papers, objective_tags
-from .spaces import (
-    DROPOUT_SPACE,
-    NOISY_SPACE,
-    OFF_DROPOUT_SPACE,
-    VIEW_ANCHOR_NOISY,
-    VIEW_POSITIVE_NOISY,
-    NegativeSpace,
-)
+from ..core.lazy import lazy_exports
 
-
-def build_objective(
-    cfg: ObjectiveConfig, data: DataKind | None = None, width: int | None = None
-) -> Objective:
-    """Validate ``cfg`` and assemble the :class:`InfoNCE` it describes.
-
-    With no sub-section enabled this is unsupervised SimCSE (default parts); each enabled
-    sub-section adds or replaces a part following the composition rules of :mod:`.infonce`.
-    With ``matryoshka.dims`` set, that InfoNCE is wrapped in :class:`Matryoshka`.
-
-    Args:
-        cfg: the ``objective:`` section.
-        data: the kind of the training data, as the data layer decided it when it opened the
-            file (``None``: not known; the data-dependent checks of
-            :meth:`ObjectiveConfig.validate` are skipped). Data with hard negatives (the
-            ``neg`` view) add :class:`HardNegatives` with ``cfg.hard_negative_weight``
-            (supervised SimCSE).
-        width: the encoder's output width, where it is known (``None``: not known; the
-            check of ``matryoshka.dims`` against it is skipped).
-    """
-    if data is None:
-        cfg.validate(width=width)
-    else:
-        cfg.validate(data.pairs, data.hard_negatives, width)
-    if cfg.mntp.enabled:  # a language-modelling loss of its own, not an InfoNCE part
-        return build_mntp(cfg.mntp)
-    hard_negatives = data is not None and data.hard_negatives
-    noise = AdditiveNoise(cfg.noise.variance, cfg.noise.side) if cfg.noise.enabled else None
-    noisy_negatives = noise is not None and noise.on_negatives
-    noisy_positive = noise is not None and noise.on_positive
-
-    off = cfg.off_dropout
-    if off.enabled:
-        space = OFF_DROPOUT_SPACE
-        negatives: list[NegativeSource] = [
-            OffDropoutNegatives(off.tradeoff if off.variant == "paper" else 1.0)
-        ]
-    else:
-        space = NOISY_SPACE if noisy_negatives else DROPOUT_SPACE
-        negatives = [InBatchNegatives(space)]
-
-    if hard_negatives:
-        negatives.append(HardNegatives(cfg.hard_negative_weight, space=space))
-
-    g = cfg.gaussian
-    if g.enabled and g.weight > 0 and (g.num if g.num is not None else g.batch_multiple) > 0:
-        negatives.append(
-            GaussianNegatives(g.num, g.batch_multiple, g.mean, g.std, g.weight, space=space)
-        )
-
-    x = cfg.mixcse
-    if x.enabled:
-        negatives.append(
-            MixedNegatives(x.mix_ratio, x.partner, x.columns, x.stop_gradient, space=space)
-        )
-
-    q = cfg.momentum_queue
-    if q.enabled and q.queue_size > 0:
-        negatives.append(MomentumQueue(q.queue_size, q.momentum, space=space, init=q.init))
-    r = cfg.word_repetition
-    repetition = WordRepetition(r.dup_rate) if r.enabled and r.dup_rate > 0 else None
-
-    score: Score = FocalScore(cfg.focal.hardness) if cfg.focal.enabled else Score()
-    if off.enabled and off.variant == "authors_code":
-        score = PositiveRatioScore(score, off.tradeoff)
-
-    auxiliary: list[AuxiliaryTerm] = []
-    d = cfg.dcl
-    if d.enabled and d.weight > 0:
-        auxiliary.append(DimensionContrastive(d.weight, d.temperature, d.formulation, d.eps))
-    b = cfg.barlow_twins
-    if b.enabled and b.weight > 0:
-        auxiliary.append(BarlowTwinsTerm(b.weight, b.off_diagonal, b.padding, b.center))
-
-    objective = InfoNCE(
-        cfg.temperature,
-        negatives,
-        score=score,
-        auxiliary=auxiliary,
-        symmetric=cfg.symmetric_loss,
-        transforms=[noise] if noise is not None else [],
-        positive_views=(VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY)
-        if noisy_positive
-        else (VIEW_ANCHOR, VIEW_POSITIVE),
-        repetition=repetition,
-    )
-    # --- Matryoshka: wraps the objective assembled above ---
-    if cfg.matryoshka.enabled:
-        return Matryoshka(objective, cfg.matryoshka.dims, cfg.matryoshka.weights)
-    return objective
+#: each public name and its home module, imported on first use: reading the ``objective:``
+#: section (:mod:`.config`) needs no torch
+_HOMES = {
+    "DataKind": "..core.datakind",
+    "BarlowTwinsTerm": ".barlow",
+    "barlow_twins_loss": ".barlow",
+    "cross_correlation": ".barlow",
+    "VIEW_ANCHOR": ".base",
+    "VIEW_HARD_NEGATIVE": ".base",
+    "VIEW_MOMENTUM": ".base",
+    "VIEW_OFF_DROPOUT": ".base",
+    "VIEW_POSITIVE": ".base",
+    "AuxiliaryTerm": ".base",
+    "LossTerms": ".base",
+    "NegativeBlock": ".base",
+    "NegativeSource": ".base",
+    "Objective": ".base",
+    "Pair": ".base",
+    "Score": ".base",
+    "ViewTransform": ".base",
+    "total_loss": ".base",
+    "BarlowTwinsConfig": ".config",
+    "DCLConfig": ".config",
+    "FocalConfig": ".config",
+    "GaussianConfig": ".config",
+    "MatryoshkaConfig": ".config",
+    "MixCSEConfig": ".config",
+    "MomentumQueueConfig": ".config",
+    "NoiseConfig": ".config",
+    "ObjectiveConfig": ".config",
+    "OffDropoutConfig": ".config",
+    "WordRepetitionConfig": ".config",
+    "ObjectiveContext": ".context",
+    "StepCache": ".context",
+    "DimensionContrastive": ".dcl",
+    "dcl_loss": ".dcl",
+    "MomentumQueue": ".esimcse",
+    "WordRepetition": ".esimcse",
+    "FocalScore": ".focal",
+    "GaussianNegatives": ".gaussian",
+    "HardNegatives": ".hard_negatives",
+    "InBatchNegatives": ".infonce",
+    "InfoNCE": ".infonce",
+    "MATRYOSHKA": ".matryoshka",
+    "Matryoshka": ".matryoshka",
+    "MatryoshkaPrefixes": ".matryoshka",
+    "MixedNegatives": ".mixcse",
+    "AdditiveNoise": ".noise",
+    "OffDropoutNegatives": ".off_dropout",
+    "PositiveRatioScore": ".off_dropout",
+    "Cited": ".papers",
+    "Paper": ".papers",
+    "describe_objective": ".papers",
+    "objective_papers": ".papers",
+    "objective_tags": ".papers",
+    "DROPOUT_SPACE": ".spaces",
+    "NOISY_SPACE": ".spaces",
+    "OFF_DROPOUT_SPACE": ".spaces",
+    "VIEW_ANCHOR_NOISY": ".spaces",
+    "VIEW_POSITIVE_NOISY": ".spaces",
+    "NegativeSpace": ".spaces",
+    "build_objective": ".registry",
+    "VIEW_TOKEN_LABELS": ".base",
+    "VIEW_TOKEN_LOGITS": ".base",
+    "MNTPConfig": ".config",
+    "MaskedNextTokenPrediction": ".mntp",
+    "OBJECTIVE_PARTS": ".registry",
+    "Assembly": ".assembly",
+    "ObjectiveFacts": ".config",
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
 
 
 __all__ = [
+    "OBJECTIVE_PARTS",
+    "Assembly",
+    "ObjectiveFacts",
     "DROPOUT_SPACE",
     "NOISY_SPACE",
     "OFF_DROPOUT_SPACE",

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
 from .config import BarlowTwinsConfig
 from .context import ObjectiveContext, StepCache
@@ -122,3 +123,10 @@ class BarlowTwinsTerm(AuxiliaryTerm):
             f"weight={self.weight}, off_diagonal={self.off_diagonal}, padding={self.padding}, "
             f"center={self.center}"
         )
+
+
+def build(section: BarlowTwinsConfig, parts: Assembly) -> None:
+    """``objective.barlow_twins``: the BarlowTwins term, unless its weight is 0."""
+    b = section
+    if b.enabled and b.weight > 0:
+        parts.auxiliary.append(BarlowTwinsTerm(b.weight, b.off_diagonal, b.padding, b.center))

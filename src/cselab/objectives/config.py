@@ -27,11 +27,13 @@ distinct names::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from ..core.schema import ConfigError, check, check_kinds, finite
-from .mntp import MNTPConfig
+
+#: the root of every key named in this section's messages
+_P = "objective"
 
 
 @dataclass
@@ -46,6 +48,11 @@ class FocalConfig:
 
     enabled: bool = False
     hardness: float = 0.3
+
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.focal``."""
+        check(finite(self.hardness) and 0 <= self.hardness <= 1,
+              f"{_P}.focal.hardness must be in [0, 1]", self.hardness)  # fmt: skip
 
 
 @dataclass
@@ -72,6 +79,16 @@ class GaussianConfig:
     std: float = 1.0
     weight: float = 1.0
 
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.gaussian``."""
+        g = self
+        check(g.num is None or g.num >= 0, f"{_P}.gaussian.num must be >= 0 or null", g.num)
+        check(finite(g.batch_multiple) and g.batch_multiple >= 0,
+               f"{_P}.gaussian.batch_multiple must be >= 0", g.batch_multiple)  # fmt: skip
+        check(finite(g.mean), f"{_P}.gaussian.mean must be finite", g.mean)
+        check(_positive(g.std), f"{_P}.gaussian.std must be > 0", g.std)
+        check(finite(g.weight) and g.weight >= 0, f"{_P}.gaussian.weight must be >= 0", g.weight)
+
 
 @dataclass
 class OffDropoutConfig:
@@ -91,6 +108,17 @@ class OffDropoutConfig:
     enabled: bool = False
     tradeoff: float = 0.9
     variant: Literal["paper", "authors_code"] = "paper"
+
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.off_dropout``; it is defined for sentences only."""
+        check(_positive(self.tradeoff), f"{_P}.off_dropout.tradeoff must be > 0", self.tradeoff)
+        if (facts.pairs or facts.hard_negatives) and self.enabled:
+            raise ConfigError(
+                f"{_P}.off_dropout is defined for the dropout views of one sentence (ImSimCSE, "
+                "Xu et al. 2023, Sec. 3.2: the negatives are the batch's sentences encoded "
+                "without dropout); with given pairs the positive is another sentence and the "
+                "paper defines no off-dropout objective for it: disable it for pairs data"
+            )
 
 
 @dataclass
@@ -116,6 +144,13 @@ class DCLConfig:
     formulation: Literal["authors_code", "paper"] = "authors_code"
     eps: float = 1e-5
 
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.dcl``."""
+        d = self
+        check(finite(d.weight) and d.weight >= 0, f"{_P}.dcl.weight must be >= 0", d.weight)
+        check(_positive(d.temperature), f"{_P}.dcl.temperature must be > 0", d.temperature)
+        check(_positive(d.eps), f"{_P}.dcl.eps must be > 0", d.eps)
+
 
 @dataclass
 class BarlowTwinsConfig:
@@ -139,6 +174,15 @@ class BarlowTwinsConfig:
     off_diagonal: float = 5e-3
     padding: int = 0
     center: bool = False
+
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.barlow_twins``."""
+        b = self
+        check(finite(b.weight) and b.weight >= 0, f"{_P}.barlow_twins.weight must be >= 0",
+               b.weight)  # fmt: skip
+        check(finite(b.off_diagonal) and b.off_diagonal >= 0,
+               f"{_P}.barlow_twins.off_diagonal must be >= 0", b.off_diagonal)  # fmt: skip
+        check(b.padding >= 0, f"{_P}.barlow_twins.padding must be >= 0", b.padding)
 
 
 @dataclass
@@ -171,6 +215,22 @@ class MixCSEConfig:
     columns: Literal["one", "all"] = "one"
     stop_gradient: bool = True
 
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.mixcse``, with ``objective.symmetric``."""
+        x = self
+        check(finite(x.mix_ratio) and 0 <= x.mix_ratio < 1,
+               f"{_P}.mixcse.mix_ratio must be in [0, 1)", x.mix_ratio)  # fmt: skip
+        if x.enabled and x.directions == "single" and facts.objective.symmetric:
+            raise ConfigError(
+                f"{_P}.mixcse.directions='single' uses only the first view as anchor, which "
+                f"contradicts {_P}.symmetric=true; use directions='both' for a symmetric loss"
+            )
+        if x.enabled and x.columns == "all" and x.partner != "next":
+            raise ConfigError(
+                f"{_P}.mixcse.columns='all' is the authors' rolled construction and needs "
+                f"{_P}.mixcse.partner='next' (got '{x.partner}')"
+            )
+
 
 @dataclass
 class NoiseConfig:
@@ -189,6 +249,32 @@ class NoiseConfig:
     enabled: bool = False
     side: Literal["positive", "negative", "both"] = "negative"
     variance: float = 0.1
+
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.noise``: noisy negatives need every negative to have a
+        noise view (not off-dropout, the momentum queue or given hard negatives)."""
+        n = self
+        check(finite(n.variance) and n.variance >= 0, f"{_P}.noise.variance must be >= 0",
+               n.variance)  # fmt: skip
+        noisy_negatives = n.enabled and n.side in ("negative", "both")
+        if noisy_negatives and facts.hard_negatives:
+            raise ConfigError(
+                f"{_P}.noise.side='{n.side}' perturbs the dropout views z1/z2 (ImSimCSE Table 1); "
+                "given hard negatives have no such view, so the negative side would be half "
+                "noisy: use noise.side='positive' with hard negatives"
+            )
+        if noisy_negatives and facts.objective.off_dropout.enabled:
+            raise ConfigError(
+                f"{_P}.noise.side='{n.side}' adds noise to the negatives, but "
+                f"{_P}.off_dropout scores the negatives on noise-free off-dropout representations; "
+                "enable only one of them, or use noise.side='positive'"
+            )
+        if noisy_negatives and facts.objective.momentum_queue.enabled:
+            raise ConfigError(
+                f"{_P}.noise.side='{n.side}' adds noise to the negatives, but the entries of "
+                f"{_P}.momentum_queue are momentum-encoded sentences without a noise view, so the "
+                "negative side would be half noisy: use noise.side='positive' with the queue"
+            )
 
 
 # --- Matryoshka (Kusupati et al. 2022): wraps whichever objective the other keys describe -----
@@ -216,9 +302,12 @@ class MatryoshkaConfig:
     def enabled(self) -> bool:
         return self.dims is not None
 
-    def validate(self, width: int | None = None) -> None:
+    def validate(self, facts: ObjectiveFacts | None = None, *, width: int | None = None) -> None:
         """The checks of ``objective.matryoshka`` (kinds are checked by the whole section);
-        ``width``: the encoder's output width, where it is known (``None``: not yet)."""
+        the encoder's output width (``facts.width`` or ``width``) where it is known (``None``:
+        not yet)."""
+        if facts is not None and width is None:
+            width = facts.width
         p = "objective.matryoshka"
         if self.dims is None:
             check(self.weights is None, f"{p}.weights is set but {p}.dims is null; list the "
@@ -265,6 +354,17 @@ class WordRepetitionConfig:
     enabled: bool = False
     dup_rate: float = 0.32
 
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.word_repetition``; it is defined for sentences only."""
+        check(finite(self.dup_rate) and 0 <= self.dup_rate < 1,
+              f"{_P}.word_repetition.dup_rate must be in [0, 1)", self.dup_rate)  # fmt: skip
+        if (facts.pairs or facts.hard_negatives) and self.enabled:
+            raise ConfigError(
+                f"{_P}.word_repetition makes the positive view of one sentence (ESimCSE, Wu et al. "
+                "2022, Sec. 3.1: the sentence with some tokens repeated); with given pairs the "
+                "positive is another sentence: disable it for pairs data"
+            )
+
 
 #: ``objective.momentum_queue.init``: the momentum encoder's starting weights.
 MOMENTUM_INITS = ("pretrained", "random")
@@ -297,6 +397,61 @@ class MomentumQueueConfig:
     queue_size: int = 160
     momentum: float = 0.995
     init: str = "pretrained"
+
+    def validate(self, facts: ObjectiveFacts) -> None:
+        """The checks of ``objective.momentum_queue``."""
+        q = self
+        check(q.queue_size >= 0, f"{_P}.momentum_queue.queue_size must be >= 0", q.queue_size)
+        check(finite(q.momentum) and 0 <= q.momentum <= 1,
+              f"{_P}.momentum_queue.momentum must be in [0, 1]", q.momentum)  # fmt: skip
+        check(q.init in MOMENTUM_INITS,
+              f"{_P}.momentum_queue.init must be one of {', '.join(MOMENTUM_INITS)}", q.init)  # fmt: skip
+
+
+@dataclass
+class MNTPConfig:
+    """Masked next-token prediction (LLM2Vec step 2, BehnamGhader et al. 2024), read from
+    ``objective.mntp``. It replaces the contrastive loss: the run trains the LM objective only
+    (:mod:`cselab.objectives.mntp`).
+
+    Attributes:
+        enabled: train with MNTP instead of InfoNCE (the model is loaded with its causal LM
+            head; sentences data only).
+        mask_ratio: the probability that a (non-special) token is chosen; the authors: 0.2 for
+            Llama models, 0.8 for Mistral.
+        mask_token: the token that replaces a chosen token (80% of them; 10% get a random token,
+            10% stay); ``null``: the tokenizer's mask token, else ``_`` (the authors' "blank").
+    """
+
+    enabled: bool = False
+    mask_ratio: float = 0.2
+    mask_token: str | None = None
+
+    def validate(self, facts: ObjectiveFacts | None = None) -> None:
+        """Ranges of the keys; with ``facts``, MNTP is a language-modelling loss on sentences:
+        no contrastive part composes with it (LLM2Vec trains MNTP, then SimCSE, as two runs).
+        Raises :class:`ConfigError` naming the key."""
+        prefix = f"{_P}.mntp"
+        check(finite(self.mask_ratio) and 0 < self.mask_ratio <= 1,
+              f"{prefix}.mask_ratio must be in (0, 1]", self.mask_ratio)  # fmt: skip
+        if self.mask_token is not None and not self.mask_token:
+            raise ConfigError(f"{prefix}.mask_token must be a token or null, not empty")
+        if facts is None or not self.enabled:
+            return
+        objective = facts.objective
+        on = [n for n in objective.sections() if n != "mntp" and getattr(objective, n).enabled]
+        on += ["hard_negative_weight"] if objective.hard_negative_weight != 0 else []
+        on += ["symmetric"] if objective.symmetric else []
+        if on:
+            raise ConfigError(
+                f"{_P}.mntp replaces the contrastive loss, so {_P}.{on[0]} has nothing to act on: "
+                "disable it (LLM2Vec trains MNTP first, then SimCSE in a second run)"
+            )
+        if facts.pairs or facts.hard_negatives:
+            raise ConfigError(
+                f"{_P}.mntp predicts masked tokens of single sentences; the training data are "
+                "pairs: train it on a sentence corpus"
+            )
 
 
 @dataclass
@@ -356,142 +511,32 @@ class ObjectiveConfig:
             width: the encoder's output width (``None``: not known yet), for
                 ``matryoshka.dims``.
         """
-        p = "objective"
+        p = _P
         # Kinds first, with the YAML loader's own checks (choices, true/false, whole numbers):
         # a config built in Python skips the loader, and a misspelled choice would otherwise
         # build a different objective without a word.
         check_kinds(self, p)
         check(_positive(self.temperature), f"{p}.temperature must be > 0", self.temperature)
+        facts = ObjectiveFacts(self, pairs, hard_negatives, width)
+        # each section checks its own keys, and the combinations it would break
+        for name in self.sections():
+            getattr(self, name).validate(facts)
 
-        f = self.focal
-        check(finite(f.hardness) and 0 <= f.hardness <= 1,
-               f"{p}.focal.hardness must be in [0, 1]", f.hardness)  # fmt: skip
-
-        g = self.gaussian
-        check(g.num is None or g.num >= 0, f"{p}.gaussian.num must be >= 0 or null", g.num)
-        check(finite(g.batch_multiple) and g.batch_multiple >= 0,
-               f"{p}.gaussian.batch_multiple must be >= 0", g.batch_multiple)  # fmt: skip
-        check(finite(g.mean), f"{p}.gaussian.mean must be finite", g.mean)
-        check(_positive(g.std), f"{p}.gaussian.std must be > 0", g.std)
-        check(finite(g.weight) and g.weight >= 0, f"{p}.gaussian.weight must be >= 0", g.weight)
-
-        o = self.off_dropout
-        check(_positive(o.tradeoff), f"{p}.off_dropout.tradeoff must be > 0", o.tradeoff)
-
-        d = self.dcl
-        check(finite(d.weight) and d.weight >= 0, f"{p}.dcl.weight must be >= 0", d.weight)
-        check(_positive(d.temperature), f"{p}.dcl.temperature must be > 0", d.temperature)
-        check(_positive(d.eps), f"{p}.dcl.eps must be > 0", d.eps)
-
-        b = self.barlow_twins
-        check(finite(b.weight) and b.weight >= 0, f"{p}.barlow_twins.weight must be >= 0",
-               b.weight)  # fmt: skip
-        check(finite(b.off_diagonal) and b.off_diagonal >= 0,
-               f"{p}.barlow_twins.off_diagonal must be >= 0", b.off_diagonal)  # fmt: skip
-        check(b.padding >= 0, f"{p}.barlow_twins.padding must be >= 0", b.padding)
-
-        x = self.mixcse
-        check(finite(x.mix_ratio) and 0 <= x.mix_ratio < 1,
-               f"{p}.mixcse.mix_ratio must be in [0, 1)", x.mix_ratio)  # fmt: skip
-
-        n = self.noise
-        check(finite(n.variance) and n.variance >= 0, f"{p}.noise.variance must be >= 0",
-               n.variance)  # fmt: skip
-
-        r = self.word_repetition
-        check(finite(r.dup_rate) and 0 <= r.dup_rate < 1,
-              f"{p}.word_repetition.dup_rate must be in [0, 1)", r.dup_rate)  # fmt: skip
-        q = self.momentum_queue
-        check(q.queue_size >= 0, f"{p}.momentum_queue.queue_size must be >= 0", q.queue_size)
-        check(finite(q.momentum) and 0 <= q.momentum <= 1,
-              f"{p}.momentum_queue.momentum must be in [0, 1]", q.momentum)  # fmt: skip
-        check(q.init in MOMENTUM_INITS,
-              f"{p}.momentum_queue.init must be one of {', '.join(MOMENTUM_INITS)}", q.init)  # fmt: skip
-
-        check(finite(self.hard_negative_weight), f"{p}.hard_negative_weight must be finite",
-              self.hard_negative_weight)  # fmt: skip
-
-        self.matryoshka.validate(width)
-        self.mntp.validate(f"{p}.mntp")
-
-        # Combinations.
-        if self.mntp.enabled:
-            self._check_mntp(pairs or hard_negatives)
-        self._check_data(pairs, hard_negatives)
-        if x.enabled and x.directions == "single" and self.symmetric:
-            raise ConfigError(
-                f"{p}.mixcse.directions='single' uses only the first view as anchor, which "
-                f"contradicts {p}.symmetric=true; use directions='both' for a symmetric loss"
-            )
-        if x.enabled and x.columns == "all" and x.partner != "next":
-            raise ConfigError(
-                f"{p}.mixcse.columns='all' is the authors' rolled construction and needs "
-                f"{p}.mixcse.partner='next' (got '{x.partner}')"
-            )
-        if n.enabled and n.side in ("negative", "both") and o.enabled:
-            raise ConfigError(
-                f"{p}.noise.side='{n.side}' adds noise to the negatives, but "
-                f"{p}.off_dropout scores the negatives on noise-free off-dropout representations; "
-                "enable only one of them, or use noise.side='positive'"
-            )
-        if n.enabled and n.side in ("negative", "both") and q.enabled:
-            raise ConfigError(
-                f"{p}.noise.side='{n.side}' adds noise to the negatives, but the entries of "
-                f"{p}.momentum_queue are momentum-encoded sentences without a noise view, so the "
-                "negative side would be half noisy: use noise.side='positive' with the queue"
-            )
-
-    def _check_data(self, pairs: bool | None, hard_negatives: bool | None) -> None:
-        """The combinations that depend on the training data (see ``docs/objectives.md``); a
-        fact that is ``None`` is not known yet and refuses nothing (hard negatives come only with
-        pairs, so either being true means pairs)."""
-        p = "objective"
         w = self.hard_negative_weight
+        check(finite(w), f"{p}.hard_negative_weight must be finite", w)
         if w != 0 and (pairs is False or hard_negatives is False):
             raise ConfigError(
                 f"{p}.hard_negative_weight={w} weights given hard negatives, but the training "
                 "data has none (pairs with a negative column: data.columns.negative)"
             )
-        if (pairs or hard_negatives) and self.off_dropout.enabled:
-            raise ConfigError(
-                f"{p}.off_dropout is defined for the dropout views of one sentence (ImSimCSE, "
-                "Xu et al. 2023, Sec. 3.2: the negatives are the batch's sentences encoded "
-                "without dropout); with given pairs the positive is another sentence and the "
-                "paper defines no off-dropout objective for it: disable it for pairs data"
-            )
-        if (pairs or hard_negatives) and self.word_repetition.enabled:
-            raise ConfigError(
-                f"{p}.word_repetition makes the positive view of one sentence (ESimCSE, Wu et al. "
-                "2022, Sec. 3.1: the sentence with some tokens repeated); with given pairs the "
-                "positive is another sentence: disable it for pairs data"
-            )
-        n = self.noise
-        if hard_negatives and n.enabled and n.side in ("negative", "both"):
-            raise ConfigError(
-                f"{p}.noise.side='{n.side}' perturbs the dropout views z1/z2 (ImSimCSE Table 1); "
-                "given hard negatives have no such view, so the negative side would be half "
-                "noisy: use noise.side='positive' with hard negatives"
-            )
 
-    def _check_mntp(self, pairs: bool | None) -> None:
-        """MNTP is a language-modelling loss on sentences: no contrastive part composes with
-        it (LLM2Vec trains MNTP, then SimCSE, as two runs)."""
-        p = "objective"
-        parts = ("focal", "gaussian", "off_dropout", "dcl", "barlow_twins", "mixcse", "noise",
-                 "word_repetition", "momentum_queue", "matryoshka")  # fmt: skip
-        on = [name for name in parts if getattr(self, name).enabled]
-        on += ["hard_negative_weight"] if self.hard_negative_weight != 0 else []
-        on += ["symmetric"] if self.symmetric else []
-        if on:
-            raise ConfigError(
-                f"{p}.mntp replaces the contrastive loss, so {p}.{on[0]} has nothing to act on: "
-                "disable it (LLM2Vec trains MNTP first, then SimCSE in a second run)"
-            )
-        if pairs:
-            raise ConfigError(
-                f"{p}.mntp predicts masked tokens of single sentences; the training data are "
-                "pairs: train it on a sentence corpus"
-            )
+    @classmethod
+    def sections(cls) -> tuple[str, ...]:
+        """The sub-sections (one per paper, each with its ``validate``), in the config's order;
+        a new paper's section is found here by being a field."""
+        return tuple(
+            f.name for f in fields(cls) if isinstance(f.type, str) and f.type.endswith("Config")
+        )
 
     @property
     def symmetric_loss(self) -> bool:
@@ -501,3 +546,20 @@ class ObjectiveConfig:
 
 def _positive(x: float) -> bool:
     return finite(x) and x > 0
+
+
+@dataclass(frozen=True)
+class ObjectiveFacts:
+    """What a section's checks may know besides its own values.
+
+    Attributes:
+        objective: the whole section (a combination of two sub-sections is refused by one).
+        pairs: whether the training data are given pairs (``None``: not known yet).
+        hard_negatives: whether the pairs carry hard negatives (``None``: not known yet).
+        width: the encoder's output width (``None``: not known yet).
+    """
+
+    objective: ObjectiveConfig
+    pairs: bool | None = None
+    hard_negatives: bool | None = None
+    width: int | None = None

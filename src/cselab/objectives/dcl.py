@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
 from .config import DCLConfig
 from .context import ObjectiveContext, StepCache
@@ -115,3 +116,10 @@ class DimensionContrastive(AuxiliaryTerm):
         return (
             f"weight={self.weight}, temperature={self.temperature}, formulation={self.formulation}"
         )
+
+
+def build(section: DCLConfig, parts: Assembly) -> None:
+    """``objective.dcl``: the DCL term, unless its weight is 0."""
+    d = section
+    if d.enabled and d.weight > 0:
+        parts.auxiliary.append(DimensionContrastive(d.weight, d.temperature, d.formulation, d.eps))

@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import VIEW_MOMENTUM, NegativeBlock, NegativeSource, Pair, upcast
 from .config import MomentumQueueConfig, WordRepetitionConfig
 from .context import ObjectiveContext
@@ -187,3 +188,19 @@ class MomentumQueue(NegativeSource):
             f"queue_size={self.queue_size}, momentum={self.encoder_momentum}, "
             f"init={self.momentum_init}, space={self.space.name}"
         )
+
+
+def build_queue(section: MomentumQueueConfig, parts: Assembly) -> None:
+    """``objective.momentum_queue``: the queued block, unless the queue keeps nothing."""
+    if section.enabled and section.queue_size > 0:
+        parts.negatives.append(
+            MomentumQueue(
+                section.queue_size, section.momentum, space=parts.space, init=section.init
+            )
+        )
+
+
+def build_repetition(section: WordRepetitionConfig, parts: Assembly) -> None:
+    """``objective.word_repetition``: the repeated positive, unless it repeats nothing."""
+    if section.enabled and section.dup_rate > 0:
+        parts.repetition = WordRepetition(section.dup_rate)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import Score
 from .config import FocalConfig
 from .papers import Paper
@@ -77,3 +78,9 @@ class FocalScore(Score):
 
     def extra_repr(self) -> str:
         return f"hardness={self.hardness}"
+
+
+def build(section: FocalConfig, parts: Assembly) -> None:
+    """``objective.focal``: Focal's score for every column."""
+    if section.enabled:
+        parts.score = FocalScore(section.hardness)

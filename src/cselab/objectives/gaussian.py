@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import NegativeBlock, NegativeSource, Pair
 from .config import GaussianConfig
 from .context import ObjectiveContext
@@ -105,3 +106,12 @@ class GaussianNegatives(NegativeSource):
     def extra_repr(self) -> str:
         m = self.num if self.num is not None else f"{self.batch_multiple}×batch"
         return f"M={m}, mean={self.mean}, std={self.std}, weight={self.weight}"
+
+
+def build(section: GaussianConfig, parts: Assembly) -> None:
+    """``objective.gaussian``: the Gaussian block, unless it would add no column or weight."""
+    g = section
+    if g.enabled and g.weight > 0 and (g.num if g.num is not None else g.batch_multiple) > 0:
+        parts.negatives.append(
+            GaussianNegatives(g.num, g.batch_multiple, g.mean, g.std, g.weight, space=parts.space)
+        )

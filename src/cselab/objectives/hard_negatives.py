@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import (
     VIEW_ANCHOR,
     VIEW_HARD_NEGATIVE,
@@ -86,3 +87,10 @@ class HardNegatives(NegativeSource):
 
     def extra_repr(self) -> str:
         return f"weight={self.weight}, space={self.space.name}"
+
+
+def build(weight: float, parts: Assembly) -> None:
+    """``objective.hard_negative_weight``: data with given hard negatives add their column
+    (supervised SimCSE), whatever the weight (0: the paper's setting)."""
+    if parts.data is not None and parts.data.hard_negatives:
+        parts.negatives.append(HardNegatives(weight, space=parts.space))

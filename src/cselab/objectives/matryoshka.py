@@ -45,7 +45,9 @@ from collections.abc import Mapping, Sequence
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import LossTerms, Objective
+from .config import MatryoshkaConfig
 from .context import ObjectiveContext
 from .papers import Cited, Paper
 
@@ -182,3 +184,11 @@ class Matryoshka(Objective):
                 term = term if weight == 1.0 else weight * term
                 total[name] = total[name] + term if name in total else term
         return total
+
+
+def build(section: MatryoshkaConfig, parts: Assembly) -> None:
+    """``objective.matryoshka``: wraps whatever the other keys assembled."""
+    if section.enabled:
+        parts.wrappers.append(
+            lambda objective: Matryoshka(objective, section.dims, section.weights)
+        )

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import NegativeBlock, NegativeSource, Pair
 from .config import MixCSEConfig
 from .context import ObjectiveContext
@@ -137,4 +138,14 @@ class MixedNegatives(NegativeSource):
         return (
             f"mix_ratio={self.mix_ratio}, partner={self.partner}, columns={self.columns}, "
             f"stop_gradient={self.stop_gradient}, space={self.space.name}"
+        )
+
+
+def build(section: MixCSEConfig, parts: Assembly) -> None:
+    """``objective.mixcse``: the mixed block (its ``directions`` make the loss symmetric:
+    :attr:`~cselab.objectives.config.ObjectiveConfig.symmetric_loss`)."""
+    x = section
+    if x.enabled:
+        parts.negatives.append(
+            MixedNegatives(x.mix_ratio, x.partner, x.columns, x.stop_gradient, space=parts.space)
         )

@@ -29,14 +29,14 @@ and the ``token_labels`` view (the chosen tokens' ids).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
-from ..core.schema import ConfigError, check, finite
+from .assembly import Assembly
 from .base import VIEW_TOKEN_LABELS, VIEW_TOKEN_LOGITS, LossTerms, Objective, upcast
+from .config import MNTPConfig  # noqa: F401 - its section, re-exported
 from .context import ObjectiveContext
 from .papers import Paper
 
@@ -59,35 +59,11 @@ REPLACEMENT = (0.8, 0.1, 0.1)
 BLANK_MASK_TOKEN = "_"
 
 
-@dataclass
-class MNTPConfig:
-    """Masked next-token prediction (LLM2Vec step 2, BehnamGhader et al. 2024), read from
-    ``objective.mntp``. It replaces the contrastive loss: the run trains the LM objective only.
-
-    Attributes:
-        enabled: train with MNTP instead of InfoNCE (the model is loaded with its causal LM
-            head; sentences data only).
-        mask_ratio: the probability that a (non-special) token is chosen; the authors: 0.2 for
-            Llama models, 0.8 for Mistral.
-        mask_token: the token that replaces a chosen token (80% of them; 10% get a random token,
-            10% stay); ``null``: the tokenizer's mask token, else ``_`` (the authors' "blank").
-    """
-
-    enabled: bool = False
-    mask_ratio: float = 0.2
-    mask_token: str | None = None
-
-    def validate(self, prefix: str = "objective.mntp") -> None:
-        """Ranges of the keys; raises :class:`ConfigError` naming the key."""
-        check(finite(self.mask_ratio) and 0 < self.mask_ratio <= 1,
-              f"{prefix}.mask_ratio must be in (0, 1]", self.mask_ratio)  # fmt: skip
-        if self.mask_token is not None and not self.mask_token:
-            raise ConfigError(f"{prefix}.mask_token must be a token or null, not empty")
-
-
-def build(cfg: MNTPConfig) -> MaskedNextTokenPrediction:
-    """The objective of a validated ``objective.mntp`` section."""
-    return MaskedNextTokenPrediction(cfg.mask_ratio, cfg.mask_token)
+def build(section: MNTPConfig, parts: Assembly) -> None:
+    """``objective.mntp``: the MNTP loss replaces the InfoNCE the other keys would assemble
+    (validated: they are all off)."""
+    if section.enabled:
+        parts.replacement = MaskedNextTokenPrediction(section.mask_ratio, section.mask_token)
 
 
 class MaskedNextTokenPrediction(Objective):

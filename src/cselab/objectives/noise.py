@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, ViewTransform
 from .config import NoiseConfig
 from .context import ObjectiveContext, StepCache
 from .off_dropout import IMSIMCSE
-from .spaces import VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY
+from .spaces import NOISY_SPACE, VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY
 
 
 class AdditiveNoise(ViewTransform):
@@ -82,3 +83,16 @@ class AdditiveNoise(ViewTransform):
 
     def extra_repr(self) -> str:
         return f"variance={self.variance}, side={self.side}"
+
+
+def build(section: NoiseConfig, parts: Assembly) -> None:
+    """``objective.noise``: the noise transform; noisy negatives score in the noisy space, a
+    noisy positive compares the noisy views."""
+    if not section.enabled:
+        return
+    noise = AdditiveNoise(section.variance, section.side)
+    parts.transforms.append(noise)
+    if noise.on_negatives:
+        parts.space = NOISY_SPACE
+    if noise.on_positive:
+        parts.positive_views = (VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from .assembly import Assembly
 from .base import Score
 from .config import OffDropoutConfig
 from .infonce import InBatchNegatives
@@ -99,3 +100,14 @@ class PositiveRatioScore(Score):
 
     def extra_repr(self) -> str:
         return f"ratio={self.ratio}"
+
+
+def build(section: OffDropoutConfig, parts: Assembly) -> None:
+    """``objective.off_dropout``: every negative scores in the off-dropout space; the paper's
+    variant weights the negatives by ``m`` (Eq. 3), the authors' code scales the positive."""
+    if not section.enabled:
+        return
+    parts.space = OFF_DROPOUT_SPACE
+    parts.base = OffDropoutNegatives(section.tradeoff if section.variant == "paper" else 1.0)
+    if section.variant == "authors_code":
+        parts.score_wrappers.append(lambda score: PositiveRatioScore(score, section.tradeoff))

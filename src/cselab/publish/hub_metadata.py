@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import EvalConfig, dev_metric_for
+from ..config import EvalConfig
+from ..config.devset import DevSet, dev_metric_for, resolve_dev_set
 from ..core.metrics import retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
 from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
@@ -48,12 +49,15 @@ class DevScore(NamedTuple):
 
 def dev_score(ec: EvalConfig) -> DevScore:
     """The run's model-selection score, named from its ``eval`` section as model selection
-    names it."""
-    dev, metric = ec.dev, dev_metric_for(ec.dev, ec.dev_metric)  # None: the dev set's default
-    name = dev_score_name(dev, metric)
-    if dev.lower() == "stsb":
+    names it (the resolved :class:`~cselab.config.devset.DevSet`)."""
+    dev = resolve_dev_set(ec.dev, ec.dev_metric)
+    if dev is None:  # eval.dev none: named as a file would be (the card shows no score then)
+        metric = dev_metric_for(ec.dev, ec.dev_metric)
+        dev = DevSet("sts-file", ec.dev, None, metric, dev_score_name(ec.dev, metric), ec.dev)
+    name, metric = dev.score_name, dev.metric
+    if dev.kind == "stsb":
         return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")
-    file = Path(dev).name
+    file = Path(dev.path).name
     measure = retrieval_metric(metric)
     if measure is not None:  # a BEIR folder: a retrieval measure at a cut-off
         what, k = measure

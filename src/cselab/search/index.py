@@ -29,11 +29,9 @@ Small World graphs") or ``ivf`` (an inverted file over k-means cells, Jégou et 
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,152 +42,55 @@ from ..core.errors import SearchIndexError, WriteError
 from ..io.files import (  # the corpus digest is training's
     atomic_path,
     file_digest,
-    reserve,
     write_json_atomic,
 )
-from ..io.readers import Lines, reraise_as
 from ..io.runfolder import RunFolder
 from ..model.similarity import (  # exact_topk: the one exact search
-    TopK,
     check_prefix,
     exact_topk,
     normalize_rows,
-    truncate_rows,
+)
+from .ann import (  # noqa: F401 - the FAISS search, re-exported
+    _ann_file,
+    _faiss,
+    _set_search_params,
+    ann_params,
+    build_faiss,
+    check_backend,
+    vector_search,
+)
+from .build import (  # noqa: F401 - the build steps, re-exported
+    _allocate_vectors,
+    _check_resumable,
+    _chunk_texts,
+    _encode_chunks,
+    _progress,
+    _start,
+    _write_layout,
+    check_new_folder,
+    encode_at,
+)
+from .layout import (  # noqa: F401 - the folder layout, re-exported
+    BUILD_BACKENDS,
+    DEFAULT_CHUNK,
+    INDEX_FORMAT,
+    LINES_FILE,
+    META_FILE,
+    OFFSETS_FILE,
+    PROGRESS_FILE,
+    SEARCH_BACKENDS,
+    TEXTS_FILE,
+    VECTORS_FILE,
+    _ann_settings,
+    _shown,
+    _text_or_null,
+    _whole,
+    check_queries,
+    read_lines,
+    read_meta,
 )
 
 log = logging.getLogger(__name__)
-
-INDEX_FORMAT = 1
-META_FILE = "index.json"
-TEXTS_FILE = "texts.bin"
-OFFSETS_FILE = "offsets.npy"
-LINES_FILE = "lines.npy"
-VECTORS_FILE = "vectors.npy"
-PROGRESS_FILE = "progress.json"
-BUILD_BACKENDS = ("exact", "hnsw", "ivf")
-SEARCH_BACKENDS = ("exact", "flat", "hnsw", "ivf")
-DEFAULT_CHUNK = 8192
-
-
-# ---------------------------------------------------------------------------------- metadata
-def _whole(minimum: int) -> tuple[str, Callable[[Any], bool]]:
-    return (
-        f"a whole number >= {minimum}",
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum,
-    )
-
-
-def _text_or_null(what: str) -> tuple[str, Callable[[Any], bool]]:
-    return f"{what} or null", lambda v: v is None or isinstance(v, str)
-
-
-def _ann_settings(value: Any) -> bool:
-    """``{"hnsw"|"ivf": {setting: whole number >= 1}}``, as :meth:`Index.build_ann` writes."""
-    return isinstance(value, dict) and all(
-        backend in BUILD_BACKENDS[1:]
-        and isinstance(params, dict)
-        and all(_whole(1)[1](v) for v in params.values())
-        for backend, params in value.items()
-    )
-
-
-#: What opening and searching read from ``index.json``: key -> (what it must be, the check).
-#: ``format`` is checked first, on its own (another format may have other keys).
-META_REQUIRED: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "model": _text_or_null("a model name or path"),
-    "pooler": ("a pooler name", lambda v: isinstance(v, str)),
-    "dim": _whole(1),
-    "count": _whole(0),
-    "chunk_size": _whole(1),
-}
-#: Keys written by every build but only compared (resuming) or shown: checked when present.
-META_OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "corpus": _text_or_null("a file path"),
-    "corpus_sha256": _text_or_null("a SHA-256 digest"),
-    "lines": _whole(0),
-    "normalized": ("true or false", lambda v: isinstance(v, bool)),
-    "ann": ("a mapping of hnsw/ivf to their whole-number settings", _ann_settings),
-    # written only by a build at a Matryoshka prefix (``dim`` below the model's width)
-    "model_dim": _whole(1),
-}
-
-
-def _shown(value: Any) -> str:
-    """A value in a one-line message: its ``repr``, cut short (``repr`` escapes newlines)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def read_meta(file: str | Path) -> dict[str, Any]:
-    """The contents of an ``index.json``, checked key by key.
-
-    Raises:
-        SearchIndexError: one line naming the file and the first key that is missing or has a
-            value of the wrong kind (or saying that the file is not JSON, or not an object).
-    """
-    file = Path(file)
-    try:
-        meta = json.loads(file.read_bytes())
-    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError
-        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
-        raise SearchIndexError(f"{file}: not valid JSON ({reason})") from None
-    except OSError as err:
-        raise SearchIndexError(f"{file}: cannot be read ({err.strerror or err})") from None
-    if not isinstance(meta, dict):
-        raise SearchIndexError(
-            f"{file}: not an index description (a JSON object was expected, not "
-            f"{type(meta).__name__})"
-        )
-    found = meta.get("format")
-    if type(found) is not int or found != INDEX_FORMAT:  # True == 1 and 1.0 == 1 in Python
-        raise SearchIndexError(
-            f"{file}: index format {_shown(found)}, this cselab reads {INDEX_FORMAT}"
-        )
-    for key, (what, ok) in META_REQUIRED.items():
-        if key not in meta:
-            raise SearchIndexError(f"{file}: key {key!r} is missing")
-        if not ok(meta[key]):
-            raise SearchIndexError(f"{file}: key {key!r} must be {what}, not {_shown(meta[key])}")
-    from ..model.pooling import POOLERS  # lazily: the pooling module imports torch
-
-    if meta["pooler"] not in POOLERS:
-        raise SearchIndexError(
-            f"{file}: key 'pooler' must be one of {', '.join(POOLERS)}, not {_shown(meta['pooler'])}"
-        )
-    for key, (what, ok) in META_OPTIONAL.items():
-        if key in meta and not ok(meta[key]):
-            raise SearchIndexError(f"{file}: key {key!r} must be {what}, not {_shown(meta[key])}")
-    return meta
-
-
-# ------------------------------------------------------------------------------------ corpus
-def read_lines(path: str | Path, what: str = "corpus file") -> tuple[list[str], list[int]]:
-    """The non-blank lines of a UTF-8 file and their 1-based line numbers, by the plain-line
-    rule of :class:`cselab.io.readers.Lines` (as training and ``cselab encode`` read).
-
-    Only ``\\n`` ends a line (a ``\\r`` before it is dropped): a U+2028 inside a line does not
-    split it, so line numbers match what editors and ``sed -n`` show. Blank lines are skipped
-    (nothing to find), but numbering counts them.
-    """
-    p = Path(path)
-    texts: list[str] = []
-    numbers: list[int] = []
-    with reraise_as(SearchIndexError):
-        for lineno, text in Lines(p, what=what):
-            texts.append(text)
-            numbers.append(lineno)
-    if not texts:
-        raise SearchIndexError(f"{p}: {what} has no non-blank line")
-    return texts, numbers
-
-
-def check_queries(queries: Sequence[str]) -> None:
-    """Refuse a blank query (empty or only whitespace): it has no meaning to search for, and
-    blank lines are refused everywhere else (corpus files, query files)."""
-    for i, query in enumerate(queries, start=1):
-        if not query.strip():
-            which = "the query" if len(queries) == 1 else f"query {i} of {len(queries)}"
-            raise SearchIndexError(f"{which} is blank; give some text to search for")
 
 
 # ----------------------------------------------------------------------------------- results
@@ -202,108 +103,6 @@ class Hit:
     row: int
     line: int
     text: str
-
-
-# ------------------------------------------------------------------------------------- faiss
-def _faiss() -> Any:
-    try:
-        import faiss
-    except ImportError:
-        raise SearchIndexError(
-            "this backend needs FAISS: pip install 'cselab[faiss]' (faiss-cpu)"
-        ) from None
-    return faiss
-
-
-def check_backend(backend: str) -> None:
-    """Refuse a FAISS backend (``flat``, ``hnsw``, ``ivf``) when FAISS is not installed, before
-    anything is encoded for it (:class:`SearchIndexError` naming the extra)."""
-    if backend != "exact":
-        _faiss()
-
-
-def _ann_file(backend: str) -> str:
-    return f"faiss-{backend}.index"
-
-
-def ann_params(backend: str, n: int, **given: int | None) -> dict[str, int]:
-    """Settings of a FAISS index over ``n`` vectors: those given, defaults for the rest.
-
-    ``hnsw``: ``m`` 32 links per node, ``ef_construction`` 80, ``ef_search`` 64 (FAISS's own
-    16 loses recall at k=10). ``ivf``: ``nlist`` about sqrt(N) cells and ``nprobe`` nlist/64
-    (at least 8) cells visited per query.
-    """
-    if backend == "hnsw":
-        defaults = {"m": 32, "ef_construction": 80, "ef_search": 64}
-    elif backend == "ivf":
-        nlist = given.get("nlist") or max(1, min(n, round(float(np.sqrt(n)))))
-        defaults = {"nlist": nlist, "nprobe": min(nlist, max(8, nlist // 64))}
-    else:
-        return {}
-    return {key: int(given.get(key) or value) for key, value in defaults.items()}
-
-
-def build_faiss(vectors: np.ndarray, backend: str, params: dict[str, int], seed: int = 0) -> Any:
-    """A FAISS inner-product index over ``vectors``: ``flat``, ``hnsw`` or ``ivf``.
-
-    ``ivf`` trains its k-means cells on at most ``64 * nlist`` rows drawn with ``seed`` (FAISS
-    asks for at least 39 per cell; more only slows the training on a large corpus).
-    """
-    faiss = _faiss()
-    dim = int(vectors.shape[1])
-    if backend == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif backend == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, params["m"], faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = params["ef_construction"]
-    elif backend == "ivf":
-        nlist = params["nlist"]
-        if nlist > len(vectors):
-            raise SearchIndexError(
-                f"ivf: nlist {nlist} is more than the {len(vectors)} vectors; pass a smaller --nlist"
-            )
-        quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(seed)
-        rows = np.sort(rng.choice(len(vectors), min(len(vectors), 64 * nlist), replace=False))
-        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
-    else:
-        raise SearchIndexError(f"unknown FAISS backend {backend!r}")
-    for start in range(0, len(vectors), 1 << 17):  # add in blocks: the memory map stays a map
-        index.add(np.ascontiguousarray(vectors[start : start + (1 << 17)], dtype=np.float32))
-    _set_search_params(index, backend, params)
-    return index
-
-
-def _set_search_params(index: Any, backend: str, params: dict[str, int]) -> None:
-    if backend == "hnsw" and params.get("ef_search"):
-        index.hnsw.efSearch = int(params["ef_search"])
-    if backend == "ivf" and params.get("nprobe"):
-        index.nprobe = int(params["nprobe"])
-
-
-def vector_search(backend: str = "exact", **given: int | None) -> TopK:
-    """``(queries, vectors, k) -> (scores, rows)`` over unit vectors held in memory, best first,
-    as :meth:`Index.search_vectors` searches an index: ``exact`` (:func:`exact_topk`) or a FAISS
-    index built on the vectors of each call (``flat``, ``hnsw``, ``ivf``; :func:`ann_params`
-    fills the settings not ``given``). Retrieval evaluation takes it (``cselab evaluate
-    --retrieval --backend``). A place FAISS leaves empty has row ``-1`` and score ``-inf``.
-    """
-    if backend not in SEARCH_BACKENDS:
-        raise SearchIndexError(
-            f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
-        )
-    if backend == "exact":
-        return exact_topk
-
-    def search(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        params = ann_params(backend, len(vectors), **given)
-        index = build_faiss(vectors, backend, params)
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        scores, rows = index.search(q, min(k, len(vectors)))
-        return np.where(rows < 0, -np.inf, scores).astype(np.float32), rows.astype(np.int64)
-
-    return search
 
 
 # ------------------------------------------------------------------------------------- index
@@ -663,144 +462,3 @@ class Index:
             for srow, rrow in zip(scores, rows, strict=True)
         ]
         return hits[0] if single else hits
-
-
-# ------------------------------------------------------------------------------- build steps
-def check_new_folder(path: str | Path) -> None:
-    """Refuse to write an index over texts the caller holds into a folder that holds an index
-    already (:meth:`Index.from_texts` has no corpus file to resume from, so it would replace
-    that index without a word); :meth:`Index.build` resumes or refuses by its own rules."""
-    if (Path(path) / META_FILE).is_file():
-        raise SearchIndexError(
-            f"{path} holds an index already ({META_FILE}); choose a new folder or remove it"
-        )
-
-
-def encode_at(encoder: Any, texts: Sequence[str], batch_size: int, dim: int | None) -> np.ndarray:
-    """Unit vectors of ``texts`` at prefix ``dim`` (``None``: the full width). The prefix is cut
-    here (:func:`~cselab.model.similarity.truncate_rows`), so any object with
-    ``encode(texts, batch_size=, normalize=)`` serves as the index's encoder."""
-    vectors = encoder.encode(list(texts), batch_size=batch_size, normalize=True)
-    return vectors if dim is None else truncate_rows(vectors, dim)
-
-
-def _progress(path: Path, meta: dict) -> tuple[int, int]:
-    total = -(-int(meta["count"]) // int(meta["chunk_size"]))
-    file = path / PROGRESS_FILE
-    if not file.is_file():
-        return 0, total
-    try:
-        done = int(json.loads(file.read_text(encoding="utf-8"))["chunks_done"])
-    except (ValueError, KeyError, TypeError):
-        raise SearchIndexError(f"{file}: unreadable; rebuild with --overwrite") from None
-    return min(done, total), total
-
-
-def _check_resumable(out: Path, want: dict) -> dict:
-    try:
-        meta = read_meta(out / META_FILE)
-    except SearchIndexError as err:
-        raise SearchIndexError(f"{err}; pass --overwrite (overwrite=True) to start over") from None
-    for key, value in want.items():
-        if meta.get(key) != value:
-            raise SearchIndexError(
-                f"{out}: an index with {key} {meta.get(key)!r} is there, not {value!r}; "
-                "pass --overwrite (overwrite=True) or another output folder"
-            )
-    return meta
-
-
-def _start(out: Path, corpus: Path, want: dict) -> dict:
-    texts, numbers = read_lines(corpus)
-    return _write_layout(out, texts, numbers, want)
-
-
-def _write_layout(out: Path, texts: Sequence[str], numbers: Sequence[int], want: dict) -> dict:
-    """Texts, offsets, line numbers and an allocated vector file; ``index.json`` written last."""
-    out.mkdir(parents=True, exist_ok=True)
-    for name in (PROGRESS_FILE, META_FILE):
-        (out / name).unlink(missing_ok=True)  # a half-written old build must not be resumed
-    for old in out.glob("faiss-*.index"):
-        old.unlink()
-    # the vectors first: the largest file, so a full disk stops the build before anything else
-    _allocate_vectors(out / VECTORS_FILE, len(texts), int(want["dim"]))
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    # text by text, so the corpus is never held a second time as bytes (a 1M-text corpus)
-    with atomic_path(out / TEXTS_FILE, "index texts") as tmp, tmp.open("wb") as fh:
-        end = 0
-        for i, text in enumerate(texts, start=1):
-            end += fh.write(text.encode("utf-8"))
-            offsets[i] = end
-    with atomic_path(out / OFFSETS_FILE, "index offsets") as tmp:
-        np.save(tmp, offsets)
-    with atomic_path(out / LINES_FILE, "index line numbers") as tmp:
-        np.save(tmp, np.asarray(numbers, dtype=np.int64))
-    meta = {**want, "count": len(texts), "lines": int(numbers[-1]), "normalized": True}
-    write_json_atomic(out / PROGRESS_FILE, {"chunks_done": 0}, what="index progress")
-    # last: its presence means the layout is complete
-    write_json_atomic(out / META_FILE, meta, indent=2, what="index")
-    return meta
-
-
-def _allocate_vectors(path: Path, rows: int, dim: int) -> None:
-    """A zero ``(rows, dim)`` float32 ``.npy`` file with all its bytes reserved on disk
-    (:func:`~cselab.io.files.reserve`): the memory map written chunk by chunk later can then
-    never meet a full disk, where a write through it would be a SIGBUS without a message."""
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        header, {"descr": "<f4", "fortran_order": False, "shape": (rows, dim)}
-    )
-    with atomic_path(path, "index vectors") as tmp, tmp.open("wb") as fh:
-        fh.write(header.getvalue())
-        fh.flush()
-        reserve(fh.fileno(), len(header.getvalue()) + 4 * rows * dim, path, "index vectors")
-
-
-def _chunk_texts(out: Path, meta: dict, chunk: int) -> list[str]:
-    offsets = np.load(out / OFFSETS_FILE, mmap_mode="r")
-    start = chunk * int(meta["chunk_size"])
-    stop = min(start + int(meta["chunk_size"]), int(meta["count"]))
-    blob = (out / TEXTS_FILE).open("rb")
-    with blob:
-        blob.seek(int(offsets[start]))
-        data = blob.read(int(offsets[stop]) - int(offsets[start]))
-    cuts = np.asarray(offsets[start : stop + 1]) - int(offsets[start])
-    return [data[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-
-
-def _encode_chunks(
-    out: Path,
-    meta: dict,
-    encoder: Any,
-    done: int,
-    total: int,
-    batch_size: int,
-    show_progress: bool,
-) -> None:
-    vectors = np.load(out / VECTORS_FILE, mmap_mode="r+")
-    size = int(meta["chunk_size"])
-    bar = None
-    if show_progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=int(meta["count"]), initial=min(done * size, int(meta["count"])),
-            desc="index", unit="line",
-        )  # fmt: skip
-    try:
-        for chunk in range(done, total):
-            texts = _chunk_texts(out, meta, chunk)
-            start = chunk * size
-            vectors[start : start + len(texts)] = encode_at(
-                encoder, texts, batch_size, int(meta["dim"]) if "model_dim" in meta else None
-            )
-            vectors.flush()  # the rows reach the file before the progress record says so
-            write_json_atomic(
-                out / PROGRESS_FILE, {"chunks_done": chunk + 1}, what="index progress"
-            )
-            if bar is not None:
-                bar.update(len(texts))
-    finally:
-        if bar is not None:
-            bar.close()
-        del vectors

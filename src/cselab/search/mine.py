@@ -59,8 +59,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core.errors import ConfigError, CorpusError, RunFolderBusy
-from ..data.config import DataFormat, PairColumns
-from ..data.pairs import DEFAULT_NEGATIVE_COLUMN, mining_record_path, stream_pairs
+from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from ..io.runfolder import RunFolder
@@ -194,6 +193,8 @@ def _pair_rows(
             with reraise_as(CorpusError):
                 table = open_table(Path(pairs).expanduser(), prefer_split="train")
                 table.require((columns.anchor, columns.positive), COLUMNS_HINT)
+        from ..data.pairs import stream_pairs  # lazily: the pair reader imports torch
+
         for anchor, positive, *_ in stream_pairs(pairs, data_format, columns):
             yield anchor, positive
         return
@@ -373,6 +374,8 @@ def mine_hard_negatives(
                 "written": report.written,
                 "short": report.short,
             }
+            from ..data.pairs import mining_record_path  # lazily: the pair reader imports torch
+
             write_json_atomic(mining_record_path(output), record, indent=2)
         del index
     return report

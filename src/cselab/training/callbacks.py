@@ -26,7 +26,7 @@ Example::
         def on_evaluate(self, step, metrics):
             print(step, metrics["stsb_dev"])
 
-    cselab.training.trainer.train("config.yaml", callbacks=[PrintDev()])
+    cselab.train("config.yaml", callbacks=[PrintDev()])
 """
 
 from __future__ import annotations

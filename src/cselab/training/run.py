@@ -105,7 +105,7 @@ def build_trainer(
     :func:`train` to call it after the process group is destroyed (:class:`PushCallback`).
     """
     tc = config.train
-    config.objective.validate()  # a config built in Python fails before any work
+    config.checked()  # a config built in Python fails before any work
     dist_info = init_distributed(
         "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu",
         timeout_s=tc.dist_timeout_s,
@@ -174,7 +174,7 @@ def build_trainer(
 def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
     ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
-    config = load_config(config) if not isinstance(config, Config) else config.validate()
+    config = load_config(config) if not isinstance(config, Config) else config.checked()
     with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
         try:
             trainer = build_trainer(config, callbacks, hold, defer_push=True)

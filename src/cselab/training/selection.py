@@ -16,12 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from ..config import EvalConfig
+from ..config.devset import STSB, resolve_dev_set
+from ..core.metrics import dev_score_name
+from ..evaluation.custom import DevEvaluator
 from ..model.encoder import SentenceEncoder
 from .distributed import barrier
 
 log = logging.getLogger("cselab")
 
-Evaluator = Callable[[SentenceEncoder], float | Mapping[str, float]]
+#: an evaluator of model selection: ``encoder -> score or {name: score, ...}``, with its
+#: ``name`` and ``source`` (the resolved dev set's)
+Evaluator = DevEvaluator
 
 
 def make_dev_evaluator(ec: EvalConfig, eval_steps: int) -> Evaluator | None:
@@ -33,9 +38,8 @@ def make_dev_evaluator(ec: EvalConfig, eval_steps: int) -> Evaluator | None:
     """
     if not ec.enabled:
         return None
-    from ..evaluation.custom import dev_evaluator
-
-    evaluator = dev_evaluator(ec.dev, ec.dev_metric, ec.dev_columns, ec.data_dir, ec.batch_size)
+    dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
+    evaluator = None if dev is None else DevEvaluator(dev, ec.data_dir, ec.batch_size)
     return evaluator if eval_steps else None
 
 
@@ -51,7 +55,10 @@ class ModelSelection:
     """
 
     def __init__(
-        self, evaluator: Evaluator | None, save_best: Callable[[], Path], is_main: bool = True
+        self,
+        evaluator: Evaluator | Callable[[SentenceEncoder], Any] | None,
+        save_best: Callable[[], Path],
+        is_main: bool = True,
     ) -> None:
         self.evaluator = evaluator
         self.save_best = save_best
@@ -63,6 +70,18 @@ class ModelSelection:
         self.history: list[dict[str, float]] = []
 
     @property
+    def evaluator(self) -> DevEvaluator | None:
+        """The dev score; a plain ``encoder -> score`` function set here is wrapped
+        (:meth:`~cselab.evaluation.custom.DevEvaluator.from_function`)."""
+        return self._evaluator
+
+    @evaluator.setter
+    def evaluator(self, value: Callable[[SentenceEncoder], Any] | None) -> None:
+        if value is not None and not isinstance(value, DevEvaluator):
+            value = DevEvaluator.from_function(value)
+        self._evaluator = value
+
+    @property
     def enabled(self) -> bool:
         return self.evaluator is not None
 
@@ -70,11 +89,11 @@ class ModelSelection:
     def name(self) -> str:
         """The score's name in ``metrics.csv`` and ``results.json`` (``stsb_dev``, ``dev_spearman``,
         ...; see :func:`cselab.evaluation.custom.dev_evaluator`)."""
-        return getattr(self.evaluator, "name", "stsb_dev")
+        return self.evaluator.name if self.evaluator is not None else dev_score_name(STSB)
 
     @property
     def source(self) -> str | None:
-        return getattr(self.evaluator, "source", None)
+        return self.evaluator.source if self.evaluator is not None else None
 
     def evaluate(self, encoder: SentenceEncoder, step: int) -> dict[str, float]:
         """Collective: score the model (rank 0), keep it if it is the best so far; returns the

@@ -1,0 +1,30 @@
+"""The evaluation layer's names that need no torch: the modes, the transfer tasks and the kinds
+of result entries.
+
+The command line builds its choice lists from here, so ``cselab --help`` never waits for torch;
+the modules that run and report the tasks import them from here (one spelling each).
+"""
+
+from __future__ import annotations
+
+#: ``evaluate(mode=...)``: SentEval's test protocol, the dev splits, or a quick test
+MODES = ("test", "dev", "fasttest")
+
+#: SentEval's transfer tasks as SimCSE's tables show them: ``(task name, column label)``
+TRANSFER_COLUMNS = (
+    ("MR", "MR"),
+    ("CR", "CR"),
+    ("SUBJ", "SUBJ"),
+    ("MPQA", "MPQA"),
+    ("SST2", "SST-2"),
+    ("TREC", "TREC"),
+    ("MRPC", "MRPC"),
+)
+TRANSFER_TASKS = tuple(name for name, _ in TRANSFER_COLUMNS)
+
+#: ``"kind"`` of a result entry for a user's STS file (the report gives such entries a table)
+STS_FILE_KIND = "sts-file"
+#: ``"kind"`` of a result entry for a retrieval evaluation on a BEIR folder
+RETRIEVAL_KIND = "retrieval"
+#: the result key of alignment and uniformity (Wang & Isola 2020) on STS-B dev
+ALIGN_UNIFORM = "AlignUniform"
