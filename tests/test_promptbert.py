@@ -415,12 +415,13 @@ def test_the_device_template_states_equal_the_grouped_ones(tiny_bert64: Path) ->
     n = batch["input_ids"].shape[0]
     which = torch.tensor([0, 1] * (n // 2) + [1] * (n % 2))
     spliced = enc.prompt.splice(batch["input_ids"], batch["attention_mask"], which)
+    from cselab.model.prompt import template_states_on_device
     from test_gpu_path import SyncCounter
 
     with torch.no_grad():
         grouped = enc._template_states(spliced)
         with SyncCounter() as counter:  # what a GPU runs reads nothing back
             cols = enc.prompt.splice_tensors(batch["input_ids"], batch["attention_mask"], which)
-            on_device = enc._template_states_on_device(cols)
+            on_device = template_states_on_device(enc.backbone, enc.prompt, cols, True)
     assert counter.syncs == []
     torch.testing.assert_close(on_device, grouped, rtol=0, atol=1e-12)

@@ -56,6 +56,9 @@ class Backbone:
             causal mask cselab removes with ``model.bidirectional``).
         end_token: the tokenizer attribute of the token that ends a sentence, read by the
             ``last`` pooler (appended to a row whose tokenizer did not add it).
+        mask_4d: its ``transformers`` forward builds the mask with ``create_bidirectional_mask``
+            and takes a prepared 4D mask as given, so cselab hands it one and the forward
+            reads nothing back from the device (:func:`cselab.model.unpad.padded_attention_mask`).
         lora_targets: the modules that get LoRA adapters when ``model.lora.target_modules`` is
             null: the attention and MLP projections (for decoders LLM2Vec's list,
             ``initialize_peft`` of ``McGill-NLP/llm2vec``).
@@ -70,6 +73,7 @@ class Backbone:
     bidirectional: str
     end_token: str
     lora_targets: tuple[str, ...]
+    mask_4d: bool = False
 
 
 _BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
@@ -114,16 +118,16 @@ def _decoder(kind: str, **kw: Any) -> Backbone:
 BACKBONES: dict[str, Backbone] = {
     b.model_type: b
     for b in (
-        _encoder("bert", fast_path=True),
-        _encoder("roberta"),
-        _encoder("xlm-roberta"),
+        _encoder("bert", fast_path=True, mask_4d=True),
+        _encoder("roberta", mask_4d=True),
+        _encoder("xlm-roberta", mask_4d=True),
         _encoder("mpnet", attention=("eager",), lora_targets=("q", "k", "v", "o", "dense")),
         _encoder(
             "deberta-v2",
             attention=("eager",),
             lora_targets=("query_proj", "key_proj", "value_proj", "dense"),
         ),
-        _encoder("electra"),
+        _encoder("electra", mask_4d=True),
         _encoder(
             "distilbert",
             dropout=("dropout", "attention_dropout"),

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from ..core.errors import ConfigError
 from ..core.papers import Paper
+from . import unpad
 from .config import MASK_SLOT, PROMPTEOL_TEMPLATE, SENTENCE_SLOT, ModelConfig, PromptConfig
 
 PROMPTBERT = Paper(
@@ -325,3 +326,57 @@ def special_tokens_around(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, .
         if full[start : start + len(bare)] == bare:
             return tuple(full[:start]), tuple(full[start + len(bare) :])
     raise ConfigError("model.pooler: 'prompt' cannot find the sentence among its special tokens")
+
+
+def template_states(
+    backbone: torch.nn.Module, prompt: Prompt, spliced: Spliced, token_types: bool
+) -> Tensor:
+    """``(N, D)``: each row's template run alone at the row's sentence length, the states that
+    template denoising subtracts (one backbone pass per template, one row per distinct length;
+    on a GPU one row per row, which needs no host sync: :func:`template_states_on_device`).
+    ``token_types``: whether the backbone's forward takes ``token_type_ids``."""
+    if spliced.input_ids.device.type != "cpu" and prompt.on_device:
+        return template_states_on_device(backbone, prompt, spliced, token_types)
+    out: Tensor | None = None
+    for t in spliced.template.unique().tolist():
+        rows = spliced.template == t
+        lengths, inverse = spliced.length[rows].unique(return_inverse=True)
+        ids, positions, at = prompt.template_alone(t, lengths.tolist(), spliced.input_ids.device)
+        types = {"token_type_ids": torch.zeros_like(ids)} if token_types else {}
+        hidden = backbone(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=torch.ones_like(ids),
+            return_dict=True,
+            **types,
+        ).last_hidden_state
+        states = hidden[torch.arange(ids.shape[0], device=ids.device), at]
+        if out is None:
+            out = states.new_zeros(spliced.input_ids.shape[0], states.shape[-1])
+        out = out.index_put((rows.nonzero().squeeze(1),), states[inverse])
+    assert out is not None
+    return out
+
+
+def template_states_on_device(
+    backbone: torch.nn.Module, prompt: Prompt, spliced: Spliced, token_types: bool
+) -> Tensor:
+    """:func:`template_states` without reading the batch back: every template runs alone for
+    every row (at the row's length), and each row keeps its own template's state. The same
+    states as the grouped passes, computed for more rows (the templates are ~10 tokens: a
+    small fraction of the step)."""
+    out: Tensor | None = None
+    for t in range(len(prompt.templates)):
+        ids, positions, at = prompt.template_alone_tensors(t, spliced.length)
+        types = {"token_type_ids": torch.zeros_like(ids)} if token_types else {}
+        hidden = backbone(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=unpad.padded_attention_mask(backbone, torch.ones_like(ids)),
+            return_dict=True,
+            **types,
+        ).last_hidden_state
+        states = hidden[:, at]
+        out = states if out is None else torch.where((spliced.template == t)[:, None], states, out)
+    assert out is not None
+    return out

@@ -28,7 +28,7 @@ from .hf_models import max_sequence_length
 from .hub import resolve_model
 from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler, with_end_token
-from .prompt import Prompt, Spliced
+from .prompt import Prompt, Spliced, template_states
 from .similarity import cosine_matrix
 from .st_folder import (
     FolderSettings,
@@ -439,59 +439,10 @@ class SentenceEncoder(nn.Module):
         return self.lm_head(hidden[positions[:, 0], positions[:, 1]])
 
     def _template_states(self, spliced: Spliced) -> Tensor:
-        """``(N, D)``: each row's template run alone at the row's sentence length (one
-        backbone pass per template, one row per distinct length; on a GPU one row per row,
-        which needs no host sync: :meth:`_template_states_on_device`)."""
+        """``(N, D)``: each row's template run alone at the row's sentence length
+        (:func:`cselab.model.prompt.template_states`)."""
         assert self.prompt is not None
-        if spliced.input_ids.device.type != "cpu" and self.prompt.on_device:
-            return self._template_states_on_device(spliced)
-        out: Tensor | None = None
-        for t in spliced.template.unique().tolist():
-            rows = spliced.template == t
-            lengths, inverse = spliced.length[rows].unique(return_inverse=True)
-            ids, positions, at = self.prompt.template_alone(
-                t, lengths.tolist(), spliced.input_ids.device
-            )
-            types = {"token_type_ids": torch.zeros_like(ids)} if self._takes_token_types else {}
-            hidden = self.backbone(
-                input_ids=ids,
-                position_ids=positions,
-                attention_mask=torch.ones_like(ids),
-                return_dict=True,
-                **types,
-            ).last_hidden_state
-            states = hidden[torch.arange(ids.shape[0], device=ids.device), at]
-            if out is None:
-                out = states.new_zeros(spliced.input_ids.shape[0], states.shape[-1])
-            out = out.index_put((rows.nonzero().squeeze(1),), states[inverse])
-        assert out is not None
-        return out
-
-    def _template_states_on_device(self, spliced: Spliced) -> Tensor:
-        """:meth:`_template_states` without reading the batch back: every template runs alone
-        for every row (at the row's length), and each row keeps its own template's state. The
-        same states as the grouped passes, computed for more rows (the templates are ~10
-        tokens: a small fraction of the step)."""
-        assert self.prompt is not None
-        out: Tensor | None = None
-        for t in range(len(self.prompt.templates)):
-            ids, positions, at = self.prompt.template_alone_tensors(t, spliced.length)
-            ones = torch.ones_like(ids)
-            hidden = self.backbone(
-                input_ids=ids,
-                position_ids=positions,
-                attention_mask=unpad.padded_attention_mask(self.backbone, ones),
-                token_type_ids=torch.zeros_like(ids),
-                return_dict=True,
-            ).last_hidden_state
-            states = hidden[:, at]
-            out = (
-                states
-                if out is None
-                else torch.where((spliced.template == t)[:, None], states, out)
-            )
-        assert out is not None
-        return out
+        return template_states(self.backbone, self.prompt, spliced, self._takes_token_types)
 
     @torch.inference_mode()
     def encode(

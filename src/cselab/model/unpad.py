@@ -118,7 +118,7 @@ def enable(backbone: nn.Module) -> bool:
 #: Architectures whose ``transformers`` forward builds its mask with ``create_bidirectional_mask``
 #: and returns a 4D mask as given (masking_utils, transformers 5): for them
 #: :func:`padded_attention_mask` hands over a prepared one.
-MASK_4D_MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert"})
+MASK_4D_MODEL_TYPES = frozenset(t for t, row in backbones.BACKBONES.items() if row.mask_4d)
 #: Attention implementations that read a boolean 4D mask (``True``: attend).
 _BOOL_MASK_ATTENTION = frozenset({"sdpa", ATTENTION_NAME})
 
