@@ -438,9 +438,9 @@ class SentenceEncoder(nn.Module):
         token) of the backbone's last hidden states; needs :attr:`lm_head` (``lm_head=True``)."""
         if self.lm_head is None:
             raise ValueError("token_logits needs the LM head: load with lm_head=True")
-        hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, return_dict=True
-        ).last_hidden_state
+        mask = unpad.padded_attention_mask(self.backbone, attention_mask)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=mask, return_dict=True)
+        hidden = hidden.last_hidden_state
         return self.lm_head(hidden[positions[:, 0], positions[:, 1]])
 
     def _template_states(self, spliced: Spliced) -> Tensor:
