@@ -238,3 +238,26 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
         fixed.encoder.eval(), plain.encoder.eval()
         with torch.no_grad():  # the raw encoder (no compile here): the padding is masked
             torch.testing.assert_close(fixed.encoder(**a), plain.encoder(**b), rtol=0, atol=1e-6)
+
+
+def test_an_mntp_step_on_a_decoder_reads_nothing_back(
+    families: dict[str, Path], tmp_path: Path
+) -> None:
+    """MNTP's scored positions are made on the host with the masked copy (``Task._masked``):
+    the step (padded causal forward, LM head at those positions, loss, backward, AdamW) reads
+    no device value."""
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    cfg = tiny_config(
+        families["llama"], tmp_path, "--model.pooler=avg", "--objective.mntp.enabled=true",
+        "--objective.mntp.mask_token=a", "--model.fast_path=false",
+    )  # fmt: skip
+    trainer = build_trainer(cfg)
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    batch = trainer.batch_for(1)  # masked and scored on the host (CPU tensors: no sync there)
+    with SyncCounter() as counter:
+        trainer.forward_backward(batch)
+        trainer.optimizer_step()
+    assert counter.syncs == []
