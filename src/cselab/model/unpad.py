@@ -180,13 +180,13 @@ def padded_attention_mask(
     window = getattr(config, "sliding_window", None)
     positions = torch.arange(length, device=attention_mask.device)
     alone = positions[:, None] == positions[None, :]
-    if config.model_type == "modernbert":
-        if window is None or length - 1 <= window:
-            return {"full_attention": keys, "sliding_attention": keys}
+    if not backbones.is_decoder(config):
+        local = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        if not local or window is None or length - 1 <= window:
+            return keys
+        # ModernBERT's local layers: a bidirectional band |i - j| <= sliding_window
         band = (positions[:, None] - positions[None, :]).abs() <= window
         return {"full_attention": keys, "sliding_attention": (keys & band) | alone}
-    if not backbones.is_decoder(config):
-        return keys
     if window is not None and length > window:
         return attention_mask
     if not getattr(config, "is_causal", True):  # model.bidirectional
