@@ -261,3 +261,29 @@ def test_an_mntp_step_on_a_decoder_reads_nothing_back(
         trainer.forward_backward(batch)
         trainer.optimizer_step()
     assert counter.syncs == []
+
+
+def test_an_fp16_step_reads_the_device_once(tiny_bert: Path, tmp_path: Path) -> None:
+    """fp16 (``GradScaler``, fused AdamW): the step reads back one value, whether the scale fell
+    (the update was skipped, so the schedule must not advance); not the scale itself twice."""
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    trainer = build_trainer(
+        tiny_config(
+            tiny_bert,
+            tmp_path,
+            "--model.fast_path=false",
+            "--model.dropout=0.1",
+            "--train.precision=fp16",
+            "--train.device=cpu",
+        )  # fmt: skip
+    )
+    assert trainer.optim.scaler is not None
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    batch = trainer.batch_for(1)
+    with SyncCounter() as counter:
+        trainer.forward_backward(batch)
+        trainer.optimizer_step()
+    assert len(counter.syncs) == 1, counter.syncs
