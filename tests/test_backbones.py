@@ -329,19 +329,27 @@ def test_last_makes_the_tokenizer_end_every_row_with_eos(
 def test_sentence_transformers_gives_the_last_pooler_s_vectors_on_a_decoder(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The saved tokenizer.json appends the EOS, so SentenceTransformer(folder)'s lasttoken
-    reads the token cselab reads: the same vectors, and no note in cselab.json."""
+    """Two training steps with ``last`` on Llama (whose tokenizer adds no EOS): the token
+    store's rows end in EOS, and the saved tokenizer.json appends it, so SentenceTransformer
+    (folder)'s lasttoken reads the token cselab reads: the same vectors, and no note."""
     from sentence_transformers import SentenceTransformer
 
-    enc = SentenceEncoder.from_pretrained(str(models["llama"]), pooler="last").eval()
-    enc.save(tmp_path / "last")
+    cfg = run_config(
+        models["llama"], tmp_path, "--model.pooler=last", "--model.dropout=0.1",
+        "--train.max_steps=2",
+    )  # fmt: skip
+    trainer = build_trainer(cfg)
+    eos = trainer.encoder.tokenizer.eos_token_id
+    assert all(int(row[-1]) == eos for row in trainer.corpus.rows(range(8)))
+    trainer.train()
+    folder = tmp_path / "out" / "last"
     sentences = ["alpha beta gamma delta", "epsilon", "zeta eta"]
-    st = SentenceTransformer(str(tmp_path / "last"), device="cpu")
-    mine = load(str(tmp_path / "last")).encode(sentences)
+    st = SentenceTransformer(str(folder), device="cpu")
+    mine = load(str(folder)).encode(sentences)
     np.testing.assert_allclose(st.encode(sentences), mine, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(enc.encode(sentences), mine, rtol=0, atol=1e-5)
-    meta = json.loads((tmp_path / "last" / "cselab.json").read_text())
-    assert "sentence_transformers" not in meta
+    trainer.encoder.eval()
+    np.testing.assert_allclose(trainer.encoder.encode(sentences), mine, rtol=0, atol=1e-5)
+    assert "sentence_transformers" not in json.loads((folder / "cselab.json").read_text())
 
 
 def test_weighted_mean_equals_a_loop_over_positions() -> None:
