@@ -114,7 +114,7 @@ class SentenceEncoder(nn.Module):
                     "model.pooler: 'last' reads the token that ends a sentence, and the "
                     "tokenizer has neither an EOS nor a SEP token"
                 )
-            append_end_token(tokenizer, self.end_id)
+            self.tokenizer = append_end_token(tokenizer, self.end_id)
         # whether the backbone's forward takes token_type_ids (decoders do not)
         self._takes_token_types = "token_type_ids" in inspect.signature(backbone.forward).parameters
 
@@ -214,7 +214,7 @@ class SentenceEncoder(nn.Module):
                 path, trust_remote_code=trust_remote_code
             )
             if encoder.end_id is not None:
-                append_end_token(encoder.tokenizer, encoder.end_id)
+                encoder.tokenizer = append_end_token(encoder.tokenizer, encoder.end_id)
             encoder.folder_settings = read_folder_settings(adapter_folder)
             return encoder
         auto = AutoModelForCausalLM if lm_head else AutoModel
