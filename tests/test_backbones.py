@@ -4,6 +4,7 @@ and gradient checkpointing. Tiny random models built in code (tests/backbone_mod
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -19,7 +20,7 @@ from cselab.core.errors import ConfigError
 from cselab.model import backbones, unpad
 from cselab.model.config import PROMPTEOL_TEMPLATE, PromptConfig
 from cselab.model.encoder import SentenceEncoder, load
-from cselab.model.pooling import Pooler, last_index, with_end_token
+from cselab.model.pooling import Pooler, last_index
 from cselab.model.prompt import Prompt
 from cselab.training.run import build_trainer
 
@@ -303,24 +304,52 @@ def test_last_picks_the_last_real_token_under_left_and_right_padding() -> None:
     torch.testing.assert_close(pooler(hidden, left), hidden[[0, 1], [4, 4]])
 
 
-def test_end_token_is_appended_where_the_tokenizer_did_not_add_it(models: dict[str, Path]) -> None:
-    eos, pad = 2, 0
-    ids = torch.tensor([[1, 5, 6, pad], [1, 5, 6, 7], [1, 5, eos, pad]])
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 0]])
-    new_ids, new_mask = with_end_token(ids, mask, eos, pad)
-    assert new_ids.tolist() == [[1, 5, 6, eos, pad], [1, 5, 6, 7, eos], [1, 5, eos, pad, pad]]
-    assert new_mask.sum(1).tolist() == [4, 5, 3]
-    left_ids = torch.tensor([[pad, 1, 5, 6], [1, 5, 6, 7]])
-    left_mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
-    got, got_mask = with_end_token(left_ids, left_mask, eos, pad)
-    assert got[:, -1].tolist() == [eos, eos] and got_mask[:, -1].tolist() == [1, 1]
-    # the encoder reads the EOS state: the same as the backbone's state at an explicit EOS
-    enc = SentenceEncoder.from_pretrained(str(models["llama"]), pooler="last").eval()
-    assert enc.end_id == enc.tokenizer.eos_token_id == 2
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_last_makes_the_tokenizer_end_every_row_with_eos(
+    side: str, models: dict[str, Path]
+) -> None:
+    """The tokenizer (which adds no EOS) is made to append it, inside the max length: a
+    truncated row ends with EOS too, and the vector is the backbone's state at that EOS."""
+    enc = SentenceEncoder.from_pretrained(str(models["llama"]), pooler="last", max_seq_len=4)
+    enc.eval()
+    eos = enc.tokenizer.eos_token_id
+    assert enc.end_id == eos == 2
+    enc.tokenizer.padding_side = side
+    batch = enc.tokenize(["alpha", "alpha beta gamma delta epsilon"])  # the second truncated
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids.shape[1] == 4 and mask.sum(1).tolist() == [3, 4]
+    assert ids[torch.arange(2), last_index(mask)].tolist() == [eos, eos]
+    assert ids[1].tolist() == [1, 3, 4, eos]  # <s> kept before, EOS kept at the cut
     with torch.no_grad():
         vec = enc(**enc.tokenize(["alpha beta"]))
         explicit = enc.backbone(input_ids=torch.tensor([[1, 3, 4, 2]])).last_hidden_state[:, -1]
     torch.testing.assert_close(vec, explicit)
+
+
+def test_sentence_transformers_gives_the_last_pooler_s_vectors_on_a_decoder(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """Two training steps with ``last`` on Llama (whose tokenizer adds no EOS): the token
+    store's rows end in EOS, and the saved tokenizer.json appends it, so SentenceTransformer
+    (folder)'s lasttoken reads the token cselab reads: the same vectors, and no note."""
+    from sentence_transformers import SentenceTransformer
+
+    cfg = run_config(
+        models["llama"], tmp_path, "--model.pooler=last", "--model.dropout=0.1",
+        "--train.max_steps=2",
+    )  # fmt: skip
+    trainer = build_trainer(cfg)
+    eos = trainer.encoder.tokenizer.eos_token_id
+    assert all(int(row[-1]) == eos for row in trainer.corpus.rows(range(8)))
+    trainer.train()
+    folder = tmp_path / "out" / "last"
+    sentences = ["alpha beta gamma delta", "epsilon", "zeta eta"]
+    st = SentenceTransformer(str(folder), device="cpu")
+    mine = load(str(folder)).encode(sentences)
+    np.testing.assert_allclose(st.encode(sentences), mine, rtol=0, atol=1e-5)
+    trainer.encoder.eval()
+    np.testing.assert_allclose(trainer.encoder.encode(sentences), mine, rtol=0, atol=1e-5)
+    assert "sentence_transformers" not in json.loads((folder / "cselab.json").read_text())
 
 
 def test_weighted_mean_equals_a_loop_over_positions() -> None:

@@ -67,16 +67,82 @@ def test_the_4d_mask_gives_the_2d_masks_vectors(tiny_bert: Path) -> None:
     )
 
 
-def test_a_decoder_keeps_its_2d_mask(tmp_path: Path) -> None:
-    """A 4D mask would replace a decoder's causal mask: decoders get the 2D mask as before."""
-    from transformers import LlamaConfig, LlamaModel
+@pytest.fixture(scope="module")
+def families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny models of the families with a prepared mask; ModernBERT with a local window (2)
+    shorter than the test batch, so its band is exercised."""
+    from backbone_models import make_tiny
 
-    model = LlamaModel(
-        LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=2)
-    )  # fmt: skip
-    mask = torch.tensor([[1, 1, 0]])
-    assert padded_attention_mask(model, mask) is mask
+    root = tmp_path_factory.mktemp("families")
+    local = {"local_attention": 4, "sliding_window": 2}
+    local["layer_types"] = ["full_attention", "sliding_attention"]
+    return {
+        "bert": make_tiny("bert", root / "bert"),
+        "llama": make_tiny("llama", root / "llama"),
+        "mistral": make_tiny("mistral", root / "mistral"),
+        "qwen3": make_tiny("qwen3", root / "qwen3"),
+        "modernbert": make_tiny("modernbert", root / "modernbert", **local),
+    }
+
+
+#: host syncs of one padded training forward, per family (none left: each gets a prepared mask)
+FORWARD_SYNCS = [
+    ("bert", "avg", False, 0),
+    ("bert", "last", False, 0),
+    ("llama", "avg", False, 0),
+    ("llama", "last", False, 0),
+    ("llama", "avg", True, 0),
+    ("mistral", "avg", False, 0),
+    ("qwen3", "last", False, 0),
+    ("modernbert", "avg", False, 0),
+]
+
+
+@pytest.mark.parametrize(("family", "pooler", "bidirectional", "syncs"), FORWARD_SYNCS)
+def test_each_family_s_padded_forward_reads_nothing_back(
+    family: str, pooler: str, bidirectional: bool, syncs: int, families: dict[str, Path]
+) -> None:
+    enc = SentenceEncoder.from_pretrained(
+        str(families[family]), pooler=pooler, fast_path=False, dropout=0.1,
+        bidirectional=bidirectional,
+    ).train()  # fmt: skip
+    batch = enc.tokenize(["alpha beta", "alpha beta gamma delta epsilon zeta eta"])
+    assert not bool(batch["attention_mask"].all())  # padded
+    with SyncCounter() as counter:
+        enc(**batch)
+    assert len(counter.syncs) == syncs, counter.syncs
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize(
+    ("family", "bidirectional"),
+    [
+        ("llama", False),
+        ("llama", True),
+        ("mistral", False),
+        ("qwen3", False),
+        ("modernbert", False),
+    ],
+)
+def test_the_prepared_mask_gives_the_2d_masks_states(
+    family: str, bidirectional: bool, side: str, families: dict[str, Path]
+) -> None:
+    """On every real token the prepared mask (causal, bidirectional, ModernBERT's band) gives
+    the states transformers computes from the 2D mask, under right and left padding."""
+    enc = SentenceEncoder.from_pretrained(
+        str(families[family]), pooler="avg", fast_path=False, bidirectional=bidirectional
+    ).eval()
+    enc.tokenizer.padding_side = side
+    batch = enc.tokenize(["alpha", "alpha beta gamma delta epsilon zeta eta", "beta gamma"])
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    prepared = padded_attention_mask(enc.backbone, mask)
+    assert prepared is not mask
+    with torch.no_grad():
+        mine = enc.backbone(input_ids=ids, attention_mask=prepared).last_hidden_state
+        theirs = enc.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    assert torch.isfinite(mine).all()
+    torch.testing.assert_close(mine[keep], theirs[keep], rtol=0, atol=1e-5)
 
 
 @pytest.mark.skipif(
@@ -172,3 +238,52 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
         fixed.encoder.eval(), plain.encoder.eval()
         with torch.no_grad():  # the raw encoder (no compile here): the padding is masked
             torch.testing.assert_close(fixed.encoder(**a), plain.encoder(**b), rtol=0, atol=1e-6)
+
+
+def test_an_mntp_step_on_a_decoder_reads_nothing_back(
+    families: dict[str, Path], tmp_path: Path
+) -> None:
+    """MNTP's scored positions are made on the host with the masked copy (``Task._masked``):
+    the step (padded causal forward, LM head at those positions, loss, backward, AdamW) reads
+    no device value."""
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    cfg = tiny_config(
+        families["llama"], tmp_path, "--model.pooler=avg", "--objective.mntp.enabled=true",
+        "--objective.mntp.mask_token=a", "--model.fast_path=false",
+    )  # fmt: skip
+    trainer = build_trainer(cfg)
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    batch = trainer.batch_for(1)  # masked and scored on the host (CPU tensors: no sync there)
+    with SyncCounter() as counter:
+        trainer.forward_backward(batch)
+        trainer.optimizer_step()
+    assert counter.syncs == []
+
+
+def test_an_fp16_step_reads_the_device_once(tiny_bert: Path, tmp_path: Path) -> None:
+    """fp16 (``GradScaler``, fused AdamW): the step reads back one value, whether the scale fell
+    (the update was skipped, so the schedule must not advance); not the scale itself twice."""
+    from cselab.training.run import build_trainer
+    from test_trainer import tiny_config
+
+    trainer = build_trainer(
+        tiny_config(
+            tiny_bert,
+            tmp_path,
+            "--model.fast_path=false",
+            "--model.dropout=0.1",
+            "--train.precision=fp16",
+            "--train.device=cpu",
+        )  # fmt: skip
+    )
+    assert trainer.optim.scaler is not None
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    batch = trainer.batch_for(1)
+    with SyncCounter() as counter:
+        trainer.forward_backward(batch)
+        trainer.optimizer_step()
+    assert len(counter.syncs) == 1, counter.syncs

@@ -29,6 +29,8 @@ IGNORE = -100
 MASK_BELOW, RANDOM_BELOW = 0.8, 0.9
 #: the batch columns of the masked copy (added by the training layer's ``Task.prepare``)
 MASKED_IDS, MASKED_LABELS = "masked.input_ids", "masked.labels"
+#: the columns of the positions MNTP scores, made on the host (:func:`scored_positions`)
+MASKED_POSITIONS, MASKED_TARGETS = "masked.positions", "masked.targets"
 #: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)
 BLANK = "_"
 
@@ -73,3 +75,22 @@ def mask_tokens(
         masked[i, real] = torch.where(choose, new, row)
         labels[i, real] = torch.where(choose, row, torch.full_like(row, IGNORE))
     return masked.to(input_ids.device), labels.to(input_ids.device)
+
+
+def scored_positions(labels: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``(positions, targets)``, each ``(B, K)``: per row, the positions ``i - 1`` whose state
+    predicts a chosen token ``i`` (MNTP reads the previous real position), and that token;
+    ``K`` is the most a row has, and shorter rows are padded with position 0 and target
+    :data:`IGNORE`. Made on the host before the batch's device copy, so the step needs no
+    data-dependent size (``nonzero``, a host sync on a GPU); one row per row keeps GradCache's
+    chunks by rows valid."""
+    scored = (labels[:, 1:] != IGNORE) & attention_mask[:, :-1].bool()  # label i+1 from i
+    width = scored.shape[1]
+    count = int(scored.sum(1).max()) if scored.numel() else 0
+    columns = torch.arange(width, device=labels.device).expand_as(scored)
+    # the scored columns first, in order (a stable sort of "not scored")
+    order = torch.sort((~scored).to(torch.int8), dim=1, stable=True).indices[:, :count]
+    real = scored.gather(1, order)
+    positions = torch.where(real, columns.gather(1, order), torch.zeros_like(order))
+    targets = torch.where(real, labels[:, 1:].gather(1, order), torch.full_like(order, IGNORE))
+    return positions, targets

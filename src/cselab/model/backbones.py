@@ -56,9 +56,9 @@ class Backbone:
             causal mask cselab removes with ``model.bidirectional``).
         end_token: the tokenizer attribute of the token that ends a sentence, read by the
             ``last`` pooler (appended to a row whose tokenizer did not add it).
-        mask_4d: its ``transformers`` forward builds the mask with ``create_bidirectional_mask``
-            and takes a prepared 4D mask as given, so cselab hands it one and the forward
-            reads nothing back from the device (:func:`cselab.model.unpad.padded_attention_mask`).
+        mask_4d: its ``transformers`` forward (``masking_utils``) takes a prepared 4D mask as
+            given, so cselab hands it one and the forward reads nothing back from the device
+            (:func:`cselab.model.unpad.padded_attention_mask`).
         lora_targets: the modules that get LoRA adapters when ``model.lora.target_modules`` is
             null: the attention and MLP projections (for decoders LLM2Vec's list,
             ``initialize_peft`` of ``McGill-NLP/llm2vec``).
@@ -138,11 +138,12 @@ BACKBONES: dict[str, Backbone] = {
             dropout=("attention_dropout", "mlp_dropout", "embedding_dropout"),
             default_pooler="avg",
             lora_targets=("Wqkv", "Wo", "Wi"),
+            mask_4d=True,
         ),
-        _decoder("llama"),
-        _decoder("mistral"),
-        _decoder("qwen2"),
-        _decoder("qwen3"),
+        _decoder("llama", mask_4d=True),
+        _decoder("mistral", mask_4d=True),
+        _decoder("qwen2", mask_4d=True),
+        _decoder("qwen3", mask_4d=True),
         _decoder("gemma"),
         _decoder("gemma2", attention=("eager", "flash_attention_2", "flex_attention")),
     )

@@ -83,10 +83,10 @@ def load(
         kind = pooler or st_pooler_name(local) or _plain_default_pooler(local)
         if kind not in POOLERS:
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
-        encoder = SentenceEncoder.from_pretrained(str(local), pooler=kind, **kwargs)
-        # a folder's lasttoken mode reads the last token
-        if encoder.pooler.meaning.token == "lasttoken" and pooler is None:
-            encoder.end_id = None  # as tokenised, as sentence-transformers: nothing appended
+        # a folder's lasttoken mode reads the last token as tokenised, as sentence-transformers
+        encoder = SentenceEncoder.from_pretrained(
+            str(local), pooler=kind, end_token=pooler is not None, **kwargs
+        )
         if kind == "cls":  # SimCSE's evaluation: the model's own pooler_output
             encoder.pooler.mlp = hf_pooler_head(encoder.backbone, transformer_folder(local), path)
             encoder.pooler.mlp_only_train = False

@@ -19,8 +19,9 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
   template without ``[MASK]`` reads its last token instead: PromptEOL (Jiang et al. 2023,
   ``This sentence : "[X]" means in one word:"``), the decoder form of the prompt pooler.
 * ``last``: the last layer's state at the last real token (left or right padding), with the
-  sentence's end token (EOS for decoders) appended where the tokenizer did not add it: the
-  token that has seen the whole sentence in a causal decoder (LLM2Vec's ``eos_token``).
+  sentence's end token (EOS for decoders), which the encoder makes the tokenizer append
+  (:func:`cselab.model.prompt.append_end_token`): the token that has seen the whole sentence in
+  a causal decoder (LLM2Vec's ``eos_token``).
 * ``weighted_mean``: SGPT's position-weighted mean (Muennighoff 2022, Eq. 1): the ``i``-th real
   token (from 1) weighs ``i / (1 + 2 + ... + n)``, so in a causal decoder the tokens that have
   seen more of the sentence count more.
@@ -105,26 +106,6 @@ def position_weighted_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     weights = mask.cumsum(1) * mask  # 1..n on real tokens, 0 on padding (either side)
     weights = weights / weights.sum(1, keepdim=True).clamp_min(1.0)
     return (hidden * weights.unsqueeze(-1)).sum(1)
-
-
-def with_end_token(
-    input_ids: Tensor, attention_mask: Tensor, end_id: int, pad_id: int
-) -> tuple[Tensor, Tensor]:
-    """Rows whose last real token is not ``end_id`` get ``end_id`` after it (one column more
-    when a row fills the width); rows that end in it are left as they are."""
-    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
-    last = last_index(attention_mask)
-    need = (input_ids[rows, last] != end_id) & (attention_mask.sum(1) > 0)
-    if not bool(need.any()):
-        return input_ids, attention_mask
-    ids = torch.cat([input_ids, input_ids.new_full((input_ids.shape[0], 1), pad_id)], 1)
-    mask = torch.cat([attention_mask, attention_mask.new_zeros((input_ids.shape[0], 1))], 1)
-    at = (last + 1)[need]
-    ids[rows[need], at] = end_id
-    mask[rows[need], at] = 1
-    if not bool(mask[:, -1].any()):  # every grown row had room inside the width
-        ids, mask = ids[:, :-1], mask[:, :-1]
-    return ids, mask
 
 
 class MLPHead(nn.Module):

@@ -328,6 +328,46 @@ def special_tokens_around(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, .
     raise ConfigError("model.pooler: 'prompt' cannot find the sentence among its special tokens")
 
 
+def append_end_token(tokenizer: Any, end_id: int) -> Any:
+    """``tokenizer``, or a copy of it that ends each sentence with ``end_id`` (the ``last``
+    pooler's EOS), keeping the special tokens it already puts around a sentence (the tokenizer
+    handed in is left as it is).
+
+    A fast tokenizer gets a ``TemplateProcessing`` post-processor, so the token store, ``encode``
+    and the saved ``tokenizer.json`` (what sentence-transformers loads) all end a sentence in it,
+    and truncation keeps it (the post-processor's tokens count inside ``max_length``). A slow
+    tokenizer is refused with :class:`ConfigError`.
+    """
+    lead, trail = special_tokens_around(tokenizer)
+    if trail and trail[-1] == end_id:
+        return tokenizer
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(
+            "model.pooler: 'last' needs the tokenizer to end a sentence with its end token, "
+            "and this slow tokenizer cannot be told to; use a fast tokenizer"
+        )
+    import copy
+
+    from tokenizers import processors
+
+    tokenizer = copy.deepcopy(tokenizer)
+    backend = tokenizer._tokenizer
+    ids = [*lead, *trail, end_id]
+    names = [str(tokenizer.convert_ids_to_tokens(i)) for i in ids]
+    before = " ".join(names[: len(lead)])
+    after = " ".join(names[len(lead) :])
+    specials = list(dict.fromkeys(zip(names, ids, strict=True)))
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{before} $A:0 {after}".strip(),
+        pair=f"{before} $A:0 {after} $B:1 {after}".strip(),
+        special_tokens=specials,
+    )
+    if special_tokens_around(tokenizer)[1][-1:] != (end_id,):
+        raise ConfigError("model.pooler: 'last' cannot make the tokenizer append its end token")
+    return tokenizer
+
+
 def template_states(
     backbone: torch.nn.Module, prompt: Prompt, spliced: Spliced, token_types: bool
 ) -> Tensor:

@@ -27,8 +27,8 @@ from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
 from .hub import resolve_model
 from .inference import drop_inference_graph, encode_sentences, inference_copy
-from .pooling import Pooler, with_end_token
-from .prompt import Prompt, Spliced, template_states
+from .pooling import Pooler
+from .prompt import Prompt, Spliced, append_end_token, template_states
 from .similarity import cosine_matrix
 from .st_folder import (
     FolderSettings,
@@ -74,6 +74,7 @@ class SentenceEncoder(nn.Module):
         pooler: Pooler,
         max_seq_len: int = 32,
         prompt: Prompt | None = None,
+        end_token: bool = True,
     ):
         super().__init__()
         if (pooler.meaning.token == "mask") != (prompt is not None):
@@ -102,9 +103,10 @@ class SentenceEncoder(nn.Module):
         self.lora_base: str | None = None
         # model.bidirectional: the decoder's causal mask removed (kept in the saved folder)
         self.bidirectional = False
-        # the token the ``last`` pooler reads, appended where the tokenizer did not add it
+        # the token the ``last`` pooler reads, which the tokenizer is made to append
+        # (end_token=False: the last token as tokenised, as sentence-transformers reads a folder)
         self.end_id: int | None = None
-        if pooler.meaning.token == "lasttoken":
+        if pooler.meaning.token == "lasttoken" and end_token:
             config = getattr(backbone, "config", None)
             self.end_id = backbones.end_token_id(tokenizer, config)
             if self.end_id is None:
@@ -112,6 +114,7 @@ class SentenceEncoder(nn.Module):
                     "model.pooler: 'last' reads the token that ends a sentence, and the "
                     "tokenizer has neither an EOS nor a SEP token"
                 )
+            self.tokenizer = append_end_token(tokenizer, self.end_id)
         # whether the backbone's forward takes token_type_ids (decoders do not)
         self._takes_token_types = "token_type_ids" in inspect.signature(backbone.forward).parameters
 
@@ -134,6 +137,7 @@ class SentenceEncoder(nn.Module):
         dtype: str = ModelConfig.dtype,
         lora: LoRAConfig | Mapping[str, Any] | None = None,
         lm_head: bool = False,
+        end_token: bool = True,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
@@ -170,6 +174,10 @@ class SentenceEncoder(nn.Module):
         (``AutoModelForCausalLM``) and keep the head as :attr:`lm_head`, for objectives that
         predict tokens (MNTP, :meth:`token_logits`); the backbone is the same base model.
 
+        ``end_token`` (pooler ``last``): make the tokenizer end each sentence with its end token
+        (:func:`cselab.model.prompt.append_end_token`), the token ``last`` reads; ``False``: the
+        last token as tokenised (how sentence-transformers reads a third-party folder).
+
         A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
         are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
         loaded as tensors only; one that holds code or objects is refused with
@@ -197,6 +205,7 @@ class SentenceEncoder(nn.Module):
                 dropout=dropout, attn_implementation=attn_implementation,
                 trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
                 unpad_cuda=unpad_cuda, bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
+                end_token=end_token,
             )  # fmt: skip
             encoder.backbone = adapters.load_adapters(encoder.backbone, adapter_folder)
             encoder.lora_base = base
@@ -204,6 +213,8 @@ class SentenceEncoder(nn.Module):
             encoder.tokenizer = AutoTokenizer.from_pretrained(
                 path, trust_remote_code=trust_remote_code
             )
+            if encoder.end_id is not None:
+                encoder.tokenizer = append_end_token(encoder.tokenizer, encoder.end_id)
             encoder.folder_settings = read_folder_settings(adapter_folder)
             return encoder
         auto = AutoModelForCausalLM if lm_head else AutoModel
@@ -266,7 +277,7 @@ class SentenceEncoder(nn.Module):
             if isinstance(prompt, Mapping):
                 prompt = from_dict(PromptConfig, dict(prompt), prefix="model.prompt")
             templates = Prompt(prompt or PromptConfig(), tokenizer)
-        encoder = cls(backbone, tokenizer, head, max_seq_len, templates)
+        encoder = cls(backbone, tokenizer, head, max_seq_len, templates, end_token=end_token)
         encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
         encoder.source = name_or_path
         encoder.folder_settings = read_folder_settings(Path(root))
@@ -390,12 +401,6 @@ class SentenceEncoder(nn.Module):
         extra: dict[str, Tensor] = {}  # the prompt pooler's [MASK] columns and offsets
         if token_type_ids is not None and not self._takes_token_types:
             token_type_ids = None  # a decoder has no segments
-        if self.end_id is not None:  # `last` reads the end token: append it where missing
-            pad = self.tokenizer.pad_token_id
-            input_ids, attention_mask = with_end_token(
-                input_ids, attention_mask, self.end_id, self.end_id if pad is None else pad
-            )
-            token_type_ids = None
         if self.prompt is not None:
             spliced = self.prompt.splice(input_ids, attention_mask, template)
             if self.prompt.denoises(self.training):  # first, as the authors' cl_forward does
@@ -433,9 +438,9 @@ class SentenceEncoder(nn.Module):
         token) of the backbone's last hidden states; needs :attr:`lm_head` (``lm_head=True``)."""
         if self.lm_head is None:
             raise ValueError("token_logits needs the LM head: load with lm_head=True")
-        hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, return_dict=True
-        ).last_hidden_state
+        mask = unpad.padded_attention_mask(self.backbone, attention_mask)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=mask, return_dict=True)
+        hidden = hidden.last_hidden_state
         return self.lm_head(hidden[positions[:, 0], positions[:, 1]])
 
     def _template_states(self, spliced: Spliced) -> Tensor:

@@ -60,11 +60,6 @@ BIDIRECTIONAL_NOT_REPRODUCED = (
     "SentenceTransformer(folder) and AutoModel load it causal, which gives other vectors; use "
     "cselab.load(folder)"
 )
-#: what ``cselab.json`` says of the ``last`` pooler when the tokenizer adds no end token
-LAST_TOKEN_NOT_REPRODUCED = (
-    "pooler 'last': cselab appends the end token (EOS) where the tokenizer does not; "
-    "sentence-transformers' lasttoken pooling reads the last token as tokenised"
-)
 #: what ``cselab.json`` says of a folder of LoRA adapters whose pooler reads several layers
 ADAPTER_LAYERS_NOT_REPRODUCED = (
     "a pooler over several layers on LoRA adapters: SentenceTransformer(folder) loads the base "
@@ -205,8 +200,6 @@ def write_model_folder(
     notes = [PROMPT_NOT_REPRODUCED] if pooler.meaning.token == "mask" else []
     if meta.get("bidirectional"):
         notes.append(BIDIRECTIONAL_NOT_REPRODUCED)
-    if pooler.meaning.token == "lasttoken" and _adds_no_end_token(tokenizer):
-        notes.append(LAST_TOKEN_NOT_REPRODUCED)
     layers = POOLER_MEANINGS[inference_pooler_name(pooler.kind, pooler.mlp_only_train)].layers
     if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
         notes.append(ADAPTER_LAYERS_NOT_REPRODUCED)
@@ -234,14 +227,6 @@ def write_model_folder(
         out / ST_CONFIG_FILE,
         {"max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case},
     )
-
-
-def _adds_no_end_token(tokenizer: Any) -> bool:
-    """Whether a sentence tokenised with its special tokens ends in something other than the
-    EOS (or SEP) token, so that cselab's ``last`` pooler appends one."""
-    end = getattr(tokenizer, "eos_token_id", None) or getattr(tokenizer, "sep_token_id", None)
-    ids = tokenizer("probe")["input_ids"]
-    return end is None or not ids or ids[-1] != end
 
 
 def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> list[dict[str, Any]]:

@@ -115,9 +115,8 @@ def enable(backbone: nn.Module) -> bool:
     return True
 
 
-#: Architectures whose ``transformers`` forward builds its mask with ``create_bidirectional_mask``
-#: and returns a 4D mask as given (masking_utils, transformers 5): for them
-#: :func:`padded_attention_mask` hands over a prepared one.
+#: Architectures whose ``transformers`` forward takes a prepared 4D mask as given
+#: (``masking_utils``, transformers 5): for them :func:`padded_attention_mask` hands one over.
 MASK_4D_MODEL_TYPES = frozenset(t for t, row in backbones.BACKBONES.items() if row.mask_4d)
 #: Attention implementations that read a boolean 4D mask (``True``: attend).
 _BOOL_MASK_ATTENTION = frozenset({"sdpa", ATTENTION_NAME})
@@ -143,29 +142,57 @@ def check_attention(name: str | None) -> None:
         raise ConfigError("model.attn_implementation=flash_attention_2 needs a CUDA GPU; use sdpa")
 
 
-def padded_attention_mask(backbone: nn.Module, attention_mask: Tensor) -> Tensor:
-    """The mask to hand ``backbone`` for a padded batch: for the encoders of
-    :data:`MASK_4D_MODEL_TYPES` with SDPA attention, the ``(B, 1, 1, L)`` boolean key mask
-    SDPA broadcasts; otherwise ``attention_mask`` itself.
+def padded_attention_mask(
+    backbone: nn.Module, attention_mask: Tensor
+) -> Tensor | dict[str, Tensor]:
+    """The mask to hand ``backbone`` for a padded batch: for the architectures of
+    :data:`MASK_4D_MODEL_TYPES` with SDPA attention, a prepared boolean 4D mask (``True``:
+    attend); otherwise ``attention_mask`` itself.
 
     Why: given the 2D mask, ``transformers`` asks whether any token is padded
-    (``masking_utils``' ``padding_mask.all()``, as ``sum() == numel()``) to skip the mask,
-    and reading that answer is a host sync in every forward: on a GPU the CPU waits for the
-    queue to drain (and a CUDA graph cannot be captured). A 4D mask is used as given. The
-    attention computed is the same: the same keys are masked for every query
-    (``tests/test_gpu_path.py``). Decoders are never given one (it would drop their causal
-    mask), nor other implementations (eager adds a float mask; FlashAttention unpads from the
-    2D mask).
+    (``masking_utils``' ``padding_mask.all()``; for decoders twice, in
+    ``_ignore_causal_mask_sdpa``) to skip the mask, and reading that answer is a host sync in
+    every forward: on a GPU the CPU waits for the queue to drain (and a CUDA graph cannot be
+    captured). A 4D mask is used as given. The masks, the same attention on every real token
+    (``tests/test_gpu_path.py``):
+
+    * an encoder, or a decoder made bidirectional: the ``(B, 1, 1, L)`` key mask SDPA
+      broadcasts;
+    * a causal decoder: ``(B, 1, L, L)``, causal and the key mask;
+    * ModernBERT: ``{"full_attention": key mask, "sliding_attention": key mask within
+      |i - j| <= config.sliding_window}`` (its local layers' band, as ``transformers`` builds it).
+
+    A padded query row whose keys are all masked (left padding under the causal mask, or far
+    right of the band) attends to itself: its state is never read, and SDPA would otherwise
+    give NaN there, which the next layer's ``0 * value`` would spread. A decoder whose sliding
+    window is shorter than the batch keeps the 2D mask (its window is not built here), as do
+    other implementations (eager adds a float mask; FlashAttention unpads from the 2D mask).
     """
     config = getattr(backbone, "config", None)
     if (
         config is None
         or getattr(config, "model_type", None) not in MASK_4D_MODEL_TYPES
-        or getattr(config, "is_decoder", False)
         or getattr(config, "_attn_implementation", None) not in _BOOL_MASK_ATTENTION
     ):
         return attention_mask
-    return attention_mask.bool()[:, None, None, :]
+    keys = attention_mask.bool()[:, None, None, :]
+    length = attention_mask.shape[1]
+    window = getattr(config, "sliding_window", None)
+    positions = torch.arange(length, device=attention_mask.device)
+    alone = positions[:, None] == positions[None, :]
+    if not backbones.is_decoder(config):
+        local = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        if not local or window is None or length - 1 <= window:
+            return keys
+        # ModernBERT's local layers: a bidirectional band |i - j| <= sliding_window
+        band = (positions[:, None] - positions[None, :]).abs() <= window
+        return {"full_attention": keys, "sliding_attention": (keys & band) | alone}
+    if window is not None and length > window:
+        return attention_mask
+    if not getattr(config, "is_causal", True):  # model.bidirectional
+        return keys
+    causal = positions[:, None] >= positions[None, :]
+    return (keys & causal) | alone
 
 
 def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:

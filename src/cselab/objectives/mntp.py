@@ -91,7 +91,10 @@ class MaskedNextTokenPrediction(Objective):
         logits, labels = upcast(views[VIEW_TOKEN_LOGITS]), views[VIEW_TOKEN_LABELS]
         if labels.numel() == 0:  # no token chosen in this batch: nothing to learn, no NaN
             return {"mntp": logits.sum() * 0.0}
-        return {"mntp": F.cross_entropy(logits, labels)}
+        # the mean over the scored tokens (padding labels are ignore_index, -100), read without
+        # a host sync; a GradCache chunk or batch with none scores 0, not NaN
+        total = F.cross_entropy(logits, labels, reduction="sum")
+        return {"mntp": total / (labels >= 0).sum().clamp_min(1)}
 
     def describe(self, kind: DataKind = SENTENCES) -> str:
         token = f"`{self.mask_token}`" if self.mask_token else "the tokenizer's mask token (or `_`)"

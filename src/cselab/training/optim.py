@@ -81,7 +81,8 @@ class Optimization:
         Under fp16 a step whose gradients hold an inf or NaN is skipped by the ``GradScaler``
         (no update, the scale halved); the schedule then does not advance either, so the
         learning rate of the next real update is the one it would have had (the transformers
-        Trainer does the same). Telling needs the scale on the host: one sync per fp16 step.
+        Trainer does the same). Telling needs one comparison of the scale read on the host: one
+        sync per fp16 step (``tests/test_gpu_path.py``).
         """
         if self.reducer is not None:
             self.reducer.finish()  # waits for the all-reduces started during the backward
@@ -93,11 +94,13 @@ class Optimization:
             torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         skipped = False
         if self.scaler is not None:
-            before = self.scaler.get_scale()
+            # the scale tensor itself (get_scale() would read it back: a second sync)
+            before = self.scaler._scale.clone()  # set by scale(loss) in the backward
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            # update() lowers the scale exactly when this step found an inf/NaN gradient
-            skipped = self.scaler.get_scale() < before
+            # update() lowers the scale exactly when this step found an inf/NaN gradient; the
+            # schedule must know, so this is the fp16 step's one read from the device
+            skipped = bool(self.scaler._scale < before)
         else:
             self.optimizer.step()
         if skipped:

@@ -34,7 +34,15 @@ import torch
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
-from ..data.masking import MASKED_IDS, MASKED_LABELS, mask_token_id, mask_tokens
+from ..data.masking import (
+    MASKED_IDS,
+    MASKED_LABELS,
+    MASKED_POSITIONS,
+    MASKED_TARGETS,
+    mask_token_id,
+    mask_tokens,
+    scored_positions,
+)  # fmt: skip
 from ..data.pairs import POSITIVE_PREFIX, is_pair_batch
 from ..data.repetition import repeat_tokens
 from ..objectives import VIEW_MOMENTUM, LossTerms, Objective, ObjectiveContext
@@ -154,7 +162,10 @@ class Task:
             batch.inputs["input_ids"], batch.inputs["attention_mask"], rate, self.mask_id,
             len(tokenizer), tokenizer.all_special_ids, gens,
         )  # fmt: skip
-        return Batch(batch.step, {**batch.inputs, MASKED_IDS: ids, MASKED_LABELS: labels})
+        positions, targets = scored_positions(labels, batch.inputs["attention_mask"].cpu())
+        masked = {MASKED_IDS: ids, MASKED_LABELS: labels}
+        masked.update({MASKED_POSITIONS: positions, MASKED_TARGETS: targets})
+        return Batch(batch.step, {**batch.inputs, **masked})
 
     def encode(
         self, inputs: Mapping[str, Tensor], names: Collection[str] | None = None

@@ -40,7 +40,13 @@ import torch
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
-from ..data.masking import IGNORE, MASKED_IDS, MASKED_LABELS
+from ..data.masking import (
+    MASKED_IDS,
+    MASKED_LABELS,
+    MASKED_POSITIONS,
+    MASKED_TARGETS,
+    scored_positions,
+)  # fmt: skip
 from ..data.pairs import is_pair_batch, split_inputs, stack_rows
 from ..model.encoder import SentenceEncoder, dropout_disabled
 from ..objectives import (
@@ -59,6 +65,8 @@ KNOWN_VIEWS = frozenset(
      VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS}
 )  # fmt: skip
 TOKEN_VIEWS = frozenset({VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS})
+#: the batch columns of MNTP's masked copy, which the sentence views do not read
+MASKED_COLUMNS = frozenset({MASKED_IDS, MASKED_LABELS, MASKED_POSITIONS, MASKED_TARGETS})
 
 
 def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
@@ -94,7 +102,7 @@ def compute_views(
     views: dict[str, Tensor] = {}
     if names & TOKEN_VIEWS:
         views.update(token_views(encoder, batch))
-        batch = {k: v for k, v in batch.items() if k not in (MASKED_IDS, MASKED_LABELS)}
+        batch = {k: v for k, v in batch.items() if k not in MASKED_COLUMNS}
     if names & {VIEW_ANCHOR, VIEW_POSITIVE} and (kind.pairs or is_pair_batch(dict(batch))):
         views.update(pair_views(encoder, batch, names))  # given pairs, or ESimCSE's repetition
     elif names & {VIEW_ANCHOR, VIEW_POSITIVE}:
@@ -111,15 +119,21 @@ def compute_views(
 
 
 def token_views(encoder: SentenceEncoder, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """``token_logits`` ``(M, V)`` and ``token_labels`` ``(M,)`` of the batch's masked copy:
+    """``token_logits`` ``(B·K, V)`` and ``token_labels`` ``(B·K,)`` of the batch's masked copy:
     the logits at position ``i - 1`` for each masked token at ``i`` whose previous position is
-    a real token."""
+    a real token, ``K`` per row (padded with label ``IGNORE``,
+    :func:`~cselab.data.masking.scored_positions`; the task makes them on the host, a batch
+    built by hand gets them here)."""
     raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
-    labels, mask = batch[MASKED_LABELS], batch["attention_mask"]
-    scored = (labels[:, 1:] != IGNORE) & mask[:, :-1].bool()  # (B, L-1): label i+1 from i
-    positions = scored.nonzero()  # (M, 2): row, the previous position
+    mask = batch["attention_mask"]
+    if MASKED_POSITIONS in batch:
+        columns, targets = batch[MASKED_POSITIONS], batch[MASKED_TARGETS]
+    else:
+        columns, targets = scored_positions(batch[MASKED_LABELS], mask)
+    rows = torch.arange(columns.shape[0], device=columns.device).unsqueeze(1).expand_as(columns)
+    positions = torch.stack([rows, columns], -1).reshape(-1, 2)  # (B·K, 2): row, position
     logits = raw.token_logits(batch[MASKED_IDS], mask, positions)
-    return {VIEW_TOKEN_LOGITS: logits, VIEW_TOKEN_LABELS: labels[:, 1:][scored]}
+    return {VIEW_TOKEN_LOGITS: logits, VIEW_TOKEN_LABELS: targets.reshape(-1)}
 
 
 def pair_views(
