@@ -362,10 +362,31 @@ def test_mask_prompt_on_a_tokenizer_without_mask_is_one_line() -> None:
 
 
 # ------------------------------------------------------------------- dtype, gradient checkpointing
+def test_bfloat16_weights_without_lora_are_refused(models: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        run_config(models["bert"], tmp_path, "--model.dtype=bfloat16")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("model.dtype=bfloat16 without LoRA")
+    assert "train.precision: bf16" in message
+
+
+def test_the_cls_head_of_a_bfloat16_backbone_trains_in_float32(models: dict[str, Path]) -> None:
+    enc = SentenceEncoder.from_pretrained(
+        str(models["bert"]), pooler="cls", dtype="bfloat16", fast_path=False
+    ).train()
+    assert enc.backbone.dtype == torch.bfloat16
+    assert enc.pooler.mlp.dense.weight.dtype == torch.float32
+    out = enc(**enc.tokenize(["alpha beta", "gamma"]))
+    out.float().pow(2).sum().backward()
+    assert enc.pooler.mlp.dense.weight.grad.dtype == torch.float32
+    f64 = SentenceEncoder.from_pretrained(str(models["bert"]), pooler="cls", fast_path=False)
+    assert f64.to(torch.float64).pooler.mlp.dense.weight.dtype == torch.float64
+
+
 def test_bfloat16_weights_train_and_encode(models: dict[str, Path], tmp_path: Path) -> None:
     cfg = run_config(
         models["llama"], tmp_path, "--model.pooler=avg", "--model.dropout=0.1",
-        "--model.dtype=bfloat16", "--train.max_steps=1",
+        "--model.dtype=bfloat16", "--model.lora.r=4", "--train.max_steps=1",
     )  # fmt: skip
     trainer = build_trainer(cfg)
     assert trainer.encoder.backbone.dtype == torch.bfloat16

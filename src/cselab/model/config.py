@@ -142,8 +142,9 @@ class ModelConfig:
             (LLM2Vec, BehnamGhader et al. 2024); encoders already are. The saved folder keeps
             the setting (``cselab.load`` applies it; sentence-transformers cannot).
         dtype: the backbone's weights: ``float32`` (a half-precision checkpoint is upcast; a
-            float64 one is kept) or ``bfloat16`` (half the memory; AdamW on bf16 weights, as
-            LLM2Vec trains its 8B models).
+            float64 one is kept) or ``bfloat16`` (half the memory, for LoRA: frozen bf16
+            weights, adapters and the pooler's head in float32; without LoRA refused, AdamW's
+            steps rounding away on bf16 weights: use ``train.precision: bf16`` instead).
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.

@@ -147,7 +147,7 @@ class SentenceEncoder(nn.Module):
         ``bidirectional``: remove a decoder's causal mask
         (:func:`cselab.model.backbones.make_bidirectional`); an architecture that cannot is
         refused with :class:`~cselab.core.errors.ConfigError`. ``dtype``: ``float32`` or
-        ``bfloat16`` weights (the pooler's head too).
+        ``bfloat16`` weights (the pooler's head stays float32).
 
         ``fast_path`` (default on): cselab's CPU fast path for this backbone: its plain
         ``nn.Dropout`` modules become :class:`cselab.model.dropout.Dropout` (the same
@@ -259,8 +259,10 @@ class SentenceEncoder(nn.Module):
                 "weighted_mean, or model.bidirectional: true"
             )
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
-        # the head computes in the backbone's dtype (a float64 or bf16 checkpoint loads as such)
-        head.to(backbone.dtype)
+        # A float64 checkpoint's head computes in float64; under bf16 weights the head trains in
+        # float32 (AdamW's steps would round away on bf16), MLPHead casting its input up.
+        if backbone.dtype in (torch.float64, torch.float32):
+            head.to(backbone.dtype)
         templates = None
         if head.meaning.token == "mask":
             if isinstance(prompt, Mapping):
