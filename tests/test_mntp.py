@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backbone_models import make_tiny_decoder
+from backbone_models import make_tiny, make_tiny_decoder
 from conftest import write_corpus
 from cselab.config import load_config
-from cselab.core.errors import ConfigError
+from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.data.masking import IGNORE, MASKED_IDS, MASKED_LABELS, mask_token_id, mask_tokens
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
@@ -176,3 +176,26 @@ def test_mntp_is_not_a_sentence_transformers_loss(minilm_path: Path) -> None:
     model = SentenceTransformer(str(minilm_path), device="cpu")
     with pytest.raises(ConfigError, match="objective.mntp is not available"):
         CSELoss(model, ObjectiveConfig(mntp=MNTPConfig(enabled=True)))
+
+
+def test_mntp_refuses_a_decoder_saved_without_its_lm_head(tmp_path: Path) -> None:
+    """A Llama saved as its base model alone (untied head): AutoModelForCausalLM reports the
+    head missing, and MNTP would train a random one; a tied head (Gemma 2) is the embeddings."""
+    bare = make_tiny("llama", tmp_path / "bare")
+    with pytest.raises(ModelFormatError) as err:
+        SentenceEncoder.from_pretrained(str(bare), pooler="avg", lm_head=True)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{bare}: the folder holds no weights")
+    assert "lm_head" in message
+    tied = make_tiny("gemma2", tmp_path / "tied")
+    assert (
+        SentenceEncoder.from_pretrained(str(tied), pooler="avg", lm_head=True).lm_head is not None
+    )
+
+
+def test_mntp_refuses_an_encoder(tmp_path: Path) -> None:
+    bert = make_tiny("bert", tmp_path / "bert")
+    with pytest.raises(ConfigError) as err:
+        SentenceEncoder.from_pretrained(str(bert), pooler="avg", lm_head=True)
+    message = str(err.value)
+    assert "\n" not in message and "MNTP predicts the next token: a decoder" in message

@@ -27,9 +27,11 @@ it loads the model (``experiments/run_simcse.py``), and nothing else.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..core.errors import ModelFormatError
 
 log = logging.getLogger("cselab")
 
@@ -314,3 +316,17 @@ def summary() -> str:
         f"{', '.join(encoders)}; decoders (model.bidirectional, pooler avg/last/weighted_mean) "
         f"{', '.join(decoders)}; any other AutoModel runs the plain forward."
     )
+
+
+def refuse_missing_lm_head(model: Any, missing: Iterable[str], name_or_path: str) -> None:
+    """Refuse a causal LM whose folder held no LM head weights (an untied head missing from the
+    checkpoint, a base model saved alone): MNTP would train a random head. Tied heads are the
+    embeddings, never reported missing."""
+    head = model.get_output_embeddings()
+    name = next((n for n, m in model.named_modules() if m is head), None)
+    if name and any(key.startswith(f"{name}.") for key in missing):
+        raise ModelFormatError(
+            f"{name_or_path}: the folder holds no weights of the language-modelling head "
+            f"({name}), which MNTP predicts tokens with; save the model with its head "
+            "(AutoModelForCausalLM) or start from the released causal LM"
+        )

@@ -209,6 +209,12 @@ class SentenceEncoder(nn.Module):
         auto = AutoModelForCausalLM if lm_head else AutoModel
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
+        if lm_head and row is not None and not row.is_decoder:
+            # transformers would build BERT's BertLMHeadModel: a causal head on an encoder
+            raise ConfigError(
+                f"objective.mntp: {name_or_path} is {config.model_type}, an encoder; MNTP "
+                "predicts the next token: a decoder of the table of backbones"
+            )
         if dropout is not None:
             backbones.set_dropout(config, dropout)
         if dtype not in DTYPES:
@@ -218,6 +224,8 @@ class SentenceEncoder(nn.Module):
             kwargs["dtype"] = DTYPES[dtype]
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
+        if lm_head:  # which weights the folder lacked: a missing LM head would start random
+            kwargs["output_loading_info"] = True
         try:
             try:
                 backbone = auto.from_pretrained(path, **kwargs)
@@ -236,6 +244,9 @@ class SentenceEncoder(nn.Module):
                     "(AutoModelForCausalLM), which token prediction (MNTP) needs"
                 ) from None
             raise
+        if lm_head:
+            backbone, info = backbone
+            backbones.refuse_missing_lm_head(backbone, info["missing_keys"], name_or_path)
         if dtype == "float32" and backbone.dtype in (torch.bfloat16, torch.float16):
             backbone.float()  # a half-precision checkpoint trains in float32 unless asked
         head_module: nn.Module | None = None
