@@ -362,6 +362,31 @@ def test_mask_prompt_on_a_tokenizer_without_mask_is_one_line() -> None:
 
 
 # ------------------------------------------------------------------- dtype, gradient checkpointing
+@pytest.mark.parametrize(
+    ("family", "expected"), [("bert", "cls"), ("modernbert", "avg"), ("llama", "avg")]
+)
+def test_the_table_s_default_pooler_is_resolved_and_recorded(
+    family: str, expected: str, models: dict[str, Path], tmp_path: Path
+) -> None:
+    """``model.pooler`` left out: the architecture's default (SimCSE's cls for BERT), written to
+    the run's saved config and ``cselab.json``; a resume with the option still left out goes on."""
+    import json
+
+    import yaml
+
+    extra = ("--model.dropout=0.1", "--train.max_steps=1", "--train.save_steps=1")
+    trainer = build_trainer(run_config(models[family], tmp_path, *extra))
+    assert trainer.encoder.pooler.kind == expected
+    trainer.train()
+    out = tmp_path / "out"
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["pooler"] == expected
+    saved = yaml.safe_load((out / "last" / "cselab_config.yaml").read_text())
+    assert saved["model"]["pooler"] == expected
+    assert json.loads((out / "last" / "cselab.json").read_text())["pooler"] == expected
+    resumed = build_trainer(run_config(models[family], tmp_path, *extra, "--train.resume=true"))
+    assert resumed.encoder.pooler.kind == expected
+
+
 def test_bfloat16_weights_without_lora_are_refused(models: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         run_config(models["bert"], tmp_path, "--model.dtype=bfloat16")

@@ -237,6 +237,15 @@ def is_decoder(config: Any) -> bool:
     return bool(getattr(config, "is_decoder", False))
 
 
+def default_pooler(config: Any) -> str:
+    """``model.pooler: null`` for this architecture: its row's ``default_pooler``; outside the
+    table ``avg`` for a decoder (its first token sees nothing) and SimCSE's ``cls`` otherwise."""
+    row = BACKBONES.get(str(getattr(config, "model_type", None)))
+    kind = row.default_pooler if row is not None else "avg" if is_decoder(config) else "cls"
+    log.info("model.pooler: %s (the default of %s)", kind, getattr(config, "model_type", None))
+    return kind
+
+
 def end_token_id(tokenizer: Any, config: Any) -> int | None:
     """The id of the token that ends a sentence for ``last`` pooling: the table's
     ``end_token`` (EOS for decoders, SEP for encoders), else the other one; ``None``: none."""

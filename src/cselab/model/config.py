@@ -126,7 +126,11 @@ class ModelConfig:
 
     Attributes:
         name_or_path: Hugging Face Hub name or local folder of any ``AutoModel`` encoder.
-        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`).
+        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`);
+            ``null``: the architecture's default of the table of backbones
+            (:data:`cselab.model.backbones.BACKBONES`: ``cls``, SimCSE's, for the BERT family,
+            ``avg`` for ModernBERT and decoders), resolved when the model loads and recorded in
+            the run's saved config.
         mlp_only_train: with ``pooler: cls`` (or ``prompt``, where it must be true), use the MLP
             head in training only (SimCSE unsup; PromptBERT unsup).
         max_seq_len: truncation length in tokens (SimCSE: 32).
@@ -162,7 +166,7 @@ class ModelConfig:
     """
 
     name_or_path: str = "bert-base-uncased"
-    pooler: PoolerName = "cls"
+    pooler: PoolerName | None = None
     mlp_only_train: bool = True
     max_seq_len: int = 32
     dropout: float | None = None

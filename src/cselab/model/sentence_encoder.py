@@ -120,7 +120,7 @@ class SentenceEncoder(nn.Module):
     def from_pretrained(
         cls,
         name_or_path: str,
-        pooler: str = ModelConfig.pooler,
+        pooler: str | None = ModelConfig.pooler,
         mlp_only_train: bool = ModelConfig.mlp_only_train,
         max_seq_len: int = ModelConfig.max_seq_len,
         dropout: float | None = ModelConfig.dropout,
@@ -261,6 +261,7 @@ class SentenceEncoder(nn.Module):
                 f"model.bidirectional: cselab cannot remove the causal mask of "
                 f"{config.model_type} (not a decoder of cselab's table of backbones)"
             )
+        pooler = pooler or backbones.default_pooler(config)  # null: resolved once, here (logged)
         causal = backbones.is_decoder(config) and not bidirectional
         if causal and pooler in ("cls", "cls_before_pooler"):
             default = row.default_pooler if row is not None else "avg"

@@ -19,6 +19,7 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -36,6 +37,7 @@ from ..data.pairs import read_mining_record
 from ..data.source import TrainingData
 from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
+from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
@@ -372,6 +374,11 @@ def write_model_card(
     from huggingface_hub import ModelCard
 
     out = Path(folder)
+    if config.model.pooler is None:  # model.pooler: null, as the folder's load resolved it
+        pooler = (read_json(out / CSELAB_FILE) or {}).get("pooler")
+        if pooler is None:
+            raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
+        config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
     data = data or data_of_config(config)
     rows = read_metrics(metrics_csv)
     dev = dev_score(config.eval)

@@ -134,6 +134,9 @@ def build_trainer(
         # token prediction (MNTP) reads the causal LM head, loaded only then
         lm_head = VIEW_TOKEN_LOGITS in objective.required_views
         encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
+        # model.pooler: null is the architecture's default, resolved by the load: the run's saved
+        # config, its card and a resume read the pooler it trained
+        config.model.pooler = encoder.pooler.kind
         if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
             raise ConfigError(
                 f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "
