@@ -265,6 +265,24 @@ def test_bidirectional_forward_equals_attention_without_causal_mask(
         assert bool((a - b).abs().max() > 1e-9) == changes
 
 
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_every_decoder_is_bidirectional_on_an_unpadded_sentence(
+    family: str, models: dict[str, Path]
+) -> None:
+    """No padding: no mask is built, and the attention call's own causal flag decides (the
+    config's ``is_causal``, which transformers passes to each call); each attention module keeps
+    its ``is_causal = True``."""
+    enc = SentenceEncoder.from_pretrained(str(models[family]), pooler="avg", bidirectional=True)
+    enc.eval()
+    ids = torch.tensor([[1, 3, 4, 5, 6]])
+    later = ids.clone()
+    later[0, -1] = 7
+    with torch.no_grad():
+        a = enc.backbone(input_ids=ids).last_hidden_state[0, 0]
+        b = enc.backbone(input_ids=later).last_hidden_state[0, 0]
+    assert (a - b).abs().max() > 1e-6
+
+
 def test_bidirectional_leaves_the_saved_config_causal(
     models: dict[str, Path], tmp_path: Path
 ) -> None:

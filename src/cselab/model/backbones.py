@@ -262,13 +262,16 @@ def end_token_id(tokenizer: Any, config: Any) -> int | None:
 def make_bidirectional(backbone: Any) -> bool:
     """Remove a decoder's causal mask; ``True`` if the backbone is bidirectional afterwards.
 
-    Two switches, both needed in ``transformers`` 5: ``config.is_causal = False`` makes the
-    model's mask builders (``masking_utils.create_causal_mask`` and its sliding-window form)
-    build the padding-only (bidirectional) mask, and ``is_causal = False`` on each attention
-    module stops ``sdpa`` and flash attention from applying their own causal flag when the
-    mask builder returns no mask (a batch without padding). The weights are untouched; this is
-    LLM2Vec's bidirectional attention (BehnamGhader et al. 2024, Sec. 2.1) without subclassing
-    each model class.
+    ``config.is_causal = False`` is the one switch in ``transformers`` 5: the model's mask
+    builders (``masking_utils.create_causal_mask`` and its sliding-window form) build the
+    padding-only (bidirectional) mask, and the models' input decorator
+    (``utils/generic.py``) passes ``is_causal=False`` from the config to every attention call, so
+    ``sdpa`` and flash attention do not apply their own causal flag when no mask is built (a
+    batch without padding). Setting each attention module's ``is_causal`` too is dead on
+    ``transformers`` 5.24 (tested: an unpadded sentence under ``sdpa`` and ``eager`` is
+    bidirectional without it, ``tests/test_backbones.py``), so it is not done. The weights are
+    untouched; this is LLM2Vec's bidirectional attention (BehnamGhader et al. 2024, Sec. 2.1)
+    without subclassing each model class.
     """
     config = backbone.config
     row = lookup(getattr(config, "model_type", None))
@@ -279,9 +282,6 @@ def make_bidirectional(backbone: Any) -> bool:
     config.is_causal = False
     if hasattr(config, "use_bidirectional_attention"):
         config.use_bidirectional_attention = True
-    for module in backbone.modules():
-        if hasattr(module, "is_causal") and isinstance(module.is_causal, bool):
-            module.is_causal = False
     return True
 
 
