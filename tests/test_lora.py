@@ -195,3 +195,39 @@ def test_adapter_folder_of_a_several_layer_pooler_says_sentence_transformers_dif
     assert "sentence_transformers" not in json.loads((merged / "cselab.json").read_text())
     st = SentenceTransformer(str(merged), device="cpu")
     np.testing.assert_allclose(st.encode(SENTENCES), want, rtol=0, atol=1e-5)
+
+
+def test_merge_and_push_edges_name_the_folder(tiny_llama: Path, tmp_path: Path) -> None:
+    """``cselab merge`` of a missing folder says so; a user's ``OUT.tmp`` survives a merge; push
+    of an adapter folder says to merge it; adapters whose base folder is gone name both."""
+    import shutil
+
+    from cselab.core.errors import PublishError
+    from cselab.publish.push import push_folder
+    from cselab.training.merge import merge_folder
+
+    with pytest.raises(ModelFormatError) as err:
+        merge_folder(tmp_path / "nonexistent", tmp_path / "x")
+    assert (
+        str(err.value)
+        == f"{tmp_path / 'nonexistent'}: no such folder (a model folder of LoRA adapters)"
+    )
+    base = shutil.copytree(tiny_llama, tmp_path / "base")
+    SentenceEncoder.from_pretrained(str(base), pooler="avg", lora={"r": 2}).save(tmp_path / "ad")
+    mine = tmp_path / "merged.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    merge_folder(tmp_path / "ad", tmp_path / "merged")
+    assert (mine / "notes.txt").read_text() == "the user's"
+    assert (tmp_path / "merged" / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    with pytest.raises(PublishError) as err:
+        push_folder(tmp_path / "ad", "someone/model")
+    message = str(err.value)
+    assert "\n" not in message and "holds LoRA adapters: cselab merge it first" in message
+    shutil.rmtree(base)
+    with pytest.raises(ModelFormatError) as err:
+        load(str(tmp_path / "ad"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(str(tmp_path / "ad" / "adapter_config.json"))
+    assert f"base_model_name_or_path {base.resolve()} does not exist" in message

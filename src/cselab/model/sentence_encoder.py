@@ -190,7 +190,7 @@ class SentenceEncoder(nn.Module):
                     f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
                     "train new adapters on top"
                 )
-            base = adapters.adapter_base(adapter_folder)
+            base = adapters.adapter_base(adapter_folder, loading=True)
             # every setting but the adapters (and the base's revision) applies to the base model
             encoder = cls.from_pretrained(
                 base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
