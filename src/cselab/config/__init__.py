@@ -172,7 +172,7 @@ class Config:
             (t.grad_clip >= 0, "train.grad_clip must be >= 0"),
             (t.eval_steps >= 0, "train.eval_steps must be >= 0"),
             (t.save_steps >= 0, "train.save_steps must be >= 0"),
-            (t.save_minutes >= 0, "train.save_minutes must be >= 0"),
+            (t.save_minutes >= 0, f"train.save_minutes={t.save_minutes} must be >= 0"),
             (t.dist_timeout_s > 0, "train.dist_timeout_s must be > 0"),
             (t.log_steps >= 1, "train.log_steps must be >= 1"),
             (

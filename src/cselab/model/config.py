@@ -162,7 +162,9 @@ class ModelConfig:
             attention through PyTorch's variable-length kernels
             (:func:`cselab.model.attention.varlen_attention`): no padding computed, at the
             cost of one host sync per forward (the token index). Off by default until
-            ``bench/gpu_check.py`` has measured it against the padded forward.
+            ``bench/gpu_check.py`` has measured it against the padded forward. On a model
+            without the fast path (``fast_path: false``, or another architecture) the run logs
+            one line and runs the padded forward.
     """
 
     name_or_path: str = "bert-base-uncased"
