@@ -20,7 +20,6 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -471,7 +470,7 @@ def _adapters_note(folder: Path) -> str:
     """For a folder of LoRA adapters: what loading it needs, and how to merge it."""
     if not is_adapter_folder(folder):
         return ""
-    meta = json.loads((folder / CSELAB_FILE).read_text(encoding="utf-8"))
+    meta = read_json(folder / CSELAB_FILE) or {}
     st = meta.get("sentence_transformers") == ADAPTER_LAYERS_NOT_REPRODUCED
     loads = (
         "**sentence-transformers cannot compute its vectors** (its pooler reads several "
@@ -493,7 +492,7 @@ def _width(folder: Path) -> str:
     if not cfg.is_file() and is_adapter_folder(folder):  # adapters: the base model's width
         cfg = Path(adapter_base(folder)) / "config.json"
     if cfg.is_file():
-        return str(json.loads(cfg.read_text(encoding="utf-8")).get("hidden_size", "D"))
+        return str((read_json(cfg) or {}).get("hidden_size", "D"))
     return "D"
 
 
