@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from backbone_models import DECODER_FAMILIES, make_tiny, tiny_decoder_tokenizer
+from backbone_models import DECODER_FAMILIES, make_tiny, tiny_decoder_tokenizer, tiny_run_argv
 from conftest import write_corpus
 from cselab.config import load_config
 from cselab.core.errors import ConfigError
@@ -42,21 +42,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def run_config(model: Path, tmp_path: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"--model.name_or_path={model}",
-            f"--data.train_file={write_corpus(tmp_path, 48)}",
-            f"--data.cache_dir={tmp_path / 'cache'}",
-            f"--train.output_dir={tmp_path / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=3",
-            "--train.lr=1e-3",
-            "--train.eval_steps=0",
-            "--train.report_to=[]",
-            *extra,
-        ],
-    )
+    return load_config(None, tiny_run_argv(model, tmp_path, "--train.lr=1e-3", *extra, rows=48))
 
 
 # ------------------------------------------------------------------------------------ the table

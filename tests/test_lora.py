@@ -10,8 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backbone_models import make_tiny_decoder
-from conftest import write_corpus
+from backbone_models import make_tiny_decoder, tiny_run_argv
 from cselab.cli import main as cli_main
 from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
@@ -31,23 +30,12 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lora_config(model: Path, out: Path, *extra: str):
     return load_config(
         None,
-        [
-            f"--model.name_or_path={model}",
-            "--model.pooler=avg",
+        tiny_run_argv(
+            model, out, "--model.pooler=avg",
             "--model.dropout=0.1",  # decoders ship without dropout: SimCSE needs the noise
-            "--model.lora.r=4",
-            f"--data.train_file={write_corpus(out)}",
-            f"--data.cache_dir={out / 'cache'}",
-            f"--train.output_dir={out / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=3",
-            "--train.lr=1e-2",
-            "--train.eval_steps=0",
-            "--train.log_steps=1",
-            "--train.report_to=[]",
-            *extra,
-        ],
-    )
+            "--model.lora.r=4", "--train.lr=1e-2", "--train.log_steps=1", *extra,
+        ),
+    )  # fmt: skip
 
 
 def test_only_the_adapters_train(tiny_llama: Path, tmp_path: Path) -> None:
@@ -152,13 +140,11 @@ def test_cli_run_with_model_selection_keeps_the_best_adapters(
     dev.write_text(
         "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows)
     )
-    args = [
-        "train", f"--model.name_or_path={tiny_llama}", "--model.pooler=avg", "--model.dropout=0.1",
-        "--model.lora.r=4", f"--data.train_file={write_corpus(tmp_path)}",
-        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
-        "--train.batch_size=8", "--train.max_steps=4", "--train.eval_steps=1", "--train.lr=1e-2",
-        f"--eval.dev={dev}", "--train.report_to=[]", "--objective.matryoshka.dims=[32,16]",
-    ]  # fmt: skip
+    args = ["train", *tiny_run_argv(
+        tiny_llama, tmp_path, "--model.pooler=avg", "--model.dropout=0.1", "--model.lora.r=4",
+        "--train.max_steps=4", "--train.eval_steps=1", "--train.lr=1e-2", f"--eval.dev={dev}",
+        "--objective.matryoshka.dims=[32,16]",
+    )]  # fmt: skip
     assert cli_main(args) == 0
     results = json.loads((tmp_path / "out/results.json").read_text())
     assert [r["dim"] for r in results["dev_at_dims"]] == [32, 16]

@@ -8,8 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backbone_models import make_tiny, make_tiny_decoder
-from conftest import write_corpus
+from backbone_models import make_tiny, make_tiny_decoder, tiny_run_argv
 from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.data.masking import IGNORE, MASKED_IDS, MASKED_LABELS, mask_token_id, mask_tokens
@@ -94,22 +93,11 @@ def test_masking_follows_bert_split_and_skips_special_tokens(tiny_bert: Path) ->
 def recipe_config(model: Path, out: Path, *extra: str):
     return load_config(
         None,
-        [
-            f"--model.name_or_path={model}",
-            "--model.pooler=avg",
-            "--model.lora.r=4",
-            f"--data.train_file={write_corpus(out)}",
-            f"--data.cache_dir={out / 'cache'}",
-            f"--train.output_dir={out / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=3",
-            "--train.lr=1e-2",
-            "--train.eval_steps=0",
-            "--train.log_steps=1",
-            "--train.report_to=[]",
-            *extra,
-        ],
-    )
+        tiny_run_argv(
+            model, out, "--model.pooler=avg", "--model.lora.r=4", "--train.lr=1e-2",
+            "--train.log_steps=1", *extra,
+        ),
+    )  # fmt: skip
 
 
 def test_the_unsupervised_recipe_runs_as_two_runs(tmp_path: Path) -> None:
