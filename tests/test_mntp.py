@@ -8,10 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backbone_models import make_tiny_decoder
-from conftest import write_corpus
+from backbone_models import make_tiny, make_tiny_decoder, tiny_run_argv
 from cselab.config import load_config
-from cselab.core.errors import ConfigError
+from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.data.masking import IGNORE, MASKED_IDS, MASKED_LABELS, mask_token_id, mask_tokens
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
@@ -94,22 +93,11 @@ def test_masking_follows_bert_split_and_skips_special_tokens(tiny_bert: Path) ->
 def recipe_config(model: Path, out: Path, *extra: str):
     return load_config(
         None,
-        [
-            f"--model.name_or_path={model}",
-            "--model.pooler=avg",
-            "--model.lora.r=4",
-            f"--data.train_file={write_corpus(out)}",
-            f"--data.cache_dir={out / 'cache'}",
-            f"--train.output_dir={out / 'out'}",
-            "--train.batch_size=8",
-            "--train.max_steps=3",
-            "--train.lr=1e-2",
-            "--train.eval_steps=0",
-            "--train.log_steps=1",
-            "--train.report_to=[]",
-            *extra,
-        ],
-    )
+        tiny_run_argv(
+            model, out, "--model.pooler=avg", "--model.lora.r=4", "--train.lr=1e-2",
+            "--train.log_steps=1", *extra,
+        ),
+    )  # fmt: skip
 
 
 def test_the_unsupervised_recipe_runs_as_two_runs(tmp_path: Path) -> None:
@@ -176,3 +164,26 @@ def test_mntp_is_not_a_sentence_transformers_loss(minilm_path: Path) -> None:
     model = SentenceTransformer(str(minilm_path), device="cpu")
     with pytest.raises(ConfigError, match="objective.mntp is not available"):
         CSELoss(model, ObjectiveConfig(mntp=MNTPConfig(enabled=True)))
+
+
+def test_mntp_refuses_a_decoder_saved_without_its_lm_head(tmp_path: Path) -> None:
+    """A Llama saved as its base model alone (untied head): AutoModelForCausalLM reports the
+    head missing, and MNTP would train a random one; a tied head (Gemma 2) is the embeddings."""
+    bare = make_tiny("llama", tmp_path / "bare")
+    with pytest.raises(ModelFormatError) as err:
+        SentenceEncoder.from_pretrained(str(bare), pooler="avg", lm_head=True)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{bare}: the folder holds no weights")
+    assert "lm_head" in message
+    tied = make_tiny("gemma2", tmp_path / "tied")
+    assert (
+        SentenceEncoder.from_pretrained(str(tied), pooler="avg", lm_head=True).lm_head is not None
+    )
+
+
+def test_mntp_refuses_an_encoder(tmp_path: Path) -> None:
+    bert = make_tiny("bert", tmp_path / "bert")
+    with pytest.raises(ConfigError) as err:
+        SentenceEncoder.from_pretrained(str(bert), pooler="avg", lm_head=True)
+    message = str(err.value)
+    assert "\n" not in message and "MNTP predicts the next token: a decoder" in message

@@ -498,3 +498,19 @@ def test_dev_set_reader_on_any_bytes(tmp_path: Path, file: tuple[bytes, str]) ->
     event("rows read")
     assert len(pairs) >= custom.MIN_PAIRS and np.isfinite(pairs.scores).all()
     assert all(isinstance(t, str) and t.strip() for t in pairs.sent1 + pairs.sent2)
+
+
+def test_a_cut_cselab_json_or_adapter_config_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """The model folder's JSON files go through the one reader: a file cut while being written
+    is a :class:`DataFormatError` naming it, not a JSON traceback."""
+    from cselab.model.loader import load
+    from cselab.model.lora import adapter_base
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "cselab.json").write_text('{"pooler": "cls", ')
+    with pytest.raises(DataFormatError, match=r"cselab\.json.*not valid JSON"):
+        load(str(folder))
+    (folder / "adapter_config.json").write_bytes(b'{"base_model_name_or_path": "\xff"}')
+    with pytest.raises(DataFormatError, match=r"adapter_config\.json"):
+        adapter_base(folder)

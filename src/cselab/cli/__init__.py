@@ -99,12 +99,13 @@ def cmd_encode(args: argparse.Namespace) -> int:
 def _declared_width(model: str) -> int | None:
     """The vectors' width a local model folder declares (``config.json``'s ``hidden_size``,
     which every cselab pooler keeps), or ``None`` when it does not say (checked after loading)."""
-    import json
     from pathlib import Path
 
+    from ..io.readers import read_json
+
     try:
-        config = json.loads((Path(model).expanduser() / "config.json").read_text("utf-8"))
-    except (OSError, ValueError):
+        config = read_json(Path(model).expanduser() / "config.json")
+    except (OSError, ValueError):  # a folder that cannot say: the width is checked after loading
         return None
     width = config.get("hidden_size") if isinstance(config, dict) else None
     return width if isinstance(width, int) and not isinstance(width, bool) else None

@@ -172,7 +172,7 @@ class Config:
             (t.grad_clip >= 0, "train.grad_clip must be >= 0"),
             (t.eval_steps >= 0, "train.eval_steps must be >= 0"),
             (t.save_steps >= 0, "train.save_steps must be >= 0"),
-            (t.save_minutes >= 0, "train.save_minutes must be >= 0"),
+            (t.save_minutes >= 0, f"train.save_minutes={t.save_minutes} must be >= 0"),
             (t.dist_timeout_s > 0, "train.dist_timeout_s must be > 0"),
             (t.log_steps >= 1, "train.log_steps must be >= 1"),
             (
@@ -191,6 +191,13 @@ class Config:
             if not ok:
                 raise ConfigError(message)
         m.lora.validate()
+        if m.dtype == "bfloat16" and not m.lora.enabled:
+            # AdamW's update (lr 3e-5) is below half a bf16 step of most weights: they stay put
+            raise ConfigError(
+                "model.dtype=bfloat16 without LoRA (model.lora.r=0): AdamW's small steps round "
+                "away on bf16 weights, so almost nothing trains; use train.precision: bf16 "
+                "(autocast, float32 weights) or LoRA adapters (model.lora.r > 0)"
+            )
         if t.cache_chunk_size and self.objective.mntp.enabled:
             raise ConfigError(
                 "train.cache_chunk_size (GradCache) caches sentence vectors for in-batch "

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from ..core.errors import CorpusError
 from ..io.files import file_digest
-from ..io.readers import open_table, read_sick, reraise_as
+from ..io.readers import open_table, read_json, read_sick, reraise_as
 from ..io.runfolder import RunFolder
 from .config import (  # noqa: F401
     DEFAULT_NEGATIVE_COLUMN,
@@ -94,14 +94,10 @@ def mining_record_path(path: str | Path) -> Path:
 def read_mining_record(path: str | Path) -> dict[str, Any] | None:
     """The mining record of ``path`` (:func:`mining_record_path`), or ``None`` when there is
     none or it cannot be read (it describes the file; the file itself is what trains)."""
-    import json
-
-    record = mining_record_path(path)
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        return read_json(mining_record_path(path))
+    except (OSError, ValueError):  # read_json's DataFormatError is a ValueError
         return None
-    return data if isinstance(data, dict) else None
 
 
 def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairRecords:

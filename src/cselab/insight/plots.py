@@ -96,9 +96,9 @@ def run_labels(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """Legend names of runs: their folder names when those differ; else, for sweep cells
     (``cell.json``), ``<configuration> seed<N>``; else the config keys that differ between the
     runs (``config.yaml``, ``key=value, ...``); else the shortest path ends that differ."""
-    import json
-
     import yaml
+
+    from ..io.readers import read_json
 
     folders = [Path(d) if Path(d).is_dir() else Path(d).parent for d in run_dirs]
     names = [f.name for f in folders]
@@ -107,7 +107,7 @@ def run_labels(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
     cells = []
     for f in folders:
         try:
-            info = json.loads(RunFolder(f).cell.read_text(encoding="utf-8"))
+            info = read_json(RunFolder(f).cell)  # None (no file): TypeError below
             cells.append(f"{info['config']} seed{info['seed']}")
         except (OSError, ValueError, KeyError, TypeError):
             break

@@ -27,9 +27,11 @@ it loads the model (``experiments/run_simcse.py``), and nothing else.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..core.errors import ModelFormatError
 
 log = logging.getLogger("cselab")
 
@@ -236,6 +238,15 @@ def is_decoder(config: Any) -> bool:
     return bool(getattr(config, "is_decoder", False))
 
 
+def default_pooler(config: Any) -> str:
+    """``model.pooler: null`` for this architecture: its row's ``default_pooler``; outside the
+    table ``avg`` for a decoder (its first token sees nothing) and SimCSE's ``cls`` otherwise."""
+    row = BACKBONES.get(str(getattr(config, "model_type", None)))
+    kind = row.default_pooler if row is not None else "avg" if is_decoder(config) else "cls"
+    log.info("model.pooler: %s (the default of %s)", kind, getattr(config, "model_type", None))
+    return kind
+
+
 def end_token_id(tokenizer: Any, config: Any) -> int | None:
     """The id of the token that ends a sentence for ``last`` pooling: the table's
     ``end_token`` (EOS for decoders, SEP for encoders), else the other one; ``None``: none."""
@@ -252,13 +263,16 @@ def end_token_id(tokenizer: Any, config: Any) -> int | None:
 def make_bidirectional(backbone: Any) -> bool:
     """Remove a decoder's causal mask; ``True`` if the backbone is bidirectional afterwards.
 
-    Two switches, both needed in ``transformers`` 5: ``config.is_causal = False`` makes the
-    model's mask builders (``masking_utils.create_causal_mask`` and its sliding-window form)
-    build the padding-only (bidirectional) mask, and ``is_causal = False`` on each attention
-    module stops ``sdpa`` and flash attention from applying their own causal flag when the
-    mask builder returns no mask (a batch without padding). The weights are untouched; this is
-    LLM2Vec's bidirectional attention (BehnamGhader et al. 2024, Sec. 2.1) without subclassing
-    each model class.
+    ``config.is_causal = False`` is the one switch in ``transformers`` 5: the model's mask
+    builders (``masking_utils.create_causal_mask`` and its sliding-window form) build the
+    padding-only (bidirectional) mask, and the models' input decorator
+    (``utils/generic.py``) passes ``is_causal=False`` from the config to every attention call, so
+    ``sdpa`` and flash attention do not apply their own causal flag when no mask is built (a
+    batch without padding). Setting each attention module's ``is_causal`` too is dead on
+    ``transformers`` 5.24 (tested: an unpadded sentence under ``sdpa`` and ``eager`` is
+    bidirectional without it, ``tests/test_backbones.py``), so it is not done. The weights are
+    untouched; this is LLM2Vec's bidirectional attention (BehnamGhader et al. 2024, Sec. 2.1)
+    without subclassing each model class.
     """
     config = backbone.config
     row = lookup(getattr(config, "model_type", None))
@@ -269,9 +283,6 @@ def make_bidirectional(backbone: Any) -> bool:
     config.is_causal = False
     if hasattr(config, "use_bidirectional_attention"):
         config.use_bidirectional_attention = True
-    for module in backbone.modules():
-        if hasattr(module, "is_causal") and isinstance(module.is_causal, bool):
-            module.is_causal = False
     return True
 
 
@@ -315,3 +326,17 @@ def summary() -> str:
         f"{', '.join(encoders)}; decoders (model.bidirectional, pooler avg/last/weighted_mean) "
         f"{', '.join(decoders)}; any other AutoModel runs the plain forward."
     )
+
+
+def refuse_missing_lm_head(model: Any, missing: Iterable[str], name_or_path: str) -> None:
+    """Refuse a causal LM whose folder held no LM head weights (an untied head missing from the
+    checkpoint, a base model saved alone): MNTP would train a random head. Tied heads are the
+    embeddings, never reported missing."""
+    head = model.get_output_embeddings()
+    name = next((n for n, m in model.named_modules() if m is head), None)
+    if name and any(key.startswith(f"{name}.") for key in missing):
+        raise ModelFormatError(
+            f"{name_or_path}: the folder holds no weights of the language-modelling head "
+            f"({name}), which MNTP predicts tokens with; save the model with its head "
+            "(AutoModelForCausalLM) or start from the released causal LM"
+        )

@@ -126,7 +126,11 @@ class ModelConfig:
 
     Attributes:
         name_or_path: Hugging Face Hub name or local folder of any ``AutoModel`` encoder.
-        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`).
+        pooler: how a sentence vector is read from the encoder (see :mod:`cselab.model.pooling`);
+            ``null``: the architecture's default of the table of backbones
+            (:data:`cselab.model.backbones.BACKBONES`: ``cls``, SimCSE's, for the BERT family,
+            ``avg`` for ModernBERT and decoders), resolved when the model loads and recorded in
+            the run's saved config.
         mlp_only_train: with ``pooler: cls`` (or ``prompt``, where it must be true), use the MLP
             head in training only (SimCSE unsup; PromptBERT unsup).
         max_seq_len: truncation length in tokens (SimCSE: 32).
@@ -142,8 +146,9 @@ class ModelConfig:
             (LLM2Vec, BehnamGhader et al. 2024); encoders already are. The saved folder keeps
             the setting (``cselab.load`` applies it; sentence-transformers cannot).
         dtype: the backbone's weights: ``float32`` (a half-precision checkpoint is upcast; a
-            float64 one is kept) or ``bfloat16`` (half the memory; AdamW on bf16 weights, as
-            LLM2Vec trains its 8B models).
+            float64 one is kept) or ``bfloat16`` (half the memory, for LoRA: frozen bf16
+            weights, adapters and the pooler's head in float32; without LoRA refused, AdamW's
+            steps rounding away on bf16 weights: use ``train.precision: bf16`` instead).
         trust_remote_code: only when the user asks for it.
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.
@@ -157,11 +162,13 @@ class ModelConfig:
             attention through PyTorch's variable-length kernels
             (:func:`cselab.model.attention.varlen_attention`): no padding computed, at the
             cost of one host sync per forward (the token index). Off by default until
-            ``bench/gpu_check.py`` has measured it against the padded forward.
+            ``bench/gpu_check.py`` has measured it against the padded forward. On a model
+            without the fast path (``fast_path: false``, or another architecture) the run logs
+            one line and runs the padded forward.
     """
 
     name_or_path: str = "bert-base-uncased"
-    pooler: PoolerName = "cls"
+    pooler: PoolerName | None = None
     mlp_only_train: bool = True
     max_seq_len: int = 32
     dropout: float | None = None

@@ -7,7 +7,6 @@ folder or a Hub name), each as its authors meant it to be used.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..core.errors import ModelFormatError
+from ..io.readers import read_json
 from . import backbones
 from .config import ModelConfig
 from .hf_models import hf_pooler_head, st_pooler_name
@@ -56,7 +56,7 @@ def load(
     kwargs["fast_path"] = fast_path
     meta_file = local / CSELAB_FILE
     if meta_file.is_file():
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = read_json(meta_file) or {}
         kind = pooler or meta["pooler"]
         # the saved head was trained on the saved pooler's vector: another pooler (--pooler
         # prompt on a cls folder) reads its own vector without it, as at inference after
@@ -104,8 +104,8 @@ def _plain_default_pooler(folder: Path) -> str:
     config_file = folder / "config.json"
     if config_file.is_file():
         try:
-            model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            model_type = (read_json(config_file) or {}).get("model_type")
+        except ValueError:  # read_json's DataFormatError: the folder's load says what is wrong
             model_type = None
         row = backbones.BACKBONES.get(str(model_type))
         if row is not None and row.is_decoder:

@@ -13,13 +13,13 @@ adapters are used.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from ..core.errors import ConfigError, ModelFormatError
+from ..io.readers import read_json
 from . import backbones
 from .config import LoRAConfig
 
@@ -94,17 +94,20 @@ def is_adapter_folder(folder: Path) -> bool:
     return (folder / ADAPTER_CONFIG).is_file()
 
 
-def adapter_base(folder: Path) -> str:
+def adapter_base(folder: Path, loading: bool = False) -> str:
     """The base model an adapter folder was trained on (``base_model_name_or_path`` of its
-    ``adapter_config.json``)."""
+    ``adapter_config.json``). ``loading``: refuse, naming that file, a base folder (an absolute
+    path, as cselab records it) that is not there any more."""
     path = folder / ADAPTER_CONFIG
-    try:
-        base = json.loads(path.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-        raise ModelFormatError(f"{path}: not a JSON object ({err})") from None
+    base = (read_json(path) or {}).get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
         raise ModelFormatError(
             f"{path}: base_model_name_or_path is missing; the adapters cannot be put on a model"
+        )
+    if loading and Path(base).is_absolute() and not Path(base).exists():
+        raise ModelFormatError(
+            f"{path}: base_model_name_or_path {base} does not exist; the adapters need their "
+            "base model there (or edit that path)"
         )
     return base
 

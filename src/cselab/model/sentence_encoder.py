@@ -123,7 +123,7 @@ class SentenceEncoder(nn.Module):
     def from_pretrained(
         cls,
         name_or_path: str,
-        pooler: str = ModelConfig.pooler,
+        pooler: str | None = ModelConfig.pooler,
         mlp_only_train: bool = ModelConfig.mlp_only_train,
         max_seq_len: int = ModelConfig.max_seq_len,
         dropout: float | None = ModelConfig.dropout,
@@ -151,7 +151,7 @@ class SentenceEncoder(nn.Module):
         ``bidirectional``: remove a decoder's causal mask
         (:func:`cselab.model.backbones.make_bidirectional`); an architecture that cannot is
         refused with :class:`~cselab.core.errors.ConfigError`. ``dtype``: ``float32`` or
-        ``bfloat16`` weights (the pooler's head too).
+        ``bfloat16`` weights (the pooler's head stays float32).
 
         ``fast_path`` (default on): cselab's CPU fast path for this backbone: its plain
         ``nn.Dropout`` modules become :class:`cselab.model.dropout.Dropout` (the same
@@ -198,7 +198,7 @@ class SentenceEncoder(nn.Module):
                     f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
                     "train new adapters on top"
                 )
-            base = adapters.adapter_base(adapter_folder)
+            base = adapters.adapter_base(adapter_folder, loading=True)
             # every setting but the adapters (and the base's revision) applies to the base model
             encoder = cls.from_pretrained(
                 base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
@@ -220,6 +220,12 @@ class SentenceEncoder(nn.Module):
         auto = AutoModelForCausalLM if lm_head else AutoModel
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
+        if lm_head and row is not None and not row.is_decoder:
+            # transformers would build BERT's BertLMHeadModel: a causal head on an encoder
+            raise ConfigError(
+                f"objective.mntp: {name_or_path} is {config.model_type}, an encoder; MNTP "
+                "predicts the next token: a decoder of the table of backbones"
+            )
         if dropout is not None:
             backbones.set_dropout(config, dropout)
         if dtype not in DTYPES:
@@ -229,6 +235,8 @@ class SentenceEncoder(nn.Module):
             kwargs["dtype"] = DTYPES[dtype]
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
+        if lm_head:  # which weights the folder lacked: a missing LM head would start random
+            kwargs["output_loading_info"] = True
         try:
             try:
                 backbone = auto.from_pretrained(path, **kwargs)
@@ -247,6 +255,9 @@ class SentenceEncoder(nn.Module):
                     "(AutoModelForCausalLM), which token prediction (MNTP) needs"
                 ) from None
             raise
+        if lm_head:
+            backbone, info = backbone
+            backbones.refuse_missing_lm_head(backbone, info["missing_keys"], name_or_path)
         if dtype == "float32" and backbone.dtype in (torch.bfloat16, torch.float16):
             backbone.float()  # a half-precision checkpoint trains in float32 unless asked
         head_module: nn.Module | None = None
@@ -261,6 +272,7 @@ class SentenceEncoder(nn.Module):
                 f"model.bidirectional: cselab cannot remove the causal mask of "
                 f"{config.model_type} (not a decoder of cselab's table of backbones)"
             )
+        pooler = pooler or backbones.default_pooler(config)  # null: resolved once, here (logged)
         causal = backbones.is_decoder(config) and not bidirectional
         if causal and pooler in ("cls", "cls_before_pooler"):
             default = row.default_pooler if row is not None else "avg"
@@ -270,8 +282,10 @@ class SentenceEncoder(nn.Module):
                 "weighted_mean, or model.bidirectional: true"
             )
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
-        # the head computes in the backbone's dtype (a float64 or bf16 checkpoint loads as such)
-        head.to(backbone.dtype)
+        # A float64 checkpoint's head computes in float64; under bf16 weights the head trains in
+        # float32 (AdamW's steps would round away on bf16), MLPHead casting its input up.
+        if backbone.dtype in (torch.float64, torch.float32):
+            head.to(backbone.dtype)
         templates = None
         if head.meaning.token == "mask":
             if isinstance(prompt, Mapping):

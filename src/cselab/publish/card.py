@@ -19,7 +19,7 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -36,6 +36,7 @@ from ..data.pairs import read_mining_record
 from ..data.source import TrainingData
 from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
+from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
@@ -372,6 +373,11 @@ def write_model_card(
     from huggingface_hub import ModelCard
 
     out = Path(folder)
+    if config.model.pooler is None:  # model.pooler: null, as the folder's load resolved it
+        pooler = (read_json(out / CSELAB_FILE) or {}).get("pooler")
+        if pooler is None:
+            raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
+        config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
     data = data or data_of_config(config)
     rows = read_metrics(metrics_csv)
     dev = dev_score(config.eval)
@@ -464,7 +470,7 @@ def _adapters_note(folder: Path) -> str:
     """For a folder of LoRA adapters: what loading it needs, and how to merge it."""
     if not is_adapter_folder(folder):
         return ""
-    meta = json.loads((folder / CSELAB_FILE).read_text(encoding="utf-8"))
+    meta = read_json(folder / CSELAB_FILE) or {}
     st = meta.get("sentence_transformers") == ADAPTER_LAYERS_NOT_REPRODUCED
     loads = (
         "**sentence-transformers cannot compute its vectors** (its pooler reads several "
@@ -486,7 +492,7 @@ def _width(folder: Path) -> str:
     if not cfg.is_file() and is_adapter_folder(folder):  # adapters: the base model's width
         cfg = Path(adapter_base(folder)) / "config.json"
     if cfg.is_file():
-        return str(json.loads(cfg.read_text(encoding="utf-8")).get("hidden_size", "D"))
+        return str((read_json(cfg) or {}).get("hidden_size", "D"))
     return "D"
 
 

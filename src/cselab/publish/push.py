@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.errors import PublishError  # noqa: F401 - re-exported
 from ..core.version import __version__
+from ..model.lora import is_adapter_folder
 from .card import CARD_FILE, set_model_id, with_model_id
 
 #: Never uploaded: editor/OS leftovers and the half-written folders of an interrupted save.
@@ -117,6 +118,11 @@ def push_folder(
 
     root = Path(folder)
     missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
+    if is_adapter_folder(root):  # its base is a path on this machine: no Hub user has it
+        raise PublishError(
+            f"{root}: holds LoRA adapters: cselab merge it first (cselab merge {root} -o MERGED, "
+            "then push MERGED), or train with train.save_merged=true"
+        )
     if not root.is_dir() or missing:
         raise PublishError(
             f"{root}: not a saved model folder (missing {', '.join(missing) or 'the folder'})"

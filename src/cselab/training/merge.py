@@ -9,6 +9,7 @@ Hugging Face and sentence-transformers folder that needs neither ``peft`` nor th
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,8 @@ def adapter_source(source: str | Path) -> Path:
         ModelFormatError: naming the folder when it holds no adapters.
     """
     path = Path(source)
+    if not path.is_dir():
+        raise ModelFormatError(f"{path}: no such folder (a model folder of LoRA adapters)")
     if not (path / CSELAB_FILE).is_file() and RunFolder(path).best.is_dir():
         path = RunFolder(path).best
     if not is_adapter_folder(path):
@@ -51,15 +54,18 @@ def merge_folder(
     if target.exists():
         raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
     encoder = load(str(folder), fast_path=False).merged()
-    tmp = target.with_name(target.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    with publishing(target, "merged model folder", tmp):
-        encoder.save(tmp)
-        config = folder / RunFolder.MODEL_CONFIG
-        if config.is_file():
-            shutil.copy2(config, tmp / RunFolder.MODEL_CONFIG)
-        if describe is not None:
-            describe(tmp)
-        publish_folder(tmp, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # a fresh name beside OUT (same disk for the rename): never a folder of the user's
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        with publishing(target, "merged model folder", tmp):
+            encoder.save(tmp)
+            config = folder / RunFolder.MODEL_CONFIG
+            if config.is_file():
+                shutil.copy2(config, tmp / RunFolder.MODEL_CONFIG)
+            if describe is not None:
+                describe(tmp)
+            publish_folder(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already once published
     return target

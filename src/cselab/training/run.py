@@ -33,7 +33,7 @@ from ..data.pairs import source_digest
 from ..data.repetition import MAX_REPEATED
 from ..data.source import TrainingSource
 from ..io.runfolder import RunFolder
-from ..model.backbones import noise_free
+from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
 from ..model.encoder import SentenceEncoder
 from ..model.hub import cache_root, resolve_train_file
 from ..objectives import VIEW_POSITIVE, VIEW_TOKEN_LOGITS, Objective, build_objective
@@ -134,6 +134,16 @@ def build_trainer(
         # token prediction (MNTP) reads the causal LM head, loaded only then
         lm_head = VIEW_TOKEN_LOGITS in objective.required_views
         encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
+        # model.pooler: null is the architecture's default, resolved by the load: the run's saved
+        # config, its card and a resume read the pooler it trained
+        config.model.pooler = encoder.pooler.kind
+        if config.model.unpad_cuda and not encoder.unpad_cuda:
+            log.info(
+                "model.unpad_cuda: %s has no forward on the real tokens (model.fast_path: %s; "
+                "the architectures with one: %s); it runs the padded forward",
+                config.model.name_or_path, config.model.fast_path,
+                ", ".join(sorted(FAST_PATH_MODEL_TYPES)),
+            )  # fmt: skip
         if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
             raise ConfigError(
                 f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "

@@ -39,6 +39,8 @@ log = logging.getLogger("cselab")
 #: Keys that may differ between an interrupted run and its resumption: they change what is
 #: logged, evaluated or where files go, never the weights of a step. Any other key (including
 #: keys added later) must match.
+#: keys whose ``null`` the model's load resolves (and the checkpoint's config holds resolved)
+RESOLVED_ON_LOAD = ("model.pooler",)
 RESUMABLE_KEYS = frozenset(
     {
         "data.cache_dir",
@@ -148,6 +150,9 @@ def check_resumable(
     :data:`DATA_DIGEST_KEY`). Raises :class:`ConfigError` naming every run-changing key that
     differs; returns ``key: old -> new`` for the allowed differences."""
     old, new = dict(_flatten(saved)), dict(_flatten(current))
+    for key in RESOLVED_ON_LOAD:  # null here: the default the checkpoint's run resolved
+        if new.get(key) is None and key in old:
+            new[key] = old[key]
     differing = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     fatal = [k for k in differing if k not in RESUMABLE_KEYS]
     describe = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differing]
