@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from pathlib import Path
 
 from ..core.errors import ResolveError  # noqa: F401 - re-exported
@@ -145,3 +146,23 @@ def resolve_train_file(
             f"{name_or_path}: {err}. Download it yourself, or train on a local file with "
             "--data.train_file=PATH"
         ) from None
+
+
+def unpickling_failed(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised from, a refused unpickling (``torch.load`` with
+    ``weights_only``: the file holds something other than tensors)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, pickle.UnpicklingError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def pickled_weights_refused(folder: Path) -> str:
+    """The one line for a ``pytorch_model*.bin`` in ``folder`` that holds more than tensors."""
+    files = sorted(folder.glob("pytorch_model*.bin"))
+    where = str(files[0]) if len(files) == 1 else f"{folder}/pytorch_model*.bin"
+    return f"{where}: the file holds code or objects, not only tensors, and was not loaded"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from . import lora as adapters
 from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
-from .hub import resolve_model
+from .hub import pickled_weights_refused, resolve_model, unpickling_failed
 from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler
 from .prompt import Prompt, Spliced, append_end_token, template_states
@@ -241,14 +240,14 @@ class SentenceEncoder(nn.Module):
             try:
                 backbone = auto.from_pretrained(path, **kwargs)
             except (ValueError, ImportError) as err:
-                if not attn_implementation or _unpickling_failed(err):
+                if not attn_implementation or unpickling_failed(err):
                     raise
                 # Some architectures have no SDPA path; eager attention is always available.
                 kwargs["attn_implementation"] = "eager"
                 backbone = auto.from_pretrained(path, **kwargs)
         except Exception as err:
-            if _unpickling_failed(err):
-                raise ModelFormatError(_pickled_weights_refused(Path(path))) from None
+            if unpickling_failed(err):
+                raise ModelFormatError(pickled_weights_refused(Path(path))) from None
             if lm_head and isinstance(err, ValueError) and "Unrecognized configuration" in str(err):
                 raise ModelFormatError(
                     f"{name_or_path} ({config.model_type}) has no causal language-modelling head "
@@ -584,22 +583,3 @@ class SentenceEncoder(nn.Module):
         finally:
             if causal is not None:
                 self.backbone.config.is_causal = causal
-
-
-def _unpickling_failed(err: BaseException) -> bool:
-    """Whether ``err`` is, or was raised from, a refused unpickling (``torch.load`` with
-    ``weights_only``: the file holds something other than tensors)."""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, pickle.UnpicklingError):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
-def _pickled_weights_refused(folder: Path) -> str:
-    files = sorted(folder.glob("pytorch_model*.bin"))
-    where = str(files[0]) if len(files) == 1 else f"{folder}/pytorch_model*.bin"
-    return f"{where}: the file holds code or objects, not only tensors, and was not loaded"
