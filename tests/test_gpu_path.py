@@ -240,17 +240,17 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
             torch.testing.assert_close(fixed.encoder(**a), plain.encoder(**b), rtol=0, atol=1e-6)
 
 
-def test_an_mntp_step_on_a_decoder_reads_nothing_back(
-    families: dict[str, Path], tmp_path: Path
-) -> None:
+def test_an_mntp_step_on_a_decoder_reads_nothing_back(tmp_path: Path) -> None:
     """MNTP's scored positions are made on the host with the masked copy (``Task._masked``):
     the step (padded causal forward, LM head at those positions, loss, backward, AdamW) reads
     no device value."""
+    from backbone_models import make_tiny_decoder
     from cselab.training.run import build_trainer
     from test_trainer import tiny_config
 
+    llama = make_tiny_decoder(tmp_path / "llama")  # with its LM head, which MNTP reads
     cfg = tiny_config(
-        families["llama"], tmp_path, "--model.pooler=avg", "--objective.mntp.enabled=true",
+        llama, tmp_path, "--model.pooler=avg", "--objective.mntp.enabled=true",
         "--objective.mntp.mask_token=a", "--model.fast_path=false",
     )  # fmt: skip
     trainer = build_trainer(cfg)
