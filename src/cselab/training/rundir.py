@@ -39,8 +39,6 @@ log = logging.getLogger("cselab")
 #: Keys that may differ between an interrupted run and its resumption: they change what is
 #: logged, evaluated or where files go, never the weights of a step. Any other key (including
 #: keys added later) must match.
-#: keys whose ``null`` the model's load resolves (and the checkpoint's config holds resolved)
-RESOLVED_ON_LOAD = ("model.pooler",)
 RESUMABLE_KEYS = frozenset(
     {
         "data.cache_dir",
@@ -64,6 +62,9 @@ RESUMABLE_KEYS = frozenset(
         "eval.enabled",
     }
 )
+
+#: keys whose ``null`` the model's load resolves (and the checkpoint's config holds resolved)
+RESOLVED_ON_LOAD = ("model.pooler",)
 
 #: Not a config key: the SHA-256 of the training file, compared with the config.
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
