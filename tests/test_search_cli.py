@@ -136,7 +136,7 @@ def test_resuming_over_a_malformed_index_json_says_to_overwrite(
     with pytest.raises(SearchIndexError) as err:
         Index.build(corpus, encoder, index)
     assert str(err.value) == (
-        f"{index / META_FILE}: key 'count' is missing; pass --overwrite (overwrite=True) to start over"
+        f"{index / META_FILE}: key 'count' is missing; pass overwrite=True to start over"
     )
 
 

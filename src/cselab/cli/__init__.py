@@ -256,7 +256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             hf_logging.disable_progress_bar()
         return int(args.func(args) or 0)
     except _user_errors() as err:
-        print(f"cselab {args.command}: error: {err}", file=sys.stderr)
+        message = str(err)
+        if getattr(args, "flags_of", None) is not None:  # library errors name settings
+            from .options import flag_words
+
+            message = flag_words(message, args.flags_of, getattr(args, "flag_texts", None))
+        print(f"cselab {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(
