@@ -48,11 +48,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(path, args.overrides)
     results = train(config)
     if results:
-        name = results.get("dev", {}).get("name", "stsb_dev")
+        from ..core.metrics import STSB_DEV
+
+        name = results.get("dev", {}).get("name", STSB_DEV)
         init = results.get(f"initial_{name}")
         best = results.get(f"best_{name}")
         if init is not None and best is not None:
-            label = "STS-B dev Spearman" if name == "stsb_dev" else f"{name} ({config.eval.dev})"
+            label = "STS-B dev Spearman" if name == STSB_DEV else f"{name} ({config.eval.dev})"
             print(f"{label}: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
         run = RunFolder(config.train.output_dir)
         print(f"saved best model to {run.best}, last to {run.last}")

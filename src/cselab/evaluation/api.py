@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.metrics import STSB
 from ..core.schema import ConfigError
 from . import custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
@@ -29,7 +30,7 @@ TASK_GROUPS: dict[str, tuple[str, ...]] = {
 
 _ALIASES = {
     **{t.lower(): t for t in TASK_FILES},
-    "stsb": "STSBenchmark",
+    STSB: "STSBenchmark",
     "sickr": "SICKRelatedness",
     "sick": "SICKRelatedness",
     "sst": "SST2",

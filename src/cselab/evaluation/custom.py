@@ -48,7 +48,7 @@ KIND = STS_FILE_KIND
 
 #: Every name :func:`dev_score_name` gives (a BEIR folder's at the cut-offs selection accepts).
 DEV_SCORE_NAMES = (
-    *(dev_score_name(dev, m) for dev in ("stsb", "file") for m in METRICS),
+    *(dev_score_name(dev, m) for dev in (STSB, "file") for m in METRICS),
     *(dev_score_name("beir", f"{m}@{k}") for m in RETRIEVAL_MEASURES for k in DEV_CUTOFFS),
 )
 #: The ``metrics.csv`` columns an evaluation writes: the dev score, and alignment and uniformity
@@ -159,7 +159,7 @@ class DevEvaluator:
         self._score: Callable[[EncoderLike], float | dict[str, float]]
         if dev.kind == "retrieval":
             self._score = self._retrieval()
-        elif dev.kind == "stsb":
+        elif dev.kind == STSB:
             self._score = self._stsb
         else:
             scorer = PairsScorer(read_sts_file(dev.path, dev.columns), dev.metric, batch_size)
@@ -172,7 +172,7 @@ class DevEvaluator:
         """A user's own ``encoder -> score`` (or ``{name: score, ...}``), scored under the
         default name (``stsb_dev``) with no known source."""
         evaluator = cls.__new__(cls)
-        evaluator.dev = DevSet("stsb", STSB, "dev", "spearman", dev_score_name(STSB), None)
+        evaluator.dev = DevSet(STSB, STSB, "dev", "spearman", dev_score_name(STSB), None)
         evaluator.data_dir, evaluator.batch_size, evaluator._score = None, 128, score
         return evaluator
 
