@@ -514,20 +514,11 @@ def test_the_dev_name_check_can_fail(tmp_path: Path) -> None:
 #: ``load_config(overrides)`` takes as it is) nor a rule of dashes.
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])")
 #: Library modules whose strings name flags on purpose: a sweep writes the command lines of its
-#: cells, the model card tells its reader which command fills a section.
-FLAGS_ON_PURPOSE = {"cselab/insight/sweep.py", "cselab/publish/card.py"}
-#: Library errors that still name a flag (issue 28, point 8): to be shrunk, never grown. A library
-#: error names the setting or key (``overwrite=True``); the CLI shows its flag
-#: (``cli/options.py``'s ``flag_words``).
-FLAGS_NOT_YET_MOVED = {
-    "cselab/config/presets.py",
-    "cselab/evaluation/api.py",
-    "cselab/evaluation/custom.py",
-    "cselab/evaluation/download.py",
-    "cselab/evaluation/sts.py",
+#: cells; the model card and the sweep report tell their reader which command fills a section.
+FLAGS_ON_PURPOSE = {
+    "cselab/insight/sweep.py",
+    "cselab/publish/card.py",
     "cselab/insight/report.py",
-    "cselab/model/hf_models.py",
-    "cselab/model/st_folder.py",
 }
 
 
@@ -546,12 +537,9 @@ def flag_spellings(src: Path) -> dict[str, list[str]]:
 
 
 def test_library_code_names_no_command_line_flag() -> None:
-    """The search layer (index, mining, FAISS) and retrieval evaluation name settings, not
-    flags; no other library module starts naming one."""
-    found = flag_spellings(SRC)
-    assert not [m for m in found if m.startswith("cselab/search/")], found
-    assert "cselab/evaluation/retrieval.py" not in found
-    assert set(found) <= FLAGS_NOT_YET_MOVED, set(found) - FLAGS_NOT_YET_MOVED
+    """A library error names the setting or key (``overwrite=True``, ``pooler=NAME``); the CLI
+    shows its flag (``cli/options.py``'s ``flag_words``)."""
+    assert flag_spellings(SRC) == {}
 
 
 def test_the_flag_check_can_fail(tmp_path: Path) -> None:

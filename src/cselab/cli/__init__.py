@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     register_insight(sub)
     register_index(sub)  # `index build` and `search`
     register_mine(sub)
+    # library errors name settings (``presets='x'``, ``pooler=NAME``): each command shows its flag
+    for command in sub.choices.values():
+        if command.get_default("flags_of") is None:
+            command.set_defaults(flags_of=command)
     return parser
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.names import MODES
+from ..evaluation.names import MODES, STS_COLUMNS_HINT
 from ..model.choices import BATCH_SIZE
 from ..search.index import SEARCH_BACKENDS
 from ..search.settings import IndexSettings
@@ -101,7 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also evaluate at these Matryoshka dimensions (the first D coordinates, "
         "re-normalised), encoding once; results keyed per dimension",
     )
-    ev.set_defaults(func=run_evaluate, flags_of=ev)
+    # the library's hint names read_sts_file's `columns=`; this command's option is --sts-columns
+    hint = {STS_COLUMNS_HINT: "name the columns with eval.dev_columns or --sts-columns"}
+    ev.set_defaults(func=run_evaluate, flags_of=ev, flag_texts=hint)
 
     cmp_ = subparsers.add_parser(
         "compare",

@@ -59,7 +59,9 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
         elif key in _ALIASES:
             names = (_ALIASES[key],)
             if mode == "dev" and names[0] in sts.STS_YEARS:
-                raise ConfigError(f"{names[0]} has no dev split; use --mode test or fasttest")
+                raise ConfigError(
+                    f"{names[0]} has no dev split; use mode='test' or mode='fasttest'"
+                )
         else:
             known = ", ".join([*TASK_GROUPS, *TASK_FILES])
             raise ConfigError(f"unknown task {item!r}; expected one of {known}")

@@ -35,7 +35,7 @@ from ..core.schema import ConfigError
 from ..io.readers import open_table
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
 from .embed import EmbeddingCache, EncoderLike, call_encoder
-from .names import STS_FILE_KIND
+from .names import STS_COLUMNS_HINT, STS_FILE_KIND
 from .sts import correlations, cosine_similarity
 
 DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
@@ -66,7 +66,7 @@ def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
 
 
 #: What a missing-column error suggests for an own STS file.
-COLUMNS_HINT = "name the columns with eval.dev_columns or --sts-columns"
+COLUMNS_HINT = STS_COLUMNS_HINT
 
 
 def _read_rows(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
@@ -193,7 +193,7 @@ class DevEvaluator:
         from .sts import ensure_stsb_dev, stsb_dev_measures
 
         # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
-        ensure_stsb_dev(self.data_dir, option="--eval.data_dir")
+        ensure_stsb_dev(self.data_dir, option="--eval.data_dir DIR")
         # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
         out = stsb_dev_measures(encoder, self.data_dir, batch_size=self.batch_size)
         return {self.name: out[self.dev.metric], "align": out["align"], "uniform": out["uniform"]}
