@@ -50,13 +50,15 @@ def worker(side: str, pairs: Path, out: Path, args: argparse.Namespace) -> dict:
     model = harness.minilm_path()
     t0 = time.perf_counter()
     if side == "cselab":
-        from cselab.search.mine import mine_hard_negatives
+        from cselab.search.mine import MineSettings, mine_hard_negatives
+        from cselab.search.settings import IndexSettings
 
-        report = mine_hard_negatives(
-            model, pairs, out, num_negatives=args.num_negatives,
-            relative_margin=args.relative_margin, batch_size=128,
-            backend="flat" if args.faiss else "exact",
+        settings = MineSettings(
+            num_negatives=args.num_negatives, relative_margin=args.relative_margin,
+            index=IndexSettings(chunk_size=4096, batch_size=128,
+                                backend="flat" if args.faiss else "exact"),
         )  # fmt: skip
+        report = mine_hard_negatives(model, pairs, out, settings)
         rows = report.written
     else:
         from datasets import load_dataset
@@ -112,13 +114,13 @@ def write_memory_pairs(path: Path, n: int, distinct: int) -> None:
 
 
 def memory_worker(folder: Path, args: argparse.Namespace) -> dict:
-    from cselab.search.mine import mine_hard_negatives
+    from cselab.search.mine import MineSettings, mine_hard_negatives
 
     pairs = folder / "pairs.jsonl"
     t0 = time.perf_counter()
     # no margin: random vectors would fail it for most anchors, and the output is part of the check
     report = mine_hard_negatives(HashEncoder(), pairs, folder / "out.jsonl",
-                                 num_negatives=args.num_negatives)  # fmt: skip
+                                 MineSettings(num_negatives=args.num_negatives))  # fmt: skip
     return {"seconds": time.perf_counter() - t0, "rows": report.written,
             "corpus": report.corpus, "anchors": report.anchors,
             "peak_rss_mib": harness.peak_rss_mib(),

@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from cselab import Index, load
     from cselab.evaluation.datasets import load_stsb
+    from cselab.search.settings import IndexSettings
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="cselab-bench-search-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -88,7 +89,9 @@ def main(argv: list[str] | None = None) -> dict:
         corpus.write_text("\n".join(harness.wiki_lines(args.wiki_lines)) + "\n", encoding="utf-8")
     encoder = load(args.model, pooler="avg")
     t0 = time.perf_counter()
-    wiki = Index.build(corpus, encoder, work / "wiki.index", chunk_size=4096, batch_size=128)
+    wiki = Index.build(
+        corpus, encoder, work / "wiki.index", IndexSettings(chunk_size=4096, batch_size=128)
+    )
     rows["encode_s"] = time.perf_counter() - t0
     rows["encode_lines"] = len(wiki)
     mem.append(("after encoding the wiki lines", *harness.rss_mib()))

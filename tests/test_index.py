@@ -17,6 +17,7 @@ from cselab.model.similarity import cosine_matrix
 from cselab.search.index import (
     PROGRESS_FILE,
     Index,
+    IndexSettings,
     SearchIndexError,
     build_faiss,
     exact_topk,
@@ -105,7 +106,9 @@ def test_build_and_search_matches_brute_force(
     with corpus.open("a") as fh:
         fh.write("\n   \nlast line after blanks\n")
     lines = corpus.read_text().split("\n")[:-1]
-    index = cselab.Index.build(corpus, str(saved_model), tmp_path / "my.index", chunk_size=16)
+    index = cselab.Index.build(
+        corpus, str(saved_model), tmp_path / "my.index", IndexSettings(chunk_size=16)
+    )
     keep = [i for i, t in enumerate(lines) if t.strip()]
     assert len(index) == len(keep) == 61
     assert index.text(60) == "last line after blanks" and int(index.lines[60]) == len(lines)
@@ -129,7 +132,7 @@ def test_resume_after_interruption_gives_same_index(
     encoder: SentenceEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     corpus = write_corpus(tmp_path, n=70)
-    full = Index.build(corpus, encoder, tmp_path / "full.index", chunk_size=16)
+    full = Index.build(corpus, encoder, tmp_path / "full.index", IndexSettings(chunk_size=16))
 
     calls = {"n": 0}
     real_encode = encoder.encode
@@ -142,14 +145,14 @@ def test_resume_after_interruption_gives_same_index(
 
     monkeypatch.setattr(encoder, "encode", failing_encode)
     with pytest.raises(KeyboardInterrupt):
-        Index.build(corpus, encoder, tmp_path / "part.index", chunk_size=16)
+        Index.build(corpus, encoder, tmp_path / "part.index", IndexSettings(chunk_size=16))
     progress = json.loads((tmp_path / "part.index" / PROGRESS_FILE).read_text())
     assert progress == {"chunks_done": 2}
     with pytest.raises(SearchIndexError, match=r"incomplete index \(2 of 5 chunks"):
         Index.open(tmp_path / "part.index")
 
     calls["n"] = -100  # no more failures; count the resumed chunks
-    resumed = Index.build(corpus, encoder, tmp_path / "part.index", chunk_size=16)
+    resumed = Index.build(corpus, encoder, tmp_path / "part.index", IndexSettings(chunk_size=16))
     assert calls["n"] == -100 + 3  # only chunks 3, 4 and 5 were encoded again
     np.testing.assert_array_equal(np.asarray(resumed.vectors), np.asarray(full.vectors))
     assert [resumed.text(i) for i in range(len(resumed))] == [full.text(i) for i in range(70)]
@@ -157,13 +160,15 @@ def test_resume_after_interruption_gives_same_index(
 
 def test_resume_refuses_other_settings(encoder: SentenceEncoder, tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path, n=20)
-    Index.build(corpus, encoder, tmp_path / "x.index", chunk_size=8)
-    with pytest.raises(SearchIndexError, match="chunk_size 8 is there, not 4; pass --overwrite"):
-        Index.build(corpus, encoder, tmp_path / "x.index", chunk_size=4)
+    Index.build(corpus, encoder, tmp_path / "x.index", IndexSettings(chunk_size=8))
+    with pytest.raises(SearchIndexError, match="chunk_size 8 is there, not 4; pass overwrite=True"):
+        Index.build(corpus, encoder, tmp_path / "x.index", IndexSettings(chunk_size=4))
     corpus.write_text("a changed corpus\n")
     with pytest.raises(SearchIndexError, match="an index with corpus_sha256"):
-        Index.build(corpus, encoder, tmp_path / "x.index", chunk_size=8)
-    rebuilt = Index.build(corpus, encoder, tmp_path / "x.index", chunk_size=8, overwrite=True)
+        Index.build(corpus, encoder, tmp_path / "x.index", IndexSettings(chunk_size=8))
+    rebuilt = Index.build(
+        corpus, encoder, tmp_path / "x.index", IndexSettings(chunk_size=8), overwrite=True
+    )
     assert len(rebuilt) == 1 and rebuilt.text(0) == "a changed corpus"
 
 
@@ -202,7 +207,9 @@ def test_faiss_flat_equals_exact() -> None:
 def test_approximate_recall_is_sane(encoder: SentenceEncoder, tmp_path: Path, backend: str) -> None:
     pytest.importorskip("faiss")
     corpus = write_corpus(tmp_path, n=30)
-    index = Index.build(corpus, encoder, tmp_path / "a.index", chunk_size=30, backend=backend)
+    index = Index.build(
+        corpus, encoder, tmp_path / "a.index", IndexSettings(chunk_size=30, backend=backend)
+    )
     assert index.default_backend() == backend
     # Swap in 4,000 clustered unit vectors (the tiny model's vectors are too few to matter).
     rng = np.random.default_rng(4)
@@ -227,8 +234,10 @@ def test_approximate_recall_is_sane(encoder: SentenceEncoder, tmp_path: Path, ba
 def test_ann_index_is_saved_and_reloaded(encoder: SentenceEncoder, tmp_path: Path) -> None:
     pytest.importorskip("faiss")
     corpus = write_corpus(tmp_path, n=80)
-    Index.build(corpus, encoder, tmp_path / "h.index", chunk_size=32)
-    built = Index.build(corpus, encoder, tmp_path / "h.index", chunk_size=32, backend="hnsw")
+    Index.build(corpus, encoder, tmp_path / "h.index", IndexSettings(chunk_size=32))
+    built = Index.build(
+        corpus, encoder, tmp_path / "h.index", IndexSettings(chunk_size=32, backend="hnsw")
+    )
     assert (tmp_path / "h.index" / "faiss-hnsw.index").is_file()
     reopened = Index.open(tmp_path / "h.index", model=encoder)
     assert reopened.default_backend() == "hnsw"

@@ -4,6 +4,7 @@ AST, every level (lazy imports inside functions included), relative imports reso
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -453,3 +454,100 @@ def test_no_module_over_600_lines() -> None:
         module_name(p): len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.rglob("*.py")
     }
     assert {m: n for m, n in sizes.items() if n > 600} == {}
+
+
+def string_constants(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, text)`` of every string constant of a module (f-strings' literal parts
+    included), docstrings left out: they explain, the code is what runs."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+#: STS-B dev's names: ``eval.dev``'s value and DevSet kind, its score's column in ``metrics.csv``
+DEV_NAME_LITERALS = {"stsb", "stsb_dev", "stsb_dev_", "stsb_dev_pearson"}
+#: Their one home (``STSB``, ``STSB_DEV``, ``dev_score_name``, ``DevKind``)
+DEV_NAME_HOME = "cselab/core/metrics.py"
+
+
+def dev_name_spellings(src: Path) -> list[str]:
+    """``module:line literal`` for each spelling of STS-B dev's names outside their home."""
+    return [
+        f"{path.relative_to(src)}:{line} {text!r}"
+        for path in sorted(src.rglob("*.py"))
+        if path.relative_to(src).as_posix() != DEV_NAME_HOME
+        for line, text in string_constants(path)
+        if text in DEV_NAME_LITERALS
+    ]
+
+
+def test_dev_set_names_have_one_home() -> None:
+    """``"stsb"`` and ``"stsb_dev"`` are spelled once, in ``core/metrics.py``; the config, the
+    dev set, model selection, the card, the plots, the report and the CLI import them."""
+    assert dev_name_spellings(SRC) == []
+
+
+def test_the_dev_name_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "cselab"
+    pkg.mkdir()
+    (pkg / "plots.py").write_text(
+        '"""Mentions ``stsb_dev`` in prose."""\n'
+        'def f(name="stsb_dev"):\n    return f"stsb_dev_{name}" if name == "stsb" else name\n'
+    )
+    assert sorted(dev_name_spellings(tmp_path)) == [
+        "cselab/plots.py:2 'stsb_dev'",
+        "cselab/plots.py:3 'stsb'",
+        "cselab/plots.py:3 'stsb_dev_'",
+    ]
+
+
+#: A command-line flag (``--overwrite``), not a config override (``--train.resume=true``, which
+#: ``load_config(overrides)`` takes as it is) nor a rule of dashes.
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])")
+#: Library modules whose strings name flags on purpose: a sweep writes the command lines of its
+#: cells; the model card and the sweep report tell their reader which command fills a section.
+FLAGS_ON_PURPOSE = {
+    "cselab/insight/sweep.py",
+    "cselab/publish/card.py",
+    "cselab/insight/report.py",
+}
+
+
+def flag_spellings(src: Path) -> dict[str, list[str]]:
+    """Library module -> the command-line flags its strings name (the CLI's own modules left
+    out)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        name = path.relative_to(src).as_posix()
+        if name.startswith("cselab/cli/") or name in FLAGS_ON_PURPOSE:
+            continue
+        flags = [flag for _, text in string_constants(path) for flag in FLAG.findall(text)]
+        if flags:
+            found[name] = flags
+    return found
+
+
+def test_library_code_names_no_command_line_flag() -> None:
+    """A library error names the setting or key (``overwrite=True``, ``pooler=NAME``); the CLI
+    shows its flag (``cli/options.py``'s ``flag_words``)."""
+    assert flag_spellings(SRC) == {}
+
+
+def test_the_flag_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "cselab" / "search"
+    pkg.mkdir(parents=True)
+    (pkg / "index.py").write_text(
+        '"""``--backend`` in prose."""\n'
+        'MSG = "pass --overwrite, or --train.resume=true; a rule ---|"\n'
+        'def f(n):\n    return f"pass a smaller --nlist than {n}"\n'
+    )
+    assert flag_spellings(tmp_path) == {"cselab/search/index.py": ["--overwrite", "--nlist"]}

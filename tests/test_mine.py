@@ -16,6 +16,7 @@ from cselab.core.errors import ConfigError
 from cselab.data.config import PairColumns
 from cselab.data.pairs import read_pairs
 from cselab.search.mine import MineSettings, mine_hard_negatives, select_negatives
+from cselab.search.settings import IndexSettings
 
 
 # ------------------------------------------------------------------ against sentence-transformers
@@ -87,7 +88,8 @@ def test_same_negatives_as_sentence_transformers(models, name: str) -> None:
         pytest.importorskip("faiss")
         backend, st_kwargs["use_faiss"] = "flat", True
         kwargs = {k: v for k, v in kwargs.items() if k != "use_faiss"}
-    ours = mine_hard_negatives(encoder, pairs, None, backend=backend, **kwargs)
+    settings = MineSettings(**kwargs, index=IndexSettings(backend=backend))
+    ours = mine_hard_negatives(encoder, pairs, None, settings)
     data = Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})
     if "cache_folder" in inspect.signature(st_mine).parameters:  # the same texts, encoded once
         st_kwargs["cache_folder"] = str(cache)
@@ -231,7 +233,9 @@ def test_a_corpus_file_adds_candidates_once_and_never_the_anchor_itself(
     corpus = tmp_path / "corpus.txt"
     # the anchors themselves, a positive and a text twice: each is one candidate
     corpus.write_text("red cat runs\nblue dog sleeps\nthe dog sleeps\ngreen bird\ngreen bird\n")
-    report = mine_hard_negatives(str(tiny_bert), pairs, None, corpus=corpus, num_negatives=5)
+    report = mine_hard_negatives(
+        str(tiny_bert), pairs, None, MineSettings(num_negatives=5), corpus=corpus
+    )
     assert report.corpus == 5  # 3 distinct corpus lines + "a red cat is running" + "green bird"
     negatives = {a: [n for a2, _, n in report.rows if a2 == a] for a, _ in pairs}
     assert sorted(negatives["red cat runs"]) == ["blue dog sleeps", "green bird", "the dog sleeps"]

@@ -254,12 +254,16 @@ def test_evaluate_retrieval_equals_pytrec_eval_on_exact_search(tmp_path: Path) -
 
 def test_faiss_flat_backend_equals_exact(tmp_path: Path) -> None:
     pytest.importorskip("faiss")
-    from cselab.search.index import vector_search
+    from cselab.search.index import IndexSettings, vector_search
 
     folder = write_beir(tmp_path / "b")
     exact = retrieval.evaluate_retrieval(bag_of_words, folder, "dev")
     flat = retrieval.evaluate_retrieval(
-        bag_of_words, folder, "dev", search=vector_search("flat"), backend="flat"
+        bag_of_words,
+        folder,
+        "dev",
+        search=vector_search(IndexSettings(backend="flat")),
+        backend="flat",
     )
     assert flat["metrics"] == pytest.approx(exact["metrics"], abs=1e-9)
     assert flat["backend"] == "flat"

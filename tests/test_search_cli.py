@@ -136,7 +136,7 @@ def test_resuming_over_a_malformed_index_json_says_to_overwrite(
     with pytest.raises(SearchIndexError) as err:
         Index.build(corpus, encoder, index)
     assert str(err.value) == (
-        f"{index / META_FILE}: key 'count' is missing; pass --overwrite (overwrite=True) to start over"
+        f"{index / META_FILE}: key 'count' is missing; pass overwrite=True to start over"
     )
 
 
@@ -301,3 +301,74 @@ def test_two_concurrent_index_builds_the_second_is_refused(
         first.wait()
     assert main(["-q", *argv]) == 0  # the killed build's lock is free: the next one resumes
     assert len(Index.open(out)) == 3000
+
+
+# ------------------------------------------------------------------ settings and their flags
+def test_library_errors_name_the_setting_and_the_cli_its_flag(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The library names ``overwrite=True`` and ``backend='ivf'``; the same errors through
+    ``cselab index build`` / ``cselab search`` name ``--overwrite`` and ``--backend ivf``."""
+    from cselab.search.settings import IndexSettings
+
+    corpus = write_corpus(tmp_path, n=12)
+    out = tmp_path / "x.index"
+    build = ["index", "build", str(corpus), "--model", str(tiny_bert), "-o", str(out)]
+    assert main([*build, "--chunk-size", "8"]) == 0
+    with pytest.raises(SearchIndexError) as err:
+        Index.build(corpus, str(tiny_bert), out, IndexSettings(chunk_size=4))
+    said = f"{out}: an index with chunk_size 8 is there, not 4; pass "
+    assert str(err.value) == said + "overwrite=True or another output folder"
+    capsys.readouterr()
+    assert main([*build, "--chunk-size", "4"]) == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert errors == [f"cselab index: error: {said}--overwrite or another output folder"]
+
+    with pytest.raises(SearchIndexError, match=r"build it with backend='ivf' \(built: exact"):
+        Index.open(out).search("alpha", backend="ivf")
+    assert main(["search", str(out), "alpha", "--backend", "ivf"]) == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert len(errors) == 1 and "no ivf index was built; build it with --backend ivf (" in errors[0]
+
+
+def test_flag_words_spells_a_setting_as_the_commands_flag() -> None:
+    import argparse
+
+    from cselab.cli.options import flag_words
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--nlist", type=int)
+    p.add_argument("--backend")
+    p.add_argument("--margin", dest="absolute_margin", type=float)
+    p.add_argument("-k", type=int)
+    message = (
+        "pass overwrite=True; nlist=50 is more; backend='ivf' (built: exact); "
+        "absolute_margin=0.5, k=0: bad; eval.dev_metric=x and seed=3 and /a/nlist=2 stay"
+    )
+    assert flag_words(message, p) == (
+        "pass --overwrite; --nlist 50 is more; --backend ivf (built: exact); "
+        "--margin 0.5, -k 0: bad; eval.dev_metric=x and seed=3 and /a/nlist=2 stay"
+    )
+    assert flag_words("no setting here", p, {"here": "there"}) == "no setting there"
+
+
+def test_the_commands_defaults_are_the_settings_defaults() -> None:
+    """``cselab index build`` and ``cselab mine`` without options give the dataclasses' own
+    defaults (the options read them from there), and every option that is a setting's field
+    reaches it."""
+    from cselab.cli import build_parser
+    from cselab.cli.options import settings_from
+    from cselab.search.mine import MineSettings
+    from cselab.search.settings import IndexSettings
+
+    parser = build_parser()
+    args = parser.parse_args(["index", "build", "c.txt", "--model", "m", "-o", "x"])
+    assert settings_from(IndexSettings, args) == IndexSettings()
+    args = parser.parse_args(["mine", "p.jsonl", "--model", "m", "-o", "o.tsv"])
+    got = settings_from(MineSettings, args, index=settings_from(IndexSettings, args))
+    assert got == MineSettings()
+    args = parser.parse_args(["mine", "p.jsonl", "--model", "m", "-o", "o.tsv", "--margin",
+                              "0.1", "--chunk-size", "7", "--backend", "flat"])  # fmt: skip
+    got = settings_from(MineSettings, args, index=settings_from(IndexSettings, args))
+    assert (got.absolute_margin, got.index.chunk_size, got.index.backend) == (0.1, 7, "flat")

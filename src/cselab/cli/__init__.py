@@ -48,11 +48,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(path, args.overrides)
     results = train(config)
     if results:
-        name = results.get("dev", {}).get("name", "stsb_dev")
+        from ..core.metrics import STSB_DEV
+
+        name = results.get("dev", {}).get("name", STSB_DEV)
         init = results.get(f"initial_{name}")
         best = results.get(f"best_{name}")
         if init is not None and best is not None:
-            label = "STS-B dev Spearman" if name == "stsb_dev" else f"{name} ({config.eval.dev})"
+            label = "STS-B dev Spearman" if name == STSB_DEV else f"{name} ({config.eval.dev})"
             print(f"{label}: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
         run = RunFolder(config.train.output_dir)
         print(f"saved best model to {run.best}, last to {run.last}")
@@ -213,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     register_insight(sub)
     register_index(sub)  # `index build` and `search`
     register_mine(sub)
+    # library errors name settings (``presets='x'``, ``pooler=NAME``): each command shows its flag
+    for command in sub.choices.values():
+        if command.get_default("flags_of") is None:
+            command.set_defaults(flags_of=command)
     return parser
 
 
@@ -256,7 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             hf_logging.disable_progress_bar()
         return int(args.func(args) or 0)
     except _user_errors() as err:
-        print(f"cselab {args.command}: error: {err}", file=sys.stderr)
+        message = str(err)
+        if getattr(args, "flags_of", None) is not None:  # library errors name settings
+            from .options import flag_words
+
+            message = flag_words(message, args.flags_of, getattr(args, "flag_texts", None))
+        print(f"cselab {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

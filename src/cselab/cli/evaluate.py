@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.names import MODES
+from ..evaluation.names import MODES, STS_COLUMNS_HINT
+from ..model.choices import BATCH_SIZE
 from ..search.index import SEARCH_BACKENDS
+from ..search.settings import IndexSettings
 from .options import (
     add_batch_size_flag,
     add_compile_flag,
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
     add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
-    add_batch_size_flag(ev, "encoding batch size (128)")
+    add_batch_size_flag(ev, f"encoding batch size ({BATCH_SIZE})")
     add_compile_flag(ev)
     ev.add_argument("--output", "-o", help="write the full results as JSON")
     ev.add_argument("--csv", help="write every number as long-format CSV")
@@ -89,9 +91,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument(
         "--backend",
         choices=SEARCH_BACKENDS,
-        default="exact",
-        help="with --retrieval: exact search (default) or a FAISS index built on the corpus "
-        "(flat, hnsw, ivf; needs cselab[faiss])",
+        default=IndexSettings.backend,
+        help=f"with --retrieval: {IndexSettings.backend} search (default) or a FAISS index built "
+        "on the corpus (flat, hnsw, ivf; needs cselab[faiss])",
     )
     ev.add_argument(
         "--dims",
@@ -99,7 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also evaluate at these Matryoshka dimensions (the first D coordinates, "
         "re-normalised), encoding once; results keyed per dimension",
     )
-    ev.set_defaults(func=run_evaluate)
+    # the library's hint names read_sts_file's `columns=`; this command's option is --sts-columns
+    hint = {STS_COLUMNS_HINT: "name the columns with eval.dev_columns or --sts-columns"}
+    ev.set_defaults(func=run_evaluate, flags_of=ev, flag_texts=hint)
 
     cmp_ = subparsers.add_parser(
         "compare",
@@ -224,7 +228,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             "--split goes with --mteb or --retrieval; the SentEval tasks choose their split with "
             f"--mode ({', '.join(MODES)})"
         )
-    if not args.retrieval and (args.k != 10 or args.backend != "exact"):
+    if not args.retrieval and (args.k != 10 or args.backend != IndexSettings.backend):
         raise ConfigError("--k and --backend go with --retrieval FOLDER")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
@@ -272,7 +276,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         plan.append(
             RetrievalTask(
                 read_beir(args.retrieval, split), split, args.k, tuple(dims) if dims else None,
-                args.backend, vector_search(args.backend),
+                args.backend, vector_search(IndexSettings(backend=args.backend)),
             )
         )  # fmt: skip
     check_model(args.model)

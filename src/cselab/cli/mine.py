@@ -6,12 +6,15 @@ import argparse
 
 from ..data.config import PairColumns
 from ..search.index import SEARCH_BACKENDS
-from ..search.mine import OUTPUT_FORMATS, SAMPLING, MineSettings, mine_hard_negatives
+from ..search.mine import COLUMNS_HINT, OUTPUT_FORMATS, SAMPLING, MineSettings
+from ..search.settings import IndexSettings
 from .options import (
     add_batch_size_flag,
     add_compile_flag,
     add_device_flag,
+    add_model_flag,
     add_pooler_flag,
+    settings_from,
 )
 
 
@@ -25,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "they are. The filters are those of sentence-transformers' mine_hard_negatives.",
     )
     p.add_argument("pairs", help="pairs file (.tsv/.csv/.jsonl/.parquet or a saved dataset)")
-    p.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
+    add_model_flag(p)
     p.add_argument("-o", "--output", required=True, help="output table: .tsv, .csv or .jsonl")
     p.add_argument("--corpus", default=None, help="text file of more candidates, one per line")
     p.add_argument("--anchor-column", default=PairColumns.anchor,
@@ -37,14 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"negatives per anchor ({d.num_negatives})")  # fmt: skip
     p.add_argument("--range-min", type=int, default=d.range_min,
                    help="skip this many best candidates (0)")  # fmt: skip
-    p.add_argument("--range-max", type=int, default=None,
+    p.add_argument("--range-max", type=int, default=d.range_max,
                    help="negatives rank below this (default: range-min + num-negatives + the "
                    "most positives of an anchor; x10 negatives with a score filter)")  # fmt: skip
-    p.add_argument("--max-score", type=float, default=None,
+    p.add_argument("--max-score", type=float, default=d.max_score,
                    help="highest cosine a negative may have with its anchor")  # fmt: skip
-    p.add_argument("--margin", type=float, default=None, dest="absolute_margin",
+    p.add_argument("--margin", type=float, default=d.absolute_margin, dest="absolute_margin",
                    help="a negative's cosine is at most the positive's minus this")  # fmt: skip
-    p.add_argument("--relative-margin", type=float, default=None,
+    p.add_argument("--relative-margin", type=float, default=d.relative_margin,
                    help="a negative's cosine is at most pos - |pos| x this (NV-Retriever's "
                    "TopK-PercPos 95%%: 0.05)")  # fmt: skip
     p.add_argument("--sampling", choices=SAMPLING, default=d.sampling,
@@ -53,31 +56,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default=d.output_format,
                    help="triplet: a row per negative; n-tuple: a row per positive with "
                    "negative_1..negative_K (train with --data.columns.negative=[...])")  # fmt: skip
-    p.add_argument("--backend", choices=SEARCH_BACKENDS, default="exact",
-                   help="exact (default) | flat (FAISS) | hnsw | ivf (approximate)")  # fmt: skip
+    p.add_argument("--backend", choices=SEARCH_BACKENDS, default=d.index.backend,
+                   help=f"exact | flat (FAISS) | hnsw | ivf (approximate) ({d.index.backend})")  # fmt: skip
     p.add_argument("--index", default=None, help="keep the corpus index in this folder")
     add_batch_size_flag(p)
-    p.add_argument("--chunk-size", type=int, default=4096, help="anchors searched at a time")
+    p.add_argument("--chunk-size", type=int, default=d.index.chunk_size,
+                   help=f"anchors searched at a time ({d.index.chunk_size})")  # fmt: skip
     add_pooler_flag(p)
     add_device_flag(p)
     add_compile_flag(p)
-    p.set_defaults(func=cmd_mine)
+    # the library's hint names `columns=`; this command has two options for it
+    hint = {COLUMNS_HINT: "name the columns with --anchor-column/--positive-column"}
+    p.set_defaults(func=cmd_mine, flags_of=p, flag_texts=hint)
 
 
 def cmd_mine(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    from ..search.mine import mine_hard_negatives
+
+    # the options are named as the settings' fields: each default and name is the dataclass'
+    settings = settings_from(MineSettings, args, index=settings_from(IndexSettings, args))
     report = mine_hard_negatives(
-        args.model, args.pairs, args.output, corpus=args.corpus,
-        range_min=args.range_min, range_max=args.range_max, max_score=args.max_score,
-        absolute_margin=args.absolute_margin, relative_margin=args.relative_margin,
-        num_negatives=args.num_negatives, sampling=args.sampling, seed=args.seed,
-        output_format=args.output_format,
+        args.model, args.pairs, args.output, settings, corpus=args.corpus,
         columns=PairColumns(anchor=args.anchor_column, positive=args.positive_column),
-        backend=args.backend, batch_size=args.batch_size, chunk_size=args.chunk_size,
-        index_dir=args.index, pooler=args.pooler, device=args.device, show_progress=True,
-        compile_inference=args.compile_inference,
+        index_dir=args.index, show_progress=True,
     )  # fmt: skip
     print(
         f"mined {report.written} rows for {report.anchors} anchors ({report.pairs} pairs, "

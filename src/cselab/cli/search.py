@@ -9,18 +9,20 @@ from dataclasses import asdict
 
 from ..search.index import (
     BUILD_BACKENDS,
-    DEFAULT_CHUNK,
     SEARCH_BACKENDS,
     Index,
     SearchIndexError,
     check_queries,
     read_lines,
 )
+from ..search.settings import HNSW_DEFAULTS, IndexSettings
 from .options import (
     add_batch_size_flag,
     add_compile_flag,
     add_device_flag,
+    add_model_flag,
     add_pooler_flag,
+    settings_from,
 )
 
 
@@ -34,25 +36,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Encode every non-blank line of CORPUS into a memory-mapped index folder. "
         "Interrupted builds resume when the same command is run again.",
     )
+    d = IndexSettings()
     b.add_argument("corpus", help="UTF-8 text file, one text per line")
-    b.add_argument("--model", required=True, help="cselab output folder, ST folder or HF model")
+    add_model_flag(b)
     b.add_argument("-o", "--output", required=True, help="index folder to write (e.g. my.index)")
     add_pooler_flag(b)
-    b.add_argument("--backend", choices=BUILD_BACKENDS, default="exact",
-                   help="exact (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
-    b.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,
-                   help=f"lines encoded between progress records ({DEFAULT_CHUNK})")  # fmt: skip
+    b.add_argument("--backend", choices=BUILD_BACKENDS, default=d.backend,
+                   help=f"{d.backend} (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
+    b.add_argument("--chunk-size", type=int, default=d.chunk_size,
+                   help=f"lines encoded between progress records ({d.chunk_size})")  # fmt: skip
     add_batch_size_flag(b)
-    b.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (32)")
-    b.add_argument("--ef-construction", type=int, default=None, help="HNSW build depth (80)")
-    b.add_argument("--nlist", type=int, default=None, help="IVF cells (default sqrt(N))")
-    b.add_argument("--dim", type=int, default=None,
+    b.add_argument("--hnsw-m", type=int, default=d.hnsw_m,
+                   help=f"HNSW links per node ({HNSW_DEFAULTS['m']})")  # fmt: skip
+    b.add_argument("--ef-construction", type=int, default=d.ef_construction,
+                   help=f"HNSW build depth ({HNSW_DEFAULTS['ef_construction']})")  # fmt: skip
+    b.add_argument("--nlist", type=int, default=d.nlist, help="IVF cells (default sqrt(N))")
+    b.add_argument("--dim", type=int, default=d.dim,
                    help="store the first DIM coordinates of each vector, re-normalised (a model "
                    "trained with objective.matryoshka.dims); queries are encoded so too")  # fmt: skip
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
     add_device_flag(b)
     add_compile_flag(b)
-    b.set_defaults(func=cmd_index_build)
+    b.set_defaults(func=cmd_index_build, flags_of=b)
 
     s = subparsers.add_parser(
         "search",
@@ -66,21 +71,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--backend", choices=SEARCH_BACKENDS, default=None,
                    help="exact | flat | hnsw | ivf (default: the built FAISS index, else exact)")  # fmt: skip
     s.add_argument("--nprobe", type=int, default=None, help="IVF cells visited per query")
-    s.add_argument("--ef-search", type=int, default=None, help="HNSW search depth (64)")
-    s.add_argument("--model", default=None, help="encode queries with this model instead")
+    s.add_argument(
+        "--ef-search",
+        type=int,
+        default=None,
+        help=f"HNSW search depth ({HNSW_DEFAULTS['ef_search']})",
+    )
+    add_model_flag(s, required=False, help="encode queries with this model instead")
     s.add_argument("--json", action="store_true", help="one JSON object per query")
     add_device_flag(s)
-    s.set_defaults(func=cmd_search)
+    s.set_defaults(func=cmd_search, flags_of=s)
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
     try:
+        # the options are named as the settings' fields: each default and name is the dataclass'
+        settings = settings_from(IndexSettings, args)
         index = Index.build(
-            args.corpus, args.model, args.output, pooler=args.pooler, backend=args.backend,
-            chunk_size=args.chunk_size, batch_size=args.batch_size, hnsw_m=args.hnsw_m,
-            ef_construction=args.ef_construction, nlist=args.nlist, overwrite=args.overwrite,
-            device=args.device, show_progress=True, dim=args.dim,
-            compile_inference=args.compile_inference,
+            args.corpus, args.model, args.output, settings, overwrite=args.overwrite,
+            show_progress=True,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(

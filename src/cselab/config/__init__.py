@@ -21,7 +21,7 @@ from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
-from .devset import DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
+from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
@@ -141,7 +141,7 @@ class EvalConfig:
     data_dir: str | None = None
     batch_size: int = 128
     enabled: bool = True
-    dev: str = "stsb"
+    dev: str = STSB
     dev_metric: str | None = None
     dev_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2", "score"])
 

@@ -11,23 +11,20 @@ never the string again. No torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from ..core.errors import ConfigError
-from ..core.metrics import (
+from ..core.metrics import (  # STSB, DevKind: re-exported (``eval.dev`` for STS-B dev)
     DEV_CUTOFFS,
     RETRIEVAL_MEASURES,
     STS_DEV_METRICS,
+    STSB,
+    DevKind,
     dev_score_name,
     retrieval_metric,
 )
 
-#: ``eval.dev`` for STS-B dev (SimCSE's model selection)
-STSB = "stsb"
 #: ``eval.dev`` for no model selection
 NO_DEV = "none"
-
-DevKind = Literal["stsb", "sts-file", "retrieval"]
 
 
 def dev_metric_for(dev: str, metric: str | None) -> str:
@@ -111,7 +108,7 @@ def resolve_dev_set(
     metric = dev_metric_for(dev, metric)
     name = dev_score_name(dev, metric)
     if dev.lower() == STSB:
-        return DevSet("stsb", STSB, "dev", metric, name, STSB)
+        return DevSet(STSB, STSB, "dev", metric, name, STSB)
     if retrieval_metric(metric) is not None:
         from ..io.readers import beir_splits
 

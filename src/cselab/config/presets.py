@@ -32,7 +32,7 @@ def presets_dir(explicit: str | None = None) -> Path:
     if explicit:
         folder = Path(explicit).expanduser()
         if not folder.is_dir():
-            raise ConfigError(f"--presets {explicit}: folder not found")
+            raise ConfigError(f"presets={explicit!r}: folder not found")
         return folder
     if os.environ.get(PRESETS_ENV):
         folder = Path(os.environ[PRESETS_ENV]).expanduser()

@@ -4,6 +4,18 @@ pairs and retrieval measures at a cut-off (``ndcg@10``). Here because the config
 
 from __future__ import annotations
 
+from typing import Literal
+
+#: ``eval.dev`` for STS-B dev (SimCSE's model selection), and the kind of that dev set (the one
+#: spelling of the name: the config, model selection, the card and the plots import it)
+STSB = "stsb"
+#: The name of STS-B dev's Spearman score in ``metrics.csv``, ``results.json`` and the callbacks
+#: (:func:`dev_score_name`; SimCSE's ``eval_stsb_spearman``)
+STSB_DEV = "stsb_dev"
+#: What a dev set is: STS-B dev, an STS-format file (``evaluation.names.STS_FILE_KIND``) or a
+#: BEIR folder (``evaluation.names.RETRIEVAL_KIND``)
+DevKind = Literal["stsb", "sts-file", "retrieval"]
+
 #: The correlations an STS-format ``eval.dev`` is scored by.
 STS_DEV_METRICS = ("spearman", "pearson")
 #: The retrieval measures (``name@K``) a BEIR ``eval.dev`` is scored by
@@ -26,6 +38,6 @@ def dev_score_name(dev: str, metric: str = "spearman") -> str:
     """The name of the ``eval.dev`` score in ``metrics.csv``, ``results.json`` and the callbacks:
     ``stsb_dev`` (STS-B, Spearman, as before), ``stsb_dev_pearson``, ``dev_spearman`` /
     ``dev_pearson`` for a file, and ``dev_ndcg@10`` (the metric's name) for a BEIR folder."""
-    if dev.lower() == "stsb":
-        return "stsb_dev" if metric == "spearman" else f"stsb_dev_{metric}"
+    if dev.lower() == STSB:
+        return STSB_DEV if metric == "spearman" else f"{STSB_DEV}_{metric}"
     return f"dev_{metric}"

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.metrics import STSB
 from ..core.schema import ConfigError
 from . import custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
@@ -29,7 +30,7 @@ TASK_GROUPS: dict[str, tuple[str, ...]] = {
 
 _ALIASES = {
     **{t.lower(): t for t in TASK_FILES},
-    "stsb": "STSBenchmark",
+    STSB: "STSBenchmark",
     "sickr": "SICKRelatedness",
     "sick": "SICKRelatedness",
     "sst": "SST2",
@@ -58,7 +59,9 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
         elif key in _ALIASES:
             names = (_ALIASES[key],)
             if mode == "dev" and names[0] in sts.STS_YEARS:
-                raise ConfigError(f"{names[0]} has no dev split; use --mode test or fasttest")
+                raise ConfigError(
+                    f"{names[0]} has no dev split; use mode='test' or mode='fasttest'"
+                )
         else:
             known = ", ".join([*TASK_GROUPS, *TASK_FILES])
             raise ConfigError(f"unknown task {item!r}; expected one of {known}")

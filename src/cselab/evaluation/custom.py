@@ -35,7 +35,7 @@ from ..core.schema import ConfigError
 from ..io.readers import open_table
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
 from .embed import EmbeddingCache, EncoderLike, call_encoder
-from .names import STS_FILE_KIND
+from .names import STS_COLUMNS_HINT, STS_FILE_KIND
 from .sts import correlations, cosine_similarity
 
 DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
@@ -48,7 +48,7 @@ KIND = STS_FILE_KIND
 
 #: Every name :func:`dev_score_name` gives (a BEIR folder's at the cut-offs selection accepts).
 DEV_SCORE_NAMES = (
-    *(dev_score_name(dev, m) for dev in ("stsb", "file") for m in METRICS),
+    *(dev_score_name(dev, m) for dev in (STSB, "file") for m in METRICS),
     *(dev_score_name("beir", f"{m}@{k}") for m in RETRIEVAL_MEASURES for k in DEV_CUTOFFS),
 )
 #: The ``metrics.csv`` columns an evaluation writes: the dev score, and alignment and uniformity
@@ -66,7 +66,7 @@ def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
 
 
 #: What a missing-column error suggests for an own STS file.
-COLUMNS_HINT = "name the columns with eval.dev_columns or --sts-columns"
+COLUMNS_HINT = STS_COLUMNS_HINT
 
 
 def _read_rows(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
@@ -159,7 +159,7 @@ class DevEvaluator:
         self._score: Callable[[EncoderLike], float | dict[str, float]]
         if dev.kind == "retrieval":
             self._score = self._retrieval()
-        elif dev.kind == "stsb":
+        elif dev.kind == STSB:
             self._score = self._stsb
         else:
             scorer = PairsScorer(read_sts_file(dev.path, dev.columns), dev.metric, batch_size)
@@ -172,7 +172,7 @@ class DevEvaluator:
         """A user's own ``encoder -> score`` (or ``{name: score, ...}``), scored under the
         default name (``stsb_dev``) with no known source."""
         evaluator = cls.__new__(cls)
-        evaluator.dev = DevSet("stsb", STSB, "dev", "spearman", dev_score_name(STSB), None)
+        evaluator.dev = DevSet(STSB, STSB, "dev", "spearman", dev_score_name(STSB), None)
         evaluator.data_dir, evaluator.batch_size, evaluator._score = None, 128, score
         return evaluator
 
@@ -193,7 +193,7 @@ class DevEvaluator:
         from .sts import ensure_stsb_dev, stsb_dev_measures
 
         # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
-        ensure_stsb_dev(self.data_dir, option="--eval.data_dir")
+        ensure_stsb_dev(self.data_dir, option="--eval.data_dir DIR")
         # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
         out = stsb_dev_measures(encoder, self.data_dir, batch_size=self.batch_size)
         return {self.name: out[self.dev.metric], "align": out["align"], "uniform": out["uniform"]}

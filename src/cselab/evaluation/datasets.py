@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..core.errors import DataFormatError, MissingDataError  # noqa: F401 - re-exported
+from ..core.metrics import STSB
 from ..io.readers import read_sick as read_sick_rows
 from ..io.readers import read_text, score_field, tsv_fields, universal_lines
 
@@ -307,7 +308,7 @@ def load_stsb(split: str = "test", data_dir: str | os.PathLike[str] | None = Non
         / "STSBenchmark"
         / _check_split(split, STSB_FILES, "STSBenchmark")
     )
-    return _cached("stsb", (path,), lambda: read_stsb(path, f"STSBenchmark-{split}"))
+    return _cached(STSB, (path,), lambda: read_stsb(path, f"STSBenchmark-{split}"))
 
 
 def load_sick(split: str = "test", data_dir: str | os.PathLike[str] | None = None) -> ScoredPairs:

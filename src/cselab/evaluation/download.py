@@ -237,10 +237,11 @@ def _existing_parent(path: Path) -> Path:
 
 
 def missing_data_message(
-    root: Path, missing: list[str], tried_download: bool, option: str = "--data-dir"
+    root: Path, missing: list[str], tried_download: bool, option: str = "data_dir=DIR"
 ) -> str:
     """The error text: which files are missing and where to get them; ``option`` is how the
-    command at hand takes the folder (``--data-dir``, or ``cselab train``'s ``--eval.data_dir``)."""
+    caller takes the folder (the keyword ``data_dir=DIR``, which a command line shows as its
+    flag, or a run's ``--eval.data_dir DIR``)."""
     shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} files)" if len(missing) > 8 else "")
     how = (
         "the download failed (offline?)"
@@ -250,7 +251,7 @@ def missing_data_message(
     return (
         f"SentEval data missing in {root}: {shown}; {how}. Get SimCSE's processed copy "
         f"({ARCHIVE_URL}, extract it so that {root}/STS/STSBenchmark/sts-test.csv exists) or "
-        f"run SentEval's data/downstream/get_transfer_data.bash, then pass {option} DIR or "
+        f"run SentEval's data/downstream/get_transfer_data.bash, then pass {option} or "
         f"set ${ENV_VAR}."
     )
 
@@ -259,7 +260,7 @@ def ensure_files(
     files: Iterable[str],
     data_dir: str | os.PathLike[str] | None = None,
     download_missing: bool = True,
-    option: str = "--data-dir",
+    option: str = "data_dir=DIR",
 ) -> Path:
     """The data folder, after downloading any of ``files`` (relative paths) it lacks.
 

@@ -22,6 +22,9 @@ TRANSFER_COLUMNS = (
 )
 TRANSFER_TASKS = tuple(name for name, _ in TRANSFER_COLUMNS)
 
+#: What a missing-column error of a user's STS file suggests (``cselab evaluate`` shows its
+#: ``--sts-columns`` for ``columns=``)
+STS_COLUMNS_HINT = "name the columns with eval.dev_columns or columns=(SENTENCE1, SENTENCE2, SCORE)"
 #: ``"kind"`` of a result entry for a user's STS file (the report gives such entries a table)
 STS_FILE_KIND = "sts-file"
 #: ``"kind"`` of a result entry for a retrieval evaluation on a BEIR folder

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import PlotError  # noqa: F401 - re-exported
+from ..core.metrics import STSB_DEV
 from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
 from ..io.files import atomic_path
 from ..io.runfolder import RunFolder
@@ -268,8 +269,8 @@ def score_words(column: str) -> str:
     from ..core.metrics import retrieval_metric
     from ..publish.hub_metadata import RETRIEVAL_NAMES
 
-    stsb = column.startswith("stsb_dev")
-    metric = column.removeprefix("stsb_dev").removeprefix("dev").lstrip("_") or "spearman"
+    stsb = column.startswith(STSB_DEV)
+    metric = column.removeprefix(STSB_DEV).removeprefix("dev").lstrip("_") or "spearman"
     measure = retrieval_metric(metric)
     if measure is not None:
         words = f"{RETRIEVAL_NAMES.get(measure[0], measure[0])}@{measure[1]}"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import load_yaml
 from ..core.errors import DataFormatError, ReportError
+from ..core.metrics import STSB, STSB_DEV
 from ..evaluation.custom import DEV_SCORE_NAMES, METRICS, dev_score_name
 from ..evaluation.report import markdown_table
 from ..io.files import write_text_atomic
@@ -50,9 +51,9 @@ def dev_column(name: str) -> str:
     """The report's column of a run's best model-selection score ``best_<name>`` of
     ``results.json`` (``name`` as :func:`~cselab.evaluation.custom.dev_score_name` gives it):
     ``STS-B dev (best)``, ``STS-B dev Pearson (best)``, ``dev file Spearman (best)``, ..."""
-    if name == dev_score_name("stsb"):
+    if name == STSB_DEV:
         return DEV_COLUMN
-    for dev, dataset in (("stsb", "STS-B dev"), ("file", "dev file")):
+    for dev, dataset in ((STSB, "STS-B dev"), ("file", "dev file")):
         for metric in METRICS:
             if name == dev_score_name(dev, metric):
                 return f"{dataset} {metric.capitalize()} (best)"

@@ -18,3 +18,6 @@ POOLERS: tuple[str, ...] = typing.get_args(PoolerName)
 
 #: ``encode(precision=...)``: the backbone's compute precision at inference
 PRECISIONS = ("fp32", "bf16")
+
+#: Sentences per encoder call where a command or a search setting does not say (``--batch-size``)
+BATCH_SIZE = 128

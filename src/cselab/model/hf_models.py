@@ -68,7 +68,7 @@ def st_pooler_name(folder: Path) -> str | None:
             return ST_POOLING_MODES[modes[0]]
         raise ModelFormatError(
             f"{cfg_file}: pooling mode {'+'.join(modes)} is not supported by cselab (it "
-            f"reproduces {', '.join(ST_POOLING_MODES)}); pass --pooler to choose one of cselab's"
+            f"reproduces {', '.join(ST_POOLING_MODES)}); choose one of cselab's with pooler=NAME"
         )
     return None
 
@@ -113,12 +113,13 @@ def hf_pooler_head(backbone: nn.Module, folder: Path, source: str) -> MLPHead:
     ):
         raise ModelFormatError(
             f"pooler 'cls' on {source}: the model has no pooler layer (pooler_output) to use; "
-            "choose --pooler cls_before_pooler (the raw [CLS] vector) or avg"
+            "choose pooler='cls_before_pooler' (the raw [CLS] vector) or pooler='avg'"
         )
     if not any(k.endswith("pooler.dense.weight") for k in checkpoint_keys(folder)):
         raise ModelFormatError(
             f"pooler 'cls' on {source}: the checkpoint has no pooler weights (pooler_output "
-            "would be random); choose --pooler cls_before_pooler (the raw [CLS] vector) or avg"
+            "would be random); choose pooler='cls_before_pooler' (the raw [CLS] vector) or "
+            "pooler='avg'"
         )
     head = MLPHead(hidden).to(dtype=dense.weight.dtype, device=dense.weight.device)
     head.dense.load_state_dict(dense.state_dict())

@@ -170,7 +170,7 @@ def check_reproducible(folder: Path) -> None:
                 f"{folder / MODULES_FILE}: module {module.get('name', '?')} is "
                 f"{module.get('type')!r}, which cselab does not reproduce (it computes "
                 f"{' + '.join(REPRODUCED_MODULES)}); load it with sentence-transformers, or pass "
-                "--pooler to use the backbone with one of cselab's poolers"
+                "pooler=NAME to use the backbone with one of cselab's poolers"
             )
 
 

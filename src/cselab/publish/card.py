@@ -30,6 +30,7 @@ import yaml
 
 from ..config import Config
 from ..core.datakind import DataKind
+from ..core.metrics import STSB_DEV
 from ..core.schema import from_dict
 from ..data.config import is_pairs_source
 from ..data.pairs import read_mining_record
@@ -87,7 +88,7 @@ def read_metrics(path: str | Path | None) -> list[dict[str, float]]:
 
 
 def dev_curve(
-    rows: Sequence[Mapping[str, float]], name: str = "stsb_dev"
+    rows: Sequence[Mapping[str, float]], name: str = STSB_DEV
 ) -> list[tuple[int, float | None, float]]:
     """``(step, training loss, dev score)`` of every row with a dev score in column ``name``
     (loss is ``None`` at step 0), thinned to :data:`CURVE_ROWS` rows keeping the first, best and

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from ..config import EvalConfig
 from ..config.devset import DevSet, dev_metric_for, resolve_dev_set
-from ..core.metrics import retrieval_metric
+from ..core.metrics import STSB, retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
 from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
 from ..model.config import ModelConfig
@@ -55,8 +55,8 @@ def dev_score(ec: EvalConfig) -> DevScore:
         metric = dev_metric_for(ec.dev, ec.dev_metric)
         dev = DevSet("sts-file", ec.dev, None, metric, dev_score_name(ec.dev, metric), ec.dev)
     name, metric = dev.score_name, dev.metric
-    if dev.kind == "stsb":
-        return DevScore(name, "STS-B dev", metric.capitalize(), "stsb", "STS Benchmark (SentEval)")
+    if dev.kind == STSB:  # the Hub's dataset type is the config's name
+        return DevScore(name, "STS-B dev", metric.capitalize(), STSB, "STS Benchmark (SentEval)")
     file = Path(dev.path).name
     measure = retrieval_metric(metric)
     if measure is not None:  # a BEIR folder: a retrieval measure at a cut-off

@@ -13,6 +13,7 @@ from ..model.similarity import (  # exact_topk: the one exact search
     exact_topk,
 )
 from .layout import SEARCH_BACKENDS
+from .settings import HNSW_DEFAULTS, IndexSettings, ann_params  # noqa: F401 - re-exported
 
 
 # ------------------------------------------------------------------------------------- faiss
@@ -37,23 +38,6 @@ def _ann_file(backend: str) -> str:
     return f"faiss-{backend}.index"
 
 
-def ann_params(backend: str, n: int, **given: int | None) -> dict[str, int]:
-    """Settings of a FAISS index over ``n`` vectors: those given, defaults for the rest.
-
-    ``hnsw``: ``m`` 32 links per node, ``ef_construction`` 80, ``ef_search`` 64 (FAISS's own
-    16 loses recall at k=10). ``ivf``: ``nlist`` about sqrt(N) cells and ``nprobe`` nlist/64
-    (at least 8) cells visited per query.
-    """
-    if backend == "hnsw":
-        defaults = {"m": 32, "ef_construction": 80, "ef_search": 64}
-    elif backend == "ivf":
-        nlist = given.get("nlist") or max(1, min(n, round(float(np.sqrt(n)))))
-        defaults = {"nlist": nlist, "nprobe": min(nlist, max(8, nlist // 64))}
-    else:
-        return {}
-    return {key: int(given.get(key) or value) for key, value in defaults.items()}
-
-
 def build_faiss(vectors: np.ndarray, backend: str, params: dict[str, int], seed: int = 0) -> Any:
     """A FAISS inner-product index over ``vectors``: ``flat``, ``hnsw`` or ``ivf``.
 
@@ -71,7 +55,7 @@ def build_faiss(vectors: np.ndarray, backend: str, params: dict[str, int], seed:
         nlist = params["nlist"]
         if nlist > len(vectors):
             raise SearchIndexError(
-                f"ivf: nlist {nlist} is more than the {len(vectors)} vectors; pass a smaller --nlist"
+                f"ivf: nlist={nlist} is more than the {len(vectors)} vectors; pass a smaller one"
             )
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -93,22 +77,22 @@ def _set_search_params(index: Any, backend: str, params: dict[str, int]) -> None
         index.nprobe = int(params["nprobe"])
 
 
-def vector_search(backend: str = "exact", **given: int | None) -> TopK:
+def vector_search(settings: IndexSettings | None = None) -> TopK:
     """``(queries, vectors, k) -> (scores, rows)`` over unit vectors held in memory, best first,
     as :meth:`Index.search_vectors` searches an index: ``exact`` (:func:`exact_topk`) or a FAISS
-    index built on the vectors of each call (``flat``, ``hnsw``, ``ivf``; :func:`ann_params`
-    fills the settings not ``given``). Retrieval evaluation takes it (``cselab evaluate
-    --retrieval --backend``). A place FAISS leaves empty has row ``-1`` and score ``-inf``.
+    index built on the vectors of each call (``flat``, ``hnsw``, ``ivf``), by ``settings``'
+    backend and FAISS settings (:meth:`IndexSettings.ann_params`; ``None``: the defaults, exact
+    search). Retrieval evaluation takes it (``cselab evaluate --retrieval``). A place FAISS
+    leaves empty has row ``-1`` and score ``-inf``.
     """
-    if backend not in SEARCH_BACKENDS:
-        raise SearchIndexError(
-            f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
-        )
+    settings = settings if settings is not None else IndexSettings()
+    settings.validate(SEARCH_BACKENDS)
+    backend = settings.backend
     if backend == "exact":
         return exact_topk
 
     def search(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        params = ann_params(backend, len(vectors), **given)
+        params = settings.ann_params(len(vectors))
         index = build_faiss(vectors, backend, params)
         q = np.ascontiguousarray(queries, dtype=np.float32)
         scores, rows = index.search(q, min(k, len(vectors)))

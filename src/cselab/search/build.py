@@ -57,7 +57,7 @@ def _progress(path: Path, meta: dict) -> tuple[int, int]:
     try:
         done = int(json.loads(file.read_text(encoding="utf-8"))["chunks_done"])
     except (ValueError, KeyError, TypeError):
-        raise SearchIndexError(f"{file}: unreadable; rebuild with --overwrite") from None
+        raise SearchIndexError(f"{file}: unreadable; rebuild with overwrite=True") from None
     return min(done, total), total
 
 
@@ -65,12 +65,12 @@ def _check_resumable(out: Path, want: dict) -> dict:
     try:
         meta = read_meta(out / META_FILE)
     except SearchIndexError as err:
-        raise SearchIndexError(f"{err}; pass --overwrite (overwrite=True) to start over") from None
+        raise SearchIndexError(f"{err}; pass overwrite=True to start over") from None
     for key, value in want.items():
         if meta.get(key) != value:
             raise SearchIndexError(
                 f"{out}: an index with {key} {meta.get(key)!r} is there, not {value!r}; "
-                "pass --overwrite (overwrite=True) or another output folder"
+                "pass overwrite=True or another output folder"
             )
     return meta
 

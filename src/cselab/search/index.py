@@ -9,7 +9,7 @@ An index is a folder::
       lines.npy      int64 (N,): the 1-based line number of each entry in the corpus file
       vectors.npy    float32 (N, D), L2-normalised, so a dot product is a cosine
       progress.json  how many chunks of vectors are written (resuming reads it)
-      faiss-*.index  the approximate index, when one was built (``--backend hnsw|ivf``)
+      faiss-*.index  the approximate index, when one was built (backend ``hnsw`` or ``ivf``)
 
 Every array is opened with ``mmap_mode="r"``: opening a 1M-line index reads only ``index.json``,
 and a search touches the pages it needs. Vectors are encoded in chunks of ``chunk_size`` lines;
@@ -89,6 +89,7 @@ from .layout import (  # noqa: F401 - the folder layout, re-exported
     read_lines,
     read_meta,
 )
+from .settings import IndexSettings  # noqa: F401 - the build settings, re-exported
 
 log = logging.getLogger(__name__)
 
@@ -151,45 +152,31 @@ class Index:
         corpus: str | Path,
         model: Any,
         path: str | Path,
+        settings: IndexSettings | None = None,
         *,
-        pooler: str | None = None,
-        backend: str = "exact",
-        chunk_size: int = DEFAULT_CHUNK,
-        batch_size: int = 128,
-        hnsw_m: int | None = None,
-        ef_construction: int | None = None,
-        nlist: int | None = None,
         overwrite: bool = False,
-        device: str | None = None,
         show_progress: bool = False,
-        dim: int | None = None,
-        compile_inference: bool = False,
     ) -> Index:
         """Encode every non-blank line of ``corpus`` into an index folder at ``path``.
 
-        ``model``: a model folder or name (opened with :func:`cselab.load`) or a loaded
-        :class:`~cselab.model.encoder.SentenceEncoder`. If ``path`` holds an unfinished build of the
-        same corpus, model, pooler and chunk size, the build resumes from the first chunk not
-        recorded; one with other settings is an error unless ``overwrite``. ``backend`` ``hnsw``
-        or ``ivf`` also builds that FAISS index (on a finished index, only that is built).
+        ``model``: a model folder or name (opened with :func:`cselab.load` and ``settings``'
+        pooler, device and compiled graph) or a loaded
+        :class:`~cselab.model.encoder.SentenceEncoder`. ``settings``: how the index is built
+        (:class:`~cselab.search.settings.IndexSettings`; ``None``: its defaults). If ``path``
+        holds an unfinished build of the same corpus, model, pooler and chunk size, the build
+        resumes from the first chunk not recorded; one with other settings is an error unless
+        ``overwrite``. A ``backend`` of ``hnsw`` or ``ivf`` also builds that FAISS index (on a
+        finished index, only that is built).
 
-        ``dim``: store the first ``dim`` coordinates of each vector, re-normalised (a model
-        trained with ``objective.matryoshka.dims``, :meth:`SentenceEncoder.encode
+        ``settings.dim``: store the first ``dim`` coordinates of each vector, re-normalised (a
+        model trained with ``objective.matryoshka.dims``, :meth:`SentenceEncoder.encode
         <cselab.model.encoder.SentenceEncoder.encode>`'s ``dim``): a smaller, faster index.
         ``index.json`` records it (``dim`` and the model's width ``model_dim``), queries are
         encoded at the same prefix, and a query model of another width is refused.
-
-        ``compile_inference``: a model opened here encodes through a compiled graph
-        (:meth:`SentenceEncoder.compile_inference
-        <cselab.model.encoder.SentenceEncoder.compile_inference>`).
         """
-        if backend not in BUILD_BACKENDS:
-            raise SearchIndexError(
-                f"unknown backend {backend!r}; choose one of {', '.join(BUILD_BACKENDS)}"
-            )
-        if chunk_size < 1 or batch_size < 1:
-            raise SearchIndexError("chunk size and batch size must be positive")
-        check_backend(backend)  # before the corpus is encoded for it
+        settings = settings if settings is not None else IndexSettings()
+        settings.validate(BUILD_BACKENDS)
+        check_backend(settings.backend)  # before the corpus is encoded for it
         out = Path(path)
         corpus = Path(corpus)
         if not corpus.is_file():
@@ -207,13 +194,11 @@ class Index:
             if model_name and Path(model_name).exists():
                 model_name = str(Path(model_name).resolve())  # searching from another folder works
             if encoder is None:
-                from ..model.encoder import load
-
-                encoder = load(
-                    model_name, pooler=pooler, device=device, compile_inference=compile_inference
-                )
+                encoder = settings.load(model_name)
             width = int(encoder.dim)
-            stored = width if dim is None else check_prefix(dim, width, "--dim")
+            dim = settings.dim
+            stored = width if dim is None else check_prefix(dim, width, "dim")
+            chunk_size = settings.chunk_size
             want = {
                 "format": INDEX_FORMAT,
                 "model": model_name,
@@ -232,13 +217,10 @@ class Index:
             total = -(-int(meta["count"]) // chunk_size)
             done, _ = _progress(out, meta)
             if done < total:
-                _encode_chunks(out, meta, encoder, done, total, batch_size, show_progress)
-            index = cls(out, encoder=encoder, device=device)
-            if backend != "exact":
-                params = ann_params(
-                    backend, len(index), m=hnsw_m, ef_construction=ef_construction, nlist=nlist
-                )
-                index.build_ann(backend, params)
+                _encode_chunks(out, meta, encoder, done, total, settings.batch_size, show_progress)
+            index = cls(out, encoder=encoder, device=settings.device)
+            if settings.backend != "exact":
+                index.build_ann(settings.backend, settings.ann_params(len(index)))
             return index
 
     @classmethod
@@ -279,8 +261,8 @@ class Index:
         texts: Sequence[str],
         encoder: Any,
         *,
-        chunk_size: int = DEFAULT_CHUNK,
-        batch_size: int = 128,
+        chunk_size: int = IndexSettings.chunk_size,
+        batch_size: int = IndexSettings.batch_size,
         show_progress: bool = False,
     ) -> Index:
         """An index over texts the caller holds (any text, line breaks included: e.g. the
@@ -348,8 +330,7 @@ class Index:
 
             if not self.meta.get("model"):
                 raise SearchIndexError(
-                    f"{self.path}: {META_FILE} names no model; pass model= (or --model) to "
-                    "encode the queries"
+                    f"{self.path}: {META_FILE} names no model; pass model=... to encode the queries"
                 )
 
             self._encoder = load(
@@ -430,8 +411,8 @@ class Index:
                 file = self.path / _ann_file(backend)
                 if backend not in self.meta.get("ann", {}) or not file.is_file():
                     raise SearchIndexError(
-                        f"{self.path}: no {backend} index was built; run `cselab index build ... "
-                        f"--backend {backend}` (built: {', '.join(self.backends())})"
+                        f"{self.path}: no {backend} index was built; build it with "
+                        f"backend={backend!r} (built: {', '.join(self.backends())})"
                     )
                 self._ann[backend] = _faiss().read_index(str(file))
         return self._ann[backend]
@@ -441,7 +422,7 @@ class Index:
         queries: str | Sequence[str],
         k: int = 10,
         backend: str | None = None,
-        batch_size: int = 128,
+        batch_size: int = IndexSettings.batch_size,
         **kwargs: Any,
     ) -> list[Hit] | list[list[Hit]]:
         """Text queries -> hits, best first (one list for a string, a list of lists for a list)."""

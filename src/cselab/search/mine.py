@@ -58,16 +58,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import ConfigError, CorpusError, RunFolderBusy
+from ..core.errors import ConfigError, CorpusError, RunFolderBusy, SearchIndexError
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from ..io.runfolder import RunFolder
-from .index import SEARCH_BACKENDS, Index, ann_params, check_backend, check_new_folder
+from .index import SEARCH_BACKENDS, Index, check_backend, check_new_folder
+from .settings import IndexSettings
 
 SAMPLING = ("top", "random")
 #: What a missing-column error suggests.
-COLUMNS_HINT = "name the columns with --anchor-column/--positive-column (columns= in Python)"
+COLUMNS_HINT = "name the columns with columns=PairColumns(anchor=..., positive=...)"
 OUTPUT_FORMATS = ("triplet", "n-tuple")
 #: A candidate at least this close to the anchor has its text compared with the anchor's (the
 #: same text has cosine 1 up to float rounding; comparing only these keeps the check cheap).
@@ -76,11 +77,16 @@ SAME_TEXT_SCORE = 0.99
 #: anchors hold 64 MiB of scores (and twice that of argpartition's indices), not the GiBs a
 #: whole chunk of anchors would.
 SEARCH_BATCH = 256
+#: How mining encodes and searches by default: the settings of an index, but ``chunk_size``
+#: anchors at a time (4096: a chunk's search results stay small; the corpus is encoded in
+#: chunks of at least 1024 texts).
+MINE_INDEX = IndexSettings(chunk_size=4096)
 
 
-@dataclass
+@dataclass(frozen=True)
 class MineSettings:
-    """The filters of hard-negative mining (see the module docstring for their meaning).
+    """The settings of hard-negative mining: the filters (see the module docstring for their
+    meaning), and how the corpus is encoded and searched.
 
     Attributes:
         range_min: candidates skipped at the top (rank counted among those passing the filters).
@@ -95,6 +101,12 @@ class MineSettings:
         seed: the seed of ``random`` sampling.
         output_format: ``triplet`` (a row per negative) or ``n-tuple`` (a row per positive with
             ``num_negatives`` negative columns).
+        index: how the corpus is encoded and searched (:class:`IndexSettings`: the backend,
+            ``exact``, ``flat``, ``hnsw`` or ``ivf``, with its FAISS settings; the encoder's batch
+            size, pooler, device and compiled graph for a model opened by name); its
+            ``chunk_size`` is the anchors encoded and searched at a time (and the corpus texts
+            per encoded chunk, at least 1024). ``dim`` is not taken: mining searches at the
+            model's full width.
     """
 
     range_min: int = 0
@@ -106,9 +118,16 @@ class MineSettings:
     sampling: Literal["top", "random"] = "top"
     seed: int = 0
     output_format: Literal["triplet", "n-tuple"] = "triplet"
+    index: IndexSettings = MINE_INDEX
 
     def validate(self) -> None:
         """Refuse a setting that makes no sense, naming it (one line)."""
+        try:
+            self.index.validate(SEARCH_BACKENDS)
+        except SearchIndexError as err:
+            raise ConfigError(str(err)) from None
+        if self.index.dim is not None:
+            raise ConfigError(f"dim={self.index.dim}: mining searches at the model's full width")
         if self.num_negatives < 1:
             raise ConfigError(f"num_negatives must be at least 1, not {self.num_negatives}")
         if self.range_min < 0:
@@ -136,6 +155,10 @@ class MineSettings:
                 f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, "
                 f"not {self.output_format!r}"
             )
+
+    def filters(self) -> dict[str, Any]:
+        """The filters by name (what the mining record keeps as its ``settings``)."""
+        return {k: v for k, v in asdict(self).items() if k != "index"}
 
     def window_end(self, max_positives: int) -> int:
         """``range_max``, or the default sentence-transformers derives from the settings."""
@@ -216,70 +239,45 @@ def mine_hard_negatives(
     model: Any,
     pairs: PairsSource,
     output: str | os.PathLike[str] | None = None,
+    settings: MineSettings | None = None,
     *,
     corpus: str | os.PathLike[str] | None = None,
-    range_min: int = 0,
-    range_max: int | None = None,
-    max_score: float | None = None,
-    absolute_margin: float | None = None,
-    relative_margin: float | None = None,
-    num_negatives: int = 3,
-    sampling: Literal["top", "random"] = "top",
-    seed: int = 0,
-    output_format: Literal["triplet", "n-tuple"] = "triplet",
     columns: PairColumns | None = None,
     data_format: DataFormat = "auto",
-    backend: str = "exact",
-    batch_size: int = 128,
-    chunk_size: int = 4096,
     index_dir: str | os.PathLike[str] | None = None,
-    pooler: str | None = None,
-    device: str | None = None,
     show_progress: bool = False,
-    compile_inference: bool = False,
 ) -> MineReport:
     """Mine hard negatives for the ``(anchor, positive)`` pairs of ``pairs`` and write them to
     ``output`` (``.tsv``, ``.csv`` or ``.jsonl``, columns ``anchor, positive, negative``:
     ``cselab train`` reads the file as it is), or return the rows when ``output`` is ``None``.
 
     Args:
-        model: a model folder or name (loaded with :func:`cselab.model.encoder.load`) or a
-            loaded cselab encoder; anchors and corpus are encoded with it, L2-normalised.
+        model: a model folder or name (loaded with :func:`cselab.model.encoder.load`, with the
+            pooler, device and compiled graph of ``settings.index``) or a loaded cselab encoder;
+            anchors and corpus are encoded with it, L2-normalised.
         pairs: a pairs file (tsv/csv/jsonl/parquet/saved datasets, read as ``cselab train``
             reads it, ``columns`` naming the anchor and positive), or ``(anchor, positive)`` rows.
+        settings: the filters, the output format and how the corpus is encoded and searched
+            (:class:`MineSettings`; ``None``: its defaults).
         corpus: a text file, one candidate per line, searched besides the positives.
-        range_min, range_max, max_score, absolute_margin, relative_margin, num_negatives,
-            sampling, seed, output_format: the filters (:class:`MineSettings`).
-        backend: ``exact`` (top-k over the memory-mapped vectors), ``flat`` (FAISS, exact),
-            ``hnsw`` or ``ivf`` (FAISS, approximate).
-        chunk_size: anchors encoded and searched at a time (and corpus texts per encoded chunk).
         index_dir: keep the corpus index in this folder (default: a hidden working folder
             ``.cselab-mine-*`` beside ``output``, removed at the end; one left by a killed run
             is removed by the next run beside the same output).
-        compile_inference: a model opened here encodes through a compiled graph
-            (:meth:`~cselab.model.encoder.SentenceEncoder.compile_inference`).
 
     Example::
 
         >>> report = mine_hard_negatives(  # doctest: +SKIP
         ...     "all-MiniLM-L6-v2", "pairs.jsonl", "triplets.jsonl",
-        ...     relative_margin=0.05, num_negatives=5)  # NV-Retriever's TopK-PercPos (95%)
+        ...     MineSettings(relative_margin=0.05, num_negatives=5))  # NV-Retriever's TopK-PercPos
 
     Raises:
         ConfigError: a setting out of range (one line naming it).
         CorpusError: the pairs file is missing, lacks a column or has a bad row.
         WriteError: the output cannot be written (the previous file is kept).
     """
-    settings = MineSettings(
-        range_min=range_min, range_max=range_max, max_score=max_score,
-        absolute_margin=absolute_margin, relative_margin=relative_margin,
-        num_negatives=num_negatives, sampling=sampling, seed=seed, output_format=output_format,
-    )  # fmt: skip
+    settings = settings if settings is not None else MineSettings()
     settings.validate()
-    if backend not in SEARCH_BACKENDS:
-        raise ConfigError(f"backend must be one of {', '.join(SEARCH_BACKENDS)}, not {backend!r}")
-    if batch_size < 1 or chunk_size < 1:
-        raise ConfigError("batch_size and chunk_size must be at least 1")
+    search = settings.index
     if output is not None and Path(output).suffix.lower() not in TABLE_WRITE_SUFFIXES:
         raise ConfigError(
             f"{output}: the output must end in {', '.join(TABLE_WRITE_SUFFIXES)} (the format)"
@@ -334,29 +332,23 @@ def mine_hard_negatives(
             f"{settings.num_negatives} candidates after range_min {settings.range_min}"
         )
 
-    check_backend(backend)  # before the corpus is encoded for it
+    check_backend(search.backend)  # before the corpus is encoded for it
     settings = replace(settings, range_max=report.range_max)
-    encoder = model
-    if isinstance(model, str | os.PathLike):
-        from ..model.encoder import load
-
-        encoder = load(
-            str(model), pooler=pooler, device=device, compile_inference=compile_inference
-        )
+    encoder = search.load(model) if isinstance(model, str | os.PathLike) else model
 
     where = Path(output).expanduser().resolve().parent if output is not None else None
     with _work_folder(where) as tmp:
         folder = Path(index_dir) if index_dir is not None else tmp / "corpus.index"
         texts = list(rows)  # the dict's own strings: no second copy of the texts
         index = Index.from_texts(
-            folder, texts, encoder, chunk_size=max(chunk_size, 1024), batch_size=batch_size,
-            show_progress=show_progress,
+            folder, texts, encoder, chunk_size=max(search.chunk_size, 1024),
+            batch_size=search.batch_size, show_progress=show_progress,
         )  # fmt: skip
         del texts, rows
-        if backend in ("hnsw", "ivf"):
-            index.build_ann(backend, ann_params(backend, len(index)))
+        if search.backend in ("hnsw", "ivf"):
+            index.build_ann(search.backend, search.ann_params(len(index)))
         mined = _mine(index, encoder, pairs, cols, data_format, positives, settings,
-                      report, max_positives, backend, batch_size, chunk_size, show_progress)  # fmt: skip
+                      report, max_positives, show_progress)  # fmt: skip
         if output is None:
             report.rows = list(mined)
             report.written = len(report.rows)
@@ -365,9 +357,9 @@ def mine_hard_negatives(
             record = {
                 "tool": "cselab mine",
                 "model": str(model) if isinstance(model, str | os.PathLike) else None,
-                "pooler": pooler,
-                "backend": backend,
-                "settings": asdict(settings),
+                "pooler": search.pooler,
+                "backend": search.backend,
+                "settings": settings.filters(),
                 "pairs": report.pairs,
                 "anchors": report.anchors,
                 "corpus": report.corpus,
@@ -458,12 +450,12 @@ def _mine(
     settings: MineSettings,
     report: MineReport,
     max_positives: int,
-    backend: str,
-    batch_size: int,
-    chunk_size: int,
     show_progress: bool,
 ) -> Iterator[tuple[str, ...]]:
-    """Pass 2: the output rows, anchors in order of first appearance, ``chunk_size`` at a time."""
+    """Pass 2: the output rows, anchors in order of first appearance, ``settings.index
+    .chunk_size`` at a time."""
+    backend, batch_size = settings.index.backend, settings.index.batch_size
+    chunk_size = settings.index.chunk_size
     rng = np.random.default_rng(settings.seed)
     pool = report.range_max + max_positives  # sentence-transformers' pool: room for positives
     k = min(pool + 1, len(index))  # one more, in case the anchor's own text is in the pool
