@@ -289,6 +289,7 @@ def helper_homes() -> dict[str, set[str]]:
         "file sha256": set(),
         "atomic json": set(),
         "markdown table": set(),
+        "yaml parse": set(),
     }
     for path in sorted(SRC.rglob("*.py")):
         for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -324,18 +325,23 @@ def helper_homes() -> dict[str, set[str]]:
             }
             if json_written & renamed:
                 homes["atomic json"].add(name)
+            if names & {"yaml.safe_load", "yaml.load", "yaml.full_load"}:
+                homes["yaml parse"].add(name)
             if any(isinstance(c, ast.Constant) and "---|" in str(c.value) for c in ast.walk(fn)):
                 homes["markdown table"].add(name)
     return homes
 
 
 def test_one_home_per_helper() -> None:
-    """The SHA-256 of a file, an atomic JSON write and a markdown table are each written once,
-    in the lowest layer that needs them, and imported wherever else they are used."""
+    """The SHA-256 of a file, an atomic JSON write, a markdown table and the parsing of YAML
+    (with its one-line error naming the file and line) are each written once, in the lowest
+    layer that needs them, and imported wherever else they are used."""
     assert helper_homes() == {
         "file sha256": {"cselab.io.files.file_digest"},
         "atomic json": {"cselab.io.files.write_json_atomic"},
         "markdown table": {"cselab.evaluation.report.markdown_table"},
+        # _parse_scalar reads one `--key=value` override's value, never a file
+        "yaml parse": {"cselab.io.readers.parse_yaml", "cselab.config._parse_scalar"},
     }
 
 

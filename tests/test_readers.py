@@ -514,3 +514,23 @@ def test_a_cut_cselab_json_or_adapter_config_is_one_line_naming_the_file(tmp_pat
     (folder / "adapter_config.json").write_bytes(b'{"base_model_name_or_path": "\xff"}')
     with pytest.raises(DataFormatError, match=r"adapter_config\.json"):
         adapter_base(folder)
+
+
+def test_yaml_files_are_read_with_one_line_errors(tmp_path: Path) -> None:
+    """The one YAML reader: values as written; a broken file names itself and the line (not
+    PyYAML's several-line drawing), a non-UTF-8 one the line of the byte."""
+    from cselab.io.readers import read_yaml
+
+    good = tmp_path / "config.yaml"
+    good.write_text("train:\n  lr: 3.0e-05\n  steps: [1, 2]\n", encoding="utf-8")
+    assert read_yaml(good) == {"train": {"lr": 3e-05, "steps": [1, 2]}}
+    bad = tmp_path / "cselab_config.yaml"
+    bad.write_text("model:\n  name: x\n   pooler: [cls\n", encoding="utf-8")
+    with pytest.raises(DataFormatError) as err:
+        read_yaml(bad)
+    assert str(err.value).startswith(f"{bad}:3: invalid YAML at column ")
+    assert "\n" not in str(err.value)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"a: 1\nb: caf\xe9\n")
+    with pytest.raises(DataFormatError, match=r"latin\.yaml:2: "):
+        read_yaml(latin)

@@ -16,9 +16,11 @@ from typing import Any, Literal
 
 import yaml
 
+from ..core.errors import DataFormatError
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
+from ..io.readers import parse_yaml
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
@@ -330,15 +332,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             f"{err.start}); save the config as UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        # PyYAML's message spans several lines (context, a caret drawing): keep line and problem.
-        mark = getattr(err, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
-    except RecursionError:  # PyYAML recurses once per nesting level
-        raise ConfigError(f"{p}: invalid YAML: nested too deeply") from None
+        data = parse_yaml(text, p) or {}
+    except DataFormatError as err:
+        raise ConfigError(str(err)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections")
     return data

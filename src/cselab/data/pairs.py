@@ -41,7 +41,7 @@ from torch import Tensor
 
 from ..core.errors import CorpusError
 from ..io.files import file_digest
-from ..io.readers import open_table, read_json, read_sick, reraise_as
+from ..io.readers import open_table, read_json, read_sick, read_yaml, reraise_as
 from ..io.runfolder import RunFolder
 from .config import (  # noqa: F401
     DEFAULT_NEGATIVE_COLUMN,
@@ -258,12 +258,10 @@ def evaluation_notes(data: Any) -> list[str]:
 def model_folder_notes(folder: str | Path) -> list[str]:
     """:func:`evaluation_notes` of a model folder saved by cselab (its ``cselab_config.yaml``);
     ``[]`` for any other model."""
-    import yaml
-
     path = Path(folder) / RunFolder.MODEL_CONFIG
     if not path.is_file():
         return []
-    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    config = read_yaml(path) or {}
     return evaluation_notes(config.get("data") or {})
 
 

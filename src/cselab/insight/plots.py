@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.errors import PlotError  # noqa: F401 - re-exported
+from ..config import load_yaml
+from ..core.errors import PlotError, UserError  # noqa: F401 - PlotError re-exported
 from ..core.metrics import STSB_DEV
 from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
 from ..io.files import atomic_path
@@ -97,7 +98,6 @@ def run_labels(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """Legend names of runs: their folder names when those differ; else, for sweep cells
     (``cell.json``), ``<configuration> seed<N>``; else the config keys that differ between the
     runs (``config.yaml``, ``key=value, ...``); else the shortest path ends that differ."""
-    import yaml
 
     from ..io.readers import read_json
 
@@ -116,9 +116,8 @@ def run_labels(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
         if len(set(cells)) == len(cells):
             return cells
     try:
-        flat = [dict(_flatten(yaml.safe_load(RunFolder(f).config.read_text(encoding="utf-8"))))
-                for f in folders]  # fmt: skip
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        flat = [dict(_flatten(load_yaml(RunFolder(f).config))) for f in folders]
+    except (UserError, AttributeError, TypeError):
         flat = []
     if flat:
         keys = sorted({k for c in flat for k in c} - set(_NOT_A_DIFFERENCE))

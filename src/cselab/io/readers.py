@@ -169,6 +169,34 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def parse_yaml(text: str, path: Path) -> Any:
+    """What the YAML ``text`` read from ``path`` holds (``None`` if empty); invalid YAML raises
+    :class:`~cselab.core.errors.DataFormatError` naming ``path`` and the line: PyYAML's own
+    message spans several lines (context, a caret drawing), of which the line and the problem
+    are kept."""
+    import yaml  # only the readers of YAML files pay for it
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if mark is None:
+            raise DataFormatError(path, None, f"invalid YAML: {problem}") from None
+        raise DataFormatError(
+            path, mark.line + 1, f"invalid YAML at column {mark.column + 1}: {problem}"
+        ) from None
+    except RecursionError:  # PyYAML recurses once per nesting level
+        raise DataFormatError(path, None, "invalid YAML: nested too deeply") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """What the YAML file ``path`` holds (a run's ``config.yaml``, a model folder's
+    ``cselab_config.yaml``); a missing, unreadable, non-UTF-8 or invalid file raises
+    :class:`~cselab.core.errors.DataFormatError` naming it and the line."""
+    return parse_yaml(read_text(path, what="YAML file"), path)
+
+
 # ------------------------------------------------------------------------------------ BEIR
 
 #: The three parts of a BEIR retrieval collection (Thakur et al. 2021, "BEIR: A Heterogeneous

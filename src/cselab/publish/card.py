@@ -28,10 +28,9 @@ from typing import Any
 
 import yaml
 
-from ..config import Config
+from ..config import Config, load_config
 from ..core.datakind import DataKind
 from ..core.metrics import STSB_DEV
-from ..core.schema import from_dict
 from ..data.config import is_pairs_source
 from ..data.pairs import read_mining_record
 from ..data.source import TrainingData
@@ -514,7 +513,7 @@ def update_model_card(folder: str | Path, evaluation: Mapping[str, Any]) -> Path
                 f"{out}: no {CARD_FILE} and no {CONFIG_FILE} to write one from; "
                 "--update-card works on folders saved by cselab train"
             )
-        config = from_dict(Config, yaml.safe_load(cfg_file.read_text(encoding="utf-8"))).validate()
+        config = load_config(cfg_file)
         return write_model_card(out, config, evaluation=evaluation)
     card = ModelCard.load(path)
     new = evaluation_results(evaluation)
