@@ -347,7 +347,7 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
     lengths: list[int] = []
     widths = 0
     for s in range(4, 4 + n):
-        mask = trainer.batch_for(s).inputs["attention_mask"]
+        mask = trainer.batch_for(s).inputs.anchors["attention_mask"]
         lengths += mask.sum(1).tolist() * 2  # two dropout views of each row
         widths += 2 * mask.shape[0] * mask.shape[1]
     start = time.perf_counter()

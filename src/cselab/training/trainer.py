@@ -23,14 +23,7 @@ import torch
 
 from ..config import Config, save_config
 from ..core.datakind import SENTENCES, DataKind
-from ..data import (
-    BatchOrder,
-    TokenizedCorpus,
-    collate,
-    pad_to_width,
-    shard,
-    shard_bounds,
-)
+from ..data import BatchOrder, TokenizedCorpus, shard, shard_bounds
 from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder, compile_encoder
@@ -169,21 +162,13 @@ class Trainer:
         rows = shard(
             self.order.batch(epoch, index, self._order[1]), self.dist.rank, self.dist.world_size
         )
-        pin = self.device.type == "cuda"
-        if self.kind.pairs:
-            inputs = self.corpus.inputs(rows, self.pad_id)
-        else:
-            inputs = collate(self.corpus.rows(rows), self.pad_id)
-        # Host-side views (ESimCSE's word-repeated positive) are built here, on the CPU
-        # tensors, before the copy: on a GPU the step then reads no device value back.
+        inputs = self.corpus.step_inputs(rows, self.pad_id)  # sentences or pairs alike
+        # Host-side views (ESimCSE's word-repeated positive, MNTP's masked copy) are built here,
+        # on the CPU tensors, before the copy: on a GPU the step then reads no device value back.
         inputs = self.task.prepare(Batch(step, inputs)).inputs
         if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
-            inputs = pad_to_width(dict(inputs), self.width_multiple, self.pad_id)
-        return Batch(
-            step,
-            {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)
-             for k, v in inputs.items()},
-        )  # fmt: skip
+            inputs = inputs.pad_to_width(self.width_multiple, self.pad_id)
+        return Batch(step, inputs.to(self.device))
 
     def forward_backward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Loss terms of one batch; gradients accumulated into the parameters."""
