@@ -213,18 +213,17 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
     metrics = run / "out" / RunFolder.METRICS
-    deadline = time.monotonic() + 120
+    deadline, reached = time.monotonic() + 120, False
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
+        while not reached and time.monotonic() < deadline and proc.poll() is None:
             rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
-            if stuck.is_file() and any(r.startswith("8,") for r in rows):
-                break  # the write of step 6 is stuck and training went on past it
+            # the write of step 6 is stuck and training went on past it
+            reached = stuck.is_file() and any(r.startswith("8,") for r in rows)
             time.sleep(0.05)
-        else:
-            raise AssertionError(f"never reached a stuck write at step 8: {proc.stderr.read()}")
     finally:
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
         proc.wait()
+    assert reached, f"never reached a stuck write at step 8: {proc.stderr.read()[-2000:]}"
     assert stuck.read_text() == "cselab-checkpoint"  # the writer's thread, not the loop's
     _, meta = ckpt.load_checkpoint(run / "out/checkpoint")
     assert meta["step"] == 3  # the previous checkpoint, complete
@@ -316,7 +315,7 @@ def test_kill_during_a_background_best_write_keeps_the_previous_best(
             reached = stuck.is_file() and any(r.startswith("7,") for r in rows)
             time.sleep(0.05)
     finally:
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
         proc.wait()
     assert reached, f"never reached a stuck best/ at step 7: {proc.stderr.read()[-2000:]}"
     assert stuck.read_text() == "cselab-model"  # the writer's thread, not the loop's
@@ -326,7 +325,8 @@ def test_kill_during_a_background_best_write_keeps_the_previous_best(
     assert meta["step"] == 5 and meta["extra"]["selection"]["best_step"] == 4
     resumed = build_trainer(load_config(None, [*overrides(run), "--train.resume=true"]))
     resumed.selection.evaluator = scores(peak=None, start=10)  # every evaluation improves
-    assert resumed.train()["best_step"] == 12
+    results = resumed.train()
+    assert results["best_step"] == 12 and results["best_write_s"] >= 0
     assert_same_weights(tmp_path / "ref/out/last", run / "out/last")
     assert_same_weights(run / "out/last", run / "out/best")
     assert not (run / "out/best.tmp").exists()  # replaced by the next best/, then published
@@ -336,3 +336,34 @@ def assert_same_weights(a: Path, b: Path) -> None:
     wa = load_file(str(a / "model.safetensors"))
     wb = load_file(str(b / "model.safetensors"))
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_snapshot_of_the_encoder_is_detached_from_training(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``snapshot_encoder`` (what a background ``best/`` writes): trainable weights copied (an
+    update after the snapshot is not in the saved folder), tied weights still tied, frozen
+    weights (LoRA's base) shared, the tokenizer a copy of its own."""
+    from backbone_models import make_tiny_decoder
+    from cselab.model.encoder import SentenceEncoder, load
+
+    encoder = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls")
+    before = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
+    snapshot = ckpt.snapshot_encoder(encoder)
+    assert snapshot.tokenizer is not encoder.tokenizer
+    with torch.no_grad():
+        for p in encoder.parameters():
+            p.add_(1.0)
+    snapshot.save(tmp_path / "best")
+    saved = load(str(tmp_path / "best")).state_dict()
+    assert all(torch.equal(saved[k], before[k]) for k in before)
+
+    llama = make_tiny_decoder(tmp_path / "llama")
+    tied = SentenceEncoder.from_pretrained(str(llama), pooler="avg", lm_head=True)
+    tied.lm_head.weight = tied.backbone.get_input_embeddings().weight  # as tied models load
+    copy = ckpt.snapshot_encoder(tied)
+    assert copy.lm_head.weight is copy.backbone.get_input_embeddings().weight
+    assert copy.lm_head.weight is not tied.lm_head.weight
+    lora = SentenceEncoder.from_pretrained(str(llama), pooler="avg", lora={"r": 4})
+    pairs = list(zip(lora.parameters(), ckpt.snapshot_encoder(lora).parameters(), strict=True))
+    assert all((a is b) != a.requires_grad for a, b in pairs)  # frozen shared, trainable copied
