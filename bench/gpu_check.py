@@ -253,11 +253,13 @@ def step_train(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry:
         rows.append([
             name, r["precision"], r["steps"], round(wall, 1), r["train_time_s"],
             r["sentences_per_s"], r["eval_time_s"], r["checkpoint_time_s"],
-            r["checkpoint_write_s"], round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
+            r["checkpoint_write_s"], r.get("best_write_s"),
+            round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
             r.get(f"best_{r['dev']['name']}"),
         ])  # fmt: skip
     header = ["run", "precision", "steps", "process s", "train s", "sentences/s", "eval s",
-              "checkpoint copy s", "checkpoint write s (thread)", "eval+ckpt % of run",
+              "checkpoint copy s", "checkpoint write s (thread)", "best/ write s (thread)",
+              "eval+ckpt % of run",
               "best dev"]  # fmt: skip
     return (
         f"`cselab train` on the wiki sample, batch {plan.batch}, {plan.steps} steps, STS-B dev "
@@ -347,7 +349,7 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
     lengths: list[int] = []
     widths = 0
     for s in range(4, 4 + n):
-        mask = trainer.batch_for(s).inputs["attention_mask"]
+        mask = trainer.batch_for(s).inputs.anchors["attention_mask"]
         lengths += mask.sum(1).tolist() * 2  # two dropout views of each row
         widths += 2 * mask.shape[0] * mask.shape[1]
     start = time.perf_counter()

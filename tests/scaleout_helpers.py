@@ -19,6 +19,7 @@ import torch
 
 from cselab.core.datakind import DataKind
 from cselab.core.schema import from_dict
+from cselab.data.inputs import StepInputs
 from cselab.objectives import ObjectiveConfig, ObjectiveContext, build_objective, total_loss
 from objectives_reference import centred_views
 
@@ -141,7 +142,7 @@ def tiny_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
     return encoder.tokenize(SENTENCES[:n])
 
 
-def tiny_pair_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
+def tiny_pair_batch(encoder, n: int = 8) -> StepInputs:
     """``n`` triplets from :data:`SENTENCES`: row ``i`` pairs sentence ``i`` with ``i+1`` and
     takes the next ``HARD_NEGATIVES`` as its hard negatives (inputs of :mod:`cselab.data.pairs`)."""
     from cselab.data.pairs import PairRecords, TokenizedPairs
@@ -151,10 +152,13 @@ def tiny_pair_batch(encoder, n: int = 8) -> dict[str, torch.Tensor]:
 
     records = PairRecords("tiny", col(0), col(1), [col(2 + k) for k in range(HARD_NEGATIVES)])
     pad = int(encoder.tokenizer.pad_token_id or 0)
-    return TokenizedPairs.build(records, encoder.tokenizer, 32).inputs(list(range(n)), pad)
+    return TokenizedPairs.build(records, encoder.tokenizer, 32).step_inputs(list(range(n)), pad)
 
 
-def rows(batch: dict[str, torch.Tensor], start: int, end: int) -> dict[str, torch.Tensor]:
+def rows(batch: StepInputs | dict[str, torch.Tensor], start: int, end: int) -> Any:
+    """Rows ``start:end`` of a sentence batch (a token dict) or of step inputs."""
+    if isinstance(batch, StepInputs):
+        return batch.rows(start, end)
     return {k: v[start:end] for k, v in batch.items()}
 
 

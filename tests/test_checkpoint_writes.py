@@ -213,18 +213,17 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
     metrics = run / "out" / RunFolder.METRICS
-    deadline = time.monotonic() + 120
+    deadline, reached = time.monotonic() + 120, False
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
+        while not reached and time.monotonic() < deadline and proc.poll() is None:
             rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
-            if stuck.is_file() and any(r.startswith("8,") for r in rows):
-                break  # the write of step 6 is stuck and training went on past it
+            # the write of step 6 is stuck and training went on past it
+            reached = stuck.is_file() and any(r.startswith("8,") for r in rows)
             time.sleep(0.05)
-        else:
-            raise AssertionError(f"never reached a stuck write at step 8: {proc.stderr.read()}")
     finally:
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
         proc.wait()
+    assert reached, f"never reached a stuck write at step 8: {proc.stderr.read()[-2000:]}"
     assert stuck.read_text() == "cselab-checkpoint"  # the writer's thread, not the loop's
     _, meta = ckpt.load_checkpoint(run / "out/checkpoint")
     assert meta["step"] == 3  # the previous checkpoint, complete
@@ -233,3 +232,138 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     a = load_file(str(tmp_path / "ref/out/last/model.safetensors"))
     b = load_file(str(run / "out/last/model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_kill_during_a_background_best_write_keeps_the_previous_best(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``best/`` is written on the writer's thread from a host copy of the model: while the
+    step-6 ``best/`` is stuck half-written the loop trains on (its step-7 row is logged), and a
+    SIGKILL then leaves the step-4 ``best/`` whole (the weights an uninterrupted run whose score
+    peaked at step 4 keeps); resuming gives the uninterrupted run's last weights, and the
+    checkpoint written after a new best never outruns that ``best/``."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from cselab.config import load_config
+    from cselab.training.run import build_trainer
+
+    def overrides(folder: Path) -> list[str]:
+        return [
+            f"--model.name_or_path={tiny_bert}", "--model.pooler=avg",
+            f"--data.train_file={write_corpus(folder / 'data', 48)}",
+            f"--data.cache_dir={folder / 'cache'}", f"--train.output_dir={folder / 'out'}",
+            "--train.batch_size=8", "--train.max_steps=12", "--train.eval_steps=2",
+            "--eval.enabled=false", "--train.log_steps=1", "--train.save_steps=5",
+            "--train.device=cpu", "--train.report_to=[]",
+        ]  # fmt: skip
+
+    def scores(peak: int | None, start: int = 0):  # noqa: ANN202 - the n-th evaluation's score
+        calls = []
+
+        def score(encoder) -> float:  # noqa: ANN001
+            calls.append(1)
+            n = start + len(calls) - 1  # evaluations at steps 0, 2, 4, ...
+            return float(n if peak is None or n <= peak else -n)
+
+        return score
+
+    ref = build_trainer(load_config(None, overrides(tmp_path / "ref")))
+    ref.selection.evaluator = scores(peak=2)  # the best is step 4's model
+    ref.train()
+    assert ref.selection.best_step == 4
+    run = tmp_path / "killed"
+    stuck = run / "stuck"
+    script = textwrap.dedent(
+        f"""
+        import threading, time
+        from pathlib import Path
+        import torch
+        torch.set_num_threads({torch.get_num_threads()})
+        from cselab.config import load_config
+        from cselab.model.encoder import SentenceEncoder
+        from cselab.training.run import build_trainer
+        real, saves = SentenceEncoder.save, []
+        def save(self, path):
+            saves.append(path)
+            real(self, path)
+            if len(saves) == 4:  # best/ at steps 0, 2, 4, then 6: cut in half and stuck
+                weights = Path(path) / "model.safetensors"
+                weights.write_bytes(weights.read_bytes()[:100])
+                Path({str(stuck)!r}).write_text(threading.current_thread().name)
+                time.sleep(600)  # a slow disk: the write never ends before the kill
+        SentenceEncoder.save = save
+        trainer = build_trainer(load_config(None, {overrides(run)!r}))
+        calls = []
+        def score(encoder):
+            calls.append(1)
+            return float(len(calls))
+        trainer.selection.evaluator = score
+        trainer.train()
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    metrics = run / "out" / RunFolder.METRICS
+    deadline, reached = time.monotonic() + 120, False
+    try:
+        while not reached and time.monotonic() < deadline and proc.poll() is None:
+            rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
+            # the step-6 best/ is stuck and training went on past it
+            reached = stuck.is_file() and any(r.startswith("7,") for r in rows)
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
+        proc.wait()
+    assert reached, f"never reached a stuck best/ at step 7: {proc.stderr.read()[-2000:]}"
+    assert stuck.read_text() == "cselab-model"  # the writer's thread, not the loop's
+    assert (run / "out/best.tmp").is_dir()  # the half-written new one, never published
+    assert_same_weights(tmp_path / "ref/out/best", run / "out/best")
+    _, meta = ckpt.load_checkpoint(run / "out/checkpoint")
+    assert meta["step"] == 5 and meta["extra"]["selection"]["best_step"] == 4
+    resumed = build_trainer(load_config(None, [*overrides(run), "--train.resume=true"]))
+    resumed.selection.evaluator = scores(peak=None, start=10)  # every evaluation improves
+    results = resumed.train()
+    assert results["best_step"] == 12 and results["best_write_s"] >= 0
+    assert_same_weights(tmp_path / "ref/out/last", run / "out/last")
+    assert_same_weights(run / "out/last", run / "out/best")
+    assert not (run / "out/best.tmp").exists()  # replaced by the next best/, then published
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa = load_file(str(a / "model.safetensors"))
+    wb = load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_snapshot_of_the_encoder_is_detached_from_training(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``snapshot_encoder`` (what a background ``best/`` writes): trainable weights copied (an
+    update after the snapshot is not in the saved folder), tied weights still tied, frozen
+    weights (LoRA's base) shared, the tokenizer a copy of its own."""
+    from backbone_models import make_tiny_decoder
+    from cselab.model.encoder import SentenceEncoder, load
+
+    encoder = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="cls")
+    before = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
+    snapshot = ckpt.snapshot_encoder(encoder)
+    assert snapshot.tokenizer is not encoder.tokenizer
+    with torch.no_grad():
+        for p in encoder.parameters():
+            p.add_(1.0)
+    snapshot.save(tmp_path / "best")
+    saved = load(str(tmp_path / "best")).state_dict()
+    assert all(torch.equal(saved[k], before[k]) for k in before)
+
+    llama = make_tiny_decoder(tmp_path / "llama")
+    tied = SentenceEncoder.from_pretrained(str(llama), pooler="avg", lm_head=True)
+    tied.lm_head.weight = tied.backbone.get_input_embeddings().weight  # as tied models load
+    copy = ckpt.snapshot_encoder(tied)
+    assert copy.lm_head.weight is copy.backbone.get_input_embeddings().weight
+    assert copy.lm_head.weight is not tied.lm_head.weight
+    lora = SentenceEncoder.from_pretrained(str(llama), pooler="avg", lora={"r": 4})
+    pairs = list(zip(lora.parameters(), ckpt.snapshot_encoder(lora).parameters(), strict=True))
+    assert all((a is b) != a.requires_grad for a, b in pairs)  # frozen shared, trainable copied

@@ -130,16 +130,18 @@ def test_repeated_positive_is_drawn_per_global_row_and_step(tiny_bert: Path) -> 
     whole = Task(enc, obj, seed=3).prepare(Batch(5, batch))
     part = Task(enc, obj, ObjectiveContext(offset=4), seed=3)
     local = part.prepare(Batch(5, {k: v[4:] for k, v in batch.items()}))
-    for k in ("positive.input_ids", "positive.attention_mask"):
-        a, b = whole.inputs[k][4:], local.inputs[k]
+    for k in ("input_ids", "attention_mask"):
+        a, b = whole.inputs.positives[k][4:], local.inputs.positives[k]
         w = b.shape[1]
         assert torch.equal(a[:, :w], b) and not a[:, w:].any()
     other = Task(enc, obj, seed=3).prepare(Batch(6, batch))
-    assert not torch.equal(other.inputs["positive.input_ids"], whole.inputs["positive.input_ids"])
-    lengths = whole.inputs["positive.attention_mask"].sum(1) - batch["attention_mask"].sum(1)
+    assert not torch.equal(other.inputs.positives["input_ids"], whole.inputs.positives["input_ids"])
+    lengths = whole.inputs.positives["attention_mask"].sum(1) - batch["attention_mask"].sum(1)
     assert lengths.sum() > 0 and (lengths >= 0).all()
     plain = build_objective(esimcse(word_repetition={"enabled": True, "dup_rate": 0.0}))
-    assert Task(enc, plain, seed=3).prepare(Batch(5, batch)).inputs is batch
+    unchanged = Batch(5, batch)
+    assert Task(enc, plain, seed=3).prepare(unchanged) is unchanged
+    assert unchanged.inputs.anchors is batch and unchanged.inputs.positives is None
 
 
 # ---------------------------------------------------------------------------- the queue loss
@@ -435,7 +437,6 @@ def test_momentum_update_is_bit_identical_to_the_authors_formula(tiny_bert: Path
 def test_the_trainer_repeats_words_on_the_host(tiny_bert: Path, tmp_path: Path) -> None:
     """The word-repeated positive is made in batch preparation, before the copy to the device:
     the batch the trainer hands over already carries it, and the task adds nothing."""
-    from cselab.data.pairs import POSITIVE_PREFIX
     from test_trainer import tiny_config
 
     config = tiny_config(
@@ -445,5 +446,5 @@ def test_the_trainer_repeats_words_on_the_host(tiny_bert: Path, tmp_path: Path) 
 
     trainer = build_trainer(config)
     batch = trainer.batch_for(0)
-    assert POSITIVE_PREFIX + "input_ids" in batch.inputs
+    assert batch.inputs.positives is not None and batch.inputs.positives["input_ids"].shape[0] == 8
     assert trainer.task.prepare(batch) is batch

@@ -231,7 +231,7 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
     plain = build_trainer(tiny_config(tiny_bert, tmp_path / "b"))
     assert plain.width_multiple is None
     for step in range(3):
-        a, b = fixed.batch_for(step).inputs, plain.batch_for(step).inputs
+        a, b = fixed.batch_for(step).inputs.anchors, plain.batch_for(step).inputs.anchors
         assert (
             a["input_ids"].shape[1] % 16 == 0 and a["input_ids"].shape[1] >= b["input_ids"].shape[1]
         )

@@ -557,3 +557,42 @@ def test_the_flag_check_can_fail(tmp_path: Path) -> None:
         'def f(n):\n    return f"pass a smaller --nlist than {n}"\n'
     )
     assert flag_spellings(tmp_path) == {"cselab/search/index.py": ["--overwrite", "--nlist"]}
+#: what a step's inputs once said through key prefixes; now the fields of ``StepInputs``
+BATCH_KEY_PREFIXES = ("positive.", "negative.", "masked.")
+
+
+def batch_key_literals(source: str) -> list[str]:
+    """String constants of ``source`` that start with a batch-key prefix (a store's column
+    file names are f-strings, ``f"negative.{k}"``: their pieces are not keys of a batch, and
+    docstrings are prose)."""
+    tree = ast.parse(source)
+    skip = {
+        id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values
+    }
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            skip.add(id(body[0].value))  # a docstring
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skip
+        and node.value.startswith(BATCH_KEY_PREFIXES)
+    ]
+
+
+def test_step_inputs_are_typed_not_prefixed_keys() -> None:
+    """Issue 28 point 6: a step's columns are ``StepInputs`` fields (``cselab.data.inputs``),
+    produced by both stores through ``step_inputs``; no module spells a batch-key prefix or
+    sniffs one (``is_pair_batch``)."""
+    found = {
+        module_name(p): hits
+        for p in SRC.rglob("*.py")
+        if (hits := batch_key_literals(p.read_text(encoding="utf-8")))
+        or "is_pair_batch" in p.read_text(encoding="utf-8")
+    }
+    assert found == {}
+    assert batch_key_literals('KEY = "positive." + "input_ids"\n') == ["positive."]
+    assert batch_key_literals('f"negative.{k}"\n') == []

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from backbone_models import make_tiny, make_tiny_decoder, tiny_run_argv
 from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
-from cselab.data.masking import IGNORE, MASKED_IDS, MASKED_LABELS, mask_token_id, mask_tokens
+from cselab.data.masking import IGNORE, mask_token_id, mask_tokens
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
 from cselab.objectives import MaskedNextTokenPrediction
@@ -43,8 +43,8 @@ def test_mntp_loss_equals_the_papers_loop(llama64: Path) -> None:
     batch = task.prepare(Batch(step=3, inputs=encoder.tokenize(SENTENCES, max_seq_len=16)))
     loss = task.losses(task.encode(batch.inputs), batch.step)["mntp"]
 
-    ids, labels = batch.inputs[MASKED_IDS], batch.inputs[MASKED_LABELS]
-    mask = batch.inputs["attention_mask"]
+    ids, labels = batch.inputs.masked.input_ids, batch.inputs.masked.labels
+    mask = batch.inputs.anchors["attention_mask"]
     assert (labels != IGNORE).sum() >= 5  # enough masked tokens to mean something
     lm = AutoModelForCausalLM.from_pretrained(str(llama64)).eval()
     assert lm.dtype == torch.float64

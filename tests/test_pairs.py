@@ -179,11 +179,13 @@ def test_pair_inputs_keep_each_rows_negatives_on_its_row(tiny_bert: Path) -> Non
 
     records = PairRecords("x", ["a b", "c", "d e f"], ["p", "q r", "s"], [["n1", "n2 m", "n3"], ["o1", "o2", "o3 o3 o3"]])  # fmt: skip
     tp = TokenizedPairs.build(records, tok, 16)
-    inputs = tp.inputs([2, 0], pad_id=0)
-    assert inputs["input_ids"].shape[0] == 2 and inputs["negative.input_ids"].shape[:2] == (2, 2)
-    decoded = tok.decode(inputs["negative.input_ids"][0, 1], skip_special_tokens=True)
+    inputs = tp.step_inputs([2, 0], pad_id=0)
+    assert len(inputs) == 2 and inputs.negatives["input_ids"].shape[:2] == (2, 2)
+    assert inputs.num_negatives == 2 and inputs.masked is None
+    decoded = tok.decode(inputs.negatives["input_ids"][0, 1], skip_special_tokens=True)
     assert decoded == "o3 o3 o3"
-    assert tok.decode(inputs["positive.input_ids"][1], skip_special_tokens=True) == "p"
+    assert tok.decode(inputs.anchors["input_ids"][0], skip_special_tokens=True) == "d e f"
+    assert tok.decode(inputs.positives["input_ids"][1], skip_special_tokens=True) == "p"
 
 
 def test_pair_views_are_one_pass_over_the_stacked_columns(tiny_bert: Path) -> None:
@@ -196,7 +198,7 @@ def test_pair_views_are_one_pass_over_the_stacked_columns(tiny_bert: Path) -> No
     enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", dropout=0.0).double()
     enc.train()
     records = PairRecords("x", ["a b", "c"], ["p", "q r s t"], [["n1", "n2 m"], ["o1", "o2"]])
-    inputs = TokenizedPairs.build(records, enc.tokenizer, 16).inputs([0, 1], 0)
+    inputs = TokenizedPairs.build(records, enc.tokenizer, 16).step_inputs([0, 1], 0)
     calls = []
     enc.register_forward_hook(lambda *a: calls.append(1))
     kind = DataKind(pairs=True, negatives=2)
@@ -285,7 +287,7 @@ def test_short_supervised_run_on_sick_triplets(
     assert isinstance(trainer.corpus, TokenizedPairs) and len(trainer.corpus) == 506
     assert "neg" in trainer.objective.required_views
     batch = trainer.batch_for(0)
-    assert batch.inputs["negative.input_ids"].shape[:2] == (16, 1)
+    assert batch.inputs.negatives["input_ids"].shape[:2] == (16, 1)
     results = trainer.train()
     assert results["steps"] == 8
     lines = (tmp_path / "out" / "metrics.csv").read_text().splitlines()

@@ -83,10 +83,14 @@ def test_cached_triplets_are_the_in_memory_tokenisation_memory_mapped(
     assert sorted(f.name for f in entry.iterdir()) == sorted(["meta.json", *files])
     # a step's inputs are the same tensors, whichever path tokenised the rows
     indices = [8191, 0, 8192, 17, ROWS - 1, 4000]
-    got, want = cached.inputs(indices, pad_id=0), in_memory.inputs(indices, pad_id=0)
-    assert got.keys() == want.keys() and want["negative.input_ids"].shape[:2] == (6, 2)
-    for key in want:
-        assert torch.equal(got[key], want[key]), key
+    got = cached.step_inputs(indices, pad_id=0)
+    want = in_memory.step_inputs(indices, pad_id=0)
+    assert want.negatives is not None and want.negatives["input_ids"].shape[:2] == (6, 2)
+    for column in ("anchors", "positives", "negatives"):
+        a, b = getattr(got, column), getattr(want, column)
+        assert a.keys() == b.keys()
+        for key in b:
+            assert torch.equal(a[key], b[key]), (column, key)
 
 
 def test_an_entry_is_found_again_without_tokenising(

@@ -201,12 +201,10 @@ def test_pairs_read_anchors_through_template_and_the_rest_through_template2(
 ) -> None:
     enc = prompt_encoder(tiny_bert).train()
     batch = tiny_pair_batch(enc, 4)
-    kind = DataKind(pairs=True, negatives=batch["negative.input_ids"].shape[1])
+    kind = DataKind(pairs=True, negatives=batch.num_negatives)
     with torch.no_grad():
         views = compute_views(enc, batch, ["z1", "z2", "neg"], kind)
-        pos = {
-            k.removeprefix("positive."): v for k, v in batch.items() if k.startswith("positive.")
-        }
+        pos = batch.positives
         two = torch.ones(4, dtype=torch.long)
         torch.testing.assert_close(views["z2"], enc(**pos, template=two))
         assert (views["z2"] - enc(**pos)).abs().max() > 1e-4

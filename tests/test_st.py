@@ -11,7 +11,7 @@ from sentence_transformers import SentenceTransformer
 from conftest import GREEK
 from cselab.core.datakind import DataKind
 from cselab.core.errors import ConfigError
-from cselab.data.pairs import NEGATIVE_PREFIX, POSITIVE_PREFIX
+from cselab.data.inputs import StepInputs
 from cselab.model.encoder import SentenceEncoder
 from cselab.objectives import (
     DCLConfig,
@@ -109,12 +109,14 @@ NEGATIVES = [f"{s} {GREEK[i]}" for i, s in enumerate(SENTENCES[::-1])]  # other 
 
 def pairs_task_reference(folder: Path, config: ObjectiveConfig, seed: int):
     """cselab's pairs task with hard negatives (a pairs file with a negative column), float64:
-    the batch the trainer builds (anchors, then ``positive.*`` and ``negative.*`` ``(B, 1, L)``)."""
+    the batch the trainer builds (anchors, positives, and negatives ``(B, 1, L)``)."""
     encoder = SentenceEncoder.from_pretrained(str(folder), pooler="avg", fast_path=False)
     encoder = encoder.double().train()
-    batch = dict(encoder.tokenize(SENTENCES))
-    batch |= {POSITIVE_PREFIX + k: v for k, v in encoder.tokenize(POSITIVES).items()}
-    batch |= {NEGATIVE_PREFIX + k: v[:, None] for k, v in encoder.tokenize(NEGATIVES).items()}
+    batch = StepInputs(
+        dict(encoder.tokenize(SENTENCES)),
+        dict(encoder.tokenize(POSITIVES)),
+        {k: v[:, None] for k, v in encoder.tokenize(NEGATIVES).items()},
+    )
     kind = DataKind(pairs=True, negatives=1)
     objective = build_objective(config, kind).double()
     task = Task(

@@ -5,6 +5,8 @@ rank's slice of each batch.
 * :mod:`.store` holds token ids as memory-mapped columns (sentences, or pairs' anchors, positives
   and negatives); :mod:`.cache` finds a tokenised file again by its content;
 * :mod:`.order` is the batch order, the rank's slice and the padding of a batch;
+* :mod:`.inputs` is a step's inputs, typed (:class:`~cselab.data.inputs.StepInputs`), as both
+  stores hand them out;
 * :mod:`.source` opens a run's training file once and decides its kind
   (:class:`~cselab.core.datakind.DataKind`, handed to everything above);
 * :mod:`.config` is the ``data`` section of a run config.
@@ -28,6 +30,8 @@ _HOMES = {
     "SentenceStream": ".corpus",
     "iter_sentences": ".corpus",
     "read_corpus": ".corpus",
+    "MaskedCopy": ".inputs",
+    "StepInputs": ".inputs",
     "BatchOrder": ".order",
     "bucket_width": ".order",
     "pad_to_width": ".order",
@@ -39,6 +43,7 @@ _HOMES = {
     "STORE_FORMAT": ".store",
     "TEXT_COLUMN": ".store",
     "ColumnWriter": ".store",
+    "TokenStore": ".store",
     "TokenizedCorpus": ".store",
     "encode_chunks": ".store",
     "pair_columns": ".store",
@@ -54,7 +59,10 @@ __all__ = [
     "CorpusError",
     "CorpusStats",
     "DataKind",
+    "MaskedCopy",
     "SentenceStream",
+    "StepInputs",
+    "TokenStore",
     "TokenizedCorpus",
     "TrainingData",
     "TrainingSource",

@@ -27,10 +27,6 @@ IGNORE = -100
 #: where a chosen token's replacement is decided: below 0.8 the mask token, below 0.9 a random
 #: token, else the token itself
 MASK_BELOW, RANDOM_BELOW = 0.8, 0.9
-#: the batch columns of the masked copy (added by the training layer's ``Task.prepare``)
-MASKED_IDS, MASKED_LABELS = "masked.input_ids", "masked.labels"
-#: the columns of the positions MNTP scores, made on the host (:func:`scored_positions`)
-MASKED_POSITIONS, MASKED_TARGETS = "masked.positions", "masked.targets"
 #: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)
 BLANK = "_"
 

@@ -83,15 +83,15 @@ def bucket_width(width: int, multiple: int) -> int:
 
 
 def pad_to_width(inputs: dict[str, Tensor], multiple: int, pad_id: int) -> dict[str, Tensor]:
-    """Right-pad every ``(B, L)`` column of a batch to :func:`bucket_width` (ids with
-    ``pad_id``, masks and token types with 0): the padding is masked, so the sentence vectors
-    do not change."""
+    """Right-pad every token column of a batch (``(B, L)``, or ``(B, K, L)`` for hard
+    negatives) to :func:`bucket_width` (ids with ``pad_id``, masks and token types with 0): the
+    padding is masked, so the sentence vectors do not change."""
     out = {}
     for key, value in inputs.items():
-        if value.dim() != 2:  # e.g. the prompt pooler's template id per row
+        if value.dim() < 2:  # e.g. the prompt pooler's template id per row
             out[key] = value
             continue
-        extra = bucket_width(value.shape[1], multiple) - value.shape[1]
+        extra = bucket_width(value.shape[-1], multiple) - value.shape[-1]
         fill = pad_id if key.endswith("input_ids") else 0
         out[key] = torch.nn.functional.pad(value, (0, extra), value=fill) if extra else value
     return out

@@ -19,11 +19,10 @@ Every column is tokenised once into the token store, like a sentence corpus, and
 by the file's content (:func:`cselab.data.cache.tokenize_pairs`); :class:`TokenizedPairs`
 memory-maps one :class:`~cselab.data.TokenizedCorpus` per column.
 
-A step's inputs (:meth:`TokenizedPairs.inputs`) are the anchors under the plain token keys
-(``input_ids``, ``attention_mask``: a pair batch is a sentence batch plus columns) and the other
-columns under prefixed keys: ``positive.input_ids`` ``(B, L)`` and ``negative.input_ids``
-``(B, K, L)``. Every tensor has the batch on dim 0, so a batch's rows (GradCache chunks, a
-rank's slice) are slices of every key alike.
+A step's inputs (:meth:`TokenizedPairs.step_inputs`) are a
+:class:`~cselab.data.inputs.StepInputs`: the anchors, the positives ``(B, L)`` and the hard
+negatives ``(B, K, L)``, every tensor with the batch on dim 0, so a batch's rows (GradCache
+chunks, a rank's slice) are slices of every column alike.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from ..core.errors import CorpusError
 from ..io.files import file_digest
@@ -50,15 +47,13 @@ from .config import (  # noqa: F401
     PairColumns,
     is_pairs_source,
 )
+from .inputs import StepInputs
 from .order import collate
 from .store import TokenizedCorpus, pair_columns, write_columns
 
 #: Version of the rows the readers give for given bytes; part of the token cache's key, so a
 #: changed reading rule (quoting, a column rule) never reuses token ids of the old rows.
 ROWS_VERSION = 1
-#: Prefixes of the positive and negative columns' token tensors in a step's inputs.
-POSITIVE_PREFIX = "positive."
-NEGATIVE_PREFIX = "negative."
 
 
 @dataclass
@@ -347,51 +342,21 @@ class TokenizedPairs:
         """Size of every column's ids and offsets (on disk when memory-mapped)."""
         return sum(c.nbytes for c in (self.anchors, self.positives, *self.negatives))
 
-    def inputs(self, indices: Sequence[int], pad_id: int) -> dict[str, Tensor]:
-        """The step inputs of rows ``indices`` (see the module docstring for the keys)."""
-        out = collate(self.anchors.rows(indices), pad_id)
-        for key, value in collate(self.positives.rows(indices), pad_id).items():
-            out[POSITIVE_PREFIX + key] = value
+    def step_inputs(self, indices: Sequence[int], pad_id: int) -> StepInputs:
+        """The step inputs of rows ``indices`` (:class:`~cselab.data.store.TokenStore`): the
+        anchors, the positives and, with ``K > 0``, the hard negatives ``(B, K, L)``."""
+        anchors = collate(self.anchors.rows(indices), pad_id)
+        positives = collate(self.positives.rows(indices), pad_id)
+        negatives = None
         if self.negatives:
             # (B, K, L): the K negatives of a row stay on its row, so slicing rows slices them.
             k = len(self.negatives)
             flat = [row for i in range(len(indices)) for row in self._negative_rows(indices, i)]
-            for key, value in collate(flat, pad_id).items():
-                out[NEGATIVE_PREFIX + key] = value.reshape(len(indices), k, -1)
-        return out
+            negatives = {
+                key: value.reshape(len(indices), k, -1)
+                for key, value in collate(flat, pad_id).items()
+            }
+        return StepInputs(anchors, positives, negatives)
 
     def _negative_rows(self, indices: Sequence[int], i: int) -> list[np.ndarray]:
         return [column.rows([indices[i]])[0] for column in self.negatives]
-
-
-def split_inputs(inputs: dict[str, Tensor]) -> tuple[dict[str, Tensor], ...]:
-    """``(anchors, positives, negatives)`` token dicts of a pair batch's inputs; the negatives'
-    tensors stay ``(B, K, L)`` and are empty when the batch has none."""
-    anchors = {k: v for k, v in inputs.items() if "." not in k}
-    positives = {
-        k.removeprefix(POSITIVE_PREFIX): v
-        for k, v in inputs.items()
-        if k.startswith(POSITIVE_PREFIX)
-    }
-    negatives = {
-        k.removeprefix(NEGATIVE_PREFIX): v
-        for k, v in inputs.items()
-        if k.startswith(NEGATIVE_PREFIX)
-    }
-    return anchors, positives, negatives
-
-
-def is_pair_batch(inputs: dict[str, Tensor]) -> bool:
-    """Whether a step's inputs carry a positive column (else: a sentence batch)."""
-    return POSITIVE_PREFIX + "input_ids" in inputs
-
-
-def stack_rows(parts: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
-    """Concatenate token dicts ``(n_i, L_i)`` along the rows, right-padding to the widest
-    (pad cells are masked; their token id is irrelevant to the pooled vector)."""
-    width = max(p["input_ids"].shape[1] for p in parts)
-    out: dict[str, Tensor] = {}
-    for key in parts[0]:
-        padded = [torch.nn.functional.pad(p[key], (0, width - p[key].shape[1])) for p in parts]
-        out[key] = torch.cat(padded, dim=0)
-    return out

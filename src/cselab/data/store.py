@@ -3,7 +3,8 @@ files, read in memory or memory-mapped (``ids[offsets[i]:offsets[i+1]]`` is row 
 
 A store folder holds one or several named columns (``text`` for a sentence corpus;
 :func:`pair_columns` for pairs and triplets), so training needs memory for its batches, not for
-the data.
+the data. Both stores (:class:`TokenizedCorpus`, :class:`~cselab.data.pairs.TokenizedPairs`)
+hand a step its rows through one interface, :class:`TokenStore`'s ``step_inputs``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import numpy as np
+
+from .inputs import StepInputs
+from .order import collate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -25,6 +29,17 @@ T = TypeVar("T")
 STORE_FORMAT = 1
 #: The column name of a plain sentence corpus in a token store.
 TEXT_COLUMN = "text"
+
+
+class TokenStore(Protocol):
+    """What the trainer reads of a token store: its size and the inputs of a step's rows."""
+
+    def __len__(self) -> int: ...
+
+    def step_inputs(self, indices: Sequence[int], pad_id: int) -> StepInputs:
+        """The step inputs of rows ``indices``, each column padded with ``pad_id`` to its
+        longest row."""
+        ...
 
 
 def pair_columns(negatives: int) -> list[str]:
@@ -168,6 +183,10 @@ class TokenizedCorpus:
 
     def rows(self, indices: Sequence[int]) -> list[np.ndarray]:
         return [self.ids[self.offsets[i] : self.offsets[i + 1]] for i in indices]
+
+    def step_inputs(self, indices: Sequence[int], pad_id: int) -> StepInputs:
+        """A sentence step: rows ``indices`` as the anchors (:class:`TokenStore`)."""
+        return StepInputs(collate(self.rows(indices), pad_id))
 
     @property
     def nbytes(self) -> int:

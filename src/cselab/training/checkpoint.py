@@ -14,12 +14,16 @@ failed write (disk full, permission denied) removes the partial file and raises 
 The trainer does not wait for the disk: :func:`snapshot_checkpoint` copies the state to host
 memory (all the step waits for), and :class:`BackgroundWriter` writes that copy on a thread,
 one write at a time; its error reaches the loop at the next logged step, the next checkpoint or
-the end of the run, which waits for the write in flight.
+the end of the run, which waits for the write in flight. Model selection's ``best/`` folder is
+written the same way, from :func:`snapshot_encoder`'s host copy of the model, and published as
+one folder (:func:`publish_folder`); it goes through the same writer, so a checkpoint that
+records a new best step is written only after that ``best/`` is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import json
 import os
@@ -239,9 +243,13 @@ def save_checkpoint(
     return write_snapshot(path, snapshot)
 
 
+#: the kinds of :class:`BackgroundWriter`'s writes (its thread is named ``cselab-<kind>``)
+CHECKPOINT_WRITE, MODEL_WRITE = "checkpoint", "model"
+
+
 class BackgroundWriter:
-    """Writes checkpoint snapshots on a thread, one at a time, so that the step does not wait
-    for the disk.
+    """Writes checkpoint snapshots (and model folders from :func:`snapshot_encoder`'s copy) on
+    a thread, one at a time, so that the step does not wait for the disk.
 
     :meth:`submit` first waits for the write in flight, if any (at most one is in flight, so at
     most two snapshots are held in memory), and raises its error; then starts the next one.
@@ -254,9 +262,20 @@ class BackgroundWriter:
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        #: seconds the writes took on the thread, and how many were written
-        self.write_seconds = 0.0
-        self.writes = 0
+        #: seconds the writes took on the thread, and how many were written, per kind
+        #: (``checkpoint``, ``model``)
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    @property
+    def write_seconds(self) -> float:
+        """Seconds the checkpoint writes took on the thread."""
+        return self.seconds.get(CHECKPOINT_WRITE, 0.0)
+
+    @property
+    def writes(self) -> int:
+        """How many checkpoints were written on the thread."""
+        return self.counts.get(CHECKPOINT_WRITE, 0)
 
     @property
     def busy(self) -> bool:
@@ -267,21 +286,29 @@ class BackgroundWriter:
     ) -> None:
         """Write ``snapshot`` into ``path`` on a thread; ``done()`` runs on that thread after
         the file is published."""
+        self.run(lambda: write_snapshot(path, snapshot), CHECKPOINT_WRITE, done)
+
+    def run(
+        self, write: Callable[[], object], kind: str, done: Callable[[], object] | None = None
+    ) -> None:
+        """Run ``write`` (which writes a host snapshot; ``kind`` names it in :attr:`seconds`
+        and in the thread's name) on a thread, after the write in flight; ``done()`` runs on
+        that thread after it."""
         self.wait()
 
         def work() -> None:
             start = time.perf_counter()
             try:
-                write_snapshot(path, snapshot)
+                write()
                 if done is not None:
                     done()
             except BaseException as err:  # handed to the training thread by wait()
                 self._error = err
             finally:
-                self.write_seconds += time.perf_counter() - start
-                self.writes += 1
+                self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - start
+                self.counts[kind] = self.counts.get(kind, 0) + 1
 
-        self._thread = threading.Thread(target=work, name="cselab-checkpoint", daemon=True)
+        self._thread = threading.Thread(target=work, name=f"cselab-{kind}", daemon=True)
         self._thread.start()
 
     def check(self) -> None:
@@ -426,3 +453,21 @@ def save_model_folder(
             describe(tmp)
         publish_folder(tmp, folder)
     return folder
+
+
+def snapshot_encoder(encoder: SentenceEncoder) -> SentenceEncoder:
+    """A copy of ``encoder`` detached from training, for :func:`save_model_folder` on a
+    thread: its trainable parameters and buffers copied to host memory (the optimiser changes
+    them after the step; a GPU model's copy holds no GPU memory), its frozen parameters (LoRA's
+    base model) shared, as no step changes them, and everything else (the tokenizer, whose fast
+    tokenizer may not be used by two threads at once, the configs) deep-copied. Weights tied in
+    the encoder are tied in the copy."""
+    memo: dict[int, Any] = {}
+    for param in encoder.parameters():  # each tied weight once
+        if not param.requires_grad:
+            memo[id(param)] = param
+        else:
+            memo[id(param)] = torch.nn.Parameter(_host_copy(param), requires_grad=True)
+    for buffer in encoder.buffers():
+        memo.setdefault(id(buffer), _host_copy(buffer))
+    return copy.deepcopy(encoder, memo)

@@ -24,7 +24,7 @@ if every chunk had been encoded once.
 
 Peak activation memory is that of one chunk (``3·chunk_size`` rows with the off-dropout view,
 ``2·chunk_size`` without; ``(2+K)·chunk_size`` for pairs with ``K`` hard negatives, whose
-inputs carry every column on the row's index) instead of the batch; the price is a second forward pass (about a third
+:class:`~cselab.data.inputs.StepInputs` carry every column on the row's index) instead of the batch; the price is a second forward pass (about a third
 more compute for a forward+backward). Generated negatives (Gaussian, mixing partners, noise,
 BarlowTwins padding) are drawn once per step, because the objective runs once.
 
@@ -35,11 +35,12 @@ and the chunk size; the trainer calls it instead of ``task(batch)`` + backward w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
+from ..data.inputs import StepInputs
 from ..objectives import LossTerms, total_loss
 from .rng import RNGState
 from .task import Batch, Task
@@ -94,7 +95,7 @@ def cached_forward_backward(
     """
     batch = task.prepare(batch)  # once per step, on the whole batch (ESimCSE's repeated rows)
     bounds = chunk_bounds(len(batch), chunk_size)
-    device = batch.inputs["input_ids"].device
+    device = batch.inputs.device
     if first_pass_graph is None:
         first_pass_graph = device.type == "cuda" or _is_compiled(task.encoder)
 
@@ -147,7 +148,7 @@ def cached_forward_backward(
     return {k: v.detach() for k, v in terms.items()}
 
 
-def _encode_detached(task: Task, rows: Mapping[str, Tensor]) -> list[tuple[str, Tensor]]:
+def _encode_detached(task: Task, rows: StepInputs) -> list[tuple[str, Tensor]]:
     return [(name, value.detach()) for name, value in task.encode(rows).items()]
 
 

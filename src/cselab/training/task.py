@@ -12,7 +12,7 @@ momentum encoder of the ``momentum`` view (:mod:`.momentum`), which the trainer 
 :meth:`Task.after_step` after every optimiser step; and :meth:`Task.losses` calls the
 objective's ``on_step_end`` once per step, after the loss (the queue takes in the step's batch
 there, once per step also under GradCache). :meth:`Task.state_dict` is what the checkpoint keeps
-of both. :meth:`Task.prepare` adds a sentence batch's word-repeated positive columns when the
+of both. :meth:`Task.prepare` adds a sentence batch's word-repeated positives when the
 objective asks for them (:mod:`cselab.data.repetition`), drawn per global row from
 ``(seed, step)``: the same on every rank, under GradCache and after a resume.
 
@@ -34,16 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
-from ..data.masking import (
-    MASKED_IDS,
-    MASKED_LABELS,
-    MASKED_POSITIONS,
-    MASKED_TARGETS,
-    mask_token_id,
-    mask_tokens,
-    scored_positions,
-)  # fmt: skip
-from ..data.pairs import POSITIVE_PREFIX, is_pair_batch
+from ..data.inputs import MaskedCopy, StepInputs, as_step_inputs
+from ..data.masking import mask_token_id, mask_tokens
 from ..data.repetition import repeat_tokens
 from ..objectives import VIEW_MOMENTUM, LossTerms, Objective, ObjectiveContext
 from .momentum import MomentumEncoder
@@ -58,18 +50,23 @@ class Batch:
     Attributes:
         step: the index of the step; it seeds the objective's generated negatives, so that every
             rank, GradCache and a resumed run draw the same ones.
-        inputs: token tensors (``input_ids``, ``attention_mask``, ...), ``(B, L)`` each.
+        inputs: the step's token columns (:class:`~cselab.data.inputs.StepInputs`); a plain
+            token dict (``input_ids``, ``attention_mask``, ... ``(B, L)``) is taken as a
+            sentence batch.
     """
 
     step: int
-    inputs: Mapping[str, Tensor]
+    inputs: StepInputs
+
+    def __post_init__(self) -> None:
+        self.inputs = as_step_inputs(self.inputs)
 
     def __len__(self) -> int:
-        return next(iter(self.inputs.values())).shape[0]
+        return len(self.inputs)
 
-    def rows(self, start: int, end: int) -> dict[str, Tensor]:
-        """The inputs of rows ``start:end``, at the batch's padded width."""
-        return {k: v[start:end] for k, v in self.inputs.items()}
+    def rows(self, start: int, end: int) -> StepInputs:
+        """The inputs of rows ``start:end``, at the batch's padded widths."""
+        return self.inputs.rows(start, end)
 
 
 class Task:
@@ -129,49 +126,52 @@ class Task:
 
     def prepare(self, batch: Batch) -> Batch:
         """``batch`` with what the step's views need besides its tokens: the word-repeated
-        positive (``positive.*`` columns) when the objective asks for one. Called once per step
-        on the whole local batch, before any encoding (GradCache chunks the result); the trainer
-        calls it on the CPU batch, before the copy to the device (the repetition is host work),
-        and a prepared batch passes through unchanged."""
-        batch = self._masked(batch)
+        positives when the objective asks for them (ESimCSE), MNTP's masked copy when it
+        predicts masked tokens. Called once per step on the whole local batch, before any
+        encoding (GradCache chunks the result); the trainer calls it on the CPU batch, before
+        the copy to the device (both are host work), and a prepared batch passes through
+        unchanged (the same object)."""
+        inputs = batch.inputs
+        masked = self._masked(inputs, batch.step)
         rate = self.objective.positive_repetition
-        if rate <= 0 or self.kind.pairs or is_pair_batch(dict(batch.inputs)):
+        repeat = rate > 0 and not self.kind.pairs and inputs.positives is None
+        if masked is None and not repeat:
             return batch
-        seed = self.seed if self.seed is not None else 0
-        rngs = [
-            random.Random(repetition_seed(seed, batch.step, self.ctx.offset + i))
-            for i in range(len(batch))
-        ]
-        repeated = repeat_tokens(batch.inputs, rate, rngs)
-        inputs = {**batch.inputs, **{POSITIVE_PREFIX + k: v for k, v in repeated.items()}}
+        if masked is not None:
+            inputs = inputs.replace(masked=masked)
+        if repeat:
+            seed = self.seed if self.seed is not None else 0
+            rngs = [
+                random.Random(repetition_seed(seed, batch.step, self.ctx.offset + i))
+                for i in range(len(batch))
+            ]
+            inputs = inputs.replace(positives=repeat_tokens(inputs.anchors, rate, rngs))
         return Batch(batch.step, inputs)
 
-    def _masked(self, batch: Batch) -> Batch:
-        """``batch`` with its masked copy (``masked.*`` columns) when the objective predicts
-        masked tokens (MNTP), drawn per global row from ``(seed, step)``."""
+    def _masked(self, inputs: StepInputs, step: int) -> MaskedCopy | None:
+        """The masked copy of the anchors when the objective predicts masked tokens (MNTP) and
+        the batch has none yet, drawn per global row from ``(seed, step)``; else ``None``."""
         rate = self.objective.masked_token_rate
-        if rate <= 0 or self.mask_id is None or MASKED_IDS in batch.inputs:  # prepared already
-            return batch
+        if rate <= 0 or self.mask_id is None or inputs.masked is not None:
+            return None
         seed = self.seed if self.seed is not None else 0
         gens = [
-            torch.Generator().manual_seed(masking_seed(seed, batch.step, self.ctx.offset + i))
-            for i in range(len(batch))
+            torch.Generator().manual_seed(masking_seed(seed, step, self.ctx.offset + i))
+            for i in range(len(inputs))
         ]
         tokenizer = self._raw.tokenizer
+        mask = inputs.anchors["attention_mask"]
         ids, labels = mask_tokens(
-            batch.inputs["input_ids"], batch.inputs["attention_mask"], rate, self.mask_id,
-            len(tokenizer), tokenizer.all_special_ids, gens,
+            inputs.anchors["input_ids"], mask, rate, self.mask_id, len(tokenizer),
+            tokenizer.all_special_ids, gens,
         )  # fmt: skip
-        positions, targets = scored_positions(labels, batch.inputs["attention_mask"].cpu())
-        masked = {MASKED_IDS: ids, MASKED_LABELS: labels}
-        masked.update({MASKED_POSITIONS: positions, MASKED_TARGETS: targets})
-        return Batch(batch.step, {**batch.inputs, **masked})
+        return MaskedCopy.of(ids, labels, mask.cpu())
 
     def encode(
-        self, inputs: Mapping[str, Tensor], names: Collection[str] | None = None
+        self, inputs: StepInputs | Mapping[str, Tensor], names: Collection[str] | None = None
     ) -> dict[str, Tensor]:
         """The views the objective asks for (``names``: only these of them), of ``inputs`` (all
-        rows, or one GradCache chunk)."""
+        rows, or one GradCache chunk; a plain token dict is a sentence batch)."""
         names = self.objective.required_views if names is None else names
         with self.autocast():
             return compute_views(self.encoder, inputs, names, self.kind, self.momentum)

@@ -23,26 +23,21 @@ import torch
 
 from ..config import Config, save_config
 from ..core.datakind import SENTENCES, DataKind
-from ..data import (
-    BatchOrder,
-    TokenizedCorpus,
-    collate,
-    pad_to_width,
-    shard,
-    shard_bounds,
-)
+from ..data import BatchOrder, TokenizedCorpus, shard, shard_bounds
 from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder, compile_encoder
 from ..objectives import Objective, ObjectiveContext, total_loss
 from .callbacks import Callback, CallbackList, SavedModel, report_callbacks, split_row
 from .checkpoint import (
+    MODEL_WRITE,
     BackgroundWriter,
     copy_model_folder,
     load_checkpoint,
     restore,
     save_model_folder,
     snapshot_checkpoint,
+    snapshot_encoder,
     task_state,
     write_snapshot,
 )
@@ -144,16 +139,16 @@ class Trainer:
         trainable = [p for p in self.encoder.parameters() if p.requires_grad]
         self.optim = Optimization(trainable, tc, self.total_steps, self.device, self.amp_dtype)
         self.selection = ModelSelection(
-            evaluator, lambda: self.save_model(RunFolder.BEST), self.dist.is_main
+            evaluator, lambda: self.save_model(RunFolder.BEST, background=True), self.dist.is_main
         )
         self.pad_id = int(encoder.tokenizer.pad_token_id or 0)
         self.step = 0
         self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
         self._elapsed_before = 0.0  # wall time of the runs this one resumes
         self._t0: float | None = None  # when train() started its loop
-        self.writer = BackgroundWriter()  # checkpoints are written on its thread
-        #: seconds the loop spent outside training steps: evaluation (with best/), and the
-        #: checkpoints' host copies (the writes themselves are the writer's)
+        self.writer = BackgroundWriter()  # checkpoints and best/ are written on its thread
+        #: seconds the loop spent outside training steps: evaluation (with best/'s host copy),
+        #: and the checkpoints' host copies (the writes themselves are the writer's)
         self.eval_seconds = self.checkpoint_seconds = 0.0
 
     @property
@@ -169,21 +164,13 @@ class Trainer:
         rows = shard(
             self.order.batch(epoch, index, self._order[1]), self.dist.rank, self.dist.world_size
         )
-        pin = self.device.type == "cuda"
-        if self.kind.pairs:
-            inputs = self.corpus.inputs(rows, self.pad_id)
-        else:
-            inputs = collate(self.corpus.rows(rows), self.pad_id)
-        # Host-side views (ESimCSE's word-repeated positive) are built here, on the CPU
-        # tensors, before the copy: on a GPU the step then reads no device value back.
+        inputs = self.corpus.step_inputs(rows, self.pad_id)  # sentences or pairs alike
+        # Host-side views (ESimCSE's word-repeated positive, MNTP's masked copy) are built here,
+        # on the CPU tensors, before the copy: on a GPU the step then reads no device value back.
         inputs = self.task.prepare(Batch(step, inputs)).inputs
         if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
-            inputs = pad_to_width(dict(inputs), self.width_multiple, self.pad_id)
-        return Batch(
-            step,
-            {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin)
-             for k, v in inputs.items()},
-        )  # fmt: skip
+            inputs = inputs.pad_to_width(self.width_multiple, self.pad_id)
+        return Batch(step, inputs.to(self.device))
 
     def forward_backward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Loss terms of one batch; gradients accumulated into the parameters."""
@@ -202,18 +189,29 @@ class Trainer:
         self.task.after_step()  # e.g. the momentum encoder follows the new weights
 
     # ----------------------------------------------------------------------- what a run keeps
-    def save_model(self, name: str) -> Path:
+    def save_model(self, name: str, background: bool = False) -> Path:
         """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder; the
-        callbacks' :meth:`~.callbacks.Callback.on_model_save` add the model card)."""
-        final, sel = self.folder.model(name), self.selection
-        score = sel.best_score if name == RunFolder.BEST and sel.best_step == self.step else None
+        callbacks' :meth:`~.callbacks.Callback.on_model_save` add the model card).
+
+        ``background`` (model selection's ``best/``): the step waits only for a host copy of
+        the model (:func:`~.checkpoint.snapshot_encoder`); :attr:`writer`'s thread writes the
+        folder, runs the callbacks on it and publishes it, after the write in flight. Whoever
+        reads the folder later waits for the writer first (:meth:`_finish` does)."""
+        final, sel, step = self.folder.model(name), self.selection, self.step
+        score = sel.best_score if name == RunFolder.BEST and sel.best_step == step else None
 
         def describe(folder: Path) -> None:
             self.callbacks.on_model_save(
-                SavedModel(folder, self.step, self.folder.metrics, score, str(final.resolve()))
+                SavedModel(folder, step, self.folder.metrics, score, str(final.resolve()))
             )
 
-        return save_model_folder(self.encoder, self.config, final, describe)
+        if not background:
+            return save_model_folder(self.encoder, self.config, final, describe)
+        snapshot = snapshot_encoder(self.encoder)
+        self.writer.run(
+            lambda: save_model_folder(snapshot, self.config, final, describe), MODEL_WRITE
+        )
+        return final
 
     def save_checkpoint(self, background: bool = False) -> None:
         """Collective: every rank contributes its RNG state; rank 0 copies the state to host
@@ -432,11 +430,12 @@ class Trainer:
             "wall_time_s": round(self._elapsed(), 2),
             "train_time_s": round(train_time, 2),
             "sentences_per_s": round(sentences / train_time, 2) if train_time else None,
-            # outside train_time: evaluations (with best/ saves) and the checkpoints' host
-            # copies; checkpoint_write_s ran on the writer's thread, beside training
+            # outside train_time: evaluations (with best/'s host copies) and the checkpoints'
+            # host copies; the *_write_s ran on the writer's thread, beside training
             "eval_time_s": round(self.eval_seconds, 2),
             "checkpoint_time_s": round(self.checkpoint_seconds, 2),
             "checkpoint_write_s": round(self.writer.write_seconds, 2),
+            "best_write_s": round(self.writer.seconds.get(MODEL_WRITE, 0.0), 2),
             "device": str(self.device),
             "precision": precision_name(self.amp_dtype),  # what ran: `auto` resolved
             "world_size": self.dist.world_size,

@@ -7,8 +7,9 @@ dropout of the backbone switched off; the pooler stays in training mode, so a ``
 is applied as it is to the dropout views.
 
 Pairs (supervised SimCSE, Gao et al. 2021, Sec. 4; the run's
-:class:`~cselab.core.datakind.DataKind` says so, and a batch has ``positive.*`` and, with hard
-negatives, ``negative.*`` columns, :mod:`cselab.data.pairs`): ``z1`` are the anchors, ``z2`` the given
+:class:`~cselab.core.datakind.DataKind` says so, and the step's
+:class:`~cselab.data.inputs.StepInputs` carry ``positives`` and, with hard negatives,
+``negatives``): ``z1`` are the anchors, ``z2`` the given
 positives and ``neg`` the given hard negatives ``(B, K, D)``, all from one forward pass over the
 columns stacked (``2B + B·K`` rows, padded to the widest column), with dropout on as the paper
 trains. The off-dropout view is not defined for pairs (rejected by the objective's config).
@@ -18,14 +19,14 @@ through ``model.prompt.template`` and every other row of the pass (positives, ha
 through ``template2``, as the authors' ``prepare_features`` builds its two copies; the
 off-dropout view is the anchors' and takes ``template``.
 
-ESimCSE (Wu et al. 2022): a sentence batch may carry its word-repeated copy as ``positive.*``
-columns (added by :meth:`Task.prepare <cselab.training.task.Task.prepare>`); then ``z2`` is
+ESimCSE (Wu et al. 2022): a sentence batch may carry its word-repeated copy as ``positives``
+(added by :meth:`Task.prepare <cselab.training.task.Task.prepare>`); then ``z2`` is
 encoded from them, in the same forward pass as ``z1`` (rows stacked, padded to the widest).
 ``momentum``: the batch's sentences (the anchors of pairs) encoded by the task's
 :class:`~cselab.training.momentum.MomentumEncoder`, dropout off, no gradient.
 
 ``token_logits``/``token_labels`` (MNTP, LLM2Vec, BehnamGhader et al. 2024, Sec. 2.2): the
-batch's masked copy (``masked.*`` columns, :mod:`cselab.data.masking`, added by
+batch's masked copy (``masked``, a :class:`~cselab.data.inputs.MaskedCopy`, added by
 :meth:`Task.prepare <cselab.training.task.Task.prepare>`) goes through the backbone once, and
 the language-modelling head reads only the position **before** each masked token (a masked
 token is predicted from the previous position's state; a masked first token has no previous
@@ -34,20 +35,14 @@ position and is skipped): ``(M, V)`` logits instead of the ``(B, L, V)`` of a fu
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
-from ..data.masking import (
-    MASKED_IDS,
-    MASKED_LABELS,
-    MASKED_POSITIONS,
-    MASKED_TARGETS,
-    scored_positions,
-)  # fmt: skip
-from ..data.pairs import is_pair_batch, split_inputs, stack_rows
+from ..data.inputs import StepInputs, as_step_inputs, stack_rows
 from ..model.encoder import SentenceEncoder, dropout_disabled
 from ..objectives import (
     VIEW_ANCHOR,
@@ -65,8 +60,6 @@ KNOWN_VIEWS = frozenset(
      VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS}
 )  # fmt: skip
 TOKEN_VIEWS = frozenset({VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS})
-#: the batch columns of MNTP's masked copy, which the sentence views do not read
-MASKED_COLUMNS = frozenset({MASKED_IDS, MASKED_LABELS, MASKED_POSITIONS, MASKED_TARGETS})
 
 
 def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
@@ -88,66 +81,62 @@ def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
 
 def compute_views(
     encoder: SentenceEncoder,
-    batch: Mapping[str, Tensor],
+    inputs: StepInputs | Mapping[str, Tensor],
     names: Iterable[str],
     kind: DataKind = SENTENCES,
     momentum: MomentumEncoder | None = None,
 ) -> dict[str, Tensor]:
-    """Encode ``batch`` (``B`` rows of token ids of data of ``kind``) into the requested views,
-    each ``(B, D)`` (``neg``: ``(B, K, D)``); ``momentum`` encodes the ``momentum`` view."""
+    """Encode ``inputs`` (``B`` rows of data of ``kind``; a plain token dict is a sentence
+    batch) into the requested views, each ``(B, D)`` (``neg``: ``(B, K, D)``); ``momentum``
+    encodes the ``momentum`` view."""
     names = set(names)
     check_views(names, kind)
+    inputs = as_step_inputs(inputs)
     if VIEW_MOMENTUM in names and momentum is None:
         raise ValueError("the objective asks for the momentum view, but no momentum encoder")
     views: dict[str, Tensor] = {}
     if names & TOKEN_VIEWS:
-        views.update(token_views(encoder, batch))
-        batch = {k: v for k, v in batch.items() if k not in MASKED_COLUMNS}
-    if names & {VIEW_ANCHOR, VIEW_POSITIVE} and (kind.pairs or is_pair_batch(dict(batch))):
-        views.update(pair_views(encoder, batch, names))  # given pairs, or ESimCSE's repetition
-    elif names & {VIEW_ANCHOR, VIEW_POSITIVE}:
-        n = batch["input_ids"].shape[0]
-        doubled = {k: torch.cat([v, v], dim=0) for k, v in batch.items()}
-        both = encoder(**doubled, **_templates(encoder, n, 2 * n))
-        views.update({VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]})
+        views.update(token_views(encoder, inputs))
+    if names & {VIEW_ANCHOR, VIEW_POSITIVE}:
+        if inputs.positives is not None:  # given pairs, or ESimCSE's repetition
+            views.update(pair_views(encoder, inputs, names))
+        elif kind.pairs:
+            raise ValueError("a batch of pairs without positives")
+        else:
+            n = len(inputs)
+            doubled = {k: torch.cat([v, v], dim=0) for k, v in inputs.anchors.items()}
+            both = encoder(**doubled, **_templates(encoder, n, 2 * n))
+            views.update({VIEW_ANCHOR: both[:n], VIEW_POSITIVE: both[n:]})
     if VIEW_OFF_DROPOUT in names:
         with dropout_disabled(encoder.backbone):
-            views[VIEW_OFF_DROPOUT] = encoder(**split_inputs(dict(batch))[0])
+            views[VIEW_OFF_DROPOUT] = encoder(**inputs.anchors)
     if momentum is not None and VIEW_MOMENTUM in names:
-        views[VIEW_MOMENTUM] = momentum(split_inputs(dict(batch))[0])
+        views[VIEW_MOMENTUM] = momentum(inputs.anchors)
     return views
 
 
-def token_views(encoder: SentenceEncoder, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+def token_views(encoder: SentenceEncoder, inputs: StepInputs) -> dict[str, Tensor]:
     """``token_logits`` ``(B·K, V)`` and ``token_labels`` ``(B·K,)`` of the batch's masked copy:
     the logits at position ``i - 1`` for each masked token at ``i`` whose previous position is
     a real token, ``K`` per row (padded with label ``IGNORE``,
-    :func:`~cselab.data.masking.scored_positions`; the task makes them on the host, a batch
-    built by hand gets them here)."""
+    :func:`~cselab.data.masking.scored_positions`, made on the host by the task)."""
+    if inputs.masked is None:
+        raise ValueError("the objective predicts masked tokens, but the batch has no masked copy")
     raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
-    mask = batch["attention_mask"]
-    if MASKED_POSITIONS in batch:
-        columns, targets = batch[MASKED_POSITIONS], batch[MASKED_TARGETS]
-    else:
-        columns, targets = scored_positions(batch[MASKED_LABELS], mask)
+    masked = inputs.masked
+    columns, targets = masked.positions, masked.targets
     rows = torch.arange(columns.shape[0], device=columns.device).unsqueeze(1).expand_as(columns)
     positions = torch.stack([rows, columns], -1).reshape(-1, 2)  # (B·K, 2): row, position
-    logits = raw.token_logits(batch[MASKED_IDS], mask, positions)
+    logits = raw.token_logits(masked.input_ids, inputs.anchors["attention_mask"], positions)
     return {VIEW_TOKEN_LOGITS: logits, VIEW_TOKEN_LABELS: targets.reshape(-1)}
 
 
-def pair_views(
-    encoder: SentenceEncoder, batch: Mapping[str, Tensor], names: set[str]
-) -> dict[str, Tensor]:
-    """``z1`` (anchors), ``z2`` (positives) and, if asked for, ``neg`` of a pair batch (the
-    views checked by :func:`check_views`)."""
-    anchors, positives, negatives = split_inputs(dict(batch))
-    n = anchors["input_ids"].shape[0]
-    parts = [anchors, positives]
-    k = 0
-    if VIEW_HARD_NEGATIVE in names:
-        k = negatives["input_ids"].shape[1]
-        parts.append({key: v.reshape(n * k, -1) for key, v in negatives.items()})
+def pair_views(encoder: SentenceEncoder, inputs: StepInputs, names: set[str]) -> dict[str, Tensor]:
+    """``z1`` (anchors), ``z2`` (positives) and, if asked for, ``neg`` of a batch with
+    positives (the views checked by :func:`check_views`), from one pass over the columns."""
+    n = len(inputs)
+    k = inputs.num_negatives if VIEW_HARD_NEGATIVE in names else 0
+    parts = list(itertools.islice(inputs.columns(), 3 if k else 2))
     out = encoder(**stack_rows(parts), **_templates(encoder, n, n * (2 + k)))
     views = {VIEW_ANCHOR: out[:n], VIEW_POSITIVE: out[n : 2 * n]}
     if k:
