@@ -93,7 +93,11 @@ class Callback:
         """A resumable checkpoint of ``step`` was written to ``path``."""
 
     def on_model_save(self, model: SavedModel) -> None:
-        """A model folder is being written (or, at the end, completed with the results)."""
+        """A model folder is being written (or, at the end, completed with the results): files
+        added to ``model.path`` are published with it. For ``best/`` during training this runs
+        on the checkpoint writer's thread, while the next steps train (the step waits only for
+        a host copy of the model), so a callback that shares state with the other hooks must
+        guard it; at the end, and for every other folder, it runs on the training thread."""
 
     def on_end(self, results: Mapping[str, Any]) -> None:
         """Training finished with ``results`` (the content of ``results.json``)."""
