@@ -102,7 +102,7 @@ def run_cselab(model: Path, train: Path, work: Path, args: argparse.Namespace, g
     from cselab.config import load_config
     from cselab.model.backbones import is_decoder
     from cselab.training.callbacks import Callback
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     ends: list[float] = []
 

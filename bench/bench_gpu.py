@@ -212,7 +212,7 @@ def cselab_trainer(
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import build_objective
     from cselab.training.rng import seed_everything
-    from cselab.training.trainer import Trainer
+    from cselab.app.train import assemble_trainer
 
     cfg = Config()
     cfg.model.name_or_path = str(folder)
@@ -226,7 +226,7 @@ def cselab_trainer(
     seed_everything(0)
     encoder = SentenceEncoder.from_config(cfg.model)
     corpus = random_corpus(batch * (args.warmup + args.steps + 1), args.seq, args.shape.vocab)
-    return Trainer(cfg, encoder, build_objective(cfg.objective), corpus)
+    return assemble_trainer(cfg, encoder, build_objective(cfg.objective), corpus)
 
 
 def bench_cselab(

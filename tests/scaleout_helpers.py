@@ -375,7 +375,7 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
         gather_with_grad,
     )
     from cselab.training.rng import RNGState, dropout_seed, seed_everything
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     out: dict[str, Any] = {}
     trainer = build_trainer(load_config(None, config_args))

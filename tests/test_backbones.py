@@ -22,7 +22,7 @@ from cselab.model.config import PROMPTEOL_TEMPLATE, PromptConfig
 from cselab.model.encoder import SentenceEncoder, load
 from cselab.model.pooling import Pooler, last_index
 from cselab.model.prompt import Prompt
-from cselab.training.run import build_trainer
+from cselab.app.train import build_trainer
 
 REPO = Path(__file__).resolve().parents[1]
 ISSUE_FAMILIES = (

@@ -34,7 +34,7 @@ from cselab.publish.card import (
     update_model_card,
     write_model_card,
 )
-from cselab.training.run import build_trainer
+from cselab.app.train import build_trainer
 from test_trainer import tiny_config as trainer_config
 
 

@@ -135,7 +135,7 @@ def test_failed_model_folder_save_keeps_the_previous_folder(
 ) -> None:
     from cselab.config import load_config
     from cselab.model.encoder import SentenceEncoder, load
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     trainer = build_trainer(load_config(None, _train_args(tiny_bert, tmp_path)[2:]))
     best = trainer.save_model("best")
@@ -174,7 +174,7 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     import time
 
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     def overrides(folder: Path) -> list[str]:
         return [
@@ -197,7 +197,7 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
         torch.set_num_threads({torch.get_num_threads()})
         import cselab.training.checkpoint as ckpt
         from cselab.config import load_config
-        from cselab.training.run import build_trainer
+        from cselab.app.train import build_trainer
         real = ckpt.save_file
         def save_file(tensors, path, metadata=None):
             if '"step": 6,' not in metadata["cselab"]:

@@ -201,7 +201,7 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
     mixed and Gaussian negatives, DCL, BarlowTwins). Both train a float64 model."""
     tiny_bert = tiny_bert64
     from cselab.config import load_config
-    from cselab.training.run import train
+    from cselab.app.train import train
 
     data = corpus(tmp_path / "data")
     objective = [
@@ -242,7 +242,7 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
 def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) -> dict:
     """Build the trainer the way ``torchrun`` would (environment variables) and train."""
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     trainer = build_trainer(load_config(None, config_args))
     if phase == "interrupted":
@@ -307,13 +307,13 @@ def test_dist_timeout_is_the_process_groups(tmp_path: Path) -> None:
 
 
 def _push_worker(rank: int, world: int, config_args: list[str]) -> dict:
-    """``cselab.training.run.train`` with ``push_to_hub``: the upload (recorded, not sent)
+    """``cselab.app.train.train`` with ``push_to_hub``: the upload (recorded, not sent)
     sees whether a process group still exists."""
     import torch.distributed as dist
 
     import cselab.publish.callbacks as pc
     from cselab.config import load_config
-    from cselab.training.run import train
+    from cselab.app.train import train
 
     pushes: list[bool] = []
     pc.push_folder = lambda folder, repo: pushes.append(dist.is_initialized())

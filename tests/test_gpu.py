@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cselab.training import checkpoint as ckpt
-from cselab.training.run import build_trainer
+from cselab.app.train import build_trainer
 from test_trainer import assert_same_weights, tiny_config
 
 pytestmark = pytest.mark.gpu

@@ -17,7 +17,7 @@ from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
 from cselab.training.checkpoint import load_checkpoint
-from cselab.training.run import build_trainer
+from cselab.app.train import build_trainer
 
 SENTENCES = ["alpha beta gamma", "a man plays a guitar .", "delta", "the cat sat on the mat"]
 

@@ -306,7 +306,7 @@ def test_a_run_resumes_bit_exactly_and_the_card_has_a_row_per_dimension(
 
     from cselab.io.runfolder import RunFolder
     from cselab.publish.card import CARD_FILE
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
     from test_trainer import tiny_config
 
     extra = ["--objective.matryoshka.dims=[16,8]", "--objective.matryoshka.weights=[1,0.5]",

@@ -16,7 +16,7 @@ from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
 from cselab.objectives import MaskedNextTokenPrediction
 from cselab.training.merge import merge_folder
-from cselab.training.run import build_trainer
+from cselab.app.train import build_trainer
 from cselab.training.task import Batch, Task
 
 SENTENCES = [

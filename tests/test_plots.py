@@ -14,7 +14,7 @@ from cselab.cli import main
 from cselab.config import load_config
 from cselab.core.errors import DataFormatError
 from cselab.insight.plots import plot_runs, read_run
-from cselab.training.run import build_trainer
+from cselab.app.train import build_trainer
 from test_sweep import assert_png
 
 KEPT = REPO / "docs" / "results" / "objectives_runs"

@@ -30,6 +30,9 @@ class RunFolder:
     path: Path
 
     CONFIG = "config.yaml"
+    #: What the run resolved once at its entry (``cselab.config.plan.RunPlan``): the data
+    #: kind, dev set, device, precision, pooler, objective.
+    PLAN = "plan.json"
     METRICS = "metrics.csv"
     RESULTS = "results.json"
     CHECKPOINT = "checkpoint"
@@ -54,7 +57,9 @@ class RunFolder:
     SWEEP_LOCK = ".cselab-sweep.lock"
 
     #: What a previous run leaves in its folder (the lock file is not part of a run).
-    RUN_FILES = (CHECKPOINT, BEST, LAST, MERGED, CONFIG, METRICS, RESULTS, TENSORBOARD)
+    RUN_FILES = (
+        CHECKPOINT, BEST, LAST, MERGED, CONFIG, PLAN, METRICS, RESULTS, TENSORBOARD
+    )  # fmt: skip
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         object.__setattr__(self, "path", Path(path))
@@ -62,6 +67,10 @@ class RunFolder:
     @property
     def config(self) -> Path:
         return self.path / self.CONFIG
+
+    @property
+    def plan(self) -> Path:
+        return self.path / self.PLAN
 
     @property
     def metrics(self) -> Path:

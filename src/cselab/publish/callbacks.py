@@ -1,7 +1,7 @@
 """What leaves a training run, as training callbacks: the model card of every saved folder and
 the upload of ``best/`` to the Hub (``train.push_to_hub``).
 
-:func:`cselab.training.run.build_trainer` adds them to every run; the trainer itself knows
+:func:`cselab.app.train.build_trainer` adds them to every run; the trainer itself knows
 nothing of cards or the Hub (it tells its callbacks when it writes a model folder and when it
 ends).
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
+from ..config.plan import RunPlan
 from ..data.source import TrainingData
 from ..training.callbacks import Callback, SavedModel
 from .card import write_model_card
@@ -25,13 +26,15 @@ class ModelCardCallback(Callback):
     Args:
         config: the run's config.
         data: what the run trains on (file, kind, rows, SHA-256), from the data layer.
+        plan: the run's resolved facts (:class:`~cselab.config.plan.RunPlan`), if known.
     """
 
     name = "model card"
 
-    def __init__(self, config: Config, data: TrainingData) -> None:
+    def __init__(self, config: Config, data: TrainingData, plan: RunPlan | None = None) -> None:
         self.config = config
         self.data = data
+        self.plan = plan
 
     def on_model_save(self, model: SavedModel) -> None:
         write_model_card(
@@ -43,6 +46,7 @@ class ModelCardCallback(Callback):
             selection_score=model.selection_score,
             step=model.step,
             model_id=model.model_id,
+            plan=self.plan,
         )
 
 
@@ -55,7 +59,7 @@ class PushCallback(Callback):
         self.folder = Path(folder)
         self.repo_id = repo_id
         #: with ``deferred``, :meth:`on_end` only marks the run finished and :meth:`push`
-        #: uploads, called by ``training.run.train`` once the process group is gone (an upload
+        #: uploads, called by ``cselab.app.train.train`` once the process group is gone (an upload
         #: can outlast any collective timeout, and no rank should wait in one meanwhile)
         self.deferred = deferred
         self.finished = False

@@ -29,11 +29,12 @@ from typing import Any
 import yaml
 
 from ..config import Config
+from ..config.plan import RunPlan
 from ..core.datakind import DataKind
 from ..core.schema import from_dict
 from ..data.config import is_pairs_source
 from ..data.pairs import read_mining_record
-from ..data.source import TrainingData
+from ..data.source import TrainingData, TrainingSource
 from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
 from ..io.readers import read_json
@@ -121,27 +122,34 @@ def file_sha256(path: Path) -> str:
     return _DIGESTS[key]
 
 
-def data_of_config(config: Config, rows: int | None = None) -> TrainingData:
+def data_of_config(
+    config: Config, rows: int | None = None, plan: RunPlan | None = None
+) -> TrainingData:
     """What a card says about the training data when no run handed it over (a card written
-    from a saved ``cselab_config.yaml``): the file where the run found it (never downloaded),
-    its kind by the data layer's rule, its SHA-256 if it is on disk, and ``rows`` if known.
-
-    The hard negatives are not counted (the file is not read): the config names them
-    (``data.columns.negative``, SICK's one), or a nonzero ``objective.hard_negative_weight``,
-    which the run that saved the config was only allowed with hard negatives, implies one.
+    from a saved ``cselab_config.yaml``): the file and its kind from the run's ``plan`` (what
+    the run decided when it opened the file), its SHA-256 if it is on disk, and ``rows`` if
+    known. Without a plan (a folder moved away from its run folder) the data layer opens the
+    file where the run found it (never downloaded) and decides; a file no longer there is
+    described by its name, its hard negatives not counted.
     """
     data = config.data
-    cache = Path(data.cache_dir) if data.cache_dir else cache_root()
-    path = resolve_train_file(data.train_file, str(cache / "data"), download=False)
-    if is_pairs_source(path, data.format):
-        named = data.columns.negative
-        implied = data.format == "sick" or config.objective.hard_negative_weight != 0
-        negatives = len(named) if named is not None else int(implied)
-        kind = DataKind(pairs=True, negatives=negatives)
+    if plan is not None:
+        path, kind = Path(plan.train_file), plan.kind
     else:
-        kind = DataKind()
+        cache = Path(data.cache_dir) if data.cache_dir else cache_root()
+        path = resolve_train_file(data.train_file, str(cache / "data"), download=False)
+        if path.exists():
+            kind = TrainingSource(path, data).kind
+        else:
+            kind = DataKind(pairs=is_pairs_source(path, data.format))
     sha = file_sha256(path) if path.is_file() else None
     return TrainingData(path, kind, rows, sha)
+
+
+def run_plan_of(folder: Path) -> RunPlan | None:
+    """The plan of the run that saved the model folder ``folder`` (``best/``, ``last/``,
+    ``merged/`` of a run folder), or ``None`` when the folder is not in its run folder."""
+    return RunPlan.load(folder.resolve().parent)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -348,6 +356,7 @@ def write_model_card(
     step: int | None = None,
     evaluation: Mapping[str, Any] | None = None,
     model_id: str | None = None,
+    plan: RunPlan | None = None,
 ) -> Path:
     """Write ``folder/README.md``: a Hugging Face model card for the model saved there.
 
@@ -366,6 +375,8 @@ def write_model_card(
         evaluation: ``cselab evaluate`` output to include (tables and ``model-index``).
         model_id: the name the usage snippets load; default ``config.train.push_to_hub`` when set,
             else the folder's absolute path (:func:`set_model_id` rewrites it on push).
+        plan: the run's resolved facts (:class:`~cselab.config.plan.RunPlan`); ``None``: the
+            plan saved in the folder's run folder, if any (for ``data: None``).
 
     Returns:
         The path of the card.
@@ -378,7 +389,7 @@ def write_model_card(
         if pooler is None:
             raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
-    data = data or data_of_config(config)
+    data = data or data_of_config(config, plan=plan or run_plan_of(out))
     rows = read_metrics(metrics_csv)
     dev = dev_score(config.eval)
     if selection_score is None and step is not None:

@@ -1,7 +1,7 @@
 """The output folder of a run: never replace a run by accident, never resume a different one.
 
 Before anything is written, and with the folder's lock held (:meth:`RunFolder.lock
-<cselab.io.runfolder.RunFolder.lock>`, taken by :func:`cselab.training.run.train`, so no other
+<cselab.io.runfolder.RunFolder.lock>`, taken by :func:`cselab.app.train.train`, so no other
 process can start a run there between the check and the run), :func:`prepare_output_dir` looks
 at ``train.output_dir``:
 
@@ -70,10 +70,10 @@ RESOLVED_ON_LOAD = ("model.pooler",)
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
 
 
-#: What a run writes before its first training step: the config, the step-0 evaluation (its
-#: metrics row and the untrained model kept as ``best/``) and the loggers' files.
+#: What a run writes before its first training step: the config and its plan, the step-0
+#: evaluation (its metrics row and the untrained model kept as ``best/``) and the loggers' files.
 BEFORE_FIRST_STEP = frozenset(
-    {RunFolder.CONFIG, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
+    {RunFolder.CONFIG, RunFolder.PLAN, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
 )
 
 
