@@ -91,6 +91,7 @@ class RunPlan:
     def save(self, folder: str | Path) -> Path:
         """Write the plan into the run folder ``folder`` (atomically); returns its path."""
         path = RunFolder(folder).plan
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, self.to_dict(), indent=2, what="run plan")
         return path
 
