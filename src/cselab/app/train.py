@@ -269,9 +269,7 @@ def assemble_trainer(
         if width_multiple:
             options["dynamic"] = False
         forward = compile_encoder(encoder, **options)
-    task = Task(
-        forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind
-    )
+    task = Task(forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind)
     trainable = [p for p in encoder.parameters() if p.requires_grad]
     optim = Optimization(trainable, tc, total_steps, device, amp_dtype)
     selection = ModelSelection(evaluator, _unbound, dist.is_main)

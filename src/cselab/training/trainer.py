@@ -58,6 +58,7 @@ from .task import Batch, Task
 
 log = logging.getLogger("cselab")
 
+
 class Trainer:
     """Runs the optimisation loop of a :class:`~cselab.config.Config` with the collaborators it
     is handed; it builds none of them (:func:`cselab.app.train.assemble_trainer` does, from the
