@@ -140,9 +140,9 @@ def child_datasets(corpus: Path, cache: Path) -> dict:
 def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) -> dict:
     import torch
 
+    from cselab.app.train import build_trainer
     from cselab.config import Config
     from cselab.data import tokenize_corpus
-    from cselab.app.train import build_trainer
 
     torch.set_num_threads(2)
     config = Config()
@@ -193,8 +193,8 @@ def child_tokenize_pairs(triplets: Path, cache: Path) -> dict:
 def child_train_pairs(triplets: Path, cache: Path, out: Path, steps: int) -> dict:
     import torch
 
-    from cselab.config import Config
     from cselab.app.train import build_trainer
+    from cselab.config import Config
 
     torch.set_num_threads(2)
     config = Config()

@@ -208,11 +208,11 @@ def summarize(rec: dict[str, Any], batch: int, seq: int, flops: float, peak: flo
 def cselab_trainer(
     folder: Path, args: argparse.Namespace, batch: int, chunk: int | None, out: Path
 ):
+    from cselab.app.train import assemble_trainer
     from cselab.config import Config
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import build_objective
     from cselab.training.rng import seed_everything
-    from cselab.app.train import assemble_trainer
 
     cfg = Config()
     cfg.model.name_or_path = str(folder)

@@ -322,9 +322,9 @@ def sync(device: torch.device) -> None:
 
 
 def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
-    from cselab.app.train import build_trainer
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_gpu import bf16_peak
@@ -423,8 +423,8 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
 
 
 def step_long(model_large: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
-    from cselab.config import load_config
     from cselab.app.train import build_trainer
+    from cselab.config import load_config
 
     rows = []
     variants = [("no GradCache", []), (f"GradCache chunk {plan.long_chunk}",

@@ -133,9 +133,9 @@ def test_disk_full_during_training_is_one_line(
 def test_failed_model_folder_save_keeps_the_previous_folder(
     tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.model.encoder import SentenceEncoder, load
-    from cselab.app.train import build_trainer
 
     trainer = build_trainer(load_config(None, _train_args(tiny_bert, tmp_path)[2:]))
     best = trainer.save_model("best")
@@ -173,8 +173,8 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     import textwrap
     import time
 
-    from cselab.config import load_config
     from cselab.app.train import build_trainer
+    from cselab.config import load_config
 
     def overrides(folder: Path) -> list[str]:
         return [

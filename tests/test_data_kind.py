@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from cselab.app import train as run_module
 from cselab.config import ConfigError, DataConfig, load_config
 from cselab.core.datakind import DataKind
 from cselab.data import shard_bounds
 from cselab.data.source import TrainingSource
 from cselab.publish.callbacks import ModelCardCallback
 from cselab.publish.card import CARD_FILE
-from cselab.app import train as run_module
 from cselab.training import task as task_module
 from cselab.training.distributed import DistInfo
 from test_trainer import tiny_config

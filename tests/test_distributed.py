@@ -200,8 +200,8 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
     process with batch 8, with an objective that gathers in every way (in-batch, off-dropout,
     mixed and Gaussian negatives, DCL, BarlowTwins). Both train a float64 model."""
     tiny_bert = tiny_bert64
-    from cselab.config import load_config
     from cselab.app.train import train
+    from cselab.config import load_config
 
     data = corpus(tmp_path / "data")
     objective = [
@@ -241,8 +241,8 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
 
 def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) -> dict:
     """Build the trainer the way ``torchrun`` would (environment variables) and train."""
-    from cselab.config import load_config
     from cselab.app.train import build_trainer
+    from cselab.config import load_config
 
     trainer = build_trainer(load_config(None, config_args))
     if phase == "interrupted":
@@ -358,8 +358,8 @@ def _push_worker(rank: int, world: int, config_args: list[str]) -> dict:
     import torch.distributed as dist
 
     import cselab.publish.callbacks as pc
-    from cselab.config import load_config
     from cselab.app.train import train
+    from cselab.config import load_config
 
     pushes: list[bool] = []
     pc.push_folder = lambda folder, repo: pushes.append(dist.is_initialized())

@@ -215,8 +215,8 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
 ) -> None:
     """``train.compile_mode=reduce-overhead`` (CUDA graphs want fixed shapes): every batch is
     padded to a multiple of 16 tokens, and the padding, masked, changes no sentence vector."""
-    from cselab.data import bucket_width, pad_to_width
     from cselab.app.train import build_trainer
+    from cselab.data import bucket_width, pad_to_width
     from test_trainer import tiny_config
 
     assert [bucket_width(w, 16) for w in (1, 16, 17, 32)] == [16, 16, 32, 32]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from cselab.app import train as run
 from cselab.config import Config, load_config
 from cselab.objectives.config import ObjectiveConfig
-from cselab.app import train as run
 
 
 class Started(Exception):
