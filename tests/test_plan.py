@@ -9,6 +9,7 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cselab.app.train import build_trainer
@@ -18,6 +19,7 @@ from cselab.config.plan import RunPlan
 from cselab.core.datakind import DataKind
 from cselab.core.schema import from_dict
 from cselab.io.runfolder import RunFolder
+from cselab.objectives.config import ObjectiveConfig
 from cselab.publish.card import CARD_FILE, write_model_card
 
 ROWS = 16
@@ -34,7 +36,17 @@ def pairs_file(path: Path) -> Path:
     return path
 
 
-def test_a_run_saves_its_plan_and_runs_on_it(tiny_bert: Path, tmp_path: Path, one_thread) -> None:
+def test_a_run_saves_its_plan_and_runs_on_it(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread
+) -> None:
+    checks: list[object] = []
+    validate = ObjectiveConfig.validate
+
+    def counted(self: ObjectiveConfig, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        checks.append(args)
+        validate(self, *args, **kwargs)
+
+    monkeypatch.setattr(ObjectiveConfig, "validate", counted)
     data = pairs_file(tmp_path / "pairs.csv")
     out = tmp_path / "out"
     config = load_config(
@@ -69,6 +81,9 @@ def test_a_run_saves_its_plan_and_runs_on_it(tiny_bert: Path, tmp_path: Path, on
     assert RunPlan.from_dict(plan.to_dict()) == plan
     results = trainer.train()
     assert results["precision"] == plan.precision
+    # the objective section is checked where the config enters and once with the data's kind
+    # when it is built; the cards of best/ and last/ ask the run's built objective
+    assert len(checks) == 2
 
     # A card written later from the saved folder (as `cselab evaluate --update-card` does)
     # takes the kind from the plan, even once the training file is gone: one hard negative.

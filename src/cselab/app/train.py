@@ -198,7 +198,7 @@ def build_trainer(
     # building the model consumed (the data order and generated negatives have their own
     # generators). Each rank gets its own dropout stream.
     seed_everything(dropout_seed(tc.seed, dist_info.rank))
-    models_out: list[Callback] = [ModelCardCallback(config, data, plan)]
+    models_out: list[Callback] = [ModelCardCallback(config, data, plan, objective)]
     if tc.push_to_hub:
         push = PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub, deferred=defer_push)
         models_out.append(push)

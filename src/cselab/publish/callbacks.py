@@ -15,6 +15,7 @@ from typing import Any
 from ..config import Config
 from ..config.plan import RunPlan
 from ..data.source import TrainingData
+from ..objectives import Objective
 from ..training.callbacks import Callback, SavedModel
 from .card import write_model_card
 from .push import push_folder
@@ -27,14 +28,23 @@ class ModelCardCallback(Callback):
         config: the run's config.
         data: what the run trains on (file, kind, rows, SHA-256), from the data layer.
         plan: the run's resolved facts (:class:`~cselab.config.plan.RunPlan`), if known.
+        objective: the run's built objective (its papers, tags and words), if known; else each
+            card builds it again from the config.
     """
 
     name = "model card"
 
-    def __init__(self, config: Config, data: TrainingData, plan: RunPlan | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        data: TrainingData,
+        plan: RunPlan | None = None,
+        objective: Objective | None = None,
+    ) -> None:
         self.config = config
         self.data = data
         self.plan = plan
+        self.objective = objective
 
     def on_model_save(self, model: SavedModel) -> None:
         write_model_card(
@@ -47,6 +57,7 @@ class ModelCardCallback(Callback):
             step=model.step,
             model_id=model.model_id,
             plan=self.plan,
+            objective=self.objective,
         )
 
 

@@ -43,7 +43,13 @@ from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
 from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
-from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
+from ..objectives import (
+    Objective,
+    build_objective,
+    describe_objective,
+    objective_papers,
+    objective_tags,
+)
 from ..training.metrics import read_metrics as read_metrics_table
 from .hardware import hardware_section
 from .hub_metadata import (
@@ -331,11 +337,14 @@ def _dimensions_section(results: Mapping[str, Any] | None, dev: Any) -> str:
     )
 
 
-def _citations(config: Config, data: TrainingData) -> tuple[list[str], list[str], str]:
-    """The Hub tags, the description and the BibTeX of the papers of the objective (asked of
-    the objective built for this data) and of the model section (its pooler's paper,
-    :func:`~cselab.model.prompt.model_papers`)."""
-    objective = build_objective(config.objective, data.kind)
+def _citations(
+    config: Config, data: TrainingData, objective: Objective | None = None
+) -> tuple[list[str], list[str], str]:
+    """The Hub tags, the description and the BibTeX of the papers of the objective (the run's,
+    or asked of the objective built for this data) and of the model section (its pooler's
+    paper, :func:`~cselab.model.prompt.model_papers`)."""
+    if objective is None:  # a card without its run: the objective built again from the config
+        objective = build_objective(config.objective, data.kind)
     pooler = model_papers(config.model)
     bib = "\n\n".join(p.bibtex for p in (*objective_papers(objective), *pooler))
     tags = objective_tags(objective) + [p.tag for p in pooler if p.tag]
@@ -357,6 +366,7 @@ def write_model_card(
     evaluation: Mapping[str, Any] | None = None,
     model_id: str | None = None,
     plan: RunPlan | None = None,
+    objective: Objective | None = None,
 ) -> Path:
     """Write ``folder/README.md``: a Hugging Face model card for the model saved there.
 
@@ -377,6 +387,8 @@ def write_model_card(
             else the folder's absolute path (:func:`set_model_id` rewrites it on push).
         plan: the run's resolved facts (:class:`~cselab.config.plan.RunPlan`); ``None``: the
             plan saved in the folder's run folder, if any (for ``data: None``).
+        objective: the run's built objective, asked for its papers, tags and words; ``None``:
+            built (and validated) again from ``config`` for the data's kind.
 
     Returns:
         The path of the card.
@@ -400,7 +412,7 @@ def write_model_card(
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
     as_path = Path(model_id)
     name = f"{as_path.parent.name}-{as_path.name}" if as_path.is_absolute() else model_id
-    tags, objective, bib = _citations(config, data)
+    tags, described, bib = _citations(config, data, objective)
     card_data = front_matter(
         name, config.model, tags, eval_results(selection_score, dev, evaluation)
     )
@@ -440,7 +452,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Objective
 
-{chr(10).join(objective)}
+{chr(10).join(described)}
 
 ## Usage
 
