@@ -1,9 +1,9 @@
 """``resolve(config) -> RunPlan``: the facts of a run, decided once where training starts.
 
 :func:`resolve` opens the training file (its kind decided there, by the data layer:
-:class:`~cselab.data.source.TrainingSource`), resolves the dev set (:func:`~cselab.config.devset.
-resolve_dev_set`), the device and ``train.precision: auto`` (:mod:`cselab.training.runtime`), the
-number of processes (from the environment: the process group forms later), the pooler of
+:class:`~cselab.data.source.TrainingSource`), resolves the dev set
+(:func:`~cselab.config.devset.resolve_dev_set`), the device and ``train.precision: auto``
+(:mod:`cselab.training.runtime`), the number of processes (from the environment: the process group forms later), the pooler of
 ``model.pooler: null`` and the encoder's width from the model's ``config.json`` (read once,
 without the weights; a Hub name or a folder of adapters leaves them to the model's load) and
 Matryoshka's prefixes, and checks the ``objective`` section against the data kind. The result is
