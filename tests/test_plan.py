@@ -65,8 +65,10 @@ def test_a_run_saves_its_plan_and_runs_on_it(
         ],
     )
     trainer = build_trainer(config)
+    assert RunPlan.load(out) is None  # written with config.yaml, when the loop starts
+    results = trainer.train()
     plan = RunPlan.load(out)
-    assert plan is not None
+    assert plan is not None and plan == trainer.plan
     saved = json.loads(RunFolder(out).plan.read_text(encoding="utf-8"))
     assert saved["kind"] == {"pairs": True, "negatives": 1}
     assert plan.kind == DataKind(pairs=True, negatives=1) == trainer.kind
@@ -79,7 +81,6 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     assert plan.train_file == str(data)
     assert plan.objective == config.objective
     assert RunPlan.from_dict(plan.to_dict()) == plan
-    results = trainer.train()
     assert results["precision"] == plan.precision
     # the objective section is checked where the config enters and once with the data's kind
     # when it is built; the cards of best/ and last/ ask the run's built objective

@@ -208,7 +208,7 @@ def test_two_trainers_into_one_new_folder_one_runs_the_other_is_refused(
     run = RunFolder(out)
     assert sorted(run.previous_run()) == sorted(
         [RunFolder.CHECKPOINT, RunFolder.BEST, RunFolder.LAST, RunFolder.CONFIG,
-         RunFolder.PLAN, RunFolder.METRICS, RunFolder.RESULTS]
+         RunFolder.METRICS, RunFolder.RESULTS]
     )  # fmt: skip
     seeds = {
         "config": yaml.safe_load(run.config.read_text())["train"]["seed"],

@@ -3,8 +3,9 @@
 The composition root of training, above every layer it assembles (``tests/test_layout.py``):
 it validates the config, takes the output folder's lock and checks the folder
 (:mod:`cselab.training.rundir`) before any heavy work, resolves the run's facts once
-(:func:`.plan.resolve`: the data kind, dev set, device, precision, pooler, objective) and saves
-them in the run folder (:class:`~cselab.config.plan.RunPlan`), builds the objective for that
+(:func:`.plan.resolve`: the data kind, dev set, device, precision, pooler, objective; a
+:class:`~cselab.config.plan.RunPlan`, which the trainer writes beside ``config.yaml`` when its
+loop starts), builds the objective for that
 kind, loads the model, tokenises, forms the process group, seeds the streams and builds the
 trainer's collaborators (:func:`assemble_trainer`: the loggers, the objective's context, the
 :class:`~cselab.training.task.Task`, the optimiser, model selection), with the callbacks that
@@ -184,8 +185,6 @@ def build_trainer(
         check_dropout_noise(encoder, plan.kind, config.model.dropout)
     if tc.gradient_checkpointing:
         encoder.gradient_checkpointing(True)
-    if here.is_main:
-        plan.save(tc.output_dir)
     with cache_lock(cache):  # the first rank tokenises; the others then read its entry
         corpus, data = source.tokenize(
             encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
@@ -278,7 +277,7 @@ def assemble_trainer(
         config, encoder, task, corpus, order, optim, selection,
         total_steps=total_steps, device=device, amp_dtype=amp_dtype, dist_info=dist,
         callbacks=listeners, kind=kind, data_digest=data_digest, matryoshka_dims=dims,
-        width_multiple=width_multiple,
+        width_multiple=width_multiple, plan=plan,
     )  # fmt: skip
 
 

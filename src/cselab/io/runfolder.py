@@ -31,7 +31,8 @@ class RunFolder:
 
     CONFIG = "config.yaml"
     #: What the run resolved once at its entry (``cselab.config.plan.RunPlan``): the data
-    #: kind, dev set, device, precision, pooler, objective.
+    #: kind, dev set, device, precision, pooler, objective. Not one of :attr:`RUN_FILES`: every
+    #: run writes its own once the folder is checked, replacing the previous run's.
     PLAN = "plan.json"
     METRICS = "metrics.csv"
     RESULTS = "results.json"
@@ -57,9 +58,7 @@ class RunFolder:
     SWEEP_LOCK = ".cselab-sweep.lock"
 
     #: What a previous run leaves in its folder (the lock file is not part of a run).
-    RUN_FILES = (
-        CHECKPOINT, BEST, LAST, MERGED, CONFIG, PLAN, METRICS, RESULTS, TENSORBOARD
-    )  # fmt: skip
+    RUN_FILES = (CHECKPOINT, BEST, LAST, MERGED, CONFIG, METRICS, RESULTS, TENSORBOARD)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         object.__setattr__(self, "path", Path(path))

@@ -70,10 +70,10 @@ RESOLVED_ON_LOAD = ("model.pooler",)
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
 
 
-#: What a run writes before its first training step: the config and its plan, the step-0
-#: evaluation (its metrics row and the untrained model kept as ``best/``) and the loggers' files.
+#: What a run writes before its first training step: the config, the step-0 evaluation (its
+#: metrics row and the untrained model kept as ``best/``) and the loggers' files.
 BEFORE_FIRST_STEP = frozenset(
-    {RunFolder.CONFIG, RunFolder.PLAN, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
+    {RunFolder.CONFIG, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
 )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..config import Config, save_config
+from ..config.plan import RunPlan
 from ..core.datakind import SENTENCES, DataKind
 from ..data import BatchOrder, TokenizedCorpus, collate, pad_to_width, shard
 from ..data.pairs import TokenizedPairs, evaluation_notes
@@ -89,6 +90,8 @@ class Trainer:
             none).
         width_multiple: batches padded to multiples of this many tokens (the fixed shapes of a
             ``reduce-overhead`` compiled step), or ``None``.
+        plan: the run's resolved facts, written beside ``config.yaml`` when the loop starts
+            (:class:`~cselab.config.plan.RunPlan`); ``None``: parts built by hand, no plan.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class Trainer:
         data_digest: str | None = None,
         matryoshka_dims: Sequence[int] = (),
         width_multiple: int | None = None,
+        plan: RunPlan | None = None,
     ) -> None:
         self.config, self.corpus, self.data_digest = config, corpus, data_digest
         self.kind = kind
@@ -129,6 +133,7 @@ class Trainer:
         self.selection = selection
         selection.save_best = lambda: self.save_model(RunFolder.BEST)
         self.matryoshka_dims = tuple(matryoshka_dims)
+        self.plan = plan
         self.pad_id = int(encoder.tokenizer.pad_token_id or 0)
         self.step = 0
         self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
@@ -312,6 +317,8 @@ class Trainer:
         self._t0 = self._last_save = time.perf_counter()
         if main:
             save_config(self.config, self.folder.config)
+            if self.plan is not None:
+                self.plan.save(self.out)
         metrics = MetricsLog(self.out, enabled=main, resume_step=self.step if resumed else None)
         progress = Progress(self.total_steps, self.step, enabled=main)
         eval_every = tc.eval_steps
