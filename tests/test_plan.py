@@ -93,6 +93,16 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     raw = yaml.safe_load((best / RunFolder.MODEL_CONFIG).read_text(encoding="utf-8"))
     saved_config = from_dict(Config, raw).validate()
     data.unlink()
+
+    def derived_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the card derived a fact of the plan again")
+
+    import cselab.publish.card as card_module
+    import cselab.publish.hub_metadata as metadata_module
+
+    monkeypatch.setattr(metadata_module, "resolve_dev_set", derived_again)
+    monkeypatch.setattr(card_module, "TrainingSource", derived_again)
+    monkeypatch.setattr(card_module, "is_pairs_source", derived_again)
     text = write_model_card(best, saved_config).read_text(encoding="utf-8")
     assert "every hard negative of the batch (1 per pair)" in text
     assert "| pairs |" in text

@@ -61,7 +61,7 @@ def resolve(
     device = pick_device(tc.device, dist)
     precision = precision_name(autocast_dtype(tc.precision, device))  # logged once, here
     pooler, width = model_facts(config.model.name_or_path, config.model.pooler)
-    dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns) if ec.enabled else None
+    dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
     plan = RunPlan(
         train_file=str(source.path),
         kind=source.kind,

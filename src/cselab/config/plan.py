@@ -38,7 +38,8 @@ class RunPlan:
     Attributes:
         train_file: the training file as opened (a download name resolved to its file).
         kind: sentences, or pairs with ``K`` hard negatives (the data layer's decision).
-        dev: the dev set of model selection (``None``: no dev set, ``eval.dev: none``).
+        dev: the dev set of model selection (``None``: no dev set, ``eval.dev: none``); what
+            the card names the score by, also when ``eval.enabled`` is off.
         device: this run's device (``cpu``, ``cuda:0``, ...; rank 0's for a run on several).
         precision: the precision it trains in, ``train.precision: auto`` resolved
             (``fp32``, ``bf16``, ``fp16``).

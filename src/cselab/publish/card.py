@@ -252,10 +252,10 @@ def mining_words(path: Path) -> str | None:
     )
 
 
-def intended_use(config: Config, data: TrainingData) -> str:
+def intended_use(config: Config, data: TrainingData, plan: RunPlan | None = None) -> str:
     """The card's intended use: semantic search for a model selected on a retrieval set or
-    trained on hard negatives, else sentence similarity."""
-    dev = dev_score(config.eval)
+    trained on hard negatives, else sentence similarity (``plan``: the run's, its dev set)."""
+    dev = dev_score(config.eval, plan)
     search = dev.task_type == "retrieval" or data.kind.hard_negatives
     if search:
         why = (
@@ -401,9 +401,10 @@ def write_model_card(
         if pooler is None:
             raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
-    data = data or data_of_config(config, plan=plan or run_plan_of(out))
+    plan = plan or run_plan_of(out)
+    data = data or data_of_config(config, plan=plan)
     rows = read_metrics(metrics_csv)
-    dev = dev_score(config.eval)
+    dev = dev_score(config.eval, plan)
     if selection_score is None and step is not None:
         selection_score = next(
             (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
@@ -448,7 +449,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Intended use
 
-{intended_use(config, data)}
+{intended_use(config, data, plan)}
 
 ## Objective
 
