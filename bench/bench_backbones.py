@@ -99,10 +99,10 @@ def corpus(folder: Path, n: int) -> Path:
 
 def run_cselab(model: Path, train: Path, work: Path, args: argparse.Namespace, gc: bool) -> float:
     """Sentences per second of ``cselab train`` after its first step."""
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.model.backbones import is_decoder
     from cselab.training.callbacks import Callback
-    from cselab.training.run import build_trainer
 
     ends: list[float] = []
 

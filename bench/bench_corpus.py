@@ -5,7 +5,7 @@ Measures, each in a fresh child process (so that peak RSS is that phase's own):
 * **tokenise, cselab**: ``tokenize_corpus`` streaming the file into the token store (cold cache);
 * **tokenise, datasets**: ``load_dataset("text")`` + ``Dataset.map(batched=True)`` with the same
   tokenizer, the same truncation and the same batch size (the peer: the usual way to do this);
-* **train 20 steps**: ``cselab.training.run.build_trainer`` + ``train`` on the cached store
+* **train 20 steps**: ``cselab.app.train.build_trainer`` + ``train`` on the cached store
   (unsupervised SimCSE, batch 64, no evaluation), for each corpus size, with ``--model tiny``
   (a random 2-layer BERT, hidden 32, MiniLM's vocabulary: the memory is then mostly the data
   path's) or ``--model minilm`` (all-MiniLM-L6-v2, whose activations dominate);
@@ -140,9 +140,9 @@ def child_datasets(corpus: Path, cache: Path) -> dict:
 def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) -> dict:
     import torch
 
+    from cselab.app.train import build_trainer
     from cselab.config import Config
     from cselab.data import tokenize_corpus
-    from cselab.training.run import build_trainer
 
     torch.set_num_threads(2)
     config = Config()
@@ -193,8 +193,8 @@ def child_tokenize_pairs(triplets: Path, cache: Path) -> dict:
 def child_train_pairs(triplets: Path, cache: Path, out: Path, steps: int) -> dict:
     import torch
 
+    from cselab.app.train import build_trainer
     from cselab.config import Config
-    from cselab.training.run import build_trainer
 
     torch.set_num_threads(2)
     config = Config()

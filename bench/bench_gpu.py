@@ -208,11 +208,11 @@ def summarize(rec: dict[str, Any], batch: int, seq: int, flops: float, peak: flo
 def cselab_trainer(
     folder: Path, args: argparse.Namespace, batch: int, chunk: int | None, out: Path
 ):
+    from cselab.app.train import assemble_trainer
     from cselab.config import Config
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import build_objective
     from cselab.training.rng import seed_everything
-    from cselab.training.trainer import Trainer
 
     cfg = Config()
     cfg.model.name_or_path = str(folder)
@@ -226,7 +226,7 @@ def cselab_trainer(
     seed_everything(0)
     encoder = SentenceEncoder.from_config(cfg.model)
     corpus = random_corpus(batch * (args.warmup + args.steps + 1), args.seq, args.shape.vocab)
-    return Trainer(cfg, encoder, build_objective(cfg.objective), corpus)
+    return assemble_trainer(cfg, encoder, build_objective(cfg.objective), corpus)
 
 
 def bench_cselab(

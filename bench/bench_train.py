@@ -233,8 +233,8 @@ def cselab_trainer(args: argparse.Namespace, precision: str, out: Path, max_step
                    compiled: bool = False) -> Any:  # fmt: skip
     """cselab's trainer for this recipe (a callback on every step: ``log_steps`` 1);
     ``compiled``: ``train.compile=true``."""
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
 
     extra = ["train.log_steps=1"] if callbacks else []
     items = cselab_overrides(args, precision, out, max_steps, eval_steps, compiled)

@@ -324,9 +324,9 @@ def sync(device: torch.device) -> None:
 
 
 def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
-    from cselab.training.run import build_trainer
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_gpu import bf16_peak
@@ -425,8 +425,8 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
 
 
 def step_long(model_large: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
 
     rows = []
     variants = [("no GradCache", []), (f"GradCache chunk {plan.long_chunk}",

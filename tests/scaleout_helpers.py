@@ -370,6 +370,7 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
     """Per-rank dropout streams from the trainer and through a checkpoint, the gather's backward
     with a shared incoming gradient, and the cross-rank agreement check (see
     ``test_distributed.py``)."""
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.training import checkpoint as ckpt
     from cselab.training.distributed import (
@@ -379,7 +380,6 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
         gather_with_grad,
     )
     from cselab.training.rng import RNGState, dropout_seed, seed_everything
-    from cselab.training.run import build_trainer
 
     out: dict[str, Any] = {}
     trainer = build_trainer(load_config(None, config_args))

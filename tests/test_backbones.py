@@ -15,6 +15,7 @@ import torch
 
 from backbone_models import DECODER_FAMILIES, make_tiny, tiny_decoder_tokenizer, tiny_run_argv
 from conftest import write_corpus
+from cselab.app.train import build_trainer
 from cselab.config import load_config
 from cselab.core.errors import ConfigError
 from cselab.model import backbones, unpad
@@ -22,7 +23,6 @@ from cselab.model.config import PROMPTEOL_TEMPLATE, PromptConfig
 from cselab.model.encoder import SentenceEncoder, load
 from cselab.model.pooling import Pooler, last_index
 from cselab.model.prompt import Prompt
-from cselab.training.run import build_trainer
 
 REPO = Path(__file__).resolve().parents[1]
 ISSUE_FAMILIES = (

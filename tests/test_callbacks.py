@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import write_corpus
+from cselab.app.train import build_trainer
 from cselab.config import ConfigError, load_config
 from cselab.training.callbacks import Callback, Logger, split_row
-from cselab.training.run import build_trainer
 
 
 def tiny_config(tiny_bert: Path, folder: Path, *extra: str):

@@ -13,6 +13,7 @@ import torch
 from huggingface_hub import ModelCard
 
 from conftest import needs_senteval
+from cselab.app.train import build_trainer
 from cselab.cli import main
 from cselab.core.datakind import DataKind
 from cselab.data.source import TrainingData
@@ -34,7 +35,6 @@ from cselab.publish.card import (
     update_model_card,
     write_model_card,
 )
-from cselab.training.run import build_trainer
 from test_trainer import tiny_config as trainer_config
 
 

@@ -133,9 +133,9 @@ def test_disk_full_during_training_is_one_line(
 def test_failed_model_folder_save_keeps_the_previous_folder(
     tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.model.encoder import SentenceEncoder, load
-    from cselab.training.run import build_trainer
 
     trainer = build_trainer(load_config(None, _train_args(tiny_bert, tmp_path)[2:]))
     best = trainer.save_model("best")
@@ -173,8 +173,8 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     import textwrap
     import time
 
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
 
     def overrides(folder: Path) -> list[str]:
         return [
@@ -197,7 +197,7 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
         torch.set_num_threads({torch.get_num_threads()})
         import cselab.training.checkpoint as ckpt
         from cselab.config import load_config
-        from cselab.training.run import build_trainer
+        from cselab.app.train import build_trainer
         real = ckpt.save_file
         def save_file(tensors, path, metadata=None):
             if '"step": 6,' not in metadata["cselab"]:
@@ -248,8 +248,8 @@ def test_kill_during_a_background_best_write_keeps_the_previous_best(
     import textwrap
     import time
 
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
 
     def overrides(folder: Path) -> list[str]:
         return [
@@ -285,7 +285,7 @@ def test_kill_during_a_background_best_write_keeps_the_previous_best(
         torch.set_num_threads({torch.get_num_threads()})
         from cselab.config import load_config
         from cselab.model.encoder import SentenceEncoder
-        from cselab.training.run import build_trainer
+        from cselab.app.train import build_trainer
         real, saves = SentenceEncoder.save, []
         def save(self, path):
             saves.append(path)

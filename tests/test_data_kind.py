@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from cselab.app import train as run_module
 from cselab.config import ConfigError, DataConfig, load_config
 from cselab.core.datakind import DataKind
 from cselab.data import shard_bounds
 from cselab.data.source import TrainingSource
 from cselab.publish.callbacks import ModelCardCallback
 from cselab.publish.card import CARD_FILE
-from cselab.training import run as run_module
 from cselab.training import task as task_module
 from cselab.training.distributed import DistInfo
 from test_trainer import tiny_config
@@ -158,6 +158,6 @@ def test_the_batch_must_split_over_the_ranks(
     with pytest.raises(ValueError, match="cannot be split equally over 3 ranks") as err:
         shard_bounds(8, 0, 3)
     assert not isinstance(err.value, ConfigError)
-    monkeypatch.setattr(run_module, "init_distributed", lambda backend, **_: DistInfo(0, 3, 0))
+    monkeypatch.setattr(run_module, "dist_from_env", lambda: DistInfo(0, 3, 0))
     with pytest.raises(ConfigError, match=r"train\.batch_size=8 must be divisible by the 3 ranks"):
         run_module.build_trainer(tiny_config(tiny_bert, tmp_path))

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import SENTEVAL, needs_senteval, write_corpus
+from cselab.app.train import build_trainer
 from cselab.config import load_config
 from cselab.evaluation import alignment as au
 from cselab.evaluation.custom import dev_evaluator
 from cselab.evaluation.embed import EmbeddingCache
 from cselab.evaluation.sts import stsb_dev_measures, stsb_dev_spearman
 from cselab.training.callbacks import Callback
-from cselab.training.run import build_trainer
 from fakes import HashingEncoder
 
 pytestmark = needs_senteval

@@ -200,8 +200,8 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
     process with batch 8, with an objective that gathers in every way (in-batch, off-dropout,
     mixed and Gaussian negatives, DCL, BarlowTwins). Both train a float64 model."""
     tiny_bert = tiny_bert64
+    from cselab.app.train import train
     from cselab.config import load_config
-    from cselab.training.run import train
 
     data = corpus(tmp_path / "data")
     objective = [
@@ -241,8 +241,8 @@ def test_torchrun_two_processes_train_like_one_with_the_global_batch(
 
 def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) -> dict:
     """Build the trainer the way ``torchrun`` would (environment variables) and train."""
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
-    from cselab.training.run import build_trainer
 
     trainer = build_trainer(load_config(None, config_args))
     if phase == "interrupted":
@@ -306,14 +306,60 @@ def test_dist_timeout_is_the_process_groups(tmp_path: Path) -> None:
     assert [r["timed_out"] for r in generous] == [False, False]
 
 
+#: How long the rank that fills the token cache tokenises (slowed down), and the collective
+#: timeout of the run: longer, so a rank waiting for it in a collective would time out.
+SLOW_TOKENISE_S, SHORT_TIMEOUT_S = 14.0, 8.0
+
+
+def _slow_tokenise_worker(rank: int, world: int, config_args: list[str]) -> dict:
+    """``train`` with tokenising slowed to :data:`SLOW_TOKENISE_S` on whichever rank does it
+    (the cache's builder): the others must wait for it without a collective."""
+    import time
+
+    from cselab.app.train import train
+    from cselab.config import load_config
+    from cselab.data.store import TokenizedCorpus
+
+    built: list[float] = []
+    real_build = TokenizedCorpus.build.__func__
+
+    def slow_build(cls, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        built.append(time.monotonic())
+        time.sleep(SLOW_TOKENISE_S)
+        return real_build(cls, *args, **kwargs)
+
+    TokenizedCorpus.build = classmethod(slow_build)
+    results = train(load_config(None, config_args))
+    return {"built": len(built), "results": results}
+
+
+@pytest.mark.slow
+def test_no_rank_waits_in_a_collective_while_another_tokenises(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """The corpus is tokenised once, by one rank, before the process group forms; the other
+    rank waits on the token cache's file lock, which no collective timeout bounds, and reads
+    the cache. With ``train.dist_timeout_s`` shorter than the tokenising the run completes
+    (before, rank 1 waited for rank 0 in a barrier and the group timed out)."""
+    data = corpus(tmp_path / "data", 16)
+    args = overrides(
+        tiny_bert, tmp_path / "run", data, "--train.max_steps=2",
+        f"--train.dist_timeout_s={SHORT_TIMEOUT_S}",
+    )  # fmt: skip
+    out = spawn(_slow_tokenise_worker, tmp_path / "w", args, group=False)
+    assert sum(r["built"] for r in out) == 1  # one rank tokenised, the other read its entry
+    assert out[0]["results"]["steps"] == 2 and out[0]["results"]["world_size"] == 2
+    assert len(list((tmp_path / "run/cache/tokens").glob("tokens-*"))) == 1
+
+
 def _push_worker(rank: int, world: int, config_args: list[str]) -> dict:
-    """``cselab.training.run.train`` with ``push_to_hub``: the upload (recorded, not sent)
+    """``cselab.app.train.train`` with ``push_to_hub``: the upload (recorded, not sent)
     sees whether a process group still exists."""
     import torch.distributed as dist
 
     import cselab.publish.callbacks as pc
+    from cselab.app.train import train
     from cselab.config import load_config
-    from cselab.training.run import train
 
     pushes: list[bool] = []
     pc.push_folder = lambda folder, repo: pushes.append(dist.is_initialized())

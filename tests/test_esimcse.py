@@ -442,7 +442,7 @@ def test_the_trainer_repeats_words_on_the_host(tiny_bert: Path, tmp_path: Path) 
     config = tiny_config(
         tiny_bert, tmp_path, "--objective.word_repetition.enabled=true", "--train.max_steps=1"
     )
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     trainer = build_trainer(config)
     batch = trainer.batch_for(0)

@@ -45,7 +45,7 @@ def test_the_setting_defaults_on_for_training_and_a_run_can_turn_it_off(tiny_ber
     assert ModelConfig().fast_path is True  # also the default of from_pretrained and load
     config = load_config(None, [f"model.name_or_path={tiny_bert}", "model.fast_path=false"])
     assert config.model.fast_path is False
-    enc = SentenceEncoder.from_config(config.model)  # as training/run.py builds the encoder
+    enc = SentenceEncoder.from_config(config.model)  # as app/train.py builds the encoder
     assert not enc.fast_path and not enc.unpad_training
     assert module_types(enc.backbone) == module_types(plain(tiny_bert))
     assert SentenceEncoder.from_config(ModelConfig(name_or_path=str(tiny_bert))).unpad_training

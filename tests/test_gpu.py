@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cselab.app.train import build_trainer
 from cselab.training import checkpoint as ckpt
-from cselab.training.run import build_trainer
 from test_trainer import assert_same_weights, tiny_config
 
 pytestmark = pytest.mark.gpu

@@ -162,7 +162,7 @@ def test_a_training_step_on_the_padded_path_reads_nothing_back(
     """The whole step as it runs on a GPU (the padded forward, dropout, InfoNCE, backward,
     clipping, fused AdamW, the schedule): no operator reads a device value back. The logged
     steps' loss check (``LossWindow.flush``) is the loop's one sync, outside the step."""
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
     from test_trainer import tiny_config
 
     trainer = build_trainer(
@@ -215,8 +215,8 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
 ) -> None:
     """``train.compile_mode=reduce-overhead`` (CUDA graphs want fixed shapes): every batch is
     padded to a multiple of 16 tokens, and the padding, masked, changes no sentence vector."""
+    from cselab.app.train import build_trainer
     from cselab.data import bucket_width, pad_to_width
-    from cselab.training.run import build_trainer
     from test_trainer import tiny_config
 
     assert [bucket_width(w, 16) for w in (1, 16, 17, 32)] == [16, 16, 32, 32]
@@ -245,7 +245,7 @@ def test_an_mntp_step_on_a_decoder_reads_nothing_back(tmp_path: Path) -> None:
     the step (padded causal forward, LM head at those positions, loss, backward, AdamW) reads
     no device value."""
     from backbone_models import make_tiny_decoder
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
     from test_trainer import tiny_config
 
     llama = make_tiny_decoder(tmp_path / "llama")  # with its LM head, which MNTP reads
@@ -266,7 +266,7 @@ def test_an_mntp_step_on_a_decoder_reads_nothing_back(tmp_path: Path) -> None:
 def test_an_fp16_step_reads_the_device_once(tiny_bert: Path, tmp_path: Path) -> None:
     """fp16 (``GradScaler``, fused AdamW): the step reads back one value, whether the scale fell
     (the update was skipped, so the schedule must not advance); not the scale itself twice."""
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
     from test_trainer import tiny_config
 
     trainer = build_trainer(

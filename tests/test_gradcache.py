@@ -246,7 +246,7 @@ def test_trainer_with_cache_chunk_size_matches_the_uncached_trainer(
     from safetensors.torch import load_file
 
     import cselab.training.trainer as trainer_module
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     chunks: list[int] = []
     real = trainer_module.cached_forward_backward
@@ -285,7 +285,7 @@ def test_trainer_gradcache_with_dropout_and_bf16_replays_exactly(
 ) -> None:
     """With dropout on and bf16 autocast, every re-encoded chunk equals its cached embeddings
     (checked at every step via ``CSELAB_GRADCACHE_VERIFY``)."""
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     monkeypatch.setenv(gc.VERIFY_ENV, "1")
     trainer = build_trainer(

@@ -158,6 +158,7 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
         "cselab.evaluation",
         "cselab.search",
         "cselab.publish",
+        "cselab.app",
         "cselab.insight",
         *TOP,
     ),
@@ -169,6 +170,7 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
         "cselab.evaluation",
         "cselab.search",
         "cselab.publish",
+        "cselab.app",
         "cselab.insight",
         *TOP,
     ),
@@ -180,6 +182,7 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
         "cselab.evaluation",
         "cselab.search",
         "cselab.publish",
+        "cselab.app",
         "cselab.insight",
         *TOP,
     ),
@@ -188,6 +191,7 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
         "cselab.evaluation",
         "cselab.search",
         "cselab.publish",
+        "cselab.app",
         "cselab.insight",
         *TOP,
     ),
@@ -195,20 +199,19 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
         "cselab.training",
         "cselab.search",
         "cselab.publish",
+        "cselab.app",
         "cselab.insight",
         *TOP,
     ),
-    "cselab.search": ("cselab.training", "cselab.publish", "cselab.insight", *TOP),
+    "cselab.search": ("cselab.training", "cselab.publish", "cselab.app", "cselab.insight", *TOP),
     # models out (the card, the Hub) sits above training: the trainer tells callbacks
-    "cselab.training": ("cselab.search", "cselab.publish", "cselab.insight", *TOP),
-    "cselab.publish": ("cselab.search", "cselab.insight", *TOP),
+    "cselab.training": ("cselab.search", "cselab.publish", "cselab.app", "cselab.insight", *TOP),
+    "cselab.publish": ("cselab.search", "cselab.app", "cselab.insight", *TOP),
+    # the composition root assembles a run from every layer below it; sweeps run it
+    "cselab.app": ("cselab.search", "cselab.insight", *TOP),
     "cselab.insight": (*TOP,),
 }
 ALLOWED = {"cselab.core": ("cselab.core",), "cselab.io": ("cselab.core", "cselab.io")}
-#: ``module -> the modules it may import although its layer may not``: training's composition
-#: root assembles the callbacks that write what leaves a run (model card, Hub upload), and
-#: nothing else of training may import ``cselab.publish``.
-COMPOSITION_ROOTS = {"cselab.training.run": ("cselab.publish.callbacks",)}
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, list[str]]]:
@@ -217,12 +220,10 @@ def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, list[str]]]:
         for layer, forbidden in LAYER_RULES.items():
             if name == layer or name.startswith(layer + "."):
                 ok = ALLOWED.get(layer, ())
-                exempt = COMPOSITION_ROOTS.get(name, ())
                 bad = sorted(
                     d
                     for d in deps
-                    if d.startswith(forbidden)
-                    and not (d.startswith(ok) or d == layer or d in exempt)
+                    if d.startswith(forbidden) and not (d.startswith(ok) or d == layer)
                 )
                 if bad:
                     found.append((name, bad))
@@ -345,22 +346,36 @@ def test_one_home_per_helper() -> None:
     }
 
 
-def test_only_the_composition_root_of_training_imports_publish() -> None:
-    """The trainer writes no model card and pushes nothing: a training module importing
-    ``cselab.publish`` breaks the rule, and so does the composition root importing more of it
-    than the callbacks it assembles."""
+def test_the_composition_root_sits_above_training_and_publish() -> None:
+    """No module of training imports ``cselab.publish`` or the composition root ``cselab.app``
+    (no exemption: training's old composition root importing the card's callbacks breaks the
+    rule now), the root assembles the callbacks that write what leaves a run, and it never
+    imports what sits above it (``cselab.insight``, which runs it)."""
     graph = {
         "cselab.training.trainer": {"cselab.publish.card"},
-        "cselab.training.run": {"cselab.publish.callbacks", "cselab.publish.push"},
-        "cselab.publish.callbacks": {"cselab.training.callbacks"},
+        "cselab.training.run": {"cselab.publish.callbacks"},
+        "cselab.training.sweep": {"cselab.app.train"},
+        "cselab.publish.card": {"cselab.app.plan"},
+        "cselab.app.train": {"cselab.publish.callbacks", "cselab.insight.sweep"},
+        "cselab.insight.sweep": {"cselab.app.train"},
     }
     assert layer_violations(graph) == [
-        ("cselab.training.run", ["cselab.publish.push"]),
+        ("cselab.app.train", ["cselab.insight.sweep"]),
+        ("cselab.publish.card", ["cselab.app.plan"]),
+        ("cselab.training.run", ["cselab.publish.callbacks"]),
+        ("cselab.training.sweep", ["cselab.app.train"]),
         ("cselab.training.trainer", ["cselab.publish.card"]),
     ]
     real = internal_graph()
-    assert "cselab.publish.callbacks" in real["cselab.training.run"]
-    assert not any(d.startswith("cselab.publish") for d in real["cselab.training.trainer"])
+    assert "cselab.publish.callbacks" in real["cselab.app.train"]
+    assert "cselab.app.train" in real["cselab.insight.sweep"]
+    assert "cselab.app.train" in real["cselab.cli"] and "cselab.app.train" in real["cselab"]
+    assert not any(
+        d.startswith(("cselab.publish", "cselab.app"))
+        for m, deps in real.items()
+        if m.startswith("cselab.training")
+        for d in deps
+    )
 
 
 def test_the_table_of_backbones_is_the_one_home_of_architecture_names() -> None:
@@ -557,6 +572,8 @@ def test_the_flag_check_can_fail(tmp_path: Path) -> None:
         'def f(n):\n    return f"pass a smaller --nlist than {n}"\n'
     )
     assert flag_spellings(tmp_path) == {"cselab/search/index.py": ["--overwrite", "--nlist"]}
+
+
 #: what a step's inputs once said through key prefixes; now the fields of ``StepInputs``
 BATCH_KEY_PREFIXES = ("positive.", "negative.", "masked.")
 

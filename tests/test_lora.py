@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from backbone_models import make_tiny_decoder, tiny_run_argv
+from cselab.app.train import build_trainer
 from cselab.cli import main as cli_main
 from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
 from cselab.training.checkpoint import load_checkpoint
-from cselab.training.run import build_trainer
 
 SENTENCES = ["alpha beta gamma", "a man plays a guitar .", "delta", "the cat sat on the mat"]
 

@@ -10,9 +10,9 @@ import torch
 
 from backbone_models import make_tiny_decoder
 from conftest import make_tiny_bert
+from cselab.app.train import build_trainer
 from cselab.model.encoder import SentenceEncoder
 from cselab.training.momentum import MomentumEncoder
-from cselab.training.run import build_trainer
 from test_lora import lora_config
 
 #: each objective of cselab, as overrides (two steps each on a tiny decoder with LoRA)
@@ -113,8 +113,8 @@ def test_two_ranks_with_lora_and_esimcse_train_like_one_process(tmp_path: Path) 
 
     from safetensors.torch import load_file
 
+    from cselab.app.train import train
     from cselab.config import load_config
-    from cselab.training.run import train
     from test_distributed import WEIGHT_TOL, corpus, free_port, overrides
 
     llama = make_tiny_decoder(tmp_path / "llama", dtype=torch.float64)

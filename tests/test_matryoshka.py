@@ -304,9 +304,9 @@ def test_a_run_resumes_bit_exactly_and_the_card_has_a_row_per_dimension(
     selected model is scored at each dimension (results.json) and the card shows the table."""
     from safetensors.torch import load_file
 
+    from cselab.app.train import build_trainer
     from cselab.io.runfolder import RunFolder
     from cselab.publish.card import CARD_FILE
-    from cselab.training.run import build_trainer
     from test_trainer import tiny_config
 
     extra = ["--objective.matryoshka.dims=[16,8]", "--objective.matryoshka.weights=[1,0.5]",

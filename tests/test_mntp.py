@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from backbone_models import make_tiny, make_tiny_decoder, tiny_run_argv
+from cselab.app.train import build_trainer
 from cselab.config import load_config
 from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.data.masking import IGNORE, mask_token_id, mask_tokens
@@ -16,7 +17,6 @@ from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
 from cselab.objectives import MaskedNextTokenPrediction
 from cselab.training.merge import merge_folder
-from cselab.training.run import build_trainer
 from cselab.training.task import Batch, Task
 
 SENTENCES = [

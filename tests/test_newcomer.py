@@ -192,8 +192,8 @@ def test_a_folder_holds_a_run_once_training_started(
     tiny_bert: Path, tmp_path: Path, senteval_dir: Path, capsys: pytest.CaptureFixture,
     crash_at: int, one_thread,
 ) -> None:  # fmt: skip
+    from cselab.app.train import train
     from cselab.config import load_config
-    from cselab.training.run import train
 
     out = tmp_path / "out"
     args = _tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")
@@ -303,9 +303,9 @@ def test_matryoshka_table_encodes_once_logs_and_counts_in_the_wall_time(
     import logging
     import time
 
+    from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.model.sentence_encoder import SentenceEncoder
-    from cselab.training.run import build_trainer
 
     out = tmp_path / "out"
     args = _tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}",

@@ -264,7 +264,7 @@ def test_short_supervised_run_on_sick_triplets(
     """A tiny BERT trained for a few steps on SICK triplets through the config, the run's
     assembly and the trainer: the batches carry the hard negatives, the objective asks for
     them, the loss falls and a model is saved."""
-    from cselab.training.run import build_trainer
+    from cselab.app.train import build_trainer
 
     cfg = load_config(
         None,

@@ -237,8 +237,8 @@ def test_a_pairs_run_trains_on_the_cached_columns_and_resumes(
     uninterrupted run, and a changed file is refused."""
     from safetensors.torch import load_file
 
+    from cselab.app.train import build_trainer
     from cselab.core.schema import ConfigError
-    from cselab.training.run import build_trainer
 
     sentences = wiki_file.read_text(encoding="utf-8").splitlines()[:200]
     train_file = _write_triplets(tmp_path / "train.csv", sentences, 64)

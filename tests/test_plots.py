@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, write_corpus
+from cselab.app.train import build_trainer
 from cselab.cli import main
 from cselab.config import load_config
 from cselab.core.errors import DataFormatError
 from cselab.insight.plots import plot_runs, read_run
-from cselab.training.run import build_trainer
 from test_sweep import assert_png
 
 KEPT = REPO / "docs" / "results" / "objectives_runs"

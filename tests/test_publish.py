@@ -12,9 +12,9 @@ import pytest
 from huggingface_hub import HfApi, ModelCard, RepoUrl
 from huggingface_hub import constants as hf_constants
 
+from cselab.app.train import build_trainer
 from cselab.cli import main
 from cselab.publish.card import CARD_FILE, code_blocks
-from cselab.training.run import build_trainer
 from test_card import tiny_config
 
 REPO_ID = "someone/tiny-simcse"

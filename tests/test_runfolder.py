@@ -158,7 +158,7 @@ def train_args(tiny_bert: Path, data: Path, out: Path, *extra: str) -> list[str]
 STARTER = """
 import sys, time
 from pathlib import Path
-import cselab.cli, cselab.training.run  # the slow imports, before the start line
+import cselab.cli, cselab.app.train  # the slow imports, before the start line
 ready, go, argv = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 ready.touch()
 while not go.exists():

@@ -12,12 +12,12 @@ import torch
 
 from backbone_models import make_tiny_decoder
 from conftest import GREEK, write_corpus
+from cselab.app.train import build_trainer
 from cselab.config import load_config
 from cselab.data.inputs import MaskedCopy, StepInputs
 from cselab.data.masking import IGNORE
 from cselab.data.pairs import PairRecords, TokenizedPairs
 from cselab.data.store import TokenizedCorpus
-from cselab.training.run import build_trainer
 
 
 def tokens(ids: list[list[int]]) -> dict[str, torch.Tensor]:

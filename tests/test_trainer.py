@@ -14,12 +14,12 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import write_corpus
+from cselab.app.train import build_trainer
 from cselab.config import load_config
 from cselab.core.schema import ConfigError
 from cselab.training import checkpoint as ckpt
 from cselab.training.metrics import TrainingDiverged
 from cselab.training.optim import linear_schedule
-from cselab.training.run import build_trainer
 
 
 def tiny_config(tiny_bert: Path, tmp_path: Path, *extra: str):
@@ -128,7 +128,7 @@ def test_resume_after_kill_gives_identical_weights(
         import torch
         torch.set_num_threads({torch.get_num_threads()})  # this process's: the same reductions
         from cselab.config import load_config
-        from cselab.training.run import build_trainer
+        from cselab.app.train import build_trainer
         from cselab.training.trainer import Trainer
         original = Trainer.optimizer_step
         def step_then_die(self):

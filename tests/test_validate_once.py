@@ -8,17 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from cselab.app import train as run
 from cselab.config import Config, load_config
 from cselab.objectives.config import ObjectiveConfig
-from cselab.training import run
 
 
 class Started(Exception):
-    """Raised where the run would start its processes: everything before it is the entry."""
+    """Raised where the run builds its objective from the resolved plan: everything before it
+    (the config's check, the folder's, ``resolve``) is the entry."""
 
 
 @pytest.fixture
-def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+def counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, int]:
     seen = {"config": 0, "objective": 0}
     config_validate, objective_validate = Config.validate, ObjectiveConfig.validate
 
@@ -35,7 +36,10 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(Config, "validate", config_counted)
     monkeypatch.setattr(ObjectiveConfig, "validate", objective_counted)
-    monkeypatch.setattr(run, "init_distributed", started)
+    corpus = tmp_path / "corpus.txt"  # the default wiki1m, without a download
+    corpus.write_text("a sentence\nanother one\n", encoding="utf-8")
+    monkeypatch.setattr(run, "resolve_train_file", lambda *args, **kwargs: str(corpus))
+    monkeypatch.setattr(run, "build_objective", started)
     return seen
 
 

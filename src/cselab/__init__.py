@@ -38,7 +38,7 @@ def train(config, callbacks=None):
 
     ``callbacks``: optional :class:`cselab.training.callbacks.Callback` objects (see that module).
     """
-    from .training.run import train as _train
+    from .app.train import train as _train
 
     return _train(config, callbacks or ())
 

@@ -39,10 +39,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from ..app.train import train
     from ..config import load_config
     from ..config.presets import find_preset, presets_dir
     from ..io.runfolder import RunFolder
-    from ..training.run import train
 
     path = find_preset(args.config, presets_dir(args.presets)) if args.config else None
     config = load_config(path, args.overrides)

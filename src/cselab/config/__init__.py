@@ -81,8 +81,9 @@ class TrainConfig:
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
         dist_timeout_s: under ``torchrun``, how long (seconds) a rank may wait in a collective
-            before the process group aborts: rank 0 tokenises the corpus, evaluates and saves
-            ``best/`` while the others wait (PyTorch's NCCL default is 10 minutes).
+            before the process group aborts: rank 0 evaluates and saves ``best/`` while the
+            others wait (PyTorch's NCCL default is 10 minutes); tokenising happens before the
+            group forms, the other ranks waiting on the token cache's file lock.
         report_to: experiment loggers, any of ``tensorboard`` (``output_dir/tensorboard``),
             ``wandb``, ``mlflow`` (see :mod:`cselab.training.callbacks`); ``[]`` for none;
             ``null`` (the default): ``tensorboard`` when it is installed, else none.

@@ -7,6 +7,8 @@ record per (file, settings) lets an unchanged file be found without reading it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -14,7 +16,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from .store import STORE_FORMAT, TEXT_COLUMN, TokenizedCorpus, pair_columns
 log = logging.getLogger(__name__)
 
 _META = "meta.json"
+#: The file every process that fills the cache folder locks (:func:`cache_lock`).
+LOCK_FILE = ".cselab-cache.lock"
 # A file modified within this long of being read may change again without changing its
 # (size, mtime): its stat record is not trusted and the content digest decides ("racy git").
 _RACY_NS = 2_000_000_000
@@ -36,6 +40,27 @@ _RACY_NS = 2_000_000_000
 
 # --------------------------------------------------------------------------------------------
 # The cache: entries keyed by content digest + tokenizer; a stat record per (file, tokenizer)
+
+
+@contextlib.contextmanager
+def cache_lock(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the cache folder ``cache_dir`` exclusively while the block runs, waiting for it.
+
+    The ranks of a distributed run fill the cache before their process group forms: the first
+    to take the lock downloads and tokenises (each entry written into a temporary folder and
+    renamed, so a reader sees it whole or not at all), the others wait here, in ``flock``,
+    which no collective timeout bounds, and then find the entry cached. The operating system
+    releases the lock however its holder ends (an error, SIGKILL), so a dead holder never
+    blocks the others; the next one takes over the work.
+    """
+    folder = Path(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _tokenizer_identity(tokenizer: Any) -> str:

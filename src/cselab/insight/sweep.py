@@ -23,7 +23,7 @@ named list), the seeds and an output root::
 
 Each (configuration, seed) cell trains into ``output_root/<config>/seed<N>/`` (with
 ``train.seed=N`` and ``train.resume=true``, so an interrupted cell continues from its last
-checkpoint) through :func:`cselab.training.run.train`, in this process or as ``cselab train``
+checkpoint) through :func:`cselab.app.train.train`, in this process or as ``cselab train``
 (which holds the cell folder's lock while it trains), then evaluates its ``best`` (or ``last``) model with :mod:`cselab.evaluation` into
 ``eval.json``. A cell whose ``results.json`` (and ``eval.json``, when evaluating) exist is
 skipped. ``cell.json`` records each cell's configuration name, seed and overrides, which is how
@@ -458,7 +458,7 @@ def _run_cell(spec: SweepSpec, cell: Cell) -> str:
     write_json_atomic(cell.folder.cell, info, indent=2, what="sweep cell record")
     config = cell.build_config(spec)
     if spec.launcher == "inprocess":
-        from ..training.run import train
+        from ..app.train import train
 
         if not cell.folder.results.is_file():
             train(config)  # holds the cell's lock while it trains

@@ -30,6 +30,10 @@ class RunFolder:
     path: Path
 
     CONFIG = "config.yaml"
+    #: What the run resolved once at its entry (``cselab.config.plan.RunPlan``): the data
+    #: kind, dev set, device, precision, pooler, objective. Not one of :attr:`RUN_FILES`: every
+    #: run writes its own once the folder is checked, replacing the previous run's.
+    PLAN = "plan.json"
     METRICS = "metrics.csv"
     RESULTS = "results.json"
     CHECKPOINT = "checkpoint"
@@ -62,6 +66,10 @@ class RunFolder:
     @property
     def config(self) -> Path:
         return self.path / self.CONFIG
+
+    @property
+    def plan(self) -> Path:
+        return self.path / self.PLAN
 
     @property
     def metrics(self) -> Path:

@@ -1,7 +1,7 @@
 """What leaves a training run, as training callbacks: the model card of every saved folder and
 the upload of ``best/`` to the Hub (``train.push_to_hub``).
 
-:func:`cselab.training.run.build_trainer` adds them to every run; the trainer itself knows
+:func:`cselab.app.train.build_trainer` adds them to every run; the trainer itself knows
 nothing of cards or the Hub (it tells its callbacks when it writes a model folder and when it
 ends).
 """
@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
+from ..config.plan import RunPlan
 from ..data.source import TrainingData
+from ..objectives import Objective
 from ..training.callbacks import Callback, SavedModel
 from .card import write_model_card
 from .push import push_folder
@@ -25,13 +27,24 @@ class ModelCardCallback(Callback):
     Args:
         config: the run's config.
         data: what the run trains on (file, kind, rows, SHA-256), from the data layer.
+        plan: the run's resolved facts (:class:`~cselab.config.plan.RunPlan`), if known.
+        objective: the run's built objective (its papers, tags and words), if known; else each
+            card builds it again from the config.
     """
 
     name = "model card"
 
-    def __init__(self, config: Config, data: TrainingData) -> None:
+    def __init__(
+        self,
+        config: Config,
+        data: TrainingData,
+        plan: RunPlan | None = None,
+        objective: Objective | None = None,
+    ) -> None:
         self.config = config
         self.data = data
+        self.plan = plan
+        self.objective = objective
 
     def on_model_save(self, model: SavedModel) -> None:
         write_model_card(
@@ -43,6 +56,8 @@ class ModelCardCallback(Callback):
             selection_score=model.selection_score,
             step=model.step,
             model_id=model.model_id,
+            plan=self.plan,
+            objective=self.objective,
         )
 
 
@@ -55,7 +70,7 @@ class PushCallback(Callback):
         self.folder = Path(folder)
         self.repo_id = repo_id
         #: with ``deferred``, :meth:`on_end` only marks the run finished and :meth:`push`
-        #: uploads, called by ``training.run.train`` once the process group is gone (an upload
+        #: uploads, called by ``cselab.app.train.train`` once the process group is gone (an upload
         #: can outlast any collective timeout, and no rank should wait in one meanwhile)
         self.deferred = deferred
         self.finished = False

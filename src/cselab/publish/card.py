@@ -29,11 +29,12 @@ from typing import Any
 import yaml
 
 from ..config import Config, load_config
+from ..config.plan import RunPlan
 from ..core.datakind import DataKind
 from ..core.metrics import STSB_DEV
 from ..data.config import is_pairs_source
 from ..data.pairs import read_mining_record
-from ..data.source import TrainingData
+from ..data.source import TrainingData, TrainingSource
 from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
 from ..io.readers import read_json
@@ -42,7 +43,13 @@ from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
 from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
-from ..objectives import build_objective, describe_objective, objective_papers, objective_tags
+from ..objectives import (
+    Objective,
+    build_objective,
+    describe_objective,
+    objective_papers,
+    objective_tags,
+)
 from ..training.metrics import read_metrics as read_metrics_table
 from .hardware import hardware_section
 from .hub_metadata import (
@@ -121,27 +128,34 @@ def file_sha256(path: Path) -> str:
     return _DIGESTS[key]
 
 
-def data_of_config(config: Config, rows: int | None = None) -> TrainingData:
+def data_of_config(
+    config: Config, rows: int | None = None, plan: RunPlan | None = None
+) -> TrainingData:
     """What a card says about the training data when no run handed it over (a card written
-    from a saved ``cselab_config.yaml``): the file where the run found it (never downloaded),
-    its kind by the data layer's rule, its SHA-256 if it is on disk, and ``rows`` if known.
-
-    The hard negatives are not counted (the file is not read): the config names them
-    (``data.columns.negative``, SICK's one), or a nonzero ``objective.hard_negative_weight``,
-    which the run that saved the config was only allowed with hard negatives, implies one.
+    from a saved ``cselab_config.yaml``): the file and its kind from the run's ``plan`` (what
+    the run decided when it opened the file), its SHA-256 if it is on disk, and ``rows`` if
+    known. Without a plan (a folder moved away from its run folder) the data layer opens the
+    file where the run found it (never downloaded) and decides; a file no longer there is
+    described by its name, its hard negatives not counted.
     """
     data = config.data
-    cache = Path(data.cache_dir) if data.cache_dir else cache_root()
-    path = resolve_train_file(data.train_file, str(cache / "data"), download=False)
-    if is_pairs_source(path, data.format):
-        named = data.columns.negative
-        implied = data.format == "sick" or config.objective.hard_negative_weight != 0
-        negatives = len(named) if named is not None else int(implied)
-        kind = DataKind(pairs=True, negatives=negatives)
+    if plan is not None:
+        path, kind = Path(plan.train_file), plan.kind
     else:
-        kind = DataKind()
+        cache = Path(data.cache_dir) if data.cache_dir else cache_root()
+        path = resolve_train_file(data.train_file, str(cache / "data"), download=False)
+        if path.exists():
+            kind = TrainingSource(path, data).kind
+        else:
+            kind = DataKind(pairs=is_pairs_source(path, data.format))
     sha = file_sha256(path) if path.is_file() else None
     return TrainingData(path, kind, rows, sha)
+
+
+def run_plan_of(folder: Path) -> RunPlan | None:
+    """The plan of the run that saved the model folder ``folder`` (``best/``, ``last/``,
+    ``merged/`` of a run folder), or ``None`` when the folder is not in its run folder."""
+    return RunPlan.load(folder.resolve().parent)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -238,10 +252,10 @@ def mining_words(path: Path) -> str | None:
     )
 
 
-def intended_use(config: Config, data: TrainingData) -> str:
+def intended_use(config: Config, data: TrainingData, plan: RunPlan | None = None) -> str:
     """The card's intended use: semantic search for a model selected on a retrieval set or
-    trained on hard negatives, else sentence similarity."""
-    dev = dev_score(config.eval)
+    trained on hard negatives, else sentence similarity (``plan``: the run's, its dev set)."""
+    dev = dev_score(config.eval, plan)
     search = dev.task_type == "retrieval" or data.kind.hard_negatives
     if search:
         why = (
@@ -323,11 +337,14 @@ def _dimensions_section(results: Mapping[str, Any] | None, dev: Any) -> str:
     )
 
 
-def _citations(config: Config, data: TrainingData) -> tuple[list[str], list[str], str]:
-    """The Hub tags, the description and the BibTeX of the papers of the objective (asked of
-    the objective built for this data) and of the model section (its pooler's paper,
-    :func:`~cselab.model.prompt.model_papers`)."""
-    objective = build_objective(config.objective, data.kind)
+def _citations(
+    config: Config, data: TrainingData, objective: Objective | None = None
+) -> tuple[list[str], list[str], str]:
+    """The Hub tags, the description and the BibTeX of the papers of the objective (the run's,
+    or asked of the objective built for this data) and of the model section (its pooler's
+    paper, :func:`~cselab.model.prompt.model_papers`)."""
+    if objective is None:  # a card without its run: the objective built again from the config
+        objective = build_objective(config.objective, data.kind)
     pooler = model_papers(config.model)
     bib = "\n\n".join(p.bibtex for p in (*objective_papers(objective), *pooler))
     tags = objective_tags(objective) + [p.tag for p in pooler if p.tag]
@@ -348,6 +365,8 @@ def write_model_card(
     step: int | None = None,
     evaluation: Mapping[str, Any] | None = None,
     model_id: str | None = None,
+    plan: RunPlan | None = None,
+    objective: Objective | None = None,
 ) -> Path:
     """Write ``folder/README.md``: a Hugging Face model card for the model saved there.
 
@@ -366,6 +385,10 @@ def write_model_card(
         evaluation: ``cselab evaluate`` output to include (tables and ``model-index``).
         model_id: the name the usage snippets load; default ``config.train.push_to_hub`` when set,
             else the folder's absolute path (:func:`set_model_id` rewrites it on push).
+        plan: the run's resolved facts (:class:`~cselab.config.plan.RunPlan`); ``None``: the
+            plan saved in the folder's run folder, if any (for ``data: None``).
+        objective: the run's built objective, asked for its papers, tags and words; ``None``:
+            built (and validated) again from ``config`` for the data's kind.
 
     Returns:
         The path of the card.
@@ -378,9 +401,10 @@ def write_model_card(
         if pooler is None:
             raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
-    data = data or data_of_config(config)
+    plan = plan or run_plan_of(out)
+    data = data or data_of_config(config, plan=plan)
     rows = read_metrics(metrics_csv)
-    dev = dev_score(config.eval)
+    dev = dev_score(config.eval, plan)
     if selection_score is None and step is not None:
         selection_score = next(
             (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
@@ -389,7 +413,7 @@ def write_model_card(
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
     as_path = Path(model_id)
     name = f"{as_path.parent.name}-{as_path.name}" if as_path.is_absolute() else model_id
-    tags, objective, bib = _citations(config, data)
+    tags, described, bib = _citations(config, data, objective)
     card_data = front_matter(
         name, config.model, tags, eval_results(selection_score, dev, evaluation)
     )
@@ -425,11 +449,11 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Intended use
 
-{intended_use(config, data)}
+{intended_use(config, data, plan)}
 
 ## Objective
 
-{chr(10).join(objective)}
+{chr(10).join(described)}
 
 ## Usage
 

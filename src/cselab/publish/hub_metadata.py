@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from ..config import EvalConfig
 from ..config.devset import DevSet, dev_metric_for, resolve_dev_set
+from ..config.plan import RunPlan
 from ..core.metrics import STSB, retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
 from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
@@ -47,10 +48,11 @@ class DevScore(NamedTuple):
     metric_type: str = ""
 
 
-def dev_score(ec: EvalConfig) -> DevScore:
-    """The run's model-selection score, named from its ``eval`` section as model selection
-    names it (the resolved :class:`~cselab.config.devset.DevSet`)."""
-    dev = resolve_dev_set(ec.dev, ec.dev_metric)
+def dev_score(ec: EvalConfig, plan: RunPlan | None = None) -> DevScore:
+    """The run's model-selection score, named as model selection names it: the run plan's
+    :class:`~cselab.config.devset.DevSet` (resolved once, where the run started), else the one
+    the ``eval`` section resolves to (a card without its run)."""
+    dev = plan.dev if plan is not None else resolve_dev_set(ec.dev, ec.dev_metric)
     if dev is None:  # eval.dev none: named as a file would be (the card shows no score then)
         metric = dev_metric_for(ec.dev, ec.dev_metric)
         dev = DevSet("sts-file", ec.dev, None, metric, dev_score_name(ec.dev, metric), ec.dev)

@@ -19,10 +19,8 @@ Design (why there is no ``DistributedDataParallel`` wrapper):
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +58,21 @@ def is_distributed() -> bool:
 DEFAULT_TIMEOUT_S = 7200
 
 
+def dist_from_env() -> DistInfo:
+    """This process's place in the run before the process group forms: ``RANK``,
+    ``WORLD_SIZE`` and ``LOCAL_RANK`` as ``torchrun`` sets them (a group formed already, as a
+    caller may, is asked instead). The ranks do their own heavy work (downloads, tokenising,
+    loading the model) knowing only this, so that no rank waits in a collective meanwhile."""
+    if dist.is_available() and dist.is_initialized():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        return DistInfo(dist.get_rank(), dist.get_world_size(), local)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    rank = int(os.environ.get("RANK", "0"))
+    return DistInfo(rank, world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def init_distributed(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
 
@@ -68,9 +81,11 @@ def init_distributed(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     ``cuda:LOCAL_RANK``), gloo otherwise. An already initialised group is reused.
 
     ``timeout_s`` (``train.dist_timeout_s``) is how long a collective may wait before the
-    group aborts. Rank 0 works alone while the others wait in a barrier: tokenising a corpus
-    for the token cache, evaluating and saving ``best/``; PyTorch's default (10 minutes for
-    NCCL) is shorter than tokenising a large corpus, so the default here is two hours.
+    group aborts. The group forms after the heavy work of the start (downloads, tokenising,
+    the model's load: each rank does its own, coordinated through the token cache's file lock),
+    so no rank waits in one while another tokenises; rank 0 still works alone while the others
+    wait in a barrier when it evaluates and saves ``best/``. PyTorch's default (10 minutes for
+    NCCL) can be shorter than that, so the default here is two hours.
     """
     global _OWNS_GROUP
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -323,16 +338,3 @@ def barrier() -> None:
             dist.barrier(device_ids=[torch.cuda.current_device()])
         else:
             dist.barrier()
-
-
-@contextlib.contextmanager
-def main_process_first(info: DistInfo) -> Iterator[None]:
-    """Run the body on rank 0 first, then on the other ranks (e.g. downloads and on-disk caches
-    that every rank then reads instead of writing concurrently)."""
-    if info.enabled and not info.is_main:
-        barrier()
-    try:
-        yield
-    finally:
-        if info.enabled and info.is_main:
-            barrier()

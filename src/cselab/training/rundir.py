@@ -1,7 +1,7 @@
 """The output folder of a run: never replace a run by accident, never resume a different one.
 
 Before anything is written, and with the folder's lock held (:meth:`RunFolder.lock
-<cselab.io.runfolder.RunFolder.lock>`, taken by :func:`cselab.training.run.train`, so no other
+<cselab.io.runfolder.RunFolder.lock>`, taken by :func:`cselab.app.train.train`, so no other
 process can start a run there between the check and the run), :func:`prepare_output_dir` looks
 at ``train.output_dir``:
 

@@ -76,6 +76,11 @@ def precision_name(amp_dtype: torch.dtype | None) -> str:
     return PRECISION_NAMES[amp_dtype]
 
 
+def precision_dtype(name: str) -> torch.dtype | None:
+    """The autocast dtype of a resolved precision (``fp32``: ``None``), as a run plan keeps it."""
+    return {v: k for k, v in PRECISION_NAMES.items()}[name]
+
+
 def allow_tf32() -> None:
     """Let CUDA fp32 matrix products and convolutions use TF32 tensor cores (10-bit mantissa
     inputs, fp32 accumulation): ``auto`` precision on a GPU without bf16. PyTorch leaves it off

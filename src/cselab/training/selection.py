@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import EvalConfig
-from ..config.devset import STSB, resolve_dev_set
+from ..config.devset import STSB, DevSet
 from ..core.metrics import dev_score_name
 from ..evaluation.custom import DevEvaluator
 from ..model.encoder import SentenceEncoder
@@ -29,17 +29,18 @@ log = logging.getLogger("cselab")
 Evaluator = DevEvaluator
 
 
-def make_dev_evaluator(ec: EvalConfig, eval_steps: int) -> Evaluator | None:
-    """The ``eval.dev`` score ×100 (cosine, no training) for model selection, or ``None`` (no
-    evaluation: ``eval.enabled`` off or ``train.eval_steps`` 0).
+def make_dev_evaluator(ec: EvalConfig, eval_steps: int, dev: DevSet | None) -> Evaluator | None:
+    """The score of the run's dev set ``dev`` ×100 (cosine, no training) for model selection,
+    or ``None`` (no evaluation: ``eval.enabled`` off, ``eval.dev: none`` or
+    ``train.eval_steps`` 0). ``dev`` is the run plan's, resolved once
+    (:func:`~cselab.config.devset.resolve_dev_set`; ``None`` for none).
 
     A dev file is read and validated here whatever the cadence (also with ``train.eval_steps``
     0), so a bad or missing one fails before training starts, never silently.
     """
-    if not ec.enabled:
+    if not ec.enabled or dev is None:
         return None
-    dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
-    evaluator = None if dev is None else DevEvaluator(dev, ec.data_dir, ec.batch_size)
+    evaluator = DevEvaluator(dev, ec.data_dir, ec.batch_size)
     return evaluator if eval_steps else None
 
 

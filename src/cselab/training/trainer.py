@@ -6,7 +6,8 @@ optimiser (:mod:`.optim`), model selection (:mod:`.selection`), checkpoints and 
 (:mod:`.checkpoint`, :mod:`.rng`) and the logs (:mod:`.metrics`). What leaves the run (the model
 card of every saved folder, the Hub upload) is written by callbacks
 (:meth:`~.callbacks.Callback.on_model_save`, :meth:`~.callbacks.Callback.on_end`), never here.
-:func:`cselab.training.run.build_trainer` assembles a trainer from a config.
+:func:`cselab.app.train.build_trainer` assembles a trainer from a config (the composition
+root, above every layer the trainer uses): the trainer only loops.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from typing import Any
 import torch
 
 from ..config import Config, save_config
+from ..config.plan import RunPlan
 from ..core.datakind import SENTENCES, DataKind
-from ..data import BatchOrder, TokenizedCorpus, shard, shard_bounds
+from ..data import BatchOrder, TokenizedCorpus, shard
 from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..io.runfolder import RunFolder
-from ..model.encoder import SentenceEncoder, compile_encoder
-from ..objectives import Objective, ObjectiveContext, total_loss
-from .callbacks import Callback, CallbackList, SavedModel, report_callbacks, split_row
+from ..model.encoder import SentenceEncoder
+from ..objectives import Objective, total_loss
+from .callbacks import CallbackList, SavedModel, split_row
 from .checkpoint import (
     MODEL_WRITE,
     BackgroundWriter,
@@ -45,102 +47,95 @@ from .distributed import (
     DistInfo,
     all_gather_objects,
     barrier,
-    broadcast_module,
     broadcast_object,
     check_same_on_all_ranks,
-    gather_with_grad,
 )
 from .gradcache import VERIFY_ENV, cached_forward_backward
 from .merge import merge_folder
 from .metrics import LossWindow, MetricsLog, Progress, write_results
 from .optim import Optimization
 from .rng import RNGState, dropout_seed, seed_everything
-from .runtime import autocast_dtype, pick_device, precision_name, retain_freed_memory
-from .selection import Evaluator, ModelSelection
+from .runtime import precision_name
+from .selection import ModelSelection
 from .task import Batch, Task
 
 log = logging.getLogger("cselab")
 
-#: ``train.compile_mode=reduce-overhead``: batch widths are padded to multiples of this.
-FIXED_SHAPE_MULTIPLE = 16
-
 
 class Trainer:
-    """Runs the optimisation loop of a :class:`~cselab.config.Config`.
+    """Runs the optimisation loop of a :class:`~cselab.config.Config` with the collaborators it
+    is handed; it builds none of them (:func:`cselab.app.train.assemble_trainer` does, from the
+    config and the run's :class:`~cselab.config.plan.RunPlan`).
 
     Args:
         config: the run configuration (saved with every checkpoint and model folder).
-        encoder: the model being trained.
-        objective: any :class:`~cselab.objectives.Objective`.
+        encoder: the model being trained, already on ``device`` (and the same on every rank).
+        task: the step's computation (:class:`~cselab.training.task.Task`: the encoder's forward,
+            possibly compiled, the objective and its context).
         corpus: tokenised training sentences, or pairs
             (:class:`~cselab.data.pairs.TokenizedPairs`).
-        evaluator: ``encoder -> dev score`` (higher is better) for model selection, or ``None``.
+        order: the batch order over ``corpus``.
+        optim: the optimiser, scheduler and loss scaling of the trainable parameters.
+        selection: model selection on the dev score; its ``save_best`` is bound here to
+            :meth:`save_model`.
+        total_steps: how many optimiser steps the run takes.
+        device: where the step runs.
+        amp_dtype: the autocast dtype (``None``: fp32), ``train.precision`` as resolved.
         dist_info: this process's place in a distributed run.
+        callbacks: what is told of steps, evaluations, saves and the end (empty on the ranks
+            other than 0).
+        kind: what ``corpus`` holds (sentences, or pairs with ``K`` hard negatives), as the data
+            layer decided it when it opened the file.
         data_digest: SHA-256 of the training file, kept in checkpoints to refuse resuming on
             other data.
-        callbacks: :class:`~cselab.training.callbacks.Callback` objects (main process only),
-            called after the loggers of ``train.report_to``.
-        kind: what ``corpus`` holds (sentences, or pairs with ``K`` hard negatives), as the data
-            layer decided it when it opened the file (default: sentences); handed to the task's
-            views.
+        matryoshka_dims: the prefixes the best model is scored at when training ends (empty:
+            none).
+        width_multiple: batches padded to multiples of this many tokens (the fixed shapes of a
+            ``reduce-overhead`` compiled step), or ``None``.
+        plan: the run's resolved facts, written beside ``config.yaml`` when the loop starts
+            (:class:`~cselab.config.plan.RunPlan`); ``None``: parts built by hand, no plan.
     """
 
     def __init__(
         self,
         config: Config,
         encoder: SentenceEncoder,
-        objective: Objective,
+        task: Task,
         corpus: TokenizedCorpus | TokenizedPairs,
-        evaluator: Evaluator | None = None,
-        dist_info: DistInfo | None = None,
-        data_digest: str | None = None,
-        callbacks: Sequence[Callback] = (),
+        order: BatchOrder,
+        optim: Optimization,
+        selection: ModelSelection,
         *,
+        total_steps: int,
+        device: torch.device,
+        amp_dtype: torch.dtype | None,
+        dist_info: DistInfo,
+        callbacks: CallbackList,
         kind: DataKind = SENTENCES,
+        data_digest: str | None = None,
+        matryoshka_dims: Sequence[int] = (),
+        width_multiple: int | None = None,
+        plan: RunPlan | None = None,
     ) -> None:
-        tc = config.train
         self.config, self.corpus, self.data_digest = config, corpus, data_digest
         self.kind = kind
-        self.dist = dist_info or DistInfo()
-        loggers = report_callbacks(tc.report_to, tc.output_dir, config.to_dict())
-        self.callbacks = CallbackList([*loggers, *callbacks] if self.dist.is_main else [])
-        self.device = pick_device(tc.device, self.dist)
-        self.encoder = encoder.to(self.device)
-        broadcast_module(self.encoder)  # every rank starts from rank 0's weights (as DDP does)
-        self.out = Path(tc.output_dir)
+        self.dist = dist_info
+        self.callbacks = callbacks
+        self.device = device
+        self.encoder = encoder
+        self.out = Path(config.train.output_dir)
         self.folder = RunFolder(self.out)
-        self.order = BatchOrder(len(corpus), tc.batch_size, tc.seed)
-        self.total_steps = tc.max_steps or self.order.batches_per_epoch * tc.epochs
-        self.amp_dtype = autocast_dtype(tc.precision, self.device)
-        if self.device.type == "cpu":
-            retain_freed_memory()  # page faults are a tenth of a CPU step otherwise
-        ctx = ObjectiveContext(
-            gather=gather_with_grad,
-            rank=self.dist.rank,
-            world_size=self.dist.world_size,
-            offset=shard_bounds(tc.batch_size, self.dist.rank, self.dist.world_size)[0],
-            generator=torch.Generator(device=self.device),
-        )
+        self.order = order
+        self.total_steps = total_steps
+        self.amp_dtype = amp_dtype
         #: fixed shapes (CUDA graphs): batches padded to multiples of this many tokens
-        fixed = tc.compile and tc.compile_mode == "reduce-overhead"
-        self.width_multiple = FIXED_SHAPE_MULTIPLE if fixed else None
-        forward = self.encoder
-        if tc.compile:
-            options: dict[str, Any] = {}
-            if tc.compile_mode != "default":
-                options["mode"] = tc.compile_mode
-            if self.width_multiple:
-                options["dynamic"] = False
-            forward = compile_encoder(self.encoder, **options)
-        self.task = Task(
-            forward, objective.to(self.device), ctx, seed=tc.seed, amp_dtype=self.amp_dtype,
-            kind=kind,
-        )  # fmt: skip
-        trainable = [p for p in self.encoder.parameters() if p.requires_grad]
-        self.optim = Optimization(trainable, tc, self.total_steps, self.device, self.amp_dtype)
-        self.selection = ModelSelection(
-            evaluator, lambda: self.save_model(RunFolder.BEST, background=True), self.dist.is_main
-        )
+        self.width_multiple = width_multiple
+        self.task = task
+        self.optim = optim
+        self.selection = selection
+        selection.save_best = lambda: self.save_model(RunFolder.BEST, background=True)
+        self.matryoshka_dims = tuple(matryoshka_dims)
+        self.plan = plan
         self.pad_id = int(encoder.tokenizer.pad_token_id or 0)
         self.step = 0
         self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
@@ -246,7 +241,7 @@ class Trainer:
         path = self.folder.checkpoint_file
         if not path.is_file():
             return False
-        tensors, meta = load_checkpoint(path)  # its config was checked by build_trainer
+        tensors, meta = load_checkpoint(path)  # its config was checked before the run started
         extra, o = meta["extra"], self.optim
         device = self.device if self.device.type == "cuda" else None
         if not restore(
@@ -327,6 +322,8 @@ class Trainer:
         self._t0 = self._last_save = time.perf_counter()
         if main:
             save_config(self.config, self.folder.config)
+            if self.plan is not None:
+                self.plan.save(self.out)
         metrics = MetricsLog(self.out, enabled=main, resume_step=self.step if resumed else None)
         progress = Progress(self.total_steps, self.step, enabled=main)
         eval_every = tc.eval_steps
@@ -411,7 +408,7 @@ class Trainer:
             sel.best_step = self.step
         state = sel.state_dict()
         at_dims: list[dict[str, float]] | None = None
-        if dims := self.config.objective.matryoshka.dims:  # the card's table per dimension
+        if dims := self.matryoshka_dims:  # the card's table per dimension (the run's plan)
             # the best model is loaded only where it is scored (rank 0, with a dev set); before
             # the times are taken, so the wall time counts it
             scored = sel.evaluator is not None and sel.is_main

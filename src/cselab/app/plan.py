@@ -1,0 +1,80 @@
+"""``resolve(config) -> RunPlan``: the facts of a run, decided once where training starts.
+
+:func:`resolve` opens the training file (its kind decided there, by the data layer:
+:class:`~cselab.data.source.TrainingSource`), resolves the dev set
+(:func:`~cselab.config.devset.resolve_dev_set`), the device and ``train.precision: auto``
+(:mod:`cselab.training.runtime`), the number of processes (from the environment: the process group forms later), the pooler of
+``model.pooler: null`` and the encoder's width from the model's ``config.json`` (read once,
+without the weights; a Hub name or a folder of adapters leaves them to the model's load) and
+Matryoshka's prefixes, and checks the ``objective`` section against the data kind. The result is
+a frozen :class:`~cselab.config.plan.RunPlan`; the composition root (:mod:`.train`) hands its
+facts to the trainer, model selection and the model card, and saves it in the run folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..config import Config
+from ..config.devset import resolve_dev_set
+from ..config.plan import RunPlan
+from ..data.source import TrainingSource
+from ..io.readers import read_json
+from ..model.backbones import default_pooler
+from ..model.lora import is_adapter_folder
+from ..model.st_folder import transformer_folder
+from ..training.distributed import DistInfo
+from ..training.runtime import autocast_dtype, pick_device, precision_name
+
+
+def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int | None]:
+    """``(pooler, width)`` of a model from its local ``config.json`` (read once, no weights):
+    ``pooler`` as given, else the table of backbones' default for its ``model_type``
+    (:func:`~cselab.model.backbones.default_pooler`, as the load resolves it); ``(pooler,
+    None)`` when there is no local ``config.json`` (a Hub name, a folder of adapters): the
+    load resolves them then."""
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir() or is_adapter_folder(folder):
+        return pooler, None
+    data = read_json(transformer_folder(folder) / "config.json")
+    if data is None:
+        return pooler, None
+    if pooler is None:
+        pooler = default_pooler(SimpleNamespace(**data))
+    width = data.get("hidden_size")
+    return pooler, int(width) if isinstance(width, int) else None
+
+
+def resolve(
+    config: Config, train_file: str | Path, dist: DistInfo
+) -> tuple[RunPlan, TrainingSource]:
+    """The plan of a run of ``config`` on ``train_file`` (downloaded already) for this process,
+    and the opened training source (tokenised later, under the token cache's lock).
+
+    Raises:
+        ConfigError, CorpusError: naming the key or the file (a pairs file's columns are checked
+            here, from its header, before the model loads).
+    """
+    tc, ec = config.train, config.eval
+    source = TrainingSource(train_file, config.data)
+    device = pick_device(tc.device, dist)
+    precision = precision_name(autocast_dtype(tc.precision, device))  # logged once, here
+    pooler, width = model_facts(config.model.name_or_path, config.model.pooler)
+    dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
+    plan = RunPlan(
+        train_file=str(source.path),
+        kind=source.kind,
+        dev=dev,
+        device=str(device),
+        precision=precision,
+        world_size=dist.world_size,
+        pooler=pooler,
+        width=width,
+        matryoshka_dims=tuple(config.objective.matryoshka.dims or ()),
+        objective=config.objective,
+    )
+    return plan, source
+
+
+__all__ = ["model_facts", "resolve"]

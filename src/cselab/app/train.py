@@ -1,0 +1,300 @@
+"""From a config to a trained model: :func:`build_trainer` assembles, :func:`train` runs.
+
+The composition root of training, above every layer it assembles (``tests/test_layout.py``):
+it validates the config, takes the output folder's lock and checks the folder
+(:mod:`cselab.training.rundir`) before any heavy work, resolves the run's facts once
+(:func:`.plan.resolve`: the data kind, dev set, device, precision, pooler, objective; a
+:class:`~cselab.config.plan.RunPlan`, which the trainer writes beside ``config.yaml`` when its
+loop starts), builds the objective for that
+kind, loads the model, tokenises, forms the process group, seeds the streams and builds the
+trainer's collaborators (:func:`assemble_trainer`: the loggers, the objective's context, the
+:class:`~cselab.training.task.Task`, the optimiser, model selection), with the callbacks that
+write what leaves the run: the model card of every saved folder and the Hub upload
+(:mod:`cselab.publish.callbacks`).
+
+No rank waits in a collective while another works: each rank downloads, loads the model and
+tokenises before the process group forms (knowing its rank from the environment), and the token
+cache's file lock (:func:`~cselab.data.cache.cache_lock`) lets the first rank fill the cache while
+the others wait in ``flock`` and then read it.
+
+:func:`train` holds the lock (:meth:`RunFolder.lock <cselab.io.runfolder.RunFolder.lock>`,
+main process only) from before the folder check to the end of the run, however it ends: a
+second run into the same folder stops at once with
+:class:`~cselab.core.errors.RunFolderBusy`. ``cselab train``, ``cselab.train`` and every sweep
+cell (in-process or ``cselab train`` subprocesses) come through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Config, load_config
+from ..config.plan import RunPlan
+from ..core.datakind import SENTENCES, DataKind
+from ..core.errors import ConfigError
+from ..data.cache import cache_lock
+from ..data.order import BatchOrder, shard_bounds
+from ..data.pairs import TokenizedPairs, source_digest
+from ..data.repetition import MAX_REPEATED
+from ..data.store import TokenizedCorpus
+from ..io.runfolder import RunFolder
+from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
+from ..model.encoder import SentenceEncoder, compile_encoder
+from ..model.hub import cache_root, resolve_train_file
+from ..objectives import (
+    VIEW_POSITIVE,
+    VIEW_TOKEN_LOGITS,
+    Objective,
+    ObjectiveContext,
+    build_objective,
+)
+from ..publish.callbacks import ModelCardCallback, PushCallback
+from ..training import rundir
+from ..training.callbacks import Callback, CallbackList, report_callbacks
+from ..training.distributed import (
+    DistInfo,
+    broadcast_module,
+    dist_from_env,
+    gather_with_grad,
+    init_distributed,
+    shutdown_distributed,
+)
+from ..training.optim import Optimization
+from ..training.rng import dropout_seed, seed_everything
+from ..training.runtime import pick_device, precision_dtype, retain_freed_memory
+from ..training.selection import Evaluator, ModelSelection, make_dev_evaluator
+from ..training.task import Task
+from ..training.trainer import Trainer
+from .plan import resolve
+
+log = logging.getLogger("cselab")
+
+#: ``train.compile_mode=reduce-overhead``: batch widths are padded to multiples of this.
+FIXED_SHAPE_MULTIPLE = 16
+
+
+def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: Objective) -> None:
+    """That a training row fits the model's position embeddings: ``model.max_seq_len`` tokens,
+    plus what the step adds to a row: the prompt pooler's template tokens (counted by
+    ``encoder.accepted_max_len``) and up to ``MAX_REPEATED - 1`` repeated tokens of ESimCSE's
+    word repetition (a repeated row is not cut again, as the authors'). Otherwise the first
+    step would index past the position embeddings (a traceback on the CPU, a device assert on
+    a GPU); this is one line naming the key, before any training."""
+    grown = MAX_REPEATED - 1 if objective.positive_repetition > 0 else 0
+    room = encoder.accepted_max_len - grown
+    if config.model.max_seq_len > room:
+        parts = [f"{config.model.name_or_path} accepts {encoder.accepted_max_len} tokens a row"]
+        if encoder.prompt is not None:
+            parts.append(f"after the prompt template's {encoder.prompt.extra}")
+        if grown:
+            parts.append(f"and word repetition adds up to {grown}")
+        raise ConfigError(
+            f"model.max_seq_len={config.model.max_seq_len} is too long: {' '.join(parts)}; "
+            f"use model.max_seq_len <= {room}"
+        )
+
+
+def check_dropout_noise(encoder: SentenceEncoder, kind: DataKind, dropout: float | None) -> None:
+    """That a run whose positive is a second dropout view has dropout to draw.
+
+    On sentences, SimCSE's positive (and that of every objective built on it: Focal, GS, DCL,
+    MixCSE, ESimCSE, ...) is the same sentence encoded again under another dropout mask (Gao
+    et al. 2021, Sec. 3). A backbone without dropout (ModernBERT, and decoders, as released)
+    makes it the anchor itself: the loss is about 0 from the first step and nothing is learnt.
+    Refused in one line before step 1. Pairs runs have a given positive and are not refused;
+    an explicit ``model.dropout: 0`` is the user's choice (equivalence tests use it) and is
+    only logged.
+    """
+    if kind.pairs:
+        return
+    message = noise_free(encoder.backbone.config)
+    if message is None:
+        return
+    if dropout is None:
+        raise ConfigError(message)
+    log.warning("model.dropout=%s: the two views of each sentence are the same vector", dropout)
+
+
+def build_trainer(
+    config: Config,
+    callbacks: Sequence[Callback] = (),
+    hold: contextlib.ExitStack | None = None,
+    *,
+    defer_push: bool = False,
+) -> Trainer:
+    """Everything :func:`train` sets up, without running the loop.
+
+    ``hold``: where the main process keeps the output folder's lock, taken before the folder is
+    checked; :func:`train` passes a stack that lives as long as the run. Without it no lock is
+    taken (the caller owns the folder). ``defer_push``: ``train.push_to_hub``'s upload waits for
+    :func:`train` to call it after the process group is destroyed (:class:`PushCallback`).
+    """
+    tc = config.train
+    config.checked()  # a config built in Python fails before any work
+    here = dist_from_env()  # the process group forms once the heavy work is done
+    if tc.batch_size % here.world_size:  # every rank takes an equal slice of each batch
+        raise ConfigError(
+            f"train.batch_size={tc.batch_size} must be divisible by the {here.world_size} ranks"
+        )
+    seed_everything(tc.seed)
+    cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
+    if here.is_main and hold is not None:  # first: no other process can start a run here
+        hold.enter_context(RunFolder(tc.output_dir).lock())
+    with cache_lock(cache):  # one rank downloads; the others wait in flock, in no collective
+        train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
+    if here.is_main:  # before any heavy work: never replace or mis-resume a run
+        rundir.prepare_output_dir(
+            Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),
+            tc.resume, tc.overwrite,
+        )  # fmt: skip
+    # The run's facts, once: the data kind (a pairs file's columns checked before the model),
+    # the dev set, device, precision, pooler; nothing after this derives them again.
+    plan, source = resolve(config, train_file, here)
+    evaluator = make_dev_evaluator(config.eval, tc.eval_steps, plan.dev)  # a bad dev file fails
+    objective = build_objective(plan.objective, plan.kind)
+    # token prediction (MNTP) reads the causal LM head, loaded only then
+    lm_head = VIEW_TOKEN_LOGITS in objective.required_views
+    # model.pooler: null is the architecture's default, resolved by the plan from config.json
+    # where it can be, else by the load: the run's saved config, its card and a resume read
+    # the pooler it trained
+    config.model.pooler = plan.pooler or config.model.pooler
+    encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
+    config.model.pooler = encoder.pooler.kind
+    plan = plan.replace(pooler=encoder.pooler.kind, width=plan.width or encoder.dim)
+    if config.model.unpad_cuda and not encoder.unpad_cuda:
+        log.info(
+            "model.unpad_cuda: %s has no forward on the real tokens (model.fast_path: %s; "
+            "the architectures with one: %s); it runs the padded forward",
+            config.model.name_or_path, config.model.fast_path,
+            ", ".join(sorted(FAST_PATH_MODEL_TYPES)),
+        )  # fmt: skip
+    if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
+        raise ConfigError(
+            f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "
+            "into the weights first (cselab merge FOLDER -o DIR) and train DIR"
+        )
+    config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
+    check_sequence_length(config, encoder, objective)
+    if VIEW_POSITIVE in objective.required_views:  # MNTP has no dropout views
+        check_dropout_noise(encoder, plan.kind, config.model.dropout)
+    if tc.gradient_checkpointing:
+        encoder.gradient_checkpointing(True)
+    with cache_lock(cache):  # the first rank tokenises; the others then read its entry
+        corpus, data = source.tokenize(
+            encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
+        )
+    device_type = "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
+    dist_info = init_distributed(device_type, timeout_s=tc.dist_timeout_s)
+    if dist_info.is_main:
+        log.info("%s", source.summary())
+    # Re-seed after model construction so that dropout does not depend on how many random numbers
+    # building the model consumed (the data order and generated negatives have their own
+    # generators). Each rank gets its own dropout stream.
+    seed_everything(dropout_seed(tc.seed, dist_info.rank))
+    models_out: list[Callback] = [ModelCardCallback(config, data, plan, objective)]
+    if tc.push_to_hub:
+        push = PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub, deferred=defer_push)
+        models_out.append(push)
+    return assemble_trainer(
+        config, encoder, objective, corpus, evaluator, dist_info,
+        data_digest=data.sha256, callbacks=[*models_out, *callbacks], kind=plan.kind, plan=plan,
+    )  # fmt: skip
+
+
+def _unbound() -> Path:
+    raise RuntimeError("ModelSelection.save_best is bound by the Trainer")
+
+
+def assemble_trainer(
+    config: Config,
+    encoder: SentenceEncoder,
+    objective: Objective,
+    corpus: TokenizedCorpus | TokenizedPairs,
+    evaluator: Evaluator | None = None,
+    dist_info: DistInfo | None = None,
+    *,
+    data_digest: str | None = None,
+    callbacks: Sequence[Callback] = (),
+    kind: DataKind = SENTENCES,
+    plan: RunPlan | None = None,
+) -> Trainer:
+    """The trainer's collaborators, built from the config and the run's plan, and the trainer.
+
+    The loggers of ``train.report_to`` (before ``callbacks``; main process only), the device
+    and the encoder on it (rank 0's weights on every rank, as DDP starts), the batch order, the
+    objective's context (the one gather helper, this rank's offset, the generator), the possibly
+    compiled forward, the :class:`~cselab.training.task.Task`, the optimiser and model
+    selection. ``plan``: the run's resolved precision and Matryoshka prefixes; ``None`` (parts
+    built by hand, as benchmarks do) resolves ``train.precision`` here.
+    """
+    tc = config.train
+    dist = dist_info or DistInfo()
+    loggers = report_callbacks(tc.report_to, tc.output_dir, config.to_dict())
+    listeners = CallbackList([*loggers, *callbacks] if dist.is_main else [])
+    # this rank's device, as the plan resolved it (cuda:LOCAL_RANK under torchrun)
+    device = torch.device(plan.device) if plan is not None else pick_device(tc.device, dist)
+    encoder = encoder.to(device)
+    broadcast_module(encoder)  # every rank starts from rank 0's weights (as DDP does)
+    order = BatchOrder(len(corpus), tc.batch_size, tc.seed)
+    total_steps = tc.max_steps or order.batches_per_epoch * tc.epochs
+    if plan is None:
+        from ..training.runtime import autocast_dtype
+
+        amp_dtype = autocast_dtype(tc.precision, device)
+        dims = tuple(config.objective.matryoshka.dims or ())
+    else:
+        amp_dtype, dims = precision_dtype(plan.precision), plan.matryoshka_dims
+    if device.type == "cpu":
+        retain_freed_memory()  # page faults are a tenth of a CPU step otherwise
+    ctx = ObjectiveContext(
+        gather=gather_with_grad,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        offset=shard_bounds(tc.batch_size, dist.rank, dist.world_size)[0],
+        generator=torch.Generator(device=device),
+    )
+    fixed = tc.compile and tc.compile_mode == "reduce-overhead"
+    width_multiple = FIXED_SHAPE_MULTIPLE if fixed else None
+    forward = encoder
+    if tc.compile:
+        options: dict[str, Any] = {}
+        if tc.compile_mode != "default":
+            options["mode"] = tc.compile_mode
+        if width_multiple:
+            options["dynamic"] = False
+        forward = compile_encoder(encoder, **options)
+    task = Task(forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind)
+    trainable = [p for p in encoder.parameters() if p.requires_grad]
+    optim = Optimization(trainable, tc, total_steps, device, amp_dtype)
+    selection = ModelSelection(evaluator, _unbound, dist.is_main)
+    return Trainer(
+        config, encoder, task, corpus, order, optim, selection,
+        total_steps=total_steps, device=device, amp_dtype=amp_dtype, dist_info=dist,
+        callbacks=listeners, kind=kind, data_digest=data_digest, matryoshka_dims=dims,
+        width_multiple=width_multiple, plan=plan,
+    )  # fmt: skip
+
+
+def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
+    ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
+    config = load_config(config) if not isinstance(config, Config) else config.checked()
+    with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
+        try:
+            trainer = build_trainer(config, callbacks, hold, defer_push=True)
+            results = trainer.train()
+        finally:
+            shutdown_distributed()  # only if init_distributed created the process group
+        # The upload comes after the process group is gone: however long it takes, no rank
+        # waits in a collective (the NCCL watchdog would abort it) and torchrun sees the other
+        # ranks end normally; the folder's lock is still held.
+        for callback in trainer.callbacks.callbacks:
+            if isinstance(callback, PushCallback) and callback.finished:
+                callback.push()
+        return results
