@@ -528,8 +528,12 @@ def test_yaml_files_are_read_with_one_line_errors(tmp_path: Path) -> None:
     bad.write_text("model:\n  name: x\n   pooler: [cls\n", encoding="utf-8")
     with pytest.raises(DataFormatError) as err:
         read_yaml(bad)
-    assert str(err.value).startswith(f"{bad}:3: invalid YAML at column ")
+    assert str(err.value).startswith(f"{bad}:3:10: invalid YAML: ")
     assert "\n" not in str(err.value)
+    from cselab.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=rf"^{bad}:3:10: invalid YAML: "):  # same line via config
+        load_config(bad)
     latin = tmp_path / "latin.yaml"
     latin.write_bytes(b"a: 1\nb: caf\xe9\n")
     with pytest.raises(DataFormatError, match=r"latin\.yaml:2: "):

@@ -28,10 +28,18 @@ class CorpusError(UserError, ValueError):
 class DataFormatError(UserError, ValueError):
     """A data file does not have the layout it should; the message names file and line."""
 
-    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        line: int | None,
+        message: str,
+        column: int | None = None,
+    ) -> None:
         self.path = Path(path)
-        self.line = line
-        where = f"{self.path}:{line}" if line is not None else str(self.path)
+        self.line, self.column = line, column
+        where = str(self.path)
+        if line is not None:  # ``file:line[:column]``, the form editors jump to
+            where += f":{line}" if column is None else f":{line}:{column}"
         super().__init__(f"{where}: {message}")
 
 

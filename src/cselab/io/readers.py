@@ -184,7 +184,7 @@ def parse_yaml(text: str, path: Path) -> Any:
         if mark is None:
             raise DataFormatError(path, None, f"invalid YAML: {problem}") from None
         raise DataFormatError(
-            path, mark.line + 1, f"invalid YAML at column {mark.column + 1}: {problem}"
+            path, mark.line + 1, f"invalid YAML: {problem}", column=mark.column + 1
         ) from None
     except RecursionError:  # PyYAML recurses once per nesting level
         raise DataFormatError(path, None, "invalid YAML: nested too deeply") from None
