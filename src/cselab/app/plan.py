@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..config import Config
-from ..config.devset import resolve_dev_set
+from ..config.devset import DevSet, resolve_dev_set
 from ..config.plan import RunPlan
 from ..data.source import TrainingSource
 from ..io.readers import read_json
@@ -47,10 +47,12 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
 
 
 def resolve(
-    config: Config, train_file: str | Path, dist: DistInfo
+    config: Config, train_file: str | Path, dist: DistInfo, dev: DevSet | None = None
 ) -> tuple[RunPlan, TrainingSource]:
     """The plan of a run of ``config`` on ``train_file`` (downloaded already) for this process,
-    and the opened training source (tokenised later, under the token cache's lock).
+    and the opened training source (tokenised later, under the token cache's lock). ``dev``:
+    the dev set when the caller resolved it already (training does, before any write, so that a
+    bad dev file leaves nothing behind); else it is resolved here.
 
     Raises:
         ConfigError, CorpusError: naming the key or the file (a pairs file's columns are checked
@@ -61,7 +63,8 @@ def resolve(
     device = pick_device(tc.device, dist)
     precision = precision_name(autocast_dtype(tc.precision, device))  # logged once, here
     pooler, width = model_facts(config.model.name_or_path, config.model.pooler)
-    dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
+    if dev is None:
+        dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
     plan = RunPlan(
         train_file=str(source.path),
         kind=source.kind,

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
+from ..config.devset import resolve_dev_set
 from ..config.plan import RunPlan
 from ..core.datakind import SENTENCES, DataKind
 from ..core.errors import ConfigError
@@ -143,6 +144,9 @@ def build_trainer(
             f"train.batch_size={tc.batch_size} must be divisible by the {here.world_size} ranks"
         )
     seed_everything(tc.seed)
+    # The dev set first: a bad dev file fails before anything is written (cache, run folder)
+    dev = resolve_dev_set(config.eval.dev, config.eval.dev_metric, config.eval.dev_columns)
+    evaluator = make_dev_evaluator(config.eval, tc.eval_steps, dev)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
@@ -155,8 +159,7 @@ def build_trainer(
         )  # fmt: skip
     # The run's facts, once: the data kind (a pairs file's columns checked before the model),
     # the dev set, device, precision, pooler; nothing after this derives them again.
-    plan, source = resolve(config, train_file, here)
-    evaluator = make_dev_evaluator(config.eval, tc.eval_steps, plan.dev)  # a bad dev file fails
+    plan, source = resolve(config, train_file, here, dev)
     objective = build_objective(plan.objective, plan.kind)
     # token prediction (MNTP) reads the causal LM head, loaded only then
     lm_head = VIEW_TOKEN_LOGITS in objective.required_views
