@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from backbone_models import make_tiny_decoder, tiny_run_argv
 from cselab.app.train import build_trainer
 from cselab.config import Config, load_config
 from cselab.config.devset import resolve_dev_set
 from cselab.config.plan import RunPlan
 from cselab.core.datakind import DataKind
+from cselab.core.errors import ConfigError
 from cselab.core.schema import from_dict
 from cselab.io.runfolder import RunFolder
 from cselab.objectives.config import ObjectiveConfig
@@ -106,3 +108,26 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     text = write_model_card(best, saved_config).read_text(encoding="utf-8")
     assert "every hard negative of the batch (1 per pair)" in text
     assert "| pairs |" in text
+
+
+def test_a_resume_keeps_the_pooler_the_run_trained(tmp_path: Path, one_thread) -> None:
+    """A decoder trained with ``model.pooler=last`` (its default is ``avg``) and resumed with
+    the pooler left out resumes with ``last``: the checkpoint's value, not today's default,
+    in the model, ``config.yaml``, ``plan.json`` and ``last/``; an explicit other pooler is
+    still refused, naming the key."""
+    llama = make_tiny_decoder(tmp_path / "llama")
+    argv = tiny_run_argv(
+        llama, tmp_path, "--model.dropout=0.1", "--train.device=cpu", "--train.max_steps=2",
+        rows=32,
+    )  # fmt: skip
+    build_trainer(load_config(None, [*argv, "--model.pooler=last"])).train()
+    out = RunFolder(tmp_path / "out")
+    trainer = build_trainer(load_config(None, [*argv, "--train.resume=true"]))
+    assert trainer.encoder.pooler.kind == "last"
+    trainer.train()
+    assert RunPlan.load(out.path).pooler == "last"
+    assert yaml.safe_load(out.config.read_text(encoding="utf-8"))["model"]["pooler"] == "last"
+    saved = json.loads((out.last / "cselab.json").read_text(encoding="utf-8"))
+    assert saved["pooler"] == "last"
+    with pytest.raises(ConfigError, match=r"model\.pooler: 'last' -> 'avg'"):
+        build_trainer(load_config(None, [*argv, "--model.pooler=avg", "--train.resume=true"]))

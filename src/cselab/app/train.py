@@ -150,6 +150,8 @@ def build_trainer(
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
+    if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default
+        rundir.adopt_resolved_on_load(config, Path(tc.output_dir))
     with cache_lock(cache):  # one rank downloads; the others wait in flock, in no collective
         train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
     if here.is_main:  # before any heavy work: never replace or mis-resume a run
