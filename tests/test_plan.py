@@ -8,11 +8,13 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from backbone_models import make_tiny_decoder, tiny_run_argv
+from cselab.app.plan import resolve
 from cselab.app.train import build_trainer
 from cselab.config import Config, load_config
 from cselab.config.devset import resolve_dev_set
@@ -20,9 +22,11 @@ from cselab.config.plan import RunPlan
 from cselab.core.datakind import DataKind
 from cselab.core.errors import ConfigError
 from cselab.core.schema import from_dict
+from cselab.io.files import file_digest
 from cselab.io.runfolder import RunFolder
 from cselab.objectives.config import ObjectiveConfig
-from cselab.publish.card import CARD_FILE, write_model_card
+from cselab.publish.card import CARD_FILE, data_of_config, write_model_card
+from cselab.training.distributed import DistInfo
 
 ROWS = 16
 
@@ -131,3 +135,58 @@ def test_a_resume_keeps_the_pooler_the_run_trained(tmp_path: Path, one_thread) -
     assert saved["pooler"] == "last"
     with pytest.raises(ConfigError, match=r"model\.pooler: 'last' -> 'avg'"):
         build_trainer(load_config(None, [*argv, "--model.pooler=avg", "--train.resume=true"]))
+
+
+def test_the_plan_keeps_the_training_file_absolute(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative ``data.train_file`` is kept absolute: a card written later from another
+    working directory hashes the file the run trained on, not a file of the same name there."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    for folder, word in ((run_dir, "alpha"), (elsewhere, "beta")):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "corpus.txt").write_text(f"{word} one\n{word} two\n", encoding="utf-8")
+    monkeypatch.chdir(run_dir)
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", "--data.train_file=data/corpus.txt",
+         "--train.device=cpu", "--eval.dev=none"],
+    )  # fmt: skip
+    plan, _ = resolve(config, config.data.train_file, DistInfo())
+    trained = run_dir / "data" / "corpus.txt"
+    assert Path(plan.train_file).is_absolute() and Path(plan.train_file).samefile(trained)
+    monkeypatch.chdir(elsewhere)
+    assert data_of_config(config, plan=plan).sha256 == file_digest(trained)
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_the_bf16_check_asks_the_rank_s_gpu(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """Rank 1 of 2 asks cuda:1 (its LOCAL_RANK) whether it has bf16, not the current device
+    (cuda:0 on every rank until the process group forms), and makes no device current."""
+    import torch
+
+    asked: list[torch.device] = []
+
+    def properties(which: torch.device) -> SimpleNamespace:
+        asked.append(torch.device(which))
+        return SimpleNamespace(major=8)
+
+    def no_current_device(*args: object) -> None:
+        raise AssertionError("resolve() asked or set the current CUDA device")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(torch.cuda, "current_device", no_current_device)
+    monkeypatch.setattr(torch.cuda, "set_device", no_current_device)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("alpha one\nalpha two\n", encoding="utf-8")
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+         f"--train.device={device}", "--eval.dev=none"],
+    )  # fmt: skip
+    plan, _ = resolve(config, corpus, DistInfo(rank=1, world_size=2, local_rank=1))
+    assert asked == [torch.device("cuda", 1)]
+    assert plan.precision == "bf16"
