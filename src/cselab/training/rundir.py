@@ -7,9 +7,9 @@ at ``train.output_dir``:
 
 * it holds a previous run and neither ``train.resume`` nor ``train.overwrite`` is set: refused,
   naming the folder and both ways out. A folder holds a run only once training started
-  (:func:`trained`): what a start that never took a step left behind (its ``config.yaml``, the
-  step-0 evaluation in ``metrics.csv`` and ``best/``, the logger's folder) is removed, so the
-  corrected command simply runs;
+  (:func:`trained`): what a start that never took a step left behind (its ``config.yaml`` and
+  ``plan.json``, the step-0 evaluation in ``metrics.csv`` and ``best/``, the logger's folder)
+  is removed, so the corrected command simply runs;
 * ``train.overwrite``: the previous run's files are removed (nothing of the old run is kept);
 * ``train.resume`` and a checkpoint exists: the checkpoint's config is compared with this one.
   A difference in a key that changes the run (the model, the data file and its content, the
@@ -73,10 +73,10 @@ RESOLVED_ON_LOAD = ("model.pooler",)
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
 
 
-#: What a run writes before its first training step: the config, the step-0 evaluation (its
-#: metrics row and the untrained model kept as ``best/``) and the loggers' files.
+#: What a run writes before its first training step: the config and its plan, the step-0
+#: evaluation (its metrics row and the untrained model kept as ``best/``) and the loggers' files.
 BEFORE_FIRST_STEP = frozenset(
-    {RunFolder.CONFIG, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
+    {RunFolder.CONFIG, RunFolder.PLAN, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
 )
 
 
