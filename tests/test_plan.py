@@ -190,3 +190,31 @@ def test_the_bf16_check_asks_the_rank_s_gpu(
     plan, _ = resolve(config, corpus, DistInfo(rank=1, world_size=2, local_rank=1))
     assert asked == [torch.device("cuda", 1)]
     assert plan.precision == "bf16"
+
+
+def test_a_resume_in_another_precision_says_so(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, one_thread,
+) -> None:  # fmt: skip
+    """A run trained in fp32 (``train.precision: auto`` on the CPU) and resumed where ``auto``
+    resolves to bf16 (as on another device) resumes, with one warning naming both precisions
+    and ``train.precision``."""
+    import logging
+
+    import torch
+
+    import cselab.app.plan as plan_module
+
+    argv = tiny_run_argv(
+        tiny_bert, tmp_path, "--train.device=cpu", "--train.precision=auto",
+        "--train.max_steps=2", rows=32,
+    )  # fmt: skip
+    build_trainer(load_config(None, argv)).train()
+    monkeypatch.setattr(plan_module, "autocast_dtype", lambda *args: torch.bfloat16)
+    trainer = build_trainer(load_config(None, [*argv, "--train.resume=true"]))
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        trainer.train()
+    warned = [r.getMessage() for r in caplog.records if "precision" in r.getMessage()]
+    assert len(warned) == 1
+    assert "trained in fp32" in warned[0] and "resumes it in bf16" in warned[0]
+    assert "train.precision=auto" in warned[0]
