@@ -310,7 +310,7 @@ def test_the_card_reads_only_its_own_run_s_plan(
     from cselab.config import load_config, save_config
     from cselab.config.plan import RunPlan
     from cselab.io.runfolder import RunFolder
-    from cselab.publish.card import run_plan_of
+    from cselab.publish.folder_plan import run_plan_of
 
     corpus = write_corpus(tmp_path, 16)
     pairs = tmp_path / "pairs.csv"

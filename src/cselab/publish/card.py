@@ -20,9 +20,7 @@ existing card (the section between :data:`EVAL_START` and :data:`EVAL_END`).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,7 +31,6 @@ import yaml
 from ..config import Config, load_config
 from ..config.plan import RunPlan
 from ..core.datakind import DataKind
-from ..core.errors import UserError
 from ..core.metrics import STSB_DEV
 from ..data.config import is_pairs_source
 from ..data.pairs import read_mining_record
@@ -42,7 +39,7 @@ from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
 from ..io.readers import read_json
 from ..io.runfolder import RunFolder
-from ..model.hub import DOWNLOADS, cache_root, resolve_train_file
+from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
 from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
@@ -54,6 +51,7 @@ from ..objectives import (
     objective_tags,
 )
 from ..training.metrics import read_metrics as read_metrics_table
+from .folder_plan import run_plan_of
 from .hardware import hardware_section
 from .hub_metadata import (
     CARD_FILE,
@@ -64,8 +62,6 @@ from .hub_metadata import (
     merge_eval_results,
 )
 from .usage import usage_snippets
-
-log = logging.getLogger("cselab")
 
 CONFIG_FILE = RunFolder.MODEL_CONFIG  # written next to the weights by Trainer.save_model
 EVAL_START = "<!-- cselab:evaluation:start -->"
@@ -155,47 +151,6 @@ def data_of_config(
             kind = DataKind(pairs=is_pairs_source(path, data.format))
     sha = file_sha256(path) if path.is_file() else None
     return TrainingData(path, kind, rows, sha)
-
-
-def trained_on(plan: RunPlan, train_file: str) -> bool:
-    """Whether ``plan`` is of a run on ``train_file`` (a config's ``data.train_file``): the
-    plan's absolute path is that path; for a relative one (resolved in the run's working
-    directory, unknown here) it ends with it; for a download name (:data:`DOWNLOADS`) it is
-    the file of that name."""
-    planned = Path(plan.train_file)
-    given = Path(os.path.normpath(Path(train_file).expanduser()))
-    if given.is_absolute():
-        return given == planned
-    tail = tuple(part for part in given.parts if part != "..")  # normpath left only leading ones
-    if planned.parts[-len(tail) :] == tail:
-        return True
-    return train_file in DOWNLOADS and planned.name == DOWNLOADS[train_file]
-
-
-def run_plan_of(folder: Path, config: Config) -> RunPlan | None:
-    """The plan of the run that saved the model folder ``folder`` (``best/``, ``last/``,
-    ``merged/`` of a run folder): its parent's ``plan.json`` when that is the plan of this
-    model's run, with ``config``'s (the folder's ``cselab_config.yaml``) training file
-    (:func:`trained_on`) and ``objective`` section. ``None`` when there is none, or it is
-    another run's (a model folder placed beside it) or cannot be read (another cselab
-    version's layout): then the card describes the data from ``config``, and a plan that was
-    there but not used is named in one warning."""
-    path = RunFolder(folder.resolve().parent).plan
-    try:
-        plan = RunPlan.load(path.parent)
-    except (UserError, OSError) as err:
-        log.warning("%s is not used for the card of %s (%s)", path, folder, err)
-        return None
-    if plan is None:
-        return None
-    if not trained_on(plan, config.data.train_file) or plan.objective != config.objective:
-        log.warning(
-            "%s is not used for the card of %s: it is the plan of another run (trained on "
-            "%s, not on this model's data.train_file %s, or with another objective section)",
-            path, folder, plan.train_file, config.data.train_file,
-        )  # fmt: skip
-        return None
-    return plan
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
