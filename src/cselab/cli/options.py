@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
+from ..core.errors import SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 
 T = TypeVar("T")
@@ -59,31 +59,50 @@ def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
     return cls(**{**values, **given})
 
 
-#: A setting named as a Python keyword in a library error: ``name=value`` (a quoted value, or
-#: one up to a space or punctuation), not part of a dotted key or a path.
-SETTING = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=('[^']*'|[^\s,;:()]+)")
+def _flag(action: argparse.Action, value: object) -> str:
+    """``value`` given to ``action``'s option: the long flag alone for a switch."""
+    flag = max(action.option_strings, key=len)
+    return flag if action.nargs == 0 else f"{flag} {value}"
 
 
-def flag_words(
-    message: str, parser: argparse.ArgumentParser, texts: Mapping[str, str] | None = None
+def _subcommand(root: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+    """The parser of ``cselab WORDS...`` (``["index", "build"]``) under ``root``."""
+    parser: argparse.ArgumentParser | None = root
+    for word in words:
+        subs = [a for a in (parser._actions if parser else []) if a.choices and a.nargs == "A..."]
+        parser = subs[0].choices.get(word) if subs else None  # type: ignore[union-attr]
+    return parser
+
+
+def setting_words(
+    err: SettingError, parser: argparse.ArgumentParser, root: argparse.ArgumentParser
 ) -> str:
-    """``message`` with each setting a library error names as a keyword (``overwrite=True``,
-    ``nlist=50``, ``backend='ivf'``) spelled as ``parser``'s option of that ``dest``
-    (``--overwrite``, ``--nlist 50``, ``--backend ivf``): library errors name settings, the
-    command line its flags. A keyword no option stores is left as it is; ``texts`` replaces a
-    library hint that names a Python argument with no option of its own (``columns=``)."""
+    """The message of ``err`` with its setting spelled as this command line takes it: the
+    option of ``parser`` (the failed command) whose ``dest`` is the setting (``--nlist 50``,
+    ``--overwrite``); for a setting of another command, that command with its flag
+    (``cselab index build ... --backend ivf``); on ``cselab train``, the config key as an
+    override (``--model.pooler=avg``); else the Python keyword. Only the setting is spelled
+    again: the rest of the message, paths and values included, is the library's, unchanged."""
+    if err.command is not None:
+        other = _subcommand(root, err.command.split())
+        actions = {a.dest: a for a in other._actions if a.option_strings} if other else {}
+        if err.setting in actions:
+            action = actions[err.setting]
+            return err.render(lambda v: f"`cselab {err.command} ... {_flag(action, v)}`")
+        return str(err)
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    if err.setting in actions:
+        return err.render(lambda v: _flag(actions[err.setting], v))
+    if err.key is not None and parser.get_default("config_overrides"):
+        return err.render(lambda v: f"--{err.key}={v}")
+    return str(err)
+
+
+def hint_words(message: str, texts: Mapping[str, str] | None) -> str:
+    """``message`` with a library hint it ends with (a constant that names a Python argument,
+    ``columns=...``) replaced by the command's own (``--sts-columns``); only the message's
+    tail, the library's own text, is replaced, never a path or value the user gave."""
     for library, command in (texts or {}).items():
-        message = message.replace(library, command)
-    options = {a.dest: a for a in parser._actions if a.option_strings}
-
-    def spell(match: re.Match[str]) -> str:
-        action = options.get(match[1])
-        if action is None:
-            return match[0]
-        flag = max(action.option_strings, key=len)
-        value = match[2].strip("'")
-        if action.nargs == 0:  # a switch (store_true): its name alone says the value
-            return flag
-        return f"{flag} {value}"
-
-    return SETTING.sub(spell, message)
+        if message.endswith(library):
+            return message[: -len(library)] + command
+    return message

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, ConfigSettingError
 from ..core.metrics import retrieval_metric
 from ..io.files import write_table
 from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
@@ -77,7 +77,7 @@ def metric_names(k: int = 10) -> list[str]:
     """What ``cselab evaluate --retrieval --k K`` reports: nDCG@K, MRR@K, Recall@{1,K,100},
     MAP@100."""
     if k < 1:
-        raise ConfigError(f"k={k} is refused: it must be at least 1")
+        raise ConfigSettingError("k", k, "{setting} is refused: it must be at least 1")
     return list(dict.fromkeys([f"ndcg@{k}", f"mrr@{k}", "recall@1", f"recall@{k}",
                                "recall@100", "map@100"]))  # fmt: skip
 

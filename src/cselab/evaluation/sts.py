@@ -167,7 +167,7 @@ def _stsb_dev_plan(data_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray, n
 
 
 def ensure_stsb_dev(
-    data_dir: str | os.PathLike[str] | None = None, option: str = "data_dir=DIR"
+    data_dir: str | os.PathLike[str] | None = None, option: str | None = None
 ) -> Path:
     """The data folder holding STS-B dev, downloaded into the cache if missing there; else
     :class:`~cselab.core.errors.MissingDataError` naming ``option`` as the way to another one."""

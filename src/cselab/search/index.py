@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SearchIndexError, WriteError
+from ..core.errors import IndexSettingError, SearchIndexError, WriteError
 from ..io.files import (  # the corpus digest is training's
     atomic_path,
     file_digest,
@@ -410,10 +410,13 @@ class Index:
             else:
                 file = self.path / _ann_file(backend)
                 if backend not in self.meta.get("ann", {}) or not file.is_file():
-                    raise SearchIndexError(
-                        f"{self.path}: no {backend} index was built; build it with "
-                        f"backend={backend!r} (built: {', '.join(self.backends())})"
-                    )
+                    raise IndexSettingError(
+                        "backend", backend,
+                        "{path}: no {kind} index was built; build one with {setting} "
+                        "(built: {built})",
+                        command="index build", call="Index.build(..., IndexSettings({}))",
+                        path=self.path, kind=backend, built=", ".join(self.backends()),
+                    )  # fmt: skip
                 self._ann[backend] = _faiss().read_index(str(file))
         return self._ann[backend]
 

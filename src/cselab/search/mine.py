@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import ConfigError, CorpusError, RunFolderBusy, SearchIndexError
+from ..core.errors import ConfigError, ConfigSettingError, CorpusError, RunFolderBusy
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
@@ -122,12 +122,11 @@ class MineSettings:
 
     def validate(self) -> None:
         """Refuse a setting that makes no sense, naming it (one line)."""
-        try:
-            self.index.validate(SEARCH_BACKENDS)
-        except SearchIndexError as err:
-            raise ConfigError(str(err)) from None
+        self.index.validate(SEARCH_BACKENDS, ConfigSettingError)
         if self.index.dim is not None:
-            raise ConfigError(f"dim={self.index.dim}: mining searches at the model's full width")
+            raise ConfigSettingError(
+                "dim", self.index.dim, "{setting}: mining searches at the model's full width"
+            )
         if self.num_negatives < 1:
             raise ConfigError(f"num_negatives must be at least 1, not {self.num_negatives}")
         if self.range_min < 0:
