@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
@@ -31,14 +32,37 @@ def add_pooler_flag(
     parser.add_argument("--pooler", default=None, choices=POOLERS, help=help)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse names the option)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is refused: it must be at least 1")
+    return value
+
+
+#: A torch device name, checked without importing torch (``cselab --help`` stays torch-free)
+DEVICE = re.compile(r"(cpu|mps|cuda|xpu)(:\d+)?")
+
+
+def device_name(text: str) -> str:
+    """An argparse type: a device torch accepts (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...)."""
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device (cpu, cuda, cuda:N, mps)")
+    return text
+
+
 def add_batch_size_flag(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     """``--batch-size``: sentences per encoder call (:data:`~cselab.model.choices.BATCH_SIZE`)."""
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=help)
+    parser.add_argument("--batch-size", type=positive_int, default=BATCH_SIZE, help=help)
 
 
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     """``--device``: where the model runs."""
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--device", default=None, type=device_name,
+                        help="cpu, cuda, cuda:N, mps (default: cpu)")  # fmt: skip
 
 
 def add_model_flag(

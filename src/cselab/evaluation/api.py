@@ -13,6 +13,7 @@ from pathlib import Path
 from ..core.errors import ConfigSettingError
 from ..core.metrics import STSB
 from ..core.schema import ConfigError
+from ..model.choices import BATCH_SIZE
 from . import custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
 from .download import ensure_data
@@ -125,7 +126,7 @@ def evaluate(
     tasks: str | Iterable[str | EvalTask] | None = "sts",
     mode: str = "test",
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     download: bool = True,
     transfer_config: transfer.ClassifierConfig | None = None,
     model_name: str | None = None,

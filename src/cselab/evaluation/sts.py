@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ..model.choices import BATCH_SIZE
 from . import datasets
 from .embed import EmbeddingCache, EncoderLike, call_encoder
 
@@ -182,7 +183,7 @@ def ensure_stsb_dev(
 def stsb_dev_measures(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
 ) -> dict[str, float]:
     """One encoding of STS-B dev, every number training looks at: ``spearman`` and ``pearson``
     (cosine vs gold, x 100; ``spearman`` is SimCSE's ``eval_stsb_spearman`` x 100) and
@@ -214,7 +215,7 @@ def stsb_dev_measures(
 def stsb_dev_spearman(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
 ) -> float:
     """Spearman x 100 of cosine vs gold on STS-B dev (SimCSE's ``eval_stsb_spearman`` x 100);
     see :func:`stsb_dev_measures`."""

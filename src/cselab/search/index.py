@@ -198,7 +198,7 @@ class Index:
             width = int(encoder.dim)
             dim = settings.dim
             stored = width if dim is None else check_prefix(dim, width, "dim")
-            chunk_size = settings.chunk_size
+            chunk_size = settings.chunk()
             want = {
                 "format": INDEX_FORMAT,
                 "model": model_name,
@@ -261,7 +261,7 @@ class Index:
         texts: Sequence[str],
         encoder: Any,
         *,
-        chunk_size: int = IndexSettings.chunk_size,
+        chunk_size: int = DEFAULT_CHUNK,
         batch_size: int = IndexSettings.batch_size,
         show_progress: bool = False,
     ) -> Index:

@@ -49,8 +49,10 @@ class IndexSettings:
         backend: ``exact`` (no extra index: a matrix product over the memory-mapped vectors),
             ``hnsw`` or ``ivf`` (also a FAISS index; Malkov & Yashunin 2018, Jégou et al. 2011);
             a search also takes ``flat`` (FAISS, exact; mining and retrieval evaluation).
-        chunk_size: lines encoded between progress records (an interrupted build resumes at
-            the first chunk not recorded).
+        chunk_size: how many lines are encoded at a time; ``None``: the default of the caller
+            (:meth:`chunk`): a build records progress every :data:`DEFAULT_CHUNK` (8192) lines
+            (an interrupted build resumes at the first chunk not recorded); mining encodes and
+            searches :data:`~cselab.search.mine.MINE_CHUNK` (4096) anchors at a time.
         batch_size: sentences per encoder call.
         hnsw_m: HNSW links per node (``None``: 32).
         ef_construction: HNSW build depth (``None``: 80).
@@ -65,7 +67,7 @@ class IndexSettings:
     """
 
     backend: str = "exact"
-    chunk_size: int = DEFAULT_CHUNK
+    chunk_size: int | None = None
     batch_size: int = BATCH_SIZE
     hnsw_m: int | None = None
     ef_construction: int | None = None
@@ -97,6 +99,11 @@ class IndexSettings:
             raise error("pooler", self.pooler, "{setting} is unknown; choose one of {known}",
                         known=", ".join(POOLERS))  # fmt: skip
 
+    def chunk(self, default: int = DEFAULT_CHUNK) -> int:
+        """``chunk_size``, or the caller's ``default`` where it is not given (the one rule for
+        every caller: a build's :data:`DEFAULT_CHUNK`, mining's ``MINE_CHUNK``)."""
+        return int(self.chunk_size) if self.chunk_size is not None else default
+
     def ann_params(self, n: int) -> dict[str, int]:
         """The FAISS settings of this backend over ``n`` vectors (:func:`ann_params`: those set
         here, its defaults for the rest; ``{}`` for ``exact`` and ``flat``)."""
@@ -117,4 +124,4 @@ class IndexSettings:
         )
 
 
-__all__ = ["HNSW_DEFAULTS", "SEARCH_BACKENDS", "IndexSettings", "ann_params"]
+__all__ = ["DEFAULT_CHUNK", "HNSW_DEFAULTS", "SEARCH_BACKENDS", "IndexSettings", "ann_params"]
