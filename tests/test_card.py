@@ -359,3 +359,59 @@ def test_the_card_reads_only_its_own_run_s_plan(
     relative.objective = config.objective
     assert run_plan_of(folder, relative) == own
     assert run_plan_of(folder, load_config(None, ["--data.train_file=other.txt"])) is None
+
+
+def test_a_best_card_written_during_training_reads_only_the_rows_before_its_step(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog, one_thread
+) -> None:
+    """The card of a ``best/`` written on the writer's thread reads ``metrics.csv`` while the
+    loop appends to it: it shows the rows before its step and its own score, whatever the loop
+    wrote meanwhile (here the step-4 card is written only once step 8's row is in the file, and
+    an append is in flight: a last line without its end, left out without a warning)."""
+    import threading
+    import time
+
+    import cselab.training.metrics as metrics_module
+    from cselab.training.callbacks import Callback, SavedModel
+
+    cards: dict[int, str] = {}
+
+    class Recorder(Callback):  # runs after the card's callback, on the same thread
+        def on_model_save(self, model: SavedModel) -> None:
+            if model.model_id and Path(model.model_id).name == "best":  # during training
+                cards[model.step] = (model.folder / CARD_FILE).read_text()
+
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.log_steps=1"), [Recorder()])
+    scores = iter([10.0, 50.0, 40.0, 30.0])  # steps 0, 4, 8, 12: best/ written at 0 and 4
+    trainer.selection.evaluator = lambda encoder: next(scores)
+    metrics_csv, real_save, saves = tmp_path / "out" / "metrics.csv", SentenceEncoder.save, []
+
+    def save_slowly(self, path):  # noqa: ANN001, ANN202 - the step-4 best/ waits for step 8
+        real_save(self, path)
+        saves.append(path)
+        deadline = time.monotonic() + 60
+        while len(saves) == 2 and time.monotonic() < deadline:
+            if any(line.startswith("8,") for line in metrics_csv.read_text().splitlines()):
+                break
+            time.sleep(0.02)
+
+    real_read = metrics_module.read_text
+
+    def read_during_an_append(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        text = real_read(path, *args, **kwargs)
+        on_writer = threading.current_thread().name == "cselab-model"
+        return text + "13,0.2" if on_writer and text.endswith("\n") else text
+
+    monkeypatch.setattr(SentenceEncoder, "save", save_slowly)
+    monkeypatch.setattr(metrics_module, "read_text", read_during_an_append)
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    assert trainer.selection.best_step == 4 and sorted(cards) == [0, 4]
+    assert "8," in metrics_csv.read_text()  # the run did log step 8
+    curves = {
+        s: c.split("## STS-B dev during training")[1].split("##")[0] for s, c in cards.items()
+    }
+    assert "| 0 | – | 10.00 |" in curves[0] and "\n| 4 |" not in curves[0]
+    assert "| 0 | – | 10.00 |" in curves[4] and "| 4 | – | 50.00 |" in curves[4]
+    assert "\n| 8 |" not in curves[4] and "\n| 12 |" not in curves[4]
+    assert not [r for r in caplog.records if "no line end" in r.getMessage()]

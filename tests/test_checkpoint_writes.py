@@ -367,3 +367,45 @@ def test_a_snapshot_of_the_encoder_is_detached_from_training(
     lora = SentenceEncoder.from_pretrained(str(llama), pooler="avg", lora={"r": 4})
     pairs = list(zip(lora.parameters(), ckpt.snapshot_encoder(lora).parameters(), strict=True))
     assert all((a is b) != a.requires_grad for a, b in pairs)  # frozen shared, trainable copied
+
+
+def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_best(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dev score that rises at every evaluation writes ``best/`` on the writer's thread each
+    time; the disk filling up during the second write reaches the training loop as the one-line
+    :class:`~.checkpoint.CheckpointWriteError` (the run stops, no ``last/``), and the first
+    ``best/`` is kept whole."""
+    from cselab.app.train import build_trainer
+    from cselab.config import load_config
+    from cselab.model.encoder import SentenceEncoder, load
+
+    args = [
+        *_train_args(tiny_bert, tmp_path)[2:], "--train.max_steps=12", "--train.eval_steps=2",
+        "--eval.enabled=false", "--train.log_steps=1", "--train.report_to=[]",
+    ]  # fmt: skip
+    trainer = build_trainer(load_config(None, args))
+    scores = iter(range(100))
+    trainer.selection.evaluator = lambda encoder: float(next(scores))  # every one improves
+    real_save, first = SentenceEncoder.save, {}
+
+    def disk_full_the_second_time(self, path):  # noqa: ANN001, ANN202
+        real_save(self, path)
+        weights = Path(path) / "model.safetensors"
+        if not first:
+            first["weights"] = weights.read_bytes()
+            return
+        weights.write_bytes(b"trunc")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(SentenceEncoder, "save", disk_full_the_second_time)
+    out = tmp_path / "out"
+    with pytest.raises(ckpt.CheckpointWriteError) as info:
+        trainer.train()
+    assert str(info.value) == (
+        f"could not write model folder {out / 'best'}: No space left on device (ENOSPC); "
+        "the previous one is kept"
+    )
+    assert trainer.selection.best_step == 2 and not (out / "last").exists()
+    assert (out / "best" / "model.safetensors").read_bytes() == first["weights"]
+    load(str(out / "best")).encode(["a sentence"])  # whole: it loads

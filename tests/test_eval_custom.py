@@ -226,6 +226,28 @@ def test_evaluate_scores_sts_files_with_table_and_json(
     assert len(err.splitlines()) == 1
 
 
+def test_train_names_the_dev_columns_key(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, fresh_eval_cache: None
+) -> None:
+    """A dev file without the score column: ``cselab train`` names its own override
+    (``--eval.dev_columns=``), not the library's ``columns=`` argument."""
+    from conftest import write_corpus
+    from cselab.cli import main
+
+    corpus = write_corpus(tmp_path)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence1\tsentence2\na\tb\n")
+    argv = [
+        "train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+        f"--data.cache_dir={tmp_path / 'cache'}", "--train.batch_size=8", "--train.max_steps=2",
+        f"--eval.dev={bad}", f"--train.output_dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("; name the columns with --eval.dev_columns=[S1,S2,SCORE]"), err
+    assert "columns=(" not in err
+
+
 def test_dev_file_is_checked_whatever_the_cadence(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, fresh_eval_cache: None
 ) -> None:

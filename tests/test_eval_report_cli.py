@@ -144,6 +144,13 @@ def test_evaluate_command_reports_missing_data(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("cselab evaluate: error: SentEval data missing") and err.count("\n") == 1
     assert "STS/STS12-en-test/STS.input.MSRpar.txt" in err
+    assert "then pass --data-dir DIR or set $" in err  # the library's data_dir=DIR, as a flag
+    from cselab.core.errors import MissingDataError
+    from cselab.evaluation.download import ensure_files
+
+    with pytest.raises(MissingDataError, match=r"then pass data_dir=DIR or set \$") as caught:
+        ensure_files(["STS/none.txt"], tmp_path, download_missing=False)
+    assert caught.value.setting == "data_dir"
 
 
 def test_compare_rejects_non_results_file(tmp_path, capsys):

@@ -157,6 +157,16 @@ def test_pooler_cls_without_a_pooler_is_one_clear_line(
     err = err.splitlines()[-1]  # above it: transformers' loading progress bar
     assert err.startswith(f"cselab encode: error: pooler 'cls' on {no_pooler}: the checkpoint")
     assert "--pooler cls_before_pooler" in err
+    # `cselab train` takes the pooler as a config key: the same error names the override
+    from cselab.cli import build_parser
+    from cselab.cli.options import _subcommand, setting_words
+
+    with pytest.raises(ModelFormatError) as caught:
+        load(str(no_pooler), pooler="cls")
+    assert "choose pooler='cls_before_pooler' or pooler='avg'" in str(caught.value)
+    root = build_parser()
+    said = setting_words(caught.value, _subcommand(root, ["train"]), root)
+    assert "choose --model.pooler=cls_before_pooler or --model.pooler=avg" in said
 
 
 def test_pooler_cls_on_an_architecture_without_pooler(tmp_path: Path, tiny_bert: Path) -> None:

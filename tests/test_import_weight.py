@@ -75,6 +75,10 @@ def test_the_public_face() -> None:
 
     assert (cselab.Config, cselab.load_config, cselab.evaluate) == (Config, load_config, evaluate)
     assert (cselab.Index, cselab.mine, cselab.Callback) == (Index, mine_hard_negatives, Callback)
+    from cselab.search.mine import MineSettings
+    from cselab.search.settings import IndexSettings
+
+    assert (cselab.IndexSettings, cselab.MineSettings) == (IndexSettings, MineSettings)
     documented = Path(__file__).resolve().parents[1] / "docs" / "api.md"
     text = documented.read_text(encoding="utf-8")
     assert all(f"`cselab.{name}" in text or f"`{name}`" in text for name in cselab.__all__

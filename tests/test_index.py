@@ -306,3 +306,42 @@ def test_cli_errors_are_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+# ------------------------------------------------- every setting reaches what it sets (issue 28)
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"pooler": "max"}, "pooler='max' is unknown; choose one of"),
+        ({"chunk_size": 0}, "chunk_size=0 is refused: it must be at least 1"),
+        ({"nlist": 0}, "nlist=0 is refused: it must be at least 1"),
+        ({"hnsw_m": 0}, "hnsw_m=0 is refused"),
+        ({"batch_size": 0}, "batch_size=0 is refused"),
+        ({"backend": "flat"}, "backend='flat' is unknown; choose one of exact, hnsw, ivf"),
+    ],
+)
+def test_index_settings_refuse_each_setting_by_name(given: dict, message: str) -> None:
+    from cselab.core.errors import SettingError
+    from cselab.search.settings import IndexSettings
+
+    with pytest.raises(SettingError, match=message) as err:
+        IndexSettings(**given).validate()
+    assert (err.value.setting, err.value.value) == next(iter(given.items()))
+
+
+def test_index_settings_open_a_model_with_their_pooler(tiny_bert: Path) -> None:
+    from cselab.search.settings import IndexSettings
+
+    assert cselab.load(str(tiny_bert)).pooler.kind != "avg"
+    assert IndexSettings(pooler="avg", device="cpu").load(str(tiny_bert)).pooler.kind == "avg"
+
+
+def test_hnsw_settings_reach_faiss(tiny_bert: Path, tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    from cselab.search.settings import IndexSettings
+
+    corpus = write_corpus(tmp_path, n=40)
+    settings = IndexSettings(backend="hnsw", hnsw_m=6, ef_construction=20)
+    index = Index.build(corpus, str(tiny_bert), tmp_path / "h.index", settings)
+    faiss_index = Index.open(index.path)._faiss_index("hnsw")
+    assert (faiss_index.hnsw.nb_neighbors(1), faiss_index.hnsw.efConstruction) == (6, 20)

@@ -559,7 +559,7 @@ def flag_spellings(src: Path) -> dict[str, list[str]]:
 
 def test_library_code_names_no_command_line_flag() -> None:
     """A library error names the setting or key (``overwrite=True``, ``pooler=NAME``); the CLI
-    shows its flag (``cli/options.py``'s ``flag_words``)."""
+    shows its flag (a ``SettingError``, spelled by ``cli/options.py``'s ``setting_words``)."""
     assert flag_spellings(SRC) == {}
 
 

@@ -368,3 +368,120 @@ def test_a_rerun_after_sigkill_removes_the_killed_runs_working_folder(
         "t.tsv",
         "t.tsv.mining.json",
     ]
+
+
+# ------------------------------------------------- every setting reaches what it sets (issue 28)
+def test_cmd_mine_hands_every_option_to_the_library(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``cselab mine``'s options arrive in ``mine_hard_negatives``' one settings object (the
+    search's backend, chunk size, batch size, pooler, device and compiled graph included), and
+    ``--index`` is the index folder, not ``MineSettings.index``."""
+    import cselab.search.mine as mine
+    from cselab.search.mine import MineReport
+
+    got: dict = {}
+
+    def record(model, pairs, output, settings, **kwargs):
+        got.update(settings=settings, **kwargs)
+        return MineReport(header=settings.header())
+
+    monkeypatch.setattr(mine, "mine_hard_negatives", record)
+    argv = ["mine", "p.jsonl", "--model", "m", "-o", str(tmp_path / "o.tsv"), "--backend", "flat",
+            "--chunk-size", "5", "--batch-size", "3", "--pooler", "avg", "--device", "cpu",
+            "--compile", "--num-negatives", "2", "--index", "dir"]  # fmt: skip
+    assert main(argv) == 0
+    index = IndexSettings(backend="flat", chunk_size=5, batch_size=3, pooler="avg",
+                          device="cpu", compile_inference=True)  # fmt: skip
+    assert got["settings"] == MineSettings(num_negatives=2, index=index)
+    assert got["index_dir"] == "dir"
+
+
+@pytest.mark.parametrize(
+    ("index", "message"),
+    [
+        (IndexSettings(dim=8), "dim=8: mining searches at the model's full width"),
+        (IndexSettings(backend="annoy"), "backend='annoy' is unknown"),
+        (IndexSettings(chunk_size=0), "chunk_size=0 is refused: it must be at least 1"),
+        (IndexSettings(pooler="max"), "pooler='max' is unknown"),
+    ],
+)
+def test_mine_settings_check_their_index_settings(index: IndexSettings, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        MineSettings(index=index).validate()
+    IndexSettings(backend="flat").validate(("exact", "flat"))  # flat: a search backend
+
+
+def _counting_searches(monkeypatch) -> list[tuple[str, int]]:
+    """Each ``Index.search_vectors`` call of mining as ``(backend, anchors)``, the real search
+    still done."""
+    from cselab.search.index import Index
+
+    calls: list[tuple[str, int]] = []
+    search = Index.search_vectors
+
+    def counted(self, vectors, k, *args, **kwargs):
+        calls.append((kwargs.get("backend"), len(vectors)))
+        return search(self, vectors, k, *args, **kwargs)
+
+    monkeypatch.setattr(Index, "search_vectors", counted)
+    return calls
+
+
+def test_mining_searches_with_its_backend_and_chunk_rule(tiny_bert: Path, monkeypatch) -> None:
+    """The search backend is the settings' (``flat``: FAISS); anchors go ``MINE_CHUNK`` at a
+    time where ``chunk_size`` is not given, whatever else ``index`` sets, else ``chunk_size``."""
+    import cselab.search.mine as mine
+    from cselab.model.encoder import load
+
+    encoder = load(str(tiny_bert))
+    pairs = [(f"anchor {i}", f"positive text {i}") for i in range(12)]
+    assert MineSettings(index=IndexSettings(backend="flat")).index.chunk(mine.MINE_CHUNK) == 4096
+    monkeypatch.setattr(mine, "MINE_CHUNK", 5)
+    calls = _counting_searches(monkeypatch)
+    flat = MineSettings(num_negatives=1, index=IndexSettings(backend="flat"))
+    found = mine_hard_negatives(encoder, pairs, None, flat).rows
+    assert calls == [("flat", 5), ("flat", 5), ("flat", 2)]
+    calls.clear()
+    exact = MineSettings(num_negatives=1, index=IndexSettings(chunk_size=7))
+    assert mine_hard_negatives(encoder, pairs, None, exact).rows == found
+    assert calls == [("exact", 7), ("exact", 5)]
+
+
+def test_the_mining_record_names_the_pooler_and_backend(tiny_bert: Path, tmp_path: Path) -> None:
+    from cselab.data.pairs import mining_record_path
+
+    pairs = _write_pairs(tmp_path / "pairs.jsonl", n=8)
+    out = tmp_path / "t.tsv"
+    assert main(["-q", "mine", str(pairs), "--model", str(tiny_bert), "-o", str(out),
+                 "--anchor-column", "q", "--positive-column", "doc", "--num-negatives", "1",
+                 "--pooler", "avg", "--backend", "flat"]) == 0  # fmt: skip
+    record = json.loads(mining_record_path(out).read_text())
+    assert (record["pooler"], record["backend"]) == ("avg", "flat")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["mine", "p", "--model", "m", "-o", "o.tsv", "--device", "bogus"],
+         "argument --device: 'bogus' is not a device"),
+        (["mine", "p", "--model", "m", "-o", "o.tsv", "--batch-size", "0"],
+         "argument --batch-size: 0 is refused: it must be at least 1"),
+        (["encode", "m", "--input", "x", "--output", "y", "--batch-size", "0"],
+         "argument --batch-size: 0 is refused"),
+        (["evaluate", "m", "--retrieval", "b", "--batch-size", "-2"],
+         "argument --batch-size: -2 is refused"),
+        (["encode", "m", "--input", "x", "--output", "y", "--device", "cuda:x"],
+         "argument --device: 'cuda:x' is not a device"),
+    ],
+)  # fmt: skip
+def test_shared_options_refuse_bad_values_at_parse_time(argv, said, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_device_names_that_torch_takes_are_accepted() -> None:
+    from cselab.cli.options import device_name
+
+    assert [device_name(d) for d in ("cpu", "cuda", "cuda:1", "mps")] == [
+        "cpu", "cuda", "cuda:1", "mps"
+    ]  # fmt: skip

@@ -432,3 +432,27 @@ def test_a_huge_relevance_is_one_line_in_evaluate_and_train(
             f"--eval.dev={folder}", "--train.device=cpu"]  # fmt: skip
     assert main(argv) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"cselab train: error: {message}"
+
+
+def test_cli_evaluate_retrieval_searches_with_its_backend(
+    tiny_bert: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """``--backend flat`` is the search that runs (FAISS), not only the label of the results."""
+    pytest.importorskip("faiss")
+    import cselab.search.index as index_module
+    from cselab.cli import main
+
+    asked: list[str] = []
+    real = index_module.vector_search
+
+    def search(settings=None):
+        asked.append(settings.backend)
+        return real(settings)
+
+    monkeypatch.setattr(index_module, "vector_search", search)
+    folder = write_beir(tmp_path / "b", split="test")
+    out = tmp_path / "res.json"
+    assert main(["-q", "evaluate", str(tiny_bert), "--retrieval", str(folder), "--backend",
+                 "flat", "-o", str(out)]) == 0  # fmt: skip
+    assert asked == ["flat"]
+    assert json.loads(out.read_text())["results"]["retrieval:b"]["backend"] == "flat"

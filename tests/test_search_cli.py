@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import write_corpus
 from cselab.cli import main
+from cselab.core.errors import IndexSettingError, SettingError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.pooling import POOLERS
 from cselab.search.index import META_FILE, PROGRESS_FILE, Index, SearchIndexError, check_queries
@@ -324,33 +325,85 @@ def test_library_errors_name_the_setting_and_the_cli_its_flag(
     errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
     assert errors == [f"cselab index: error: {said}--overwrite or another output folder"]
 
-    with pytest.raises(SearchIndexError, match=r"build it with backend='ivf' \(built: exact"):
+    with pytest.raises(SearchIndexError) as err:
         Index.open(out).search("alpha", backend="ivf")
+    hint = "build one with Index.build(..., IndexSettings(backend='ivf')) (built: exact"
+    assert "no ivf index was built; " + hint in str(err.value)
     assert main(["search", str(out), "alpha", "--backend", "ivf"]) == 2
     errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
-    assert len(errors) == 1 and "no ivf index was built; build it with --backend ivf (" in errors[0]
+    hint = "build one with `cselab index build ... --backend ivf` ("
+    assert len(errors) == 1 and "no ivf index was built; " + hint in errors[0]
+
+    # --dim out of range names the flag (the library: the keyword)
+    with pytest.raises(SettingError, match=r"^dim=1000 is outside 1\.\.32"):
+        Index.build(corpus, str(tiny_bert), tmp_path / "d.index", IndexSettings(dim=1000))
+    assert main(["index", "build", str(corpus), "--model", str(tiny_bert), "-o",
+                 str(tmp_path / "d.index"), "--dim", "1000"]) == 2  # fmt: skip
+    errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert errors == ["cselab index: error: --dim 1000 is outside 1..32 (the vectors' width)"]
 
 
-def test_flag_words_spells_a_setting_as_the_commands_flag() -> None:
-    import argparse
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["search", "k=3", "q"], "cselab search: error: k=3: not a cselab index"),
+        (["mine", "seed=1.jsonl", "--model", "M", "-o", "t.jsonl"],
+         "cselab mine: error: seed=1.jsonl: training file not found"),
+        (["encode", "M", "--input", "dim=4.txt", "--output", "e.npy"],
+         "cselab encode: error: dim=4.txt: input file not found"),
+        (["evaluate", "M", "--tasks", "mode=dev"],
+         "cselab evaluate: error: unknown task 'mode=dev'; expected one of"),
+        (["config", "presets=foo"],
+         "cselab config: error: unknown preset or config file 'presets=foo' ("),
+        (["train", "presets=foo"],
+         "cselab train: error: unknown preset or config file 'presets=foo' ("),
+    ],
+)  # fmt: skip
+def test_the_cli_spells_settings_never_the_users_text(
+    argv: list[str], said: str, tmp_path: Path, monkeypatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A path or value that looks like ``name=value`` is the user's: only a
+    :class:`SettingError`'s setting is shown as a flag, and nothing else is rewritten."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert len(errors) == 1 and errors[0].startswith(said), errors
 
-    from cselab.cli.options import flag_words
 
-    p = argparse.ArgumentParser()
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--nlist", type=int)
-    p.add_argument("--backend")
-    p.add_argument("--margin", dest="absolute_margin", type=float)
-    p.add_argument("-k", type=int)
-    message = (
-        "pass overwrite=True; nlist=50 is more; backend='ivf' (built: exact); "
-        "absolute_margin=0.5, k=0: bad; eval.dev_metric=x and seed=3 and /a/nlist=2 stay"
+def test_setting_words_spells_only_the_setting() -> None:
+    """The library names the keyword; a command its option of that ``dest`` (a switch alone),
+    ``cselab train`` the config key as an override, a setting of another command that command;
+    the message's fields (paths, values) stay as given, ``{...}`` and ``name=value`` included."""
+    from cselab.cli import build_parser
+    from cselab.cli.options import _subcommand, setting_words
+    from cselab.core.errors import ConfigSettingError, ModelSettingError
+
+    root = build_parser()
+    build, search, mine, train, evaluate = (
+        _subcommand(root, words.split())
+        for words in ("index build", "search", "mine", "train", "evaluate")
     )
-    assert flag_words(message, p) == (
-        "pass --overwrite; --nlist 50 is more; --backend ivf (built: exact); "
-        "--margin 0.5, -k 0: bad; eval.dev_metric=x and seed=3 and /a/nlist=2 stay"
+    err = IndexSettingError("overwrite", True, "{out}: pass {setting}", out="/a/nlist=2 {x}")
+    assert str(err) == "/a/nlist=2 {x}: pass overwrite=True"
+    assert setting_words(err, build, root) == "/a/nlist=2 {x}: pass --overwrite"
+    err = IndexSettingError("nlist", 50, "ivf: {setting} is more; seed=3 {n}", n="k=1")
+    assert str(err) == "ivf: nlist=50 is more; seed=3 k=1"
+    assert setting_words(err, build, root) == "ivf: --nlist 50 is more; seed=3 k=1"
+    assert setting_words(err, mine, root) == str(err)  # mine has no --nlist: the keyword
+    err = ConfigSettingError("absolute_margin", 0.5, "{setting} is bad")
+    assert setting_words(err, mine, root) == "--margin 0.5 is bad"  # the option of that dest
+    err = ModelSettingError("pooler", "NAME", "choose {setting}", placeholder=True,
+                            key="model.pooler")  # fmt: skip
+    assert str(err) == "choose pooler=NAME"
+    assert setting_words(err, evaluate, root) == "choose --pooler NAME"
+    assert setting_words(err, train, root) == "choose --model.pooler=NAME"
+    err = IndexSettingError("backend", "hnsw", "build one with {setting}", command="index build",
+                            call="Index.build(..., IndexSettings({}))")  # fmt: skip
+    assert str(err) == "build one with Index.build(..., IndexSettings(backend='hnsw'))"
+    assert setting_words(err, search, root) == (
+        "build one with `cselab index build ... --backend hnsw`"
     )
-    assert flag_words("no setting here", p, {"here": "there"}) == "no setting there"
+    assert isinstance(err, SearchIndexError) and isinstance(err, ValueError)
 
 
 def test_the_commands_defaults_are_the_settings_defaults() -> None:

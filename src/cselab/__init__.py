@@ -5,7 +5,8 @@ The public face, a small set of names (each imported from its home on first use,
 
 * :func:`load` opens a model folder or Hub model as an encoder; :func:`train` runs a config;
   :func:`evaluate` runs evaluation tasks on an encoder (everything ``cselab evaluate`` runs);
-* :class:`Index` is the search index; :func:`mine` mines hard negatives for pairs;
+* :class:`Index` is the search index; :func:`mine` mines hard negatives for pairs; their
+  settings objects :class:`IndexSettings` and :class:`MineSettings`;
 * the config types: :class:`Config` with its sections (:class:`ModelConfig`,
   :class:`DataConfig`, :class:`ObjectiveConfig`, :class:`TrainConfig`, :class:`EvalConfig`)
   and :func:`load_config` (YAML plus ``section.key=value`` overrides);
@@ -46,6 +47,8 @@ def train(config, callbacks=None):
 #: the other public names and their homes (imported on first use)
 _HOMES = {
     "Index": ".search.index",
+    "IndexSettings": ".search.settings",
+    "MineSettings": ".search.mine",
     "evaluate": ".evaluation.api",
     "mine": ".search.mine:mine_hard_negatives",
     "Callback": ".training.callbacks",
@@ -65,6 +68,8 @@ __all__ = [
     "DataConfig",
     "EvalConfig",
     "Index",
+    "IndexSettings",
+    "MineSettings",
     "ModelConfig",
     "ObjectiveConfig",
     "TrainConfig",

@@ -13,9 +13,9 @@ write what leaves the run: the model card of every saved folder and the Hub uplo
 (:mod:`cselab.publish.callbacks`).
 
 No rank waits in a collective while another works: each rank downloads, loads the model and
-tokenises before the process group forms (knowing its rank from the environment), and the token
-cache's file lock (:func:`~cselab.data.cache.cache_lock`) lets the first rank fill the cache while
-the others wait in ``flock`` and then read it.
+tokenises before the process group forms (knowing its rank from the environment), and the
+cache's file locks (:func:`~cselab.data.cache.cache_lock`, one per download and per token-cache
+entry) let the first rank fill the cache while the others wait in ``flock`` and then read it.
 
 :func:`train` holds the lock (:meth:`RunFolder.lock <cselab.io.runfolder.RunFolder.lock>`,
 main process only) from before the folder check to the end of the run, however it ends: a
@@ -47,7 +47,7 @@ from ..data.store import TokenizedCorpus
 from ..io.runfolder import RunFolder
 from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
 from ..model.encoder import SentenceEncoder, compile_encoder
-from ..model.hub import cache_root, resolve_train_file
+from ..model.hub import DOWNLOADS, cache_root, resolve_train_file
 from ..objectives import (
     VIEW_POSITIVE,
     VIEW_TOKEN_LOGITS,
@@ -152,8 +152,11 @@ def build_trainer(
         hold.enter_context(RunFolder(tc.output_dir).lock())
     if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default
         rundir.adopt_resolved_on_load(config, Path(tc.output_dir))
-    with cache_lock(cache):  # one rank downloads; the others wait in flock, in no collective
-        train_file = Path(resolve_train_file(config.data.train_file, str(cache / "data")))
+    # one rank downloads a named corpus; the others wait in flock, in no collective
+    name = config.data.train_file
+    fetch = cache_lock(cache, f"download-{name}", "downloading") if name in DOWNLOADS else None
+    with fetch or contextlib.nullcontext():
+        train_file = Path(resolve_train_file(name, str(cache / "data")))
     if here.is_main:  # before any heavy work: never replace or mis-resume a run
         rundir.prepare_output_dir(
             Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),
@@ -190,10 +193,10 @@ def build_trainer(
         check_dropout_noise(encoder, plan.kind, config.model.dropout)
     if tc.gradient_checkpointing:
         encoder.gradient_checkpointing(True)
-    with cache_lock(cache):  # the first rank tokenises; the others then read its entry
-        corpus, data = source.tokenize(
-            encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
-        )
+    # the first rank tokenises, under the entry's lock; the others then read its entry
+    corpus, data = source.tokenize(
+        encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
+    )
     device_type = "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
     dist_info = init_distributed(device_type, timeout_s=tc.dist_timeout_s)
     if dist_info.is_main:

@@ -12,8 +12,9 @@ import re
 import sys
 from collections.abc import Sequence
 
-from ..core.errors import UserError
+from ..core.errors import SettingError, UserError
 from ..core.version import __version__
+from ..evaluation.names import STS_COLUMNS_HINT
 from ..io.readers import Lines
 from ..model.choices import PRECISIONS
 from .config import register as register_config
@@ -25,6 +26,8 @@ from .options import (
     add_compile_flag,
     add_device_flag,
     add_pooler_flag,
+    hint_words,
+    setting_words,
 )
 from .search import register as register_index
 
@@ -154,7 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="look preset names up in this folder (default: $CSELAB_CONFIGS, else cselab's own)",
     )
-    p.set_defaults(func=cmd_train)
+    # a setting's error names its config key as an override (``--model.pooler=avg``); the STS
+    # columns hint names the eval key (read_sts_file's own hint names its ``columns=``)
+    p.set_defaults(
+        func=cmd_train,
+        config_overrides=True,
+        flag_texts={STS_COLUMNS_HINT: "name the columns with --eval.dev_columns=[S1,S2,SCORE]"},
+    )
 
     register_config(sub)
 
@@ -215,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_insight(sub)
     register_index(sub)  # `index build` and `search`
     register_mine(sub)
-    # library errors name settings (``presets='x'``, ``pooler=NAME``): each command shows its flag
+    # library errors name settings (``presets='x'``, ``pooler=NAME``, a SettingError): each
+    # command shows its own flag for them (options.setting_words)
     for command in sub.choices.values():
         if command.get_default("flags_of") is None:
             command.set_defaults(flags_of=command)
@@ -263,10 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except _user_errors() as err:
         message = str(err)
-        if getattr(args, "flags_of", None) is not None:  # library errors name settings
-            from .options import flag_words
-
-            message = flag_words(message, args.flags_of, getattr(args, "flag_texts", None))
+        if isinstance(err, SettingError):  # library errors name settings; a command its flags
+            message = setting_words(err, args.flags_of, parser)
+        message = hint_words(message, getattr(args, "flag_texts", None))
         print(f"cselab {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.names import MODES, STS_COLUMNS_HINT
+from ..evaluation.names import MODES, RETRIEVAL_K, STS_COLUMNS_HINT
 from ..model.choices import BATCH_SIZE
 from ..search.index import SEARCH_BACKENDS
 from ..search.settings import IndexSettings
@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "or the same parts as datasets folders): nDCG@k, MRR@k, Recall@1/k/100, MAP@100; "
         "SentEval tasks then run only when --tasks or --sts-file asks for them",
     )
-    ev.add_argument("--k", type=int, default=10, help="with --retrieval: the cut-off k (10)")
+    ev.add_argument("--k", type=int, default=RETRIEVAL_K,
+                    help=f"with --retrieval: the cut-off k ({RETRIEVAL_K})")  # fmt: skip
     ev.add_argument(
         "--backend",
         choices=SEARCH_BACKENDS,
@@ -228,7 +229,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             "--split goes with --mteb or --retrieval; the SentEval tasks choose their split with "
             f"--mode ({', '.join(MODES)})"
         )
-    if not args.retrieval and (args.k != 10 or args.backend != IndexSettings.backend):
+    if not args.retrieval and (args.k != RETRIEVAL_K or args.backend != IndexSettings.backend):
         raise ConfigError("--k and --backend go with --retrieval FOLDER")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")

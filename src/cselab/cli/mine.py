@@ -6,7 +6,7 @@ import argparse
 
 from ..data.config import PairColumns
 from ..search.index import SEARCH_BACKENDS
-from ..search.mine import COLUMNS_HINT, OUTPUT_FORMATS, SAMPLING, MineSettings
+from ..search.mine import COLUMNS_HINT, MINE_CHUNK, OUTPUT_FORMATS, SAMPLING, MineSettings
 from ..search.settings import IndexSettings
 from .options import (
     add_batch_size_flag,
@@ -58,10 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "negative_1..negative_K (train with --data.columns.negative=[...])")  # fmt: skip
     p.add_argument("--backend", choices=SEARCH_BACKENDS, default=d.index.backend,
                    help=f"exact | flat (FAISS) | hnsw | ivf (approximate) ({d.index.backend})")  # fmt: skip
-    p.add_argument("--index", default=None, help="keep the corpus index in this folder")
+    # not `index`: that is MineSettings' field (the IndexSettings), which settings_from fills
+    p.add_argument("--index", default=None, dest="index_dir", metavar="DIR",
+                   help="keep the corpus index in this folder")  # fmt: skip
     add_batch_size_flag(p)
     p.add_argument("--chunk-size", type=int, default=d.index.chunk_size,
-                   help=f"anchors searched at a time ({d.index.chunk_size})")  # fmt: skip
+                   help=f"anchors searched at a time ({MINE_CHUNK})")  # fmt: skip
     add_pooler_flag(p)
     add_device_flag(p)
     add_compile_flag(p)
@@ -81,7 +83,7 @@ def cmd_mine(args: argparse.Namespace) -> int:
     report = mine_hard_negatives(
         args.model, args.pairs, args.output, settings, corpus=args.corpus,
         columns=PairColumns(anchor=args.anchor_column, positive=args.positive_column),
-        index_dir=args.index, show_progress=True,
+        index_dir=args.index_dir, show_progress=True,
     )  # fmt: skip
     print(
         f"mined {report.written} rows for {report.anchors} anchors ({report.pairs} pairs, "

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
+from ..core.errors import SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 
 T = TypeVar("T")
@@ -31,14 +32,37 @@ def add_pooler_flag(
     parser.add_argument("--pooler", default=None, choices=POOLERS, help=help)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse names the option)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is refused: it must be at least 1")
+    return value
+
+
+#: A torch device name, checked without importing torch (``cselab --help`` stays torch-free)
+DEVICE = re.compile(r"(cpu|mps|cuda|xpu)(:\d+)?")
+
+
+def device_name(text: str) -> str:
+    """An argparse type: a device torch accepts (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...)."""
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device (cpu, cuda, cuda:N, mps)")
+    return text
+
+
 def add_batch_size_flag(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     """``--batch-size``: sentences per encoder call (:data:`~cselab.model.choices.BATCH_SIZE`)."""
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=help)
+    parser.add_argument("--batch-size", type=positive_int, default=BATCH_SIZE, help=help)
 
 
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     """``--device``: where the model runs."""
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--device", default=None, type=device_name,
+                        help="cpu, cuda, cuda:N, mps (default: cpu)")  # fmt: skip
 
 
 def add_model_flag(
@@ -59,31 +83,50 @@ def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
     return cls(**{**values, **given})
 
 
-#: A setting named as a Python keyword in a library error: ``name=value`` (a quoted value, or
-#: one up to a space or punctuation), not part of a dotted key or a path.
-SETTING = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=('[^']*'|[^\s,;:()]+)")
+def _flag(action: argparse.Action, value: object) -> str:
+    """``value`` given to ``action``'s option: the long flag alone for a switch."""
+    flag = max(action.option_strings, key=len)
+    return flag if action.nargs == 0 else f"{flag} {value}"
 
 
-def flag_words(
-    message: str, parser: argparse.ArgumentParser, texts: Mapping[str, str] | None = None
+def _subcommand(root: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+    """The parser of ``cselab WORDS...`` (``["index", "build"]``) under ``root``."""
+    parser: argparse.ArgumentParser | None = root
+    for word in words:
+        subs = [a for a in (parser._actions if parser else []) if a.choices and a.nargs == "A..."]
+        parser = subs[0].choices.get(word) if subs else None  # type: ignore[union-attr]
+    return parser
+
+
+def setting_words(
+    err: SettingError, parser: argparse.ArgumentParser, root: argparse.ArgumentParser
 ) -> str:
-    """``message`` with each setting a library error names as a keyword (``overwrite=True``,
-    ``nlist=50``, ``backend='ivf'``) spelled as ``parser``'s option of that ``dest``
-    (``--overwrite``, ``--nlist 50``, ``--backend ivf``): library errors name settings, the
-    command line its flags. A keyword no option stores is left as it is; ``texts`` replaces a
-    library hint that names a Python argument with no option of its own (``columns=``)."""
+    """The message of ``err`` with its setting spelled as this command line takes it: the
+    option of ``parser`` (the failed command) whose ``dest`` is the setting (``--nlist 50``,
+    ``--overwrite``); for a setting of another command, that command with its flag
+    (``cselab index build ... --backend ivf``); on ``cselab train``, the config key as an
+    override (``--model.pooler=avg``); else the Python keyword. Only the setting is spelled
+    again: the rest of the message, paths and values included, is the library's, unchanged."""
+    if err.command is not None:
+        other = _subcommand(root, err.command.split())
+        actions = {a.dest: a for a in other._actions if a.option_strings} if other else {}
+        if err.setting in actions:
+            action = actions[err.setting]
+            return err.render(lambda v: f"`cselab {err.command} ... {_flag(action, v)}`")
+        return str(err)
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    if err.setting in actions:
+        return err.render(lambda v: _flag(actions[err.setting], v))
+    if err.key is not None and parser.get_default("config_overrides"):
+        return err.render(lambda v: f"--{err.key}={v}")
+    return str(err)
+
+
+def hint_words(message: str, texts: Mapping[str, str] | None) -> str:
+    """``message`` with a library hint it ends with (a constant that names a Python argument,
+    ``columns=...``) replaced by the command's own (``--sts-columns``); only the message's
+    tail, the library's own text, is replaced, never a path or value the user gave."""
     for library, command in (texts or {}).items():
-        message = message.replace(library, command)
-    options = {a.dest: a for a in parser._actions if a.option_strings}
-
-    def spell(match: re.Match[str]) -> str:
-        action = options.get(match[1])
-        if action is None:
-            return match[0]
-        flag = max(action.option_strings, key=len)
-        value = match[2].strip("'")
-        if action.nargs == 0:  # a switch (store_true): its name alone says the value
-            return flag
-        return f"{flag} {value}"
-
-    return SETTING.sub(spell, message)
+        if message.endswith(library):
+            return message[: -len(library)] + command
+    return message

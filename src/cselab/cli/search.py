@@ -15,7 +15,7 @@ from ..search.index import (
     check_queries,
     read_lines,
 )
-from ..search.settings import HNSW_DEFAULTS, IndexSettings
+from ..search.settings import DEFAULT_CHUNK, HNSW_DEFAULTS, IndexSettings
 from .options import (
     add_batch_size_flag,
     add_compile_flag,
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--backend", choices=BUILD_BACKENDS, default=d.backend,
                    help=f"{d.backend} (default, no extra index) or a FAISS index: hnsw | ivf")  # fmt: skip
     b.add_argument("--chunk-size", type=int, default=d.chunk_size,
-                   help=f"lines encoded between progress records ({d.chunk_size})")  # fmt: skip
+                   help=f"lines encoded between progress records ({DEFAULT_CHUNK})")  # fmt: skip
     add_batch_size_flag(b)
     b.add_argument("--hnsw-m", type=int, default=d.hnsw_m,
                    help=f"HNSW links per node ({HNSW_DEFAULTS['m']})")  # fmt: skip

@@ -21,6 +21,7 @@ from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
 from ..io.readers import parse_yaml
+from ..model.choices import BATCH_SIZE
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
@@ -142,7 +143,7 @@ class EvalConfig:
     """
 
     data_dir: str | None = None
-    batch_size: int = 128
+    batch_size: int = BATCH_SIZE
     enabled: bool = True
     dev: str = STSB
     dev_metric: str | None = None

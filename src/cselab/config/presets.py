@@ -13,7 +13,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, ConfigSettingError
 
 #: The environment variable naming a folder of one's own presets (``--presets DIR`` wins).
 PRESETS_ENV = "CSELAB_CONFIGS"
@@ -32,7 +32,7 @@ def presets_dir(explicit: str | None = None) -> Path:
     if explicit:
         folder = Path(explicit).expanduser()
         if not folder.is_dir():
-            raise ConfigError(f"presets={explicit!r}: folder not found")
+            raise ConfigSettingError("presets", explicit, "{setting}: folder not found")
         return folder
     if os.environ.get(PRESETS_ENV):
         folder = Path(os.environ[PRESETS_ENV]).expanduser()

@@ -10,6 +10,7 @@ caller would expect (``ValueError`` for bad values, ``FileNotFoundError`` for mi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -91,3 +92,75 @@ class SweepError(UserError, RuntimeError):
 
 class RunFolderBusy(UserError, RuntimeError):
     """Another process holds the run folder's lock."""
+
+
+class SettingError(UserError, ValueError):
+    """A setting is refused or needed: one the caller passes by keyword (a library argument or a
+    settings field such as ``IndexSettings.nlist``), which a command line shows as its own option.
+
+    The message is rendered from the parts, never parsed back: ``template`` is the project's
+    own text with ``{setting}`` where the setting is named, and ``{name}`` for each of
+    ``fields`` (paths and values the user gave, inserted as they are). ``str(err)`` names the
+    setting as a Python keyword (``nlist=50``, ``overwrite=True``, ``pooler=NAME``);
+    :meth:`render` takes another spelling of it (the CLI's ``--nlist 50``).
+
+    Attributes:
+        setting: the keyword (``nlist``), as a library caller passes it.
+        value: the value refused, or the ones suggested (``values``: a tuple of alternatives).
+        placeholder: ``value`` is a name for any value (``NAME``), written bare.
+        key: the config key holding the setting in a run's config (``model.pooler``), if any.
+        command: a setting of another command than the one that failed (``index build``: the
+            index's build, named by a search), with ``call``, the library call that takes it
+            (``Index.build(..., IndexSettings({}))``, ``{}`` where the keyword goes).
+    """
+
+    def __init__(
+        self,
+        setting: str,
+        value: object,
+        template: str,
+        *,
+        values: tuple[object, ...] = (),
+        placeholder: bool = False,
+        key: str | None = None,
+        command: str | None = None,
+        call: str | None = None,
+        **fields: object,
+    ) -> None:
+        self.setting = setting
+        self.value = value
+        self.values = values or (value,)
+        self.placeholder = placeholder
+        self.key = key
+        self.command = command
+        self.call = call
+        self.template = template
+        self.fields = fields
+        super().__init__(self.render(self.keyword))
+
+    def keyword(self, value: object) -> str:
+        """``setting=value`` as a Python caller writes it (``call`` around it, if any)."""
+        text = f"{self.setting}={value if self.placeholder else repr(value)}"
+        return self.call.replace("{}", text) if self.call else text
+
+    def render(self, spell: Callable[[object], str]) -> str:
+        """The message with each suggested value of the setting spelled by ``spell``."""
+        named = " or ".join(spell(v) for v in self.values)
+        return self.template.format(setting=named, **self.fields)
+
+
+class IndexSettingError(SettingError, SearchIndexError):
+    """An index, search or mining setting is refused or needed (:class:`SettingError`)."""
+
+
+class ConfigSettingError(SettingError, ConfigError):
+    """A setting is out of range or unknown (:class:`SettingError`)."""
+
+
+class ModelSettingError(SettingError, ModelFormatError):
+    """A model folder needs another setting to be used, e.g. ``pooler`` (:class:`SettingError`)."""
+
+
+class MissingDataSettingError(SettingError, MissingDataError):
+    """Evaluation files are absent; the message names the setting that points at another
+    folder (``data_dir``; :class:`SettingError`)."""

@@ -8,11 +8,13 @@ record per (file, settings) lets an unchanged file be found without reading it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -31,8 +33,13 @@ from .store import STORE_FORMAT, TEXT_COLUMN, TokenizedCorpus, pair_columns
 log = logging.getLogger(__name__)
 
 _META = "meta.json"
-#: The file every process that fills the cache folder locks (:func:`cache_lock`).
-LOCK_FILE = ".cselab-cache.lock"
+# What opening or locking a lock file raises where no lock can be had: a read-only cache
+# (EROFS, or EACCES/EPERM on a folder without write permission) or a filesystem without
+# flock (Lustre's noflock: ENOLCK, EOPNOTSUPP)
+_UNLOCKABLE = frozenset(
+    {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
+)
+_warned: set[Path] = set()  # the folders whose missing lock was logged (once per process)
 # A file modified within this long of being read may change again without changing its
 # (size, mtime): its stat record is not trusted and the content digest decides ("racy git").
 _RACY_NS = 2_000_000_000
@@ -42,25 +49,89 @@ _RACY_NS = 2_000_000_000
 # The cache: entries keyed by content digest + tokenizer; a stat record per (file, tokenizer)
 
 
+def lock_file(folder: str | os.PathLike[str], name: str) -> Path:
+    """The lock file of the cache item ``name`` (a download, a token-cache entry) in ``folder``:
+    ``.cselab-<name>.lock``, ``name`` cut to the characters safe in a file name."""
+    return Path(folder) / f".cselab-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:120]}.lock"
+
+
 @contextlib.contextmanager
-def cache_lock(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold the cache folder ``cache_dir`` exclusively while the block runs, waiting for it.
+def cache_lock(folder: str | os.PathLike[str], name: str, doing: str) -> Iterator[None]:
+    """Hold the cache item ``name`` in ``folder`` (:func:`lock_file`) exclusively while the
+    block runs, waiting for it; ``doing`` says what its holder does ("downloading").
 
     The ranks of a distributed run fill the cache before their process group forms: the first
-    to take the lock downloads and tokenises (each entry written into a temporary folder and
-    renamed, so a reader sees it whole or not at all), the others wait here, in ``flock``,
-    which no collective timeout bounds, and then find the entry cached. The operating system
-    releases the lock however its holder ends (an error, SIGKILL), so a dead holder never
-    blocks the others; the next one takes over the work.
+    to take an item's lock downloads or tokenises it (each entry written into a temporary
+    folder and renamed, so a reader sees it whole or not at all), the others wait here, in
+    ``flock``, which no collective timeout bounds, and then find the entry cached. One lock per
+    item: runs sharing a cache folder wait only for the same corpus, and a wait is logged in
+    one line naming the lock file. The operating system releases the lock however its holder
+    ends (an error, SIGKILL), so a dead holder never blocks the others; a lock file so left
+    behind is reused.
+
+    Where no lock can be had (a read-only cache, a filesystem without ``flock``) one warning
+    is logged and the block runs unlocked: the entries are published by rename, so processes
+    that race only repeat each other's work.
     """
-    folder = Path(cache_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    path = lock_file(folder, name)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd: int | None = _take(path, doing)
+    except OSError as err:
+        if err.errno not in _UNLOCKABLE:
+            raise
+        if path.parent not in _warned:
+            _warned.add(path.parent)
+            log.warning(
+                "%s: no lock can be taken (%s); going on without it (processes sharing this "
+                "cache may repeat each other's work)", path, os.strerror(err.errno),
+            )  # fmt: skip
+        fd = None
+    try:
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        if fd is not None:
+            _release(path, fd)
+
+
+def _take(path: Path, doing: str) -> int:
+    """``path`` opened and locked exclusively; one line logged first if it must wait.
+
+    Its holder removes the file when done (the cache keeps no lock files), so a lock taken on
+    a file that has meanwhile left ``path`` is on a name no one else sees: it is let go and
+    ``path`` opened again.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    waited = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not waited:
+                    log.info("waiting for %s (another process is %s it)", path, doing)
+                    waited = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path)
+                current = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            return fd
+        os.close(fd)
+
+
+def _release(path: Path, fd: int) -> None:
+    """Remove ``path`` while still holding it, then let go (:func:`_take` retries on a lock
+    whose file has left)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+    os.close(fd)  # closing the descriptor releases the lock
 
 
 def _tokenizer_identity(tokenizer: Any) -> str:
@@ -124,9 +195,45 @@ def _cached_entry(
     """The complete entry of ``p``'s content under ``key`` in ``cache``, and its ``meta.json``;
     built by ``build`` when there is none (the rules are :func:`tokenize_corpus`'s)."""
     cache.mkdir(parents=True, exist_ok=True)
-    stat_now, newest = _stat_signature(p)
     record_file = cache / f"file-{_sha({'path': str(p.resolve()), **key})}.json"
-    record = json.loads(record_file.read_text()) if record_file.is_file() else None
+    entry = _recorded(p, record_file, cache)
+    if entry is not None:  # the common case takes no lock
+        log.info("using cached token ids %s", entry)
+        return entry, _meta(entry)
+    # One lock per source and key (not per cache folder): the processes that need this entry
+    # build it once, and those tokenising other files never wait for it.
+    with cache_lock(cache, f"{p.name}-{record_file.stem}", "tokenising"):
+        return _lookup_or_build(p, key, cache, record_file, digest, build)
+
+
+def _meta(entry: Path) -> dict[str, Any]:
+    return json.loads((entry / _META).read_text(encoding="utf-8"))
+
+
+def _recorded(p: Path, record_file: Path, cache: Path) -> Path | None:
+    """The complete entry that ``p``'s stat record names if the record still holds (the same
+    size, mtime and inode, and not modified within 2 s of its reading), else ``None``."""
+    if not record_file.is_file():
+        return None
+    record = json.loads(record_file.read_text())
+    stat_now, newest = _stat_signature(p)
+    entry = cache / record["entry"]
+    same = all(record.get(k) == v for k, v in stat_now.items())
+    settled = newest < record["checked_at_ns"] - _RACY_NS
+    return entry if same and settled and _complete(entry) else None
+
+
+def _lookup_or_build(
+    p: Path,
+    key: dict[str, Any],
+    cache: Path,
+    record_file: Path,
+    digest: Callable[[Path], str],
+    build: _Build,
+) -> tuple[Path, dict[str, Any]]:
+    """:func:`_cached_entry`'s lookup by content and its build, under the entry's lock."""
+    stat_now, _ = _stat_signature(p)
+    record = record_file.is_file()
 
     # tokens-<tokenizer and reading settings>-<content>: the entries of one key, found by a glob
     key_part = _sha(key)[:16]
@@ -141,17 +248,14 @@ def _cached_entry(
                 {**stat_now, "checked_at_ns": checked_at, "entry": entry.name},
                 what="token cache record",
             )
-        return entry, json.loads((entry / _META).read_text(encoding="utf-8"))
+        return entry, _meta(entry)
 
-    if record is not None:
-        entry = cache / record["entry"]
-        same = all(record.get(k) == v for k, v in stat_now.items())
-        settled = newest < record["checked_at_ns"] - _RACY_NS
-        if same and settled and _complete(entry):
-            log.info("using cached token ids %s", entry)
-            return found(entry, None)
+    entry = _recorded(p, record_file, cache)
+    if entry is not None:  # another process built it while this one waited
+        log.info("using cached token ids %s", entry)
+        return found(entry, None)
     known: str | None = None
-    if record is not None or any(cache.glob(f"tokens-{key_part}-*")):
+    if record or any(cache.glob(f"tokens-{key_part}-*")):
         # Seen before but changed, touched or too recently written to trust its stat, or a
         # new path while this key has entries (a copy, a move): the content may well be
         # cached, which one hashing pass tells (hashing is ~100x faster than tokenising).

@@ -10,8 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import ConfigSettingError
 from ..core.metrics import STSB
 from ..core.schema import ConfigError
+from ..model.choices import BATCH_SIZE
 from . import custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
 from .download import ensure_data
@@ -59,9 +61,10 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
         elif key in _ALIASES:
             names = (_ALIASES[key],)
             if mode == "dev" and names[0] in sts.STS_YEARS:
-                raise ConfigError(
-                    f"{names[0]} has no dev split; use mode='test' or mode='fasttest'"
-                )
+                raise ConfigSettingError(
+                    "mode", "test", "{task} has no dev split; use {setting}",
+                    values=("test", "fasttest"), task=names[0],
+                )  # fmt: skip
         else:
             known = ", ".join([*TASK_GROUPS, *TASK_FILES])
             raise ConfigError(f"unknown task {item!r}; expected one of {known}")
@@ -123,7 +126,7 @@ def evaluate(
     tasks: str | Iterable[str | EvalTask] | None = "sts",
     mode: str = "test",
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     download: bool = True,
     transfer_config: transfer.ClassifierConfig | None = None,
     model_name: str | None = None,

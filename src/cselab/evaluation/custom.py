@@ -33,6 +33,7 @@ from ..config.devset import STSB, DevSet, resolve_dev_set
 from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES, dev_score_name  # noqa: F401
 from ..core.schema import ConfigError
 from ..io.readers import open_table
+from ..model.choices import BATCH_SIZE
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
 from .embed import EmbeddingCache, EncoderLike, call_encoder
 from .names import STS_COLUMNS_HINT, STS_FILE_KIND
@@ -123,7 +124,9 @@ class PairsScorer:
     in eval mode for the call and its state restored (:func:`~cselab.evaluation.embed.call_encoder`).
     """
 
-    def __init__(self, pairs: ScoredPairs, metric: str = "spearman", batch_size: int = 128) -> None:
+    def __init__(
+        self, pairs: ScoredPairs, metric: str = "spearman", batch_size: int = BATCH_SIZE
+    ) -> None:
         if metric not in METRICS:
             raise ConfigError(
                 f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}"
@@ -151,7 +154,10 @@ class DevEvaluator:
     """
 
     def __init__(
-        self, dev: DevSet, data_dir: str | os.PathLike[str] | None = None, batch_size: int = 128
+        self,
+        dev: DevSet,
+        data_dir: str | os.PathLike[str] | None = None,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         self.dev = dev
         self.data_dir = data_dir
@@ -219,7 +225,7 @@ def dev_evaluator(
     metric: str | None = "spearman",
     columns: Sequence[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
 ) -> DevEvaluator | None:
     """The :class:`DevEvaluator` of ``eval.dev`` (resolved by
     :func:`~cselab.config.devset.resolve_dev_set`), or ``None`` for ``none``.

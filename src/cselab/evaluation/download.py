@@ -33,6 +33,7 @@ from pathlib import Path
 
 from cselab.model.hub import SIMCSE_DATA_REPO, ResolveError, hub_dataset_file
 
+from ..core.errors import MissingDataSettingError
 from ..io.files import file_digest  # hashing needs no torch: cselab.io imports only cselab.core
 from .datasets import (
     ENV_VAR,
@@ -236,23 +237,29 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def missing_data_message(
-    root: Path, missing: list[str], tried_download: bool, option: str = "data_dir=DIR"
-) -> str:
-    """The error text: which files are missing and where to get them; ``option`` is how the
-    caller takes the folder (the keyword ``data_dir=DIR``, which a command line shows as its
-    flag, or a run's ``--eval.data_dir DIR``)."""
+def missing_data_error(
+    root: Path, missing: list[str], tried_download: bool, option: str | None = None
+) -> MissingDataError:
+    """The error: which files are missing and where to get them, and how to point at another
+    folder: the setting ``data_dir=DIR`` (a :class:`~cselab.core.errors.SettingError`, which a
+    command line shows as its flag), or ``option`` when the caller says it (a run's
+    ``--eval.data_dir DIR``)."""
     shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} files)" if len(missing) > 8 else "")
     how = (
         "the download failed (offline?)"
         if tried_download
         else "this folder is not the download cache, so nothing was downloaded"
     )
-    return (
+    before = (
         f"SentEval data missing in {root}: {shown}; {how}. Get SimCSE's processed copy "
         f"({ARCHIVE_URL}, extract it so that {root}/STS/STSBenchmark/sts-test.csv exists) or "
-        f"run SentEval's data/downstream/get_transfer_data.bash, then pass {option} or "
-        f"set ${ENV_VAR}."
+        f"run SentEval's data/downstream/get_transfer_data.bash, then pass "
+    )
+    after = f" or set ${ENV_VAR}."
+    if option is not None:
+        return MissingDataError(before + option + after)
+    return MissingDataSettingError(
+        "data_dir", "DIR", "{before}{setting}{after}", placeholder=True, before=before, after=after
     )
 
 
@@ -260,13 +267,13 @@ def ensure_files(
     files: Iterable[str],
     data_dir: str | os.PathLike[str] | None = None,
     download_missing: bool = True,
-    option: str = "data_dir=DIR",
+    option: str | None = None,
 ) -> Path:
     """The data folder, after downloading any of ``files`` (relative paths) it lacks.
 
     Downloads happen only when the folder is the cache (``default_cache_dir()``); otherwise,
     or offline, :class:`MissingDataError` lists the missing files and their sources, and names
-    ``option`` as the way to point at another folder.
+    ``data_dir=DIR`` (or ``option``) as the way to point at another folder.
     """
     root = resolve_data_dir(data_dir)
     missing = [rel for rel in dict.fromkeys(files) if not (root / rel).is_file()]
@@ -277,7 +284,7 @@ def ensure_files(
         tried = True
         missing = download(missing, root)
     if missing:
-        raise MissingDataError(missing_data_message(root, missing, tried, option))
+        raise missing_data_error(root, missing, tried, option)
     return root
 
 

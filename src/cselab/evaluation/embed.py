@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..model.choices import BATCH_SIZE
+
 
 @runtime_checkable
 class Encoder(Protocol):
@@ -82,7 +84,7 @@ class AtDimension:
         self.dim = int(dim)
         self.source = getattr(encoder, "source", None)
 
-    def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
+    def encode(self, sentences: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
         from ..model.similarity import truncate_rows
 
         return truncate_rows(call_encoder(self.encoder, sentences, batch_size), self.dim)
@@ -101,7 +103,7 @@ class EmbeddingCache:
     and returns the rows for ``sentences`` in their order.
     """
 
-    def __init__(self, encoder: EncoderLike, batch_size: int = 128) -> None:
+    def __init__(self, encoder: EncoderLike, batch_size: int = BATCH_SIZE) -> None:
         self.encoder = encoder
         self.batch_size = batch_size
         self._index: dict[str, int] = {}

@@ -43,6 +43,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from ..core.schema import ConfigError
 from ..io.files import write_text_atomic
+from ..model.choices import BATCH_SIZE
 from . import datasets
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def run_mteb(
     tasks: str | Sequence[Any],
     *,
     pooler: str | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     output_folder: str | os.PathLike[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = True,

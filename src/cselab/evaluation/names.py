@@ -22,6 +22,8 @@ TRANSFER_COLUMNS = (
 )
 TRANSFER_TASKS = tuple(name for name, _ in TRANSFER_COLUMNS)
 
+#: Retrieval's cut-off ``k`` (nDCG@k, MRR@k) where none is given (``cselab evaluate --k``)
+RETRIEVAL_K = 10
 #: What a missing-column error of a user's STS file suggests (``cselab evaluate`` shows its
 #: ``--sts-columns`` for ``columns=``)
 STS_COLUMNS_HINT = "name the columns with eval.dev_columns or columns=(SENTENCE1, SENTENCE2, SCORE)"

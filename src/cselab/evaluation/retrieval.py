@@ -56,14 +56,15 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, ConfigSettingError
 from ..core.metrics import retrieval_metric
 from ..io.files import write_table
 from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
+from ..model.choices import BATCH_SIZE
 from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
-from .names import RETRIEVAL_KIND
+from .names import RETRIEVAL_K, RETRIEVAL_KIND
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,11 @@ KIND = RETRIEVAL_KIND
 MIN_DEPTH = 100
 
 
-def metric_names(k: int = 10) -> list[str]:
+def metric_names(k: int = RETRIEVAL_K) -> list[str]:
     """What ``cselab evaluate --retrieval --k K`` reports: nDCG@K, MRR@K, Recall@{1,K,100},
     MAP@100."""
     if k < 1:
-        raise ConfigError(f"k={k} is refused: it must be at least 1")
+        raise ConfigSettingError("k", k, "{setting} is refused: it must be at least 1")
     return list(dict.fromkeys([f"ndcg@{k}", f"mrr@{k}", "recall@1", f"recall@{k}",
                                "recall@100", "map@100"]))  # fmt: skip
 
@@ -216,10 +217,10 @@ class RetrievalScorer:
         collection: BeirCollection | str | os.PathLike[str],
         split: str = "test",
         names: Sequence[str] | None = None,
-        k: int = 10,
+        k: int = RETRIEVAL_K,
         search: TopK | None = None,
         backend: str = "exact",
-        batch_size: int = 128,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         self.collection = (
             collection if isinstance(collection, BeirCollection) else read_beir(collection, split)
@@ -262,11 +263,11 @@ def evaluate_retrieval(
     encoder: EncoderLike,
     collection: BeirCollection | str | os.PathLike[str],
     split: str = "test",
-    k: int = 10,
+    k: int = RETRIEVAL_K,
     dims: Sequence[int] | None = None,
     search: TopK | None = None,
     backend: str = "exact",
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
 ) -> dict[str, Any]:
     """Evaluate ``encoder`` on one split of a BEIR collection (see the module docstring).
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ..model.choices import BATCH_SIZE
 from . import datasets
 from .embed import EmbeddingCache, EncoderLike, call_encoder
 
@@ -167,7 +168,7 @@ def _stsb_dev_plan(data_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray, n
 
 
 def ensure_stsb_dev(
-    data_dir: str | os.PathLike[str] | None = None, option: str = "data_dir=DIR"
+    data_dir: str | os.PathLike[str] | None = None, option: str | None = None
 ) -> Path:
     """The data folder holding STS-B dev, downloaded into the cache if missing there; else
     :class:`~cselab.core.errors.MissingDataError` naming ``option`` as the way to another one."""
@@ -182,7 +183,7 @@ def ensure_stsb_dev(
 def stsb_dev_measures(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
 ) -> dict[str, float]:
     """One encoding of STS-B dev, every number training looks at: ``spearman`` and ``pearson``
     (cosine vs gold, x 100; ``spearman`` is SimCSE's ``eval_stsb_spearman`` x 100) and
@@ -214,7 +215,7 @@ def stsb_dev_measures(
 def stsb_dev_spearman(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
 ) -> float:
     """Spearman x 100 of cosine vs gold on STS-B dev (SimCSE's ``eval_stsb_spearman`` x 100);
     see :func:`stsb_dev_measures`."""

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..model.choices import BATCH_SIZE
 from . import alignment, custom, sts, transfer
 from .datasets import TASK_FILES, ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
-from .names import ALIGN_UNIFORM, RETRIEVAL_KIND, STS_FILE_KIND, TRANSFER_TASKS
+from .names import ALIGN_UNIFORM, RETRIEVAL_K, RETRIEVAL_KIND, STS_FILE_KIND, TRANSFER_TASKS
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class TaskRun:
     encoder: EncoderLike
     root: Path | None
     mode: str
-    batch_size: int = 128
+    batch_size: int = BATCH_SIZE
     transfer_config: transfer.ClassifierConfig | None = None
     taken: frozenset[str] = frozenset()
 
@@ -223,7 +224,7 @@ class RetrievalTask:
 
     collection: Any  # a BeirCollection, or the folder
     split: str = "test"
-    k: int = 10
+    k: int = RETRIEVAL_K
     dims: tuple[int, ...] | None = None
     backend: str = "exact"
     #: the top-k search (``None``: exact); the search layer's FAISS search is handed in by the

@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import nn
 
-from ..core.errors import ModelFormatError  # noqa: F401 - re-exported
+from ..core.errors import ModelFormatError, ModelSettingError  # noqa: F401 - re-exported
 from .pooling import LAST_LAYER, POOLER_MEANINGS, MLPHead
 from .st_folder import read_json, read_modules
 
@@ -66,10 +66,13 @@ def st_pooler_name(folder: Path) -> str | None:
         modes = _pooling_modes(cfg) or ["mean"]  # sentence-transformers' default
         if len(modes) == 1 and modes[0] in ST_POOLING_MODES:
             return ST_POOLING_MODES[modes[0]]
-        raise ModelFormatError(
-            f"{cfg_file}: pooling mode {'+'.join(modes)} is not supported by cselab (it "
-            f"reproduces {', '.join(ST_POOLING_MODES)}); choose one of cselab's with pooler=NAME"
-        )
+        raise ModelSettingError(
+            "pooler", "NAME",
+            "{file}: pooling mode {modes} is not supported by cselab (it reproduces {known}); "
+            "choose one of cselab's with {setting}",
+            placeholder=True, key="model.pooler",
+            file=cfg_file, modes="+".join(modes), known=", ".join(ST_POOLING_MODES),
+        )  # fmt: skip
     return None
 
 
@@ -111,16 +114,19 @@ def hf_pooler_head(backbone: nn.Module, folder: Path, source: str) -> MLPHead:
         or dense.out_features != hidden
         or dense.bias is None
     ):
-        raise ModelFormatError(
-            f"pooler 'cls' on {source}: the model has no pooler layer (pooler_output) to use; "
-            "choose pooler='cls_before_pooler' (the raw [CLS] vector) or pooler='avg'"
-        )
+        raise ModelSettingError(
+            "pooler", "cls_before_pooler",
+            "pooler 'cls' on {source}: the model has no pooler layer (pooler_output) to use; "
+            "choose {setting} (cls_before_pooler: the raw [CLS] vector)",
+            values=("cls_before_pooler", "avg"), key="model.pooler", source=source,
+        )  # fmt: skip
     if not any(k.endswith("pooler.dense.weight") for k in checkpoint_keys(folder)):
-        raise ModelFormatError(
-            f"pooler 'cls' on {source}: the checkpoint has no pooler weights (pooler_output "
-            "would be random); choose pooler='cls_before_pooler' (the raw [CLS] vector) or "
-            "pooler='avg'"
-        )
+        raise ModelSettingError(
+            "pooler", "cls_before_pooler",
+            "pooler 'cls' on {source}: the checkpoint has no pooler weights (pooler_output "
+            "would be random); choose {setting} (cls_before_pooler: the raw [CLS] vector)",
+            values=("cls_before_pooler", "avg"), key="model.pooler", source=source,
+        )  # fmt: skip
     head = MLPHead(hidden).to(dtype=dense.weight.dtype, device=dense.weight.device)
     head.dense.load_state_dict(dense.state_dict())
     return head

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .choices import PRECISIONS
+from .choices import BATCH_SIZE, PRECISIONS
 from .similarity import check_prefix, truncate_rows
 
 #: where :func:`inference_graph` keeps a module's compiled forward: in the module's ``__dict__``,
@@ -67,7 +67,7 @@ def inference_copy(encoder: nn.Module, dtype: torch.dtype) -> nn.Module:
 def encode_sentences(
     encoder: nn.Module,
     sentences: Sequence[str],
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     normalize: bool = False,
     show_progress: bool = False,
     max_seq_len: int | None = None,

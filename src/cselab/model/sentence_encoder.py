@@ -21,6 +21,7 @@ from ..core.errors import ConfigError, ModelFormatError
 from ..core.schema import from_dict
 from . import backbones, unpad
 from . import lora as adapters
+from .choices import BATCH_SIZE
 from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
@@ -466,7 +467,7 @@ class SentenceEncoder(nn.Module):
     def encode(
         self,
         sentences: Sequence[str],
-        batch_size: int = 128,
+        batch_size: int = BATCH_SIZE,
         normalize: bool = False,
         show_progress: bool = False,
         max_seq_len: int | None = None,
@@ -524,7 +525,10 @@ class SentenceEncoder(nn.Module):
         return inference_copy(self, dtype)
 
     def similarity(
-        self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray, batch_size: int = 128
+        self,
+        a: Sequence[str] | np.ndarray,
+        b: Sequence[str] | np.ndarray,
+        batch_size: int = BATCH_SIZE,
     ) -> np.ndarray:
         """Cosine similarity matrix ``(len(a), len(b))``, float32.
 

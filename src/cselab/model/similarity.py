@@ -47,11 +47,16 @@ def truncate_rows(x: np.ndarray, dim: int | None) -> np.ndarray:
 
 def check_prefix(dim: int, width: int, what: str = "dimension") -> int:
     """``dim`` as an int if it is a prefix of ``width``-wide vectors (``1..width``), else a
-    :class:`~cselab.core.errors.ConfigError` (a ``ValueError``) naming ``what`` (``--dim``).
+    :class:`~cselab.core.errors.ConfigError` (a ``ValueError``) naming ``what`` (a setting's keyword, ``dim``: a :class:`~cselab.core.errors.SettingError`
+    that a command line shows as its flag).
     The check of :func:`truncate_rows`, callable before any encoding."""
-    from ..core.errors import ConfigError
+    from ..core.errors import ConfigError, ConfigSettingError
 
     if isinstance(dim, bool) or not 1 <= int(dim) <= width:
+        if what.isidentifier() and what != "dimension":  # a setting: the CLI shows its flag
+            raise ConfigSettingError(
+                what, dim, "{setting} is outside 1..{width} (the vectors' width)", width=width
+            )
         raise ConfigError(f"{what} {dim} is outside 1..{width} (the vectors' width)")
     return int(dim)
 

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ..core.errors import ModelFormatError
+from ..core.errors import ModelFormatError, ModelSettingError
 from ..io.files import write_json_atomic
 from .pooling import LAST_LAYER, POOLER_MEANINGS, Pooler, inference_pooler_name
 
@@ -166,12 +166,15 @@ def check_reproducible(folder: Path) -> None:
     for module in read_modules(folder) or []:
         kind = _module_kind(module)
         if kind not in REPRODUCED_MODULES:
-            raise ModelFormatError(
-                f"{folder / MODULES_FILE}: module {module.get('name', '?')} is "
-                f"{module.get('type')!r}, which cselab does not reproduce (it computes "
-                f"{' + '.join(REPRODUCED_MODULES)}); load it with sentence-transformers, or pass "
-                "pooler=NAME to use the backbone with one of cselab's poolers"
-            )
+            raise ModelSettingError(
+                "pooler", "NAME",
+                "{file}: module {name} is {kind!r}, which cselab does not reproduce (it computes "
+                "{known}); load it with sentence-transformers, or pass {setting} to use the "
+                "backbone with one of cselab's poolers",
+                placeholder=True, key="model.pooler", file=folder / MODULES_FILE,
+                name=module.get("name", "?"), kind=module.get("type"),
+                known=" + ".join(REPRODUCED_MODULES),
+            )  # fmt: skip
 
 
 def _write_json(path: Path, data: Any) -> None:

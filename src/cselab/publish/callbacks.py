@@ -53,6 +53,7 @@ class ModelCardCallback(Callback):
             data=self.data,
             results=model.results,
             metrics_csv=model.metrics,
+            metrics_before=model.rows_before,
             selection_score=model.selection_score,
             step=model.step,
             model_id=model.model_id,

@@ -86,12 +86,16 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------- the inputs
-def read_metrics(path: str | Path | None) -> list[dict[str, float]]:
+def read_metrics(path: str | Path | None, before: int | None = None) -> list[dict[str, float]]:
     """The rows of a run's ``metrics.csv`` (:func:`cselab.training.metrics.read_metrics`, the
-    file's one reader); ``[]`` if there is no file yet."""
+    file's one reader); ``[]`` if there is no file yet. ``before``: the file is being appended
+    to (a ``best/`` written during training): only the rows of earlier steps, a last line in
+    flight left out silently."""
     if path is None or not Path(path).is_file():
         return []
-    return read_metrics_table(path).rows
+    if before is None:
+        return read_metrics_table(path).rows
+    return [r for r in read_metrics_table(path, live=True).rows if r["step"] < before]
 
 
 def dev_curve(
@@ -358,6 +362,7 @@ def write_model_card(
     metrics_csv: str | Path | None = None,
     selection_score: float | None = None,
     step: int | None = None,
+    metrics_before: int | None = None,
     evaluation: Mapping[str, Any] | None = None,
     model_id: str | None = None,
     plan: RunPlan | None = None,
@@ -377,6 +382,9 @@ def write_model_card(
             ``eval.dev``/``eval.dev_metric`` say otherwise; the keyword keeps its first name);
             ``None``: read at ``step`` from ``metrics_csv``.
         step: the training step of this model (for the text and the look-up above).
+        metrics_before: a card written while training appends to ``metrics_csv``: only the
+            rows of steps before this one are read, and the curve ends at ``step`` with
+            ``selection_score`` (its loss is logged after the copy).
         evaluation: ``cselab evaluate`` output to include (tables and ``model-index``).
         model_id: the name the usage snippets load; default ``config.train.push_to_hub`` when set,
             else the folder's absolute path (:func:`set_model_id` rewrites it on push).
@@ -398,12 +406,14 @@ def write_model_card(
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
     plan = plan or run_plan_of(out, config)
     data = data or data_of_config(config, plan=plan)
-    rows = read_metrics(metrics_csv)
+    rows = read_metrics(metrics_csv, metrics_before)
     dev = dev_score(config.eval, plan)
     if selection_score is None and step is not None:
         selection_score = next(
             (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
         )
+    if metrics_before is not None and step is not None and selection_score is not None:
+        rows.append({"step": step, dev.name: selection_score})  # its row is not written yet
     model_id = model_id or config.train.push_to_hub or str(out.resolve())
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
     as_path = Path(model_id)

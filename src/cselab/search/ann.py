@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SearchIndexError
+from ..core.errors import IndexSettingError, SearchIndexError
 from ..model.similarity import (  # exact_topk: the one exact search
     TopK,
     exact_topk,
@@ -54,8 +54,11 @@ def build_faiss(vectors: np.ndarray, backend: str, params: dict[str, int], seed:
     elif backend == "ivf":
         nlist = params["nlist"]
         if nlist > len(vectors):
-            raise SearchIndexError(
-                f"ivf: nlist={nlist} is more than the {len(vectors)} vectors; pass a smaller one"
+            raise IndexSettingError(
+                "nlist",
+                nlist,
+                "ivf: {setting} is more than the {n} vectors; pass a smaller one",
+                n=len(vectors),
             )
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)

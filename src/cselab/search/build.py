@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SearchIndexError
+from ..core.errors import IndexSettingError, SearchIndexError
 from ..io.files import (
     atomic_path,
     reserve,
@@ -57,7 +57,9 @@ def _progress(path: Path, meta: dict) -> tuple[int, int]:
     try:
         done = int(json.loads(file.read_text(encoding="utf-8"))["chunks_done"])
     except (ValueError, KeyError, TypeError):
-        raise SearchIndexError(f"{file}: unreadable; rebuild with overwrite=True") from None
+        raise IndexSettingError(
+            "overwrite", True, "{file}: unreadable; rebuild with {setting}", file=file
+        ) from None
     return min(done, total), total
 
 
@@ -65,13 +67,17 @@ def _check_resumable(out: Path, want: dict) -> dict:
     try:
         meta = read_meta(out / META_FILE)
     except SearchIndexError as err:
-        raise SearchIndexError(f"{err}; pass overwrite=True to start over") from None
+        raise IndexSettingError(
+            "overwrite", True, "{err}; pass {setting} to start over", err=err
+        ) from None
     for key, value in want.items():
         if meta.get(key) != value:
-            raise SearchIndexError(
-                f"{out}: an index with {key} {meta.get(key)!r} is there, not {value!r}; "
-                "pass overwrite=True or another output folder"
-            )
+            raise IndexSettingError(
+                "overwrite", True,
+                "{out}: an index with {name} {had!r} is there, not {want!r}; "
+                "pass {setting} or another output folder",
+                out=out, name=key, had=meta.get(key), want=value,
+            )  # fmt: skip
     return meta
 
 

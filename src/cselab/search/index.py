@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SearchIndexError, WriteError
+from ..core.errors import IndexSettingError, SearchIndexError, WriteError
 from ..io.files import (  # the corpus digest is training's
     atomic_path,
     file_digest,
@@ -198,7 +198,7 @@ class Index:
             width = int(encoder.dim)
             dim = settings.dim
             stored = width if dim is None else check_prefix(dim, width, "dim")
-            chunk_size = settings.chunk_size
+            chunk_size = settings.chunk()
             want = {
                 "format": INDEX_FORMAT,
                 "model": model_name,
@@ -261,7 +261,7 @@ class Index:
         texts: Sequence[str],
         encoder: Any,
         *,
-        chunk_size: int = IndexSettings.chunk_size,
+        chunk_size: int = DEFAULT_CHUNK,
         batch_size: int = IndexSettings.batch_size,
         show_progress: bool = False,
     ) -> Index:
@@ -410,10 +410,13 @@ class Index:
             else:
                 file = self.path / _ann_file(backend)
                 if backend not in self.meta.get("ann", {}) or not file.is_file():
-                    raise SearchIndexError(
-                        f"{self.path}: no {backend} index was built; build it with "
-                        f"backend={backend!r} (built: {', '.join(self.backends())})"
-                    )
+                    raise IndexSettingError(
+                        "backend", backend,
+                        "{path}: no {kind} index was built; build one with {setting} "
+                        "(built: {built})",
+                        command="index build", call="Index.build(..., IndexSettings({}))",
+                        path=self.path, kind=backend, built=", ".join(self.backends()),
+                    )  # fmt: skip
                 self._ann[backend] = _faiss().read_index(str(file))
         return self._ann[backend]
 

@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import ConfigError, CorpusError, RunFolderBusy, SearchIndexError
+from ..core.errors import ConfigError, ConfigSettingError, CorpusError, RunFolderBusy
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
@@ -77,10 +77,10 @@ SAME_TEXT_SCORE = 0.99
 #: anchors hold 64 MiB of scores (and twice that of argpartition's indices), not the GiBs a
 #: whole chunk of anchors would.
 SEARCH_BATCH = 256
-#: How mining encodes and searches by default: the settings of an index, but ``chunk_size``
-#: anchors at a time (4096: a chunk's search results stay small; the corpus is encoded in
-#: chunks of at least 1024 texts).
-MINE_INDEX = IndexSettings(chunk_size=4096)
+#: Anchors encoded and searched at a time where ``IndexSettings.chunk_size`` is not given
+#: (:meth:`IndexSettings.chunk`): a chunk's search results stay small; the corpus is encoded in
+#: chunks of the same size, at least 1024 texts.
+MINE_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ class MineSettings:
             ``exact``, ``flat``, ``hnsw`` or ``ivf``, with its FAISS settings; the encoder's batch
             size, pooler, device and compiled graph for a model opened by name); its
             ``chunk_size`` is the anchors encoded and searched at a time (and the corpus texts
-            per encoded chunk, at least 1024). ``dim`` is not taken: mining searches at the
+            per encoded chunk, at least 1024); not given: :data:`MINE_CHUNK`, whatever else
+            ``index`` sets. ``dim`` is not taken: mining searches at the
             model's full width.
     """
 
@@ -118,16 +119,15 @@ class MineSettings:
     sampling: Literal["top", "random"] = "top"
     seed: int = 0
     output_format: Literal["triplet", "n-tuple"] = "triplet"
-    index: IndexSettings = MINE_INDEX
+    index: IndexSettings = IndexSettings()
 
     def validate(self) -> None:
         """Refuse a setting that makes no sense, naming it (one line)."""
-        try:
-            self.index.validate(SEARCH_BACKENDS)
-        except SearchIndexError as err:
-            raise ConfigError(str(err)) from None
+        self.index.validate(SEARCH_BACKENDS, ConfigSettingError)
         if self.index.dim is not None:
-            raise ConfigError(f"dim={self.index.dim}: mining searches at the model's full width")
+            raise ConfigSettingError(
+                "dim", self.index.dim, "{setting}: mining searches at the model's full width"
+            )
         if self.num_negatives < 1:
             raise ConfigError(f"num_negatives must be at least 1, not {self.num_negatives}")
         if self.range_min < 0:
@@ -341,7 +341,7 @@ def mine_hard_negatives(
         folder = Path(index_dir) if index_dir is not None else tmp / "corpus.index"
         texts = list(rows)  # the dict's own strings: no second copy of the texts
         index = Index.from_texts(
-            folder, texts, encoder, chunk_size=max(search.chunk_size, 1024),
+            folder, texts, encoder, chunk_size=max(search.chunk(MINE_CHUNK), 1024),
             batch_size=search.batch_size, show_progress=show_progress,
         )  # fmt: skip
         del texts, rows
@@ -455,7 +455,7 @@ def _mine(
     """Pass 2: the output rows, anchors in order of first appearance, ``settings.index
     .chunk_size`` at a time."""
     backend, batch_size = settings.index.backend, settings.index.batch_size
-    chunk_size = settings.index.chunk_size
+    chunk_size = settings.index.chunk(MINE_CHUNK)
     rng = np.random.default_rng(settings.seed)
     pool = report.range_max + max_positives  # sentence-transformers' pool: room for positives
     k = min(pool + 1, len(index))  # one more, in case the anchor's own text is in the pool
@@ -554,6 +554,7 @@ def select_negatives(
 
 
 __all__ = [
+    "MINE_CHUNK",
     "OUTPUT_FORMATS",
     "SAMPLING",
     "MineReport",

@@ -4,8 +4,9 @@ mining (:mod:`.mine`), retrieval evaluation's FAISS search (:func:`.ann.vector_s
 command lines that call them (``cselab index build``, ``cselab mine``, ``cselab evaluate
 --retrieval``), which read their defaults from here. No torch.
 
-Errors name a setting by its keyword (``backend``, ``chunk_size``); a command line shows its own
-flag for it (:func:`cselab.cli.options.flag_words`).
+Errors name a setting by its keyword (``backend``, ``chunk_size``): a
+:class:`~cselab.core.errors.SettingError`, which a command line shows with its own flag
+(:func:`cselab.cli.options.setting_words`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import SearchIndexError
+from ..core.errors import IndexSettingError, SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 from .layout import BUILD_BACKENDS, DEFAULT_CHUNK, SEARCH_BACKENDS
 
@@ -48,8 +49,10 @@ class IndexSettings:
         backend: ``exact`` (no extra index: a matrix product over the memory-mapped vectors),
             ``hnsw`` or ``ivf`` (also a FAISS index; Malkov & Yashunin 2018, Jégou et al. 2011);
             a search also takes ``flat`` (FAISS, exact; mining and retrieval evaluation).
-        chunk_size: lines encoded between progress records (an interrupted build resumes at
-            the first chunk not recorded).
+        chunk_size: how many lines are encoded at a time; ``None``: the default of the caller
+            (:meth:`chunk`): a build records progress every :data:`DEFAULT_CHUNK` (8192) lines
+            (an interrupted build resumes at the first chunk not recorded); mining encodes and
+            searches :data:`~cselab.search.mine.MINE_CHUNK` (4096) anchors at a time.
         batch_size: sentences per encoder call.
         hnsw_m: HNSW links per node (``None``: 32).
         ef_construction: HNSW build depth (``None``: 80).
@@ -64,7 +67,7 @@ class IndexSettings:
     """
 
     backend: str = "exact"
-    chunk_size: int = DEFAULT_CHUNK
+    chunk_size: int | None = None
     batch_size: int = BATCH_SIZE
     hnsw_m: int | None = None
     ef_construction: int | None = None
@@ -74,25 +77,32 @@ class IndexSettings:
     device: str | None = None
     compile_inference: bool = False
 
-    def validate(self, backends: tuple[str, ...] = BUILD_BACKENDS) -> None:
-        """Refuse a setting out of range, naming it by its keyword (one line); ``backends``: the
-        ones the caller can use (a build: :data:`BUILD_BACKENDS`; a search also ``flat``).
+    def validate(
+        self,
+        backends: tuple[str, ...] = BUILD_BACKENDS,
+        error: type[SettingError] = IndexSettingError,
+    ) -> None:
+        """Refuse a setting out of range, naming it (one line); ``backends``: the ones the
+        caller can use (a build: :data:`BUILD_BACKENDS`; a search also ``flat``).
 
         Raises:
-            SearchIndexError: the first setting that is refused.
+            IndexSettingError: the first setting that is refused (``error``: the caller's type).
         """
         if self.backend not in backends:
-            raise SearchIndexError(
-                f"backend={self.backend!r} is unknown; choose one of {', '.join(backends)}"
-            )
+            raise error("backend", self.backend, "{setting} is unknown; choose one of {known}",
+                        known=", ".join(backends))  # fmt: skip
         for name in ("chunk_size", "batch_size", "hnsw_m", "ef_construction", "nlist", "dim"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or int(value) < 1):
-                raise SearchIndexError(f"{name}={value} is refused: it must be at least 1")
+                raise error(name, value, "{setting} is refused: it must be at least 1")
         if self.pooler is not None and self.pooler not in POOLERS:
-            raise SearchIndexError(
-                f"pooler={self.pooler!r} is unknown; choose one of {', '.join(POOLERS)}"
-            )
+            raise error("pooler", self.pooler, "{setting} is unknown; choose one of {known}",
+                        known=", ".join(POOLERS))  # fmt: skip
+
+    def chunk(self, default: int = DEFAULT_CHUNK) -> int:
+        """``chunk_size``, or the caller's ``default`` where it is not given (the one rule for
+        every caller: a build's :data:`DEFAULT_CHUNK`, mining's ``MINE_CHUNK``)."""
+        return int(self.chunk_size) if self.chunk_size is not None else default
 
     def ann_params(self, n: int) -> dict[str, int]:
         """The FAISS settings of this backend over ``n`` vectors (:func:`ann_params`: those set
@@ -114,4 +124,4 @@ class IndexSettings:
         )
 
 
-__all__ = ["HNSW_DEFAULTS", "SEARCH_BACKENDS", "IndexSettings", "ann_params"]
+__all__ = ["DEFAULT_CHUNK", "HNSW_DEFAULTS", "SEARCH_BACKENDS", "IndexSettings", "ann_params"]

@@ -65,6 +65,10 @@ class SavedModel:
         model_id: the folder's final path while training; ``None`` at the end (the card then
             names the Hub repo of ``train.push_to_hub`` when there is one).
         results: ``results.json`` at the end of training, else ``None``.
+        rows_before: a ``best/`` written while training goes on: ``metrics`` is read only up
+            to the rows of earlier steps, which the run had finished writing when the model was
+            copied (its own row is written after its evaluation, and later rows while the
+            folder is written); ``None``: every row.
     """
 
     folder: Path
@@ -73,6 +77,7 @@ class SavedModel:
     selection_score: float | None = None
     model_id: str | None = None
     results: Mapping[str, Any] | None = None
+    rows_before: int | None = None
 
 
 class Callback:

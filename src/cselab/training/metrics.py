@@ -162,12 +162,14 @@ def _number(text: str) -> float:
         return float(text)
 
 
-def read_metrics(path: str | os.PathLike[str]) -> MetricsTable:
+def read_metrics(path: str | os.PathLike[str], *, live: bool = False) -> MetricsTable:
     """Read a run's ``metrics.csv`` (as :class:`MetricsLog` writes it).
 
     Every row the writer finished is returned. A last line without its line end was cut while
     it was being appended (the run was killed, the disk filled): it may hold a cut number, so it
-    is left out with a warning. Anything else that is not the writer's format raises
+    is left out with a warning (``live``: the run is appending to the file while it is read,
+    by another thread's model card, so such a line is an append in flight, left out silently).
+    Anything else that is not the writer's format raises
     :class:`~cselab.core.errors.DataFormatError` naming the file and line: bytes that are not
     UTF-8, a header without ``step`` or with a blank or repeated name, a row with more or fewer
     cells than the header, a step that is not an integer, a cell that is not a number.
@@ -191,7 +193,7 @@ def read_metrics(path: str | os.PathLike[str]) -> MetricsTable:
     (_, columns), *body = records
     if body and not text.endswith(("\n", "\r")):
         line, _ = body.pop()
-        log.warning(
+        (log.debug if live else log.warning)(
             "%s:%d: the last line has no line end (cut while the run was writing it); left out",
             p, line,
         )  # fmt: skip

@@ -195,9 +195,12 @@ class Trainer:
         final, sel, step = self.folder.model(name), self.selection, self.step
         score = sel.best_score if name == RunFolder.BEST and sel.best_step == step else None
 
+        # a background card reads metrics.csv while the loop appends to it: only earlier rows
+        rows = {"rows_before": step} if background else {}
+
         def describe(folder: Path) -> None:
             self.callbacks.on_model_save(
-                SavedModel(folder, step, self.folder.metrics, score, str(final.resolve()))
+                SavedModel(folder, step, self.folder.metrics, score, str(final.resolve()), **rows)
             )
 
         if not background:
