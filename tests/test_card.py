@@ -297,6 +297,70 @@ def test_card_of_a_pairs_run_names_its_columns(tiny_bert: Path, tmp_path: Path) 
     assert "| precision | fp32 |" in text
 
 
+def test_the_card_reads_only_its_own_run_s_plan(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sentences model placed beside a pairs run's ``plan.json`` gets a sentences card (not
+    "supervised ... pairs"), and a plan this version cannot read (an unknown objective key, as
+    another cselab version writes) is taken as absent with one warning: ``--update-card``
+    works. The plan of the model's own run, its training file given relative, is used."""
+    import logging
+
+    from conftest import write_corpus
+    from cselab.config import load_config, save_config
+    from cselab.config.plan import RunPlan
+    from cselab.io.runfolder import RunFolder
+    from cselab.publish.folder_plan import run_plan_of
+
+    corpus = write_corpus(tmp_path, 16)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("anchor,positive,negative\na man sings,someone sings,nobody sings\n")
+    run = RunFolder(tmp_path / "out")
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+         "--model.pooler=cls", f"--train.output_dir={run.path}"],
+    )  # fmt: skip
+    folder = run.best
+    folder.mkdir(parents=True)
+    save_config(config, folder / RunFolder.MODEL_CONFIG)
+    pairs_plan = RunPlan(
+        train_file=str(pairs), kind=DataKind(pairs=True, negatives=1), dev=None, device="cpu",
+        precision="fp32", world_size=1, pooler="cls", width=None, matryoshka_dims=(),
+        objective=config.objective,
+    )  # fmt: skip
+    pairs_plan.save(run.path)
+
+    def card_after_warnings() -> tuple[str, list[str]]:
+        (folder / CARD_FILE).unlink(missing_ok=True)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="cselab"):
+            update_model_card(folder, {"results": {}})
+        warned = [r.getMessage() for r in caplog.records if str(run.plan) in r.getMessage()]
+        return (folder / CARD_FILE).read_text(encoding="utf-8"), warned
+
+    text, warned = card_after_warnings()
+    assert "by unsupervised contrastive learning on raw sentences" in text
+    assert "given sentence pairs" not in text and "| pairs |" not in text
+    assert len(warned) == 1 and "another run" in warned[0]
+
+    foreign = {**pairs_plan.to_dict(), "train_file": str(corpus), "kind": {"pairs": False}}
+    foreign["objective"] = {**foreign["objective"], "a_later_paper": {"enabled": True}}
+    run.plan.write_text(json.dumps(foreign), encoding="utf-8")
+    text, warned = card_after_warnings()
+    assert "by unsupervised contrastive learning on raw sentences" in text
+    assert len(warned) == 1 and "a_later_paper" in warned[0]
+
+    # the model's own run, its training file given relative to the run's working directory
+    own = pairs_plan.replace(train_file=str(corpus), kind=DataKind(pairs=False))
+    own.save(run.path)
+    assert run_plan_of(folder, config) == own
+    relative = load_config(None, [f"--data.train_file={corpus.parent.name}/{corpus.name}"])
+    relative.objective = config.objective
+    assert run_plan_of(folder, relative) == own
+    assert run_plan_of(folder, load_config(None, ["--data.train_file=other.txt"])) is None
+
+
 def test_a_best_card_written_during_training_reads_only_the_rows_before_its_step(
     tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog, one_thread
 ) -> None:

@@ -83,3 +83,6 @@ def test_the_public_face() -> None:
     text = documented.read_text(encoding="utf-8")
     assert all(f"`cselab.{name}" in text or f"`{name}`" in text for name in cselab.__all__
                if name != "__version__")  # fmt: skip
+    # the removed module's users are told where it went, and the root's entry is the one to use
+    assert "Moved: `cselab.training.run` -> `cselab.app.train`" in text
+    assert "`cselab.train` is the entry for training from Python" in text

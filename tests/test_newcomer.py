@@ -207,7 +207,7 @@ def test_a_folder_holds_a_run_once_training_started(
         assert (out / "results.json").is_file()
     else:  # a step ran: the folder holds a run, and is kept
         assert code == 2
-        assert "already holds a run (best, config.yaml, metrics.csv)" in err
+        assert "already holds a run (best, config.yaml, plan.json, metrics.csv)" in err
 
 
 # ------------------------------------------------------------------- the long description, make demo

@@ -8,19 +8,25 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from backbone_models import make_tiny_decoder, tiny_run_argv
+from cselab.app.plan import resolve
 from cselab.app.train import build_trainer
 from cselab.config import Config, load_config
 from cselab.config.devset import resolve_dev_set
 from cselab.config.plan import RunPlan
 from cselab.core.datakind import DataKind
+from cselab.core.errors import ConfigError
 from cselab.core.schema import from_dict
+from cselab.io.files import file_digest
 from cselab.io.runfolder import RunFolder
 from cselab.objectives.config import ObjectiveConfig
-from cselab.publish.card import CARD_FILE, write_model_card
+from cselab.publish.card import CARD_FILE, data_of_config, write_model_card
+from cselab.training.distributed import DistInfo
 
 ROWS = 16
 
@@ -106,3 +112,109 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     text = write_model_card(best, saved_config).read_text(encoding="utf-8")
     assert "every hard negative of the batch (1 per pair)" in text
     assert "| pairs |" in text
+
+
+def test_a_resume_keeps_the_pooler_the_run_trained(tmp_path: Path, one_thread) -> None:
+    """A decoder trained with ``model.pooler=last`` (its default is ``avg``) and resumed with
+    the pooler left out resumes with ``last``: the checkpoint's value, not today's default,
+    in the model, ``config.yaml``, ``plan.json`` and ``last/``; an explicit other pooler is
+    still refused, naming the key."""
+    llama = make_tiny_decoder(tmp_path / "llama")
+    argv = tiny_run_argv(
+        llama, tmp_path, "--model.dropout=0.1", "--train.device=cpu", "--train.max_steps=2",
+        rows=32,
+    )  # fmt: skip
+    build_trainer(load_config(None, [*argv, "--model.pooler=last"])).train()
+    out = RunFolder(tmp_path / "out")
+    trainer = build_trainer(load_config(None, [*argv, "--train.resume=true"]))
+    assert trainer.encoder.pooler.kind == "last"
+    trainer.train()
+    assert RunPlan.load(out.path).pooler == "last"
+    assert yaml.safe_load(out.config.read_text(encoding="utf-8"))["model"]["pooler"] == "last"
+    saved = json.loads((out.last / "cselab.json").read_text(encoding="utf-8"))
+    assert saved["pooler"] == "last"
+    with pytest.raises(ConfigError, match=r"model\.pooler: 'last' -> 'avg'"):
+        build_trainer(load_config(None, [*argv, "--model.pooler=avg", "--train.resume=true"]))
+
+
+def test_the_plan_keeps_the_training_file_absolute(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative ``data.train_file`` is kept absolute: a card written later from another
+    working directory hashes the file the run trained on, not a file of the same name there."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    for folder, word in ((run_dir, "alpha"), (elsewhere, "beta")):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "corpus.txt").write_text(f"{word} one\n{word} two\n", encoding="utf-8")
+    monkeypatch.chdir(run_dir)
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", "--data.train_file=data/corpus.txt",
+         "--train.device=cpu", "--eval.dev=none"],
+    )  # fmt: skip
+    plan, _ = resolve(config, config.data.train_file, DistInfo())
+    trained = run_dir / "data" / "corpus.txt"
+    assert Path(plan.train_file).is_absolute() and Path(plan.train_file).samefile(trained)
+    monkeypatch.chdir(elsewhere)
+    assert data_of_config(config, plan=plan).sha256 == file_digest(trained)
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_the_bf16_check_asks_the_rank_s_gpu(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """Rank 1 of 2 asks cuda:1 (its LOCAL_RANK) whether it has bf16, not the current device
+    (cuda:0 on every rank until the process group forms), and makes no device current."""
+    import torch
+
+    asked: list[torch.device] = []
+
+    def properties(which: torch.device) -> SimpleNamespace:
+        asked.append(torch.device(which))
+        return SimpleNamespace(major=8)
+
+    def no_current_device(*args: object) -> None:
+        raise AssertionError("resolve() asked or set the current CUDA device")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(torch.cuda, "current_device", no_current_device)
+    monkeypatch.setattr(torch.cuda, "set_device", no_current_device)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("alpha one\nalpha two\n", encoding="utf-8")
+    config = load_config(
+        None,
+        [f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+         f"--train.device={device}", "--eval.dev=none"],
+    )  # fmt: skip
+    plan, _ = resolve(config, corpus, DistInfo(rank=1, world_size=2, local_rank=1))
+    assert asked == [torch.device("cuda", 1)]
+    assert plan.precision == "bf16"
+
+
+def test_a_resume_in_another_precision_says_so(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, one_thread,
+) -> None:  # fmt: skip
+    """A run trained in fp32 (``train.precision: auto`` on the CPU) and resumed where ``auto``
+    resolves to bf16 (as on another device) resumes, with one warning naming both precisions
+    and ``train.precision``."""
+    import logging
+
+    import torch
+
+    import cselab.app.plan as plan_module
+
+    argv = tiny_run_argv(
+        tiny_bert, tmp_path, "--train.device=cpu", "--train.precision=auto",
+        "--train.max_steps=2", rows=32,
+    )  # fmt: skip
+    build_trainer(load_config(None, argv)).train()
+    monkeypatch.setattr(plan_module, "autocast_dtype", lambda *args: torch.bfloat16)
+    trainer = build_trainer(load_config(None, [*argv, "--train.resume=true"]))
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        trainer.train()
+    warned = [r.getMessage() for r in caplog.records if "precision" in r.getMessage()]
+    assert len(warned) == 1
+    assert "trained in fp32" in warned[0] and "resumes it in bf16" in warned[0]
+    assert "train.precision=auto" in warned[0]

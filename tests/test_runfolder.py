@@ -100,6 +100,23 @@ def test_the_name_check_sees_the_old_spellings() -> None:
     )  # fmt: skip
 
 
+def test_an_overwrite_or_a_start_without_a_step_removes_the_plan_too(tmp_path: Path) -> None:
+    """``plan.json`` is a file of the run: ``train.overwrite`` removes it with the rest, and so
+    does the clean-up of a start that took no step; a card never reads a stale plan."""
+    from cselab.training.rundir import prepare_output_dir
+
+    run = RunFolder(tmp_path / "out")
+    run.checkpoint.mkdir(parents=True)  # a run that took steps
+    run.config.write_text("train: {}\n", encoding="utf-8")
+    run.plan.write_text("{}", encoding="utf-8")
+    prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=True)
+    assert list(run.path.iterdir()) == []
+    run.config.write_text("train: {}\n", encoding="utf-8")  # a start that took no step
+    run.plan.write_text("{}", encoding="utf-8")
+    prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=False)
+    assert list(run.path.iterdir()) == []
+
+
 # ------------------------------------------------------------------------------------ the lock
 def test_the_lock_leaves_no_empty_folder_it_created(tmp_path: Path) -> None:
     """A run refused before writing anything leaves nothing; any other folder keeps its lock
@@ -208,7 +225,7 @@ def test_two_trainers_into_one_new_folder_one_runs_the_other_is_refused(
     run = RunFolder(out)
     assert sorted(run.previous_run()) == sorted(
         [RunFolder.CHECKPOINT, RunFolder.BEST, RunFolder.LAST, RunFolder.CONFIG,
-         RunFolder.METRICS, RunFolder.RESULTS]
+         RunFolder.PLAN, RunFolder.METRICS, RunFolder.RESULTS]
     )  # fmt: skip
     seeds = {
         "config": yaml.safe_load(run.config.read_text())["train"]["seed"],

@@ -148,3 +148,32 @@ def test_a_few_steps_lose_what_the_prefixed_batches_lost(
         trainer.optimizer_step()
         losses.append(float(sum(v.detach() for v in terms.values())))
     assert losses == pytest.approx(RECORDED[variant], rel=1e-4)
+
+
+def test_the_copy_to_a_gpu_pins_only_host_tensors_not_pinned_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``StepInputs.to(cuda)`` pins a host tensor before its asynchronous copy, but not one on
+    a device already (pinning it fails: a batch moved to the GPU once) nor one pinned already.
+    No GPU here: the copy itself is recorded, and a meta tensor stands for one on the GPU (it
+    cannot be pinned either)."""
+    copied: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: copied.append(self) or self)
+    on_device = torch.zeros(2, 3, dtype=torch.long, device="meta")
+    StepInputs({"input_ids": on_device, "attention_mask": on_device}).to(torch.device("cuda"))
+    assert len(copied) == 2 and all(t is on_device for t in copied)
+    host = torch.zeros(2, 3, dtype=torch.long)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)  # as a pinned buffer
+    StepInputs({"input_ids": host}).to(torch.device("cuda"))
+    assert copied[-1] is host
+
+
+def test_a_batch_of_prefixed_keys_names_step_inputs() -> None:
+    """Code written for the prefixed-key batches gets one clear error naming the new type."""
+    from cselab.training.task import Batch
+
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    old = {"input_ids": ids, "positive.input_ids": ids, "negative.input_ids": ids}
+    with pytest.raises(TypeError, match=r"positive\.input_ids.*StepInputs\(anchors="):
+        Batch(0, old)
+    assert Batch(0, {"input_ids": ids}).inputs.anchors["input_ids"] is ids  # sentences: as before

@@ -3,18 +3,23 @@
 :func:`resolve` opens the training file (its kind decided there, by the data layer:
 :class:`~cselab.data.source.TrainingSource`), resolves the dev set
 (:func:`~cselab.config.devset.resolve_dev_set`), the device and ``train.precision: auto``
-(:mod:`cselab.training.runtime`), the number of processes (from the environment: the process group forms later), the pooler of
-``model.pooler: null`` and the encoder's width from the model's ``config.json`` (read once,
-without the weights; a Hub name or a folder of adapters leaves them to the model's load) and
-Matryoshka's prefixes, and checks the ``objective`` section against the data kind. The result is
-a frozen :class:`~cselab.config.plan.RunPlan`; the composition root (:mod:`.train`) hands its
+(:mod:`cselab.training.runtime`, asked of this rank's GPU), the number of processes (from the
+environment: the process group forms later), the pooler of ``model.pooler: null`` and the
+encoder's width from the model's ``config.json`` (read once, without the weights; a Hub name or
+a folder of adapters leaves them to the model's load) and Matryoshka's prefixes, and keeps the
+validated ``objective`` section (checked against the data kind by
+:func:`~cselab.objectives.build_objective`, which builds it for that kind). The result is a
+frozen :class:`~cselab.config.plan.RunPlan`; the composition root (:mod:`.train`) hands its
 facts to the trainer, model selection and the model card, and saves it in the run folder.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
+
+import torch
 
 from ..config import Config
 from ..config.devset import DevSet, resolve_dev_set
@@ -61,12 +66,20 @@ def resolve(
     tc, ec = config.train, config.eval
     source = TrainingSource(train_file, config.data)
     device = pick_device(tc.device, dist)
-    precision = precision_name(autocast_dtype(tc.precision, device))  # logged once, here
+    # The rank's own GPU answers whether it has bf16 (cuda:LOCAL_RANK; the process group, which
+    # makes it the current device, forms later): asked of cuda:0, a mixed node would be wrong
+    rank_device = (
+        torch.device("cuda", dist.local_rank)
+        if device.type == "cuda" and device.index is None
+        else device
+    )
+    precision = precision_name(autocast_dtype(tc.precision, rank_device))  # logged once, here
     pooler, width = model_facts(config.model.name_or_path, config.model.pooler)
     if dev is None:
         dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
     plan = RunPlan(
-        train_file=str(source.path),
+        # absolute: a card written later from another working directory hashes the same file
+        train_file=os.path.abspath(source.path),
         kind=source.kind,
         dev=dev,
         device=str(device),

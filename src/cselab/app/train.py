@@ -150,6 +150,8 @@ def build_trainer(
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
+    if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default
+        rundir.adopt_resolved_on_load(config, Path(tc.output_dir))
     # one rank downloads a named corpus; the others wait in flock, in no collective
     name = config.data.train_file
     fetch = cache_lock(cache, f"download-{name}", "downloading") if name in DOWNLOADS else None

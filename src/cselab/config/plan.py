@@ -36,7 +36,8 @@ class RunPlan:
     """The facts of one training run, resolved once (see the module doc).
 
     Attributes:
-        train_file: the training file as opened (a download name resolved to its file).
+        train_file: the training file as opened, an absolute path (a download name resolved
+            to its file).
         kind: sentences, or pairs with ``K`` hard negatives (the data layer's decision).
         dev: the dev set of model selection (``None``: no dev set, ``eval.dev: none``); what
             the card names the score by, also when ``eval.enabled`` is off.
@@ -49,7 +50,8 @@ class RunPlan:
             the folder is opened).
         width: the backbone's hidden size from its ``config.json`` (``None``: not stated).
         matryoshka_dims: the prefixes the card and ``results.json`` score (empty: none).
-        objective: the ``objective`` section, validated for this data kind.
+        objective: the validated ``objective`` section (checked against ``kind`` when
+            :func:`~cselab.objectives.build_objective` builds it).
     """
 
     train_file: str

@@ -109,7 +109,7 @@ class StepInputs:
         (the step's kernels are queued behind it on the same stream)."""
         if device.type != "cuda":
             return self if self.device == device else self.map(lambda t: t.to(device))
-        return self.map(lambda t: t.pin_memory().to(device, non_blocking=True))
+        return self.map(lambda t: pinned(t).to(device, non_blocking=True))
 
     def pad_to_width(self, multiple: int, pad_id: int) -> StepInputs:
         """Every token column right-padded to a multiple of ``multiple`` tokens
@@ -146,10 +146,32 @@ class StepInputs:
             yield {k: v.reshape(n * self.num_negatives, -1) for k, v in self.negatives.items()}
 
 
+def pinned(tensor: Tensor) -> Tensor:
+    """``tensor`` in pinned host memory, the source of an asynchronous copy to a GPU; a tensor
+    pinned already or not on the host (a batch on the GPU) is returned as it is (pinning one
+    on a GPU fails)."""
+    if tensor.device.type != "cpu" or tensor.is_pinned():
+        return tensor
+    return tensor.pin_memory()
+
+
 def as_step_inputs(inputs: StepInputs | Mapping[str, Tensor]) -> StepInputs:
-    """``inputs`` as :class:`StepInputs`: a plain token dict is a sentence batch (its anchors)."""
+    """``inputs`` as :class:`StepInputs`: a plain token dict is a sentence batch (its anchors).
+
+    Raises:
+        TypeError: for a dict of the old prefixed layout (``positive.input_ids``,
+            ``negative.input_ids``, ...), naming :class:`StepInputs`; its keys would otherwise
+            reach the encoder as unknown keyword arguments.
+    """
     if isinstance(inputs, StepInputs):
         return inputs
+    prefixed = sorted(k for k in inputs if "." in k)
+    if prefixed:
+        raise TypeError(
+            f"a batch of prefixed keys ({', '.join(prefixed)}) is the layout before "
+            "cselab.data.inputs.StepInputs: pass StepInputs(anchors=..., positives=..., "
+            "negatives=...) (negatives (B, K, L)) instead"
+        )
     return StepInputs(inputs if isinstance(inputs, dict) else dict(inputs))
 
 

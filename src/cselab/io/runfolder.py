@@ -31,8 +31,9 @@ class RunFolder:
 
     CONFIG = "config.yaml"
     #: What the run resolved once at its entry (``cselab.config.plan.RunPlan``): the data
-    #: kind, dev set, device, precision, pooler, objective. Not one of :attr:`RUN_FILES`: every
-    #: run writes its own once the folder is checked, replacing the previous run's.
+    #: kind, dev set, device, precision, pooler, objective. One of :attr:`RUN_FILES`, so that
+    #: ``train.overwrite`` removes it with the rest of the previous run: a new run that stops
+    #: before writing its own leaves no stale plan for a card to read.
     PLAN = "plan.json"
     METRICS = "metrics.csv"
     RESULTS = "results.json"
@@ -58,7 +59,7 @@ class RunFolder:
     SWEEP_LOCK = ".cselab-sweep.lock"
 
     #: What a previous run leaves in its folder (the lock file is not part of a run).
-    RUN_FILES = (CHECKPOINT, BEST, LAST, MERGED, CONFIG, METRICS, RESULTS, TENSORBOARD)
+    RUN_FILES = (CHECKPOINT, BEST, LAST, MERGED, CONFIG, PLAN, METRICS, RESULTS, TENSORBOARD)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         object.__setattr__(self, "path", Path(path))

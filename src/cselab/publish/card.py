@@ -51,6 +51,7 @@ from ..objectives import (
     objective_tags,
 )
 from ..training.metrics import read_metrics as read_metrics_table
+from .folder_plan import run_plan_of
 from .hardware import hardware_section
 from .hub_metadata import (
     CARD_FILE,
@@ -154,12 +155,6 @@ def data_of_config(
             kind = DataKind(pairs=is_pairs_source(path, data.format))
     sha = file_sha256(path) if path.is_file() else None
     return TrainingData(path, kind, rows, sha)
-
-
-def run_plan_of(folder: Path) -> RunPlan | None:
-    """The plan of the run that saved the model folder ``folder`` (``best/``, ``last/``,
-    ``merged/`` of a run folder), or ``None`` when the folder is not in its run folder."""
-    return RunPlan.load(folder.resolve().parent)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -409,7 +404,7 @@ def write_model_card(
         if pooler is None:
             raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
-    plan = plan or run_plan_of(out)
+    plan = plan or run_plan_of(out, config)
     data = data or data_of_config(config, plan=plan)
     rows = read_metrics(metrics_csv, metrics_before)
     dev = dev_score(config.eval, plan)

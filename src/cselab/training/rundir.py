@@ -7,9 +7,9 @@ at ``train.output_dir``:
 
 * it holds a previous run and neither ``train.resume`` nor ``train.overwrite`` is set: refused,
   naming the folder and both ways out. A folder holds a run only once training started
-  (:func:`trained`): what a start that never took a step left behind (its ``config.yaml``, the
-  step-0 evaluation in ``metrics.csv`` and ``best/``, the logger's folder) is removed, so the
-  corrected command simply runs;
+  (:func:`trained`): what a start that never took a step left behind (its ``config.yaml`` and
+  ``plan.json``, the step-0 evaluation in ``metrics.csv`` and ``best/``, the logger's folder)
+  is removed, so the corrected command simply runs;
 * ``train.overwrite``: the previous run's files are removed (nothing of the old run is kept);
 * ``train.resume`` and a checkpoint exists: the checkpoint's config is compared with this one.
   A difference in a key that changes the run (the model, the data file and its content, the
@@ -63,17 +63,20 @@ RESUMABLE_KEYS = frozenset(
     }
 )
 
-#: keys whose ``null`` the model's load resolves (and the checkpoint's config holds resolved)
+#: keys whose ``null`` the model's load resolves (and the checkpoint's config holds resolved):
+#: on resume, a ``null`` takes the checkpoint's value before the run resolves anything
+#: (:func:`adopt_resolved_on_load`), so a default that differs from what the run trained with
+#: (``model.pooler=last`` on a decoder whose default is ``avg``) never replaces it
 RESOLVED_ON_LOAD = ("model.pooler",)
 
 #: Not a config key: the SHA-256 of the training file, compared with the config.
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
 
 
-#: What a run writes before its first training step: the config, the step-0 evaluation (its
-#: metrics row and the untrained model kept as ``best/``) and the loggers' files.
+#: What a run writes before its first training step: the config and its plan, the step-0
+#: evaluation (its metrics row and the untrained model kept as ``best/``) and the loggers' files.
 BEFORE_FIRST_STEP = frozenset(
-    {RunFolder.CONFIG, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
+    {RunFolder.CONFIG, RunFolder.PLAN, RunFolder.METRICS, RunFolder.BEST, RunFolder.TENSORBOARD}
 )
 
 
@@ -135,6 +138,29 @@ def prepare_output_dir(
     log.info("train.overwrite: removed the previous run in %s (%s)", folder, ", ".join(found))
 
 
+def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:
+    """On resume: set each :data:`RESOLVED_ON_LOAD` key that is ``null`` in ``config`` (a
+    :class:`~cselab.config.Config`, changed in place) to the value in ``folder``'s checkpoint,
+    what the interrupted run resolved it to; returns the keys set. Nothing without a checkpoint.
+    An explicit value is left as it is (a different one is refused by :func:`check_resumable`).
+    Raises :class:`ConfigError` naming a checkpoint that cannot be read."""
+    checkpoint = RunFolder(folder).checkpoint_file
+    if not checkpoint.is_file():
+        return {}
+    saved = dict(_flatten(read_metadata(checkpoint)["extra"]["config"]))
+    adopted = {}
+    for key in RESOLVED_ON_LOAD:
+        *path, name = key.split(".")
+        section = config
+        for part in path:
+            section = getattr(section, part)
+        if getattr(section, name) is None and saved.get(key) is not None:
+            setattr(section, name, saved[key])
+            adopted[key] = saved[key]
+            log.info("train.resume: %s is %r, as the checkpoint's run resolved it", key, saved[key])
+    return adopted
+
+
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else key
@@ -148,7 +174,8 @@ def check_resumable(
     saved: Mapping[str, Any], current: Mapping[str, Any], checkpoint: Path
 ) -> list[str]:
     """Compare the checkpoint's config with this run's (flattened ``key -> value`` plus
-    :data:`DATA_DIGEST_KEY`). Raises :class:`ConfigError` naming every run-changing key that
+    :data:`DATA_DIGEST_KEY`; a ``null`` of :data:`RESOLVED_ON_LOAD` is the checkpoint's value,
+    as :func:`adopt_resolved_on_load` makes it before the run resolves it). Raises :class:`ConfigError` naming every run-changing key that
     differs; returns ``key: old -> new`` for the allowed differences."""
     old, new = dict(_flatten(saved)), dict(_flatten(current))
     for key in RESOLVED_ON_LOAD:  # null here: the default the checkpoint's run resolved

@@ -39,7 +39,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "auto":
         dtype = None
         if device.type == "cuda":
-            if torch.cuda.is_bf16_supported(including_emulation=False):
+            if bf16_supported(device):
                 dtype = torch.bfloat16
             else:
                 allow_tf32()
@@ -65,6 +65,16 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             "fp32; prefer train.precision=fp32 on this machine"
         )
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether the CUDA GPU ``device`` computes in bf16 natively (compute capability 8.0 and
+    later, Ampere on; ROCm: always), asked of ``device`` itself: ``torch.cuda.is_bf16_supported``
+    asks the current device, which is still ``cuda:0`` on every rank before the process group
+    sets each rank's. Initialises CUDA as that call does, and makes no device current."""
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_properties(device).major >= 8
 
 
 #: ``train.precision`` of each autocast dtype (``None``: full fp32).

@@ -267,7 +267,24 @@ class Trainer:
         if o.scaler is not None and extra["scaler"]:
             o.scaler.load_state_dict(extra["scaler"])
         log.info("resumed from %s at step %d", path, self.step)
+        self._check_resumed_precision(path, extra.get("precision"))
         return True
+
+    def _check_resumed_precision(self, path: Path, saved: str | None) -> None:
+        """Warn, in one line, when the checkpoint trained in another precision than this run
+        (``train.precision: auto`` resolved on another device: bf16 on an Ampere GPU, fp32 on
+        an older one or the CPU). Not refused: the weights and AdamW's moments are fp32 either
+        way, and on a device without bf16 no setting could resume the run (a changed
+        ``train.precision`` is refused as a run-changing key); but its next steps are not those
+        the first device would have taken."""
+        now = self.plan.precision if self.plan is not None else precision_name(self.amp_dtype)
+        if saved is None or saved == now or not self.dist.is_main:
+            return
+        log.warning(
+            "%s was trained in %s; this run resumes it in %s (train.precision=%s on %s), so "
+            "its steps differ from those of the device that trained it",
+            path, saved, now, self.config.train.precision, self.device,
+        )  # fmt: skip
 
     def _elapsed(self) -> float:
         since = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
