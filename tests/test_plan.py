@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 
 from backbone_models import make_tiny_decoder, tiny_run_argv
@@ -135,6 +136,28 @@ def test_a_resume_keeps_the_pooler_the_run_trained(tmp_path: Path, one_thread) -
     assert saved["pooler"] == "last"
     with pytest.raises(ConfigError, match=r"model\.pooler: 'last' -> 'avg'"):
         build_trainer(load_config(None, [*argv, "--model.pooler=avg", "--train.resume=true"]))
+
+
+def test_a_resume_at_the_default_precision_trains_on_in_the_checkpoint_s(
+    tiny_bert: Path, tmp_path: Path, one_thread
+) -> None:
+    """``train.precision: auto`` (the default) on resume is the precision the checkpoint's run
+    was given: a run saved with ``bf16`` (or with ``fp32``, the default before ``auto``) resumes
+    in it, rather than being refused as a changed key or switched to what ``auto`` resolves to
+    here (fp32 on a CPU); an explicit other precision is still refused, naming the key."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence number {i} of the corpus\n" for i in range(32)))
+    argv = [
+        f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=2", "--train.eval_steps=0",
+        "--train.device=cpu", "--eval.dev=none",
+    ]  # fmt: skip
+    build_trainer(load_config(None, [*argv, "--train.precision=bf16"])).train()
+    trainer = build_trainer(load_config(None, [*argv, "--train.resume=true"]))
+    assert trainer.amp_dtype == torch.bfloat16 and trainer.plan.precision == "bf16"
+    with pytest.raises(ConfigError, match=r"train\.precision: 'bf16' -> 'fp32'"):
+        build_trainer(load_config(None, [*argv, "--train.precision=fp32", "--train.resume=true"]))
 
 
 def test_the_plan_keeps_the_training_file_absolute(

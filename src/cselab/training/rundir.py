@@ -63,11 +63,12 @@ RESUMABLE_KEYS = frozenset(
     }
 )
 
-#: keys whose ``null`` the model's load resolves (and the checkpoint's config holds resolved):
-#: on resume, a ``null`` takes the checkpoint's value before the run resolves anything
+#: keys whose "resolve it" value (``null``, ``auto``) the run resolves, each with that value: on
+#: resume it takes the checkpoint's config value before the run resolves anything
 #: (:func:`adopt_resolved_on_load`), so a default that differs from what the run trained with
-#: (``model.pooler=last`` on a decoder whose default is ``avg``) never replaces it
-RESOLVED_ON_LOAD = ("model.pooler",)
+#: never replaces it: ``model.pooler=last`` on a decoder whose default is ``avg``, or
+#: ``train.precision: fp32``, the default of runs saved before ``auto`` became it
+RESOLVED_ON_LOAD: dict[str, Any] = {"model.pooler": None, "train.precision": "auto"}
 
 #: Not a config key: the SHA-256 of the training file, compared with the config.
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
@@ -139,9 +140,10 @@ def prepare_output_dir(
 
 
 def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:
-    """On resume: set each :data:`RESOLVED_ON_LOAD` key that is ``null`` in ``config`` (a
-    :class:`~cselab.config.Config`, changed in place) to the value in ``folder``'s checkpoint,
-    what the interrupted run resolved it to; returns the keys set. Nothing without a checkpoint.
+    """On resume: set each :data:`RESOLVED_ON_LOAD` key that holds its "resolve it" value in
+    ``config`` (a :class:`~cselab.config.Config`, changed in place) to the value in ``folder``'s
+    checkpoint, what the interrupted run trained with; returns the keys set. Nothing without a
+    checkpoint.
     An explicit value is left as it is (a different one is refused by :func:`check_resumable`).
     Raises :class:`ConfigError` naming a checkpoint that cannot be read."""
     checkpoint = RunFolder(folder).checkpoint_file
@@ -149,12 +151,12 @@ def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:
         return {}
     saved = dict(_flatten(read_metadata(checkpoint)["extra"]["config"]))
     adopted = {}
-    for key in RESOLVED_ON_LOAD:
+    for key, unresolved in RESOLVED_ON_LOAD.items():
         *path, name = key.split(".")
         section = config
         for part in path:
             section = getattr(section, part)
-        if getattr(section, name) is None and saved.get(key) is not None:
+        if getattr(section, name) == unresolved and saved.get(key, unresolved) != unresolved:
             setattr(section, name, saved[key])
             adopted[key] = saved[key]
             log.info("train.resume: %s is %r, as the checkpoint's run resolved it", key, saved[key])
@@ -174,12 +176,13 @@ def check_resumable(
     saved: Mapping[str, Any], current: Mapping[str, Any], checkpoint: Path
 ) -> list[str]:
     """Compare the checkpoint's config with this run's (flattened ``key -> value`` plus
-    :data:`DATA_DIGEST_KEY`; a ``null`` of :data:`RESOLVED_ON_LOAD` is the checkpoint's value,
-    as :func:`adopt_resolved_on_load` makes it before the run resolves it). Raises :class:`ConfigError` naming every run-changing key that
-    differs; returns ``key: old -> new`` for the allowed differences."""
+    :data:`DATA_DIGEST_KEY`; a :data:`RESOLVED_ON_LOAD` key's "resolve it" value is the
+    checkpoint's value, as :func:`adopt_resolved_on_load` makes it before the run resolves it).
+    Raises :class:`ConfigError` naming every run-changing key that differs; returns
+    ``key: old -> new`` for the allowed differences."""
     old, new = dict(_flatten(saved)), dict(_flatten(current))
-    for key in RESOLVED_ON_LOAD:  # null here: the default the checkpoint's run resolved
-        if new.get(key) is None and key in old:
+    for key, unresolved in RESOLVED_ON_LOAD.items():  # "resolve it": as the checkpoint's run
+        if new.get(key) == unresolved and key in old:
             new[key] = old[key]
     differing = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     fatal = [k for k in differing if k not in RESUMABLE_KEYS]
