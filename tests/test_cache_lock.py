@@ -190,3 +190,65 @@ def test_different_corpora_do_not_wait_on_each_other_while_the_same_corpus_does(
     assert [p.name for p in cache.iterdir() if not p.is_dir()] == [
         p.name for p in cache.glob("file-*.json")
     ]  # no lock file is left behind
+
+
+_COUNTER = """
+import sys
+from pathlib import Path
+from cselab.data.cache import cache_lock
+
+folder, rounds = Path(sys.argv[1]), int(sys.argv[2])
+counter = folder / "counter"
+for _ in range(rounds):
+    with cache_lock(folder, "x", "counting"):
+        # read, then write back one more, non-atomically: only mutual exclusion keeps the count
+        value = int(counter.read_text())
+        counter.write_text(str(value + 1))
+"""
+
+
+def test_processes_holding_one_lock_never_overlap(tmp_path: Path) -> None:
+    """Four processes each take the same lock 150 times around a read-increment-write of a
+    file: the count is exact, and no lock file is left. Each holder removes its lock file when
+    done, so exclusion rests on a taker checking that the file it locked is still the one at
+    the path (an older name's lock guards nothing); without that check counts are lost."""
+    import subprocess
+    import sys
+
+    (tmp_path / "counter").write_text("0")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _COUNTER, str(tmp_path), "150"]) for _ in range(4)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    assert (tmp_path / "counter").read_text() == "600"
+    assert not list(tmp_path.glob(".cselab-*.lock"))
+
+
+def test_a_corpus_already_downloaded_takes_no_lock(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named corpus (``wiki1m``) already in the cache is used without its download lock, so
+    a shared read-only cache holding it neither waits nor warns; tokenising takes its own."""
+    from cselab.app import train as app_train
+    from cselab.config import load_config
+    from cselab.model.hub import WIKI1M_FILE
+
+    data = tmp_path / "cache" / "data"
+    data.mkdir(parents=True)
+    (data / WIKI1M_FILE).write_text("".join(f"sentence {i} of the corpus\n" for i in range(16)))
+    taken: list[str] = []
+    real = app_train.cache_lock
+
+    def spy(folder, name, doing):  # noqa: ANN001, ANN202
+        taken.append(name)
+        return real(folder, name, doing)
+
+    monkeypatch.setattr(app_train, "cache_lock", spy)
+    argv = [
+        f"--model.name_or_path={tiny_bert}", "--data.train_file=wiki1m",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=1", "--train.device=cpu", "--eval.dev=none",
+    ]  # fmt: skip
+    trainer = app_train.build_trainer(load_config(None, argv))
+    assert Path(trainer.plan.train_file) == data / WIKI1M_FILE
+    assert taken == []

@@ -152,11 +152,13 @@ def build_trainer(
         hold.enter_context(RunFolder(tc.output_dir).lock())
     if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default
         rundir.adopt_resolved_on_load(config, Path(tc.output_dir))
-    # one rank downloads a named corpus; the others wait in flock, in no collective
-    name = config.data.train_file
-    fetch = cache_lock(cache, f"download-{name}", "downloading") if name in DOWNLOADS else None
-    with fetch or contextlib.nullcontext():
-        train_file = Path(resolve_train_file(name, str(cache / "data")))
+    # A named corpus not on disk yet: one rank downloads it, the others wait in flock, in no
+    # collective; one already there (or a local file) takes no lock, so a read-only cache works
+    name, data_dir = config.data.train_file, str(cache / "data")
+    train_file = Path(resolve_train_file(name, data_dir, download=False))
+    if not train_file.is_file() and name in DOWNLOADS:
+        with cache_lock(cache, f"download-{name}", "downloading"):
+            train_file = Path(resolve_train_file(name, data_dir))
     if here.is_main:  # before any heavy work: never replace or mis-resume a run
         rundir.prepare_output_dir(
             Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),

@@ -202,7 +202,7 @@ def _cached_entry(
         return entry, _meta(entry)
     # One lock per source and key (not per cache folder): the processes that need this entry
     # build it once, and those tokenising other files never wait for it.
-    with cache_lock(cache, f"{p.name}-{record_file.stem}", "tokenising"):
+    with cache_lock(cache, f"{record_file.stem}-{p.name}", "tokenising"):  # unique part first
         return _lookup_or_build(p, key, cache, record_file, digest, build)
 
 

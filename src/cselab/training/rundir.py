@@ -159,7 +159,7 @@ def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:
         if getattr(section, name) == unresolved and saved.get(key, unresolved) != unresolved:
             setattr(section, name, saved[key])
             adopted[key] = saved[key]
-            log.info("train.resume: %s is %r, as the checkpoint's run resolved it", key, saved[key])
+            log.info("train.resume: %s is %r, as in the checkpoint's run", key, saved[key])
     return adopted
 
 
