@@ -274,7 +274,6 @@ def test_cli_build_and_search(saved_model: Path, tmp_path: Path, capsys) -> None
     [
         (["search", "{tmp}/none.index", "q"], "none.index: not a cselab index (no index.json)"),
         (["search", "{idx}"], "give either a QUERY or --queries FILE"),
-        (["search", "{idx}", "q", "-k", "0"], "k must be at least 1, not 0"),
         (["search", "{idx}", "--queries", "{tmp}/nq.txt"], "nq.txt: queries file not found"),
         (
             ["index", "build", "{tmp}/nc.txt", "--model", "{model}", "-o", "{tmp}/o"],

@@ -148,8 +148,9 @@ def test_random_sampling_is_a_seeded_sample_of_the_window_in_score_order() -> No
 
 def test_options_are_refused_with_their_name() -> None:
     for kwargs, message in [
-        ({"num_negatives": 0}, "num_negatives must be at least 1"),
-        ({"range_min": -1}, "range_min must be 0 or more"),
+        ({"num_negatives": 0}, "num_negatives=0 is refused: it must be at least 1"),
+        ({"range_min": -1}, "range_min=-1 is refused: it must be 0 or more"),
+        ({"seed": -1}, "seed=-1 is refused: it must be 0 or more"),
         ({"range_min": 3, "range_max": 4, "num_negatives": 2}, "range_max 4 leaves 1 candidates"),
         ({"relative_margin": 1.5}, r"relative_margin must be in \[0, 1\)"),
         ({"max_score": float("nan")}, "max_score must be a finite number"),
@@ -200,7 +201,8 @@ def test_cli_writes_triplets_that_training_reads_as_they_are(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--num-negatives", "0"], "num_negatives must be at least 1"),
+        (["--num-negatives", "0"], "--num-negatives 0 is refused: it must be at least 1"),
+        (["--range-min", "-2"], "--range-min -2 is refused: it must be 0 or more"),
         (
             ["--anchor-column", "query"],
             "no column 'query' in the first object (the file has columns: q, doc); name the columns with --anchor-column",
@@ -286,7 +288,7 @@ def test_the_corpus_file_as_output_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--sampling", "random", "--seed", "-1"], "seed must be 0 or more, not -1"),
+        (["--sampling", "random", "--seed", "-1"], "--seed -1 is refused: it must be 0 or more"),
         (["-o", "{tmp}/folder.tsv"], "folder.tsv: is a folder; name the output file"),
     ],
 )
@@ -471,6 +473,7 @@ def test_the_mining_record_names_the_pooler_and_backend(tiny_bert: Path, tmp_pat
          "argument --batch-size: -2 is refused"),
         (["encode", "m", "--input", "x", "--output", "y", "--device", "cuda:x"],
          "argument --device: 'cuda:x' is not a device"),
+        (["search", "idx", "q", "-k", "0"], "argument -k: 0 is refused: it must be at least 1"),
     ],
 )  # fmt: skip
 def test_shared_options_refuse_bad_values_at_parse_time(argv, said, capsys) -> None:

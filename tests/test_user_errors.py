@@ -30,7 +30,8 @@ def one_line(capsys: pytest.CaptureFixture) -> str:
          "train.precision=fp16 needs a CUDA GPU or the CPU (loss scaling), not train.device=mps; "
          "use bf16 or fp32"),
         (["--train.device=gpu"],
-         "train.device: 'gpu' is not a device; use auto, cpu, cuda, cuda:N or mps"),
+         "train.device: 'gpu' is not a device; use auto, cpu, cuda, cuda:N, mps, xpu, hpu, mtia, "
+         "xla, npu, privateuseone"),
         (["--eval.batch_size=0"], "eval.batch_size must be >= 1"),
         (["--eval.batch_size=-3"], "eval.batch_size must be >= 1"),
     ],
@@ -59,18 +60,79 @@ def _tiny_train(tiny_bert: Path, tmp_path: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--train.device=cuda:1"], "train.device=cuda:1, but no CUDA GPU is available; use cpu or auto"),
-    ],
-)  # fmt: skip
-def test_train_device_errors_without_a_gpu(
-    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, extra: list[str], message: str
+def _only_a_cpu() -> bool:
+    from cselab.model.devices import available_devices
+
+    return available_devices() == ["cpu"]
+
+
+@pytest.mark.skipif(not _only_a_cpu(), reason="needs a machine with no GPU")
+@pytest.mark.parametrize("device", ["cuda:1", "mps", "hpu"])
+def test_train_device_this_machine_lacks_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, device: str
 ) -> None:
-    assert main(_tiny_train(tiny_bert, tmp_path, *extra)) == 2
-    assert one_line(capsys) == f"cselab train: error: {message}"
+    assert main(_tiny_train(tiny_bert, tmp_path, f"--train.device={device}")) == 2
+    assert one_line(capsys) == (
+        f"cselab train: error: --train.device={device} is not available on this machine "
+        "(available: cpu)"
+    )
+
+
+@pytest.mark.skipif(not _only_a_cpu(), reason="needs a machine with no GPU")
+@pytest.mark.parametrize("device", ["cuda:0", "cuda", "mps", "hpu", "npu"])
+def test_encode_on_a_device_this_machine_lacks_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, device: str
+) -> None:
+    text = tmp_path / "s.txt"
+    text.write_text("a sentence\n", encoding="utf-8")
+    argv = ["encode", str(tiny_bert), "--input", str(text), "--output", str(tmp_path / "e.npy")]
+    assert main([*argv, "--device", device]) == 2
+    assert one_line(capsys) == (
+        f"cselab encode: error: --device {device} is not available on this machine (available: cpu)"
+    )
+    assert not (tmp_path / "e.npy").exists()
+
+
+@pytest.mark.skipif(not _only_a_cpu(), reason="needs a machine with no GPU")
+def test_load_on_a_missing_device_names_the_keyword(tiny_bert: Path) -> None:
+    from cselab.core.errors import ConfigSettingError
+    from cselab.model.loader import load
+
+    with pytest.raises(ConfigSettingError, match=r"^device='mps' is not available on this machine"):
+        load(str(tiny_bert), device="mps")
+    assert load(str(tiny_bert), device="cpu").device.type == "cpu"
+
+
+ACCEPTED = ["cpu", "cuda", "cuda:0", "cuda:1", "cuda:9999", "mps", "xpu:3", "hpu", "mtia", "xla",
+            "npu", "privateuseone"]  # fmt: skip
+REFUSED = ["gpu:0", "cuda:01", "cuda:00", "cuda:99999999999999999999", "cuda:10000", "cuda:-1",
+           "meta", "CPU", "cpu:0:1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ACCEPTED + REFUSED)
+def test_device_flag_and_train_device_take_the_same_names(
+    name: str, capsys: pytest.CaptureFixture
+) -> None:
+    """``--device`` and ``train.device`` share one check: the same names, the same message."""
+    from cselab.config import load_config
+    from cselab.core.errors import ConfigError
+
+    argv = ["encode", "m", "--input", "x", "--output", "y.npy", "--device", name]
+    if name in ACCEPTED:
+        assert load_config(None, [f"train.device={name}"]).train.device == name
+        from cselab.cli.options import device_name
+
+        assert device_name(name) == name
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"train.device={name}"])
+    with pytest.raises(SystemExit):
+        main(argv)
+    words = "cpu, cuda, cuda:N, mps, xpu, hpu, mtia, xla, npu, privateuseone"
+    assert str(err.value) == f"train.device: {name!r} is not a device; use auto, {words}"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"cselab encode: error: argument --device: {name!r} is not a device; use {words}"
+    )
 
 
 @pytest.mark.parametrize("option", ["--output", "-o", "--csv"])

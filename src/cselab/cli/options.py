@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from ..core.errors import SettingError
+from ..core.devices import check_device, device_words
+from ..core.errors import ConfigError, SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 
 T = TypeVar("T")
@@ -43,15 +43,12 @@ def positive_int(text: str) -> int:
     return value
 
 
-#: A torch device name, checked without importing torch (``cselab --help`` stays torch-free)
-DEVICE = re.compile(r"(cpu|mps|cuda|xpu)(:\d+)?")
-
-
 def device_name(text: str) -> str:
-    """An argparse type: a device torch accepts (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...)."""
-    if not DEVICE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device (cpu, cuda, cuda:N, mps)")
-    return text
+    """An argparse type: a device name (:func:`~cselab.core.devices.check_device`)."""
+    try:
+        return check_device(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_batch_size_flag(parser: argparse.ArgumentParser, help: str | None = None) -> None:
@@ -62,7 +59,7 @@ def add_batch_size_flag(parser: argparse.ArgumentParser, help: str | None = None
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     """``--device``: where the model runs."""
     parser.add_argument("--device", default=None, type=device_name,
-                        help="cpu, cuda, cuda:N, mps (default: cpu)")  # fmt: skip
+                        help=f"{device_words()} (default: cpu)")  # fmt: skip
 
 
 def add_model_flag(

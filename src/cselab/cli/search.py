@@ -22,6 +22,7 @@ from .options import (
     add_device_flag,
     add_model_flag,
     add_pooler_flag,
+    positive_int,
     settings_from,
 )
 
@@ -67,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("index", help="index folder written by `cselab index build`")
     s.add_argument("query", nargs="?", help="query text")
     s.add_argument("--queries", help="file of queries, one per line (instead of QUERY)")
-    s.add_argument("-k", type=int, default=10, help="results per query (10)")
+    s.add_argument("-k", type=positive_int, default=10, help="results per query (10)")
     s.add_argument("--backend", choices=SEARCH_BACKENDS, default=None,
                    help="exact | flat | hnsw | ivf (default: the built FAISS index, else exact)")  # fmt: skip
     s.add_argument("--nprobe", type=int, default=None, help="IVF cells visited per query")
@@ -120,8 +121,6 @@ def echo(query: str) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     if (args.query is None) == (args.queries is None):
         raise SearchIndexError("give either a QUERY or --queries FILE")
-    if args.k < 1:  # before the model loads
-        raise SearchIndexError(f"k must be at least 1, not {args.k}")
     if args.query is not None:
         check_queries([args.query])
     from transformers.utils import logging as hf_logging

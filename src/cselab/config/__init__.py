@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from ..core.devices import check_device
 from ..core.errors import DataFormatError
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
@@ -269,17 +270,11 @@ def check_precision(precision: str, device_type: str, device: str | None = None)
 
 
 def _check_device(name: str) -> None:
-    """``train.device`` is ``auto`` or a name ``torch.device`` accepts (``cpu``, ``cuda:1``...)."""
-    if name == "auto":
-        return
-    import torch  # lazily: reading a config should not wait for torch
-
+    """``train.device`` is ``auto`` or a device name (:func:`~cselab.core.devices.check_device`)."""
     try:
-        torch.device(name)
-    except (RuntimeError, ValueError):
-        raise ConfigError(
-            f"train.device: {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
-        ) from None
+        check_device(name, auto=True)
+    except ConfigError as err:
+        raise ConfigError(f"train.device: {err}") from None
 
 
 def _parse_scalar(text: str) -> Any:

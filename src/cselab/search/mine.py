@@ -129,11 +129,17 @@ class MineSettings:
                 "dim", self.index.dim, "{setting}: mining searches at the model's full width"
             )
         if self.num_negatives < 1:
-            raise ConfigError(f"num_negatives must be at least 1, not {self.num_negatives}")
+            raise ConfigSettingError(
+                "num_negatives", self.num_negatives, "{setting} is refused: it must be at least 1"
+            )
         if self.range_min < 0:
-            raise ConfigError(f"range_min must be 0 or more, not {self.range_min}")
+            raise ConfigSettingError(
+                "range_min", self.range_min, "{setting} is refused: it must be 0 or more"
+            )
         if self.seed < 0:  # numpy's generators take non-negative seeds only
-            raise ConfigError(f"seed must be 0 or more, not {self.seed}")
+            raise ConfigSettingError(
+                "seed", self.seed, "{setting} is refused: it must be 0 or more"
+            )
         if self.range_max is not None and self.range_max - self.range_min < self.num_negatives:
             raise ConfigError(
                 f"range_max {self.range_max} leaves {max(0, self.range_max - self.range_min)} "

@@ -10,22 +10,20 @@ import sys
 import torch
 
 from ..config import check_precision
-from ..core.schema import ConfigError
+from ..model.devices import available_device
 from .distributed import DistInfo
 
 log = logging.getLogger("cselab")
 
 
 def pick_device(name: str, dist_info: DistInfo) -> torch.device:
-    """``train.device``: ``auto`` is this rank's GPU when there is one, else the CPU."""
+    """``train.device``: ``auto`` is this rank's GPU when there is one, else the CPU; a device
+    named that this machine lacks is a :class:`~cselab.core.errors.ConfigSettingError`."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", dist_info.local_rank)
         return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name}, but no CUDA GPU is available; use cpu or auto")
-    return device
+    return available_device(name, key="train.device")
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

@@ -1,0 +1,41 @@
+"""Device names: the one check of a name, for ``--device`` and ``train.device`` alike, made
+on the text without torch (``cselab --help`` and reading a config stay torch-free); whether
+this machine has the device is :func:`cselab.model.devices.available_device`'s."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+
+#: The device types a model can run on, as ``torch.device`` spells them. ``npu`` is the name
+#: Ascend's ``torch_npu`` gives its backend; ``meta`` is left out on purpose: it holds no
+#: values, so nothing can be encoded or trained there.
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "npu", "privateuseone")
+
+#: The most digits of a device index: ``torch.device`` takes any int64, no machine has 10^4
+MAX_INDEX_DIGITS = 4
+
+#: ``TYPE`` or ``TYPE:N``, ``N`` without leading zeros (``torch.device`` refuses ``cuda:01``)
+_DEVICE = re.compile(
+    rf"(?:{'|'.join(DEVICE_TYPES)})(?::(?:0|[1-9]\d{{0,{MAX_INDEX_DIGITS - 1}}}))?"
+)
+
+
+def device_words(auto: bool = False) -> str:
+    """The accepted names, as the messages and the ``--help`` list them."""
+    names = ("auto",) * auto + ("cpu", "cuda", "cuda:N") + DEVICE_TYPES[2:]
+    return ", ".join(names)
+
+
+def check_device(value: str, *, auto: bool = False) -> str:
+    """``value`` if it names a device (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...), or
+    ``auto`` where ``auto`` is allowed (``train.device``). Checked on the text alone, without
+    importing torch, so that reading a config and ``cselab --help`` stay fast.
+
+    Raises:
+        ConfigError: ``'VALUE' is not a device; use ...`` (the caller names the option or key).
+    """
+    if isinstance(value, str) and (_DEVICE.fullmatch(value) or (auto and value == "auto")):
+        return value
+    raise ConfigError(f"{value!r} is not a device; use {device_words(auto)}")

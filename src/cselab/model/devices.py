@@ -1,0 +1,64 @@
+"""Whether this machine has a device: one line naming ``device`` and the devices there are,
+before a model is moved to it (``cselab encode --device mps`` on a machine without MPS)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.errors import ConfigSettingError
+
+
+def available_devices() -> list[str]:
+    """The devices this machine has (``cpu``, ``cuda:0``, ``mps``...), for messages."""
+    names = ["cpu"]
+    for kind in ("cuda", "xpu", "mtia"):
+        module = getattr(torch, kind, None)
+        if module is not None and module.is_available():
+            names += [f"{kind}:{i}" for i in range(module.device_count())]
+    if torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
+def _present(device: torch.device) -> bool:
+    """Whether this machine has ``device``. CUDA, XPU and MTIA are asked for their count
+    (touching a GPU would open a context on it, on every rank of a distributed run); other
+    types are probed with an empty tensor, which fails for a backend absent or not built."""
+    if device.type == "cpu":
+        return True
+    if device.type == "mps":
+        return torch.backends.mps.is_available()
+    module = getattr(torch, device.type, None)
+    if device.type in ("cuda", "xpu", "mtia") and module is not None:
+        # ``cuda`` alone is each rank's own GPU (``LOCAL_RANK``): there is one if there is any
+        index_ok = device.index is None or device.index < module.device_count()
+        return module.is_available() and index_ok
+    try:
+        torch.empty(0, device=device)
+    except Exception:  # each absent backend fails its own way (ModuleNotFound, NotImplemented...)
+        return False
+    return True
+
+
+def available_device(name: str | torch.device, key: str | None = None) -> torch.device:
+    """``torch.device(name)``, once this machine is known to have it.
+
+    Args:
+        name: a device name (:func:`check_device`) or a ``torch.device``.
+        key: the config key holding it (``train.device``), for ``cselab train``'s message.
+
+    Raises:
+        ConfigSettingError: naming the setting ``device`` and the devices there are.
+    """
+    text = str(name)
+    try:
+        device = torch.device(name)
+        present = _present(device)
+    except RuntimeError:  # a type this torch does not know without its plugin (npu)
+        present = False
+    if not present:
+        raise ConfigSettingError(
+            "device", text, "{setting} is not available on this machine (available: {there})",
+            key=key, there=", ".join(available_devices()),
+        )  # fmt: skip
+    return device
