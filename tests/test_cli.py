@@ -41,6 +41,21 @@ def test_train_missing_corpus_is_one_line(tiny_bert: Path, tmp_path: Path) -> No
     assert "Traceback" not in proc.stderr
 
 
+def test_train_cache_dir_that_is_a_file_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    corpus, cache = tmp_path / "c.txt", tmp_path / "cache"
+    corpus.write_text("one\ntwo\nthree\n")
+    cache.write_text("not a folder")
+    code = main(["train", f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}",
+                 f"--data.cache_dir={cache}", "--train.eval_steps=0",
+                 f"--train.output_dir={tmp_path}/out"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"data.cache_dir={cache} is a file, not a folder")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 def test_train_too_small_corpus(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -77,15 +92,19 @@ def test_encode_round_trip(tiny_bert64: Path, tmp_path: Path, precision: str) ->
         main([*args[:-1], "fp16"])
 
 
-def test_encode_gives_one_vector_per_line(tiny_bert64: Path, tmp_path: Path) -> None:
+def test_encode_gives_one_vector_per_line(
+    tiny_bert64: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """Only "\\n" ends a line: a U+2028 or a form feed inside a line, CRLF endings and a blank
     line must not change the count (str.splitlines() would give 7 vectors here, not 5)."""
     enc = SentenceEncoder.from_pretrained(str(tiny_bert64), pooler="avg")
     enc.save(tmp_path / "model")
     lines = ["one\u2028still one", "two\x0cstill two", "", "four", "five"]
     (tmp_path / "in.txt").write_bytes(("\r\n".join(lines) + "\r\n").encode("utf-8"))
+    # an output named without ".npy" gets it (np.save's rule), and the message names that file
     assert main(["encode", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
-                 "--output", str(tmp_path / "v.npy")]) == 0  # fmt: skip
+                 "--output", str(tmp_path / "v")]) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip().endswith(f"float32 to {tmp_path / 'v.npy'}")
     vectors = np.load(tmp_path / "v.npy")
     assert vectors.shape[0] == 5
     np.testing.assert_allclose(vectors, enc.encode(lines), rtol=EPS32, atol=1e-12)

@@ -222,7 +222,7 @@ def test_evaluate_scores_sts_files_with_table_and_json(
     err = capsys.readouterr().err.strip()
     assert err.endswith("bad.tsv:1: no column 'score' in the header (the file has columns: "
                         "sentence1, sentence2); "
-                        "name the columns with eval.dev_columns or --sts-columns")  # fmt: skip
+                        "name the columns with --sts-columns S1,S2,SCORE")  # fmt: skip
     assert len(err.splitlines()) == 1
 
 

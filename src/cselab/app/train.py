@@ -148,6 +148,8 @@ def build_trainer(
     dev = resolve_dev_set(config.eval.dev, config.eval.dev_metric, config.eval.dev_columns)
     evaluator = make_dev_evaluator(config.eval, tc.eval_steps, dev)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
+    if cache.exists() and not cache.is_dir():  # else a NotADirectoryError deep in the cache
+        raise ConfigError(f"data.cache_dir={cache} is a file, not a folder")
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
     if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default

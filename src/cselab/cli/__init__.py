@@ -97,7 +97,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
     needed = 128 + vectors.nbytes
     with atomic_path(output, "vectors", needed) as tmp:
         np.save(tmp, vectors)
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {args.output}")
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 to {output}")
     return 0
 
 

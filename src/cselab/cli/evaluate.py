@@ -103,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "re-normalised), encoding once; results keyed per dimension",
     )
     # the library's hint names read_sts_file's `columns=`; this command's option is --sts-columns
-    hint = {STS_COLUMNS_HINT: "name the columns with eval.dev_columns or --sts-columns"}
+    hint = {STS_COLUMNS_HINT: "name the columns with --sts-columns S1,S2,SCORE"}
     ev.set_defaults(func=run_evaluate, flags_of=ev, flag_texts=hint)
 
     cmp_ = subparsers.add_parser(
