@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,17 +165,30 @@ def test_failed_model_folder_save_keeps_the_previous_folder(
     assert (load(str(best)).encode(["a sentence"]) == before).all()
 
 
+def kill_once_stuck(script: str, stuck: Path, metrics: Path, step: int) -> None:
+    """Run ``script`` in a child process and SIGKILL it once its write is stuck (``stuck``
+    exists) and training went on to ``step`` (a row of ``metrics``); fails naming the child's
+    last words if it never got there within two minutes."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    deadline, reached = time.monotonic() + 120, False
+    try:
+        while not reached and time.monotonic() < deadline and proc.poll() is None:
+            rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
+            reached = stuck.is_file() and any(r.startswith(f"{step},") for r in rows)
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
+        proc.wait()
+    assert reached, f"never reached a stuck write at step {step}: {proc.stderr.read()[-2000:]}"
+
+
 def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     tiny_bert: Path, tmp_path: Path
 ) -> None:
     """Checkpoints are written on a thread (``BackgroundWriter``): while the step-6 write is
     stuck half-way the loop trains on (its step-8 row is logged), and a SIGKILL then leaves the
     step-3 checkpoint whole; resuming from it gives the uninterrupted run's weights."""
-    import signal
-    import subprocess
-    import sys
     import textwrap
-    import time
 
     from cselab.app.train import build_trainer
     from cselab.config import load_config
@@ -211,19 +228,8 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
         build_trainer(load_config(None, {overrides(run)!r})).train()
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
-    metrics = run / "out" / RunFolder.METRICS
-    deadline, reached = time.monotonic() + 120, False
-    try:
-        while not reached and time.monotonic() < deadline and proc.poll() is None:
-            rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
-            # the write of step 6 is stuck and training went on past it
-            reached = stuck.is_file() and any(r.startswith("8,") for r in rows)
-            time.sleep(0.05)
-    finally:
-        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
-        proc.wait()
-    assert reached, f"never reached a stuck write at step 8: {proc.stderr.read()[-2000:]}"
+    # the write of step 6 is stuck and training went on past it
+    kill_once_stuck(script, stuck, run / "out" / RunFolder.METRICS, 8)
     assert stuck.read_text() == "cselab-checkpoint"  # the writer's thread, not the loop's
     _, meta = ckpt.load_checkpoint(run / "out/checkpoint")
     assert meta["step"] == 3  # the previous checkpoint, complete
@@ -242,11 +248,7 @@ def test_kill_during_a_background_best_write_keeps_the_previous_best(
     SIGKILL then leaves the step-4 ``best/`` whole (the weights an uninterrupted run whose score
     peaked at step 4 keeps); resuming gives the uninterrupted run's last weights, and the
     checkpoint written after a new best never outruns that ``best/``."""
-    import signal
-    import subprocess
-    import sys
     import textwrap
-    import time
 
     from cselab.app.train import build_trainer
     from cselab.config import load_config
@@ -305,19 +307,8 @@ def test_kill_during_a_background_best_write_keeps_the_previous_best(
         trainer.train()
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
-    metrics = run / "out" / RunFolder.METRICS
-    deadline, reached = time.monotonic() + 120, False
-    try:
-        while not reached and time.monotonic() < deadline and proc.poll() is None:
-            rows = metrics.read_text().splitlines()[1:] if metrics.is_file() else []
-            # the step-6 best/ is stuck and training went on past it
-            reached = stuck.is_file() and any(r.startswith("7,") for r in rows)
-            time.sleep(0.05)
-    finally:
-        proc.send_signal(signal.SIGKILL)  # before reading its stderr, which waits for its end
-        proc.wait()
-    assert reached, f"never reached a stuck best/ at step 7: {proc.stderr.read()[-2000:]}"
+    # the step-6 best/ is stuck and training went on past it
+    kill_once_stuck(script, stuck, run / "out" / RunFolder.METRICS, 7)
     assert stuck.read_text() == "cselab-model"  # the writer's thread, not the loop's
     assert (run / "out/best.tmp").is_dir()  # the half-written new one, never published
     assert_same_weights(tmp_path / "ref/out/best", run / "out/best")
