@@ -14,8 +14,8 @@ import pytest
 import torch
 import yaml
 
-from backbone_models import make_tiny_decoder, tiny_run_argv
-from cselab.app.plan import resolve
+from backbone_models import make_tiny, make_tiny_decoder, tiny_run_argv
+from cselab.app.plan import model_facts, resolve
 from cselab.app.train import build_trainer
 from cselab.config import Config, load_config
 from cselab.config.devset import resolve_dev_set
@@ -241,3 +241,23 @@ def test_a_resume_in_another_precision_says_so(
     assert len(warned) == 1
     assert "trained in fp32" in warned[0] and "resumes it in bf16" in warned[0]
     assert "train.precision=auto" in warned[0]
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert", "llama"])
+def test_the_plan_s_pooler_and_width_are_those_the_load_resolves(
+    family: str, tmp_path: Path
+) -> None:
+    """``model.pooler: null`` is resolved twice by nature: by the plan from ``config.json``
+    (no weights) and by the model's load. Both read the table of backbones, and they agree
+    for an encoder, ModernBERT and a decoder (cls, avg, avg), with the width."""
+    from cselab.model.encoder import SentenceEncoder
+
+    folder = (
+        make_tiny_decoder(tmp_path / family)
+        if family == "llama"
+        else make_tiny(family, tmp_path / family)
+    )
+    pooler, width = model_facts(str(folder), None)
+    encoder = SentenceEncoder.from_pretrained(str(folder))
+    assert (pooler, width) == (encoder.pooler.kind, encoder.dim)
+    assert pooler == {"bert": "cls", "modernbert": "avg", "llama": "avg"}[family]

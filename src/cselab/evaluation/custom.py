@@ -66,15 +66,11 @@ def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
     return cols  # type: ignore[return-value]
 
 
-#: What a missing-column error suggests for an own STS file.
-COLUMNS_HINT = STS_COLUMNS_HINT
-
-
 def _read_rows(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:
     """Every row's two sentences and score, or an error naming the file, line (or row) and
     column (the rules of :mod:`cselab.io.readers`)."""
     table = open_table(path)
-    table.require(cols, COLUMNS_HINT)
+    table.require(cols, STS_COLUMNS_HINT)
     return [(row.text(cols[0]), row.text(cols[1]), row.number(cols[2])) for row in table]
 
 

@@ -96,6 +96,16 @@ def checkpoint_keys(folder: Path) -> set[str]:
     return keys
 
 
+def _no_pooler_head(source: str, why: str) -> ModelSettingError:
+    """The error of ``pooler: cls`` on a model without a usable pooler layer, saying ``why``."""
+    return ModelSettingError(
+        "pooler", "cls_before_pooler",
+        "pooler 'cls' on {source}: " + why + "; choose {setting} (cls_before_pooler: the raw "
+        "[CLS] vector)",
+        values=("cls_before_pooler", "avg"), key="model.pooler", source=source,
+    )  # fmt: skip
+
+
 def hf_pooler_head(backbone: nn.Module, folder: Path, source: str) -> MLPHead:
     """An :class:`MLPHead` computing ``backbone``'s ``pooler_output`` from the [CLS] vector.
 
@@ -114,19 +124,11 @@ def hf_pooler_head(backbone: nn.Module, folder: Path, source: str) -> MLPHead:
         or dense.out_features != hidden
         or dense.bias is None
     ):
-        raise ModelSettingError(
-            "pooler", "cls_before_pooler",
-            "pooler 'cls' on {source}: the model has no pooler layer (pooler_output) to use; "
-            "choose {setting} (cls_before_pooler: the raw [CLS] vector)",
-            values=("cls_before_pooler", "avg"), key="model.pooler", source=source,
-        )  # fmt: skip
+        raise _no_pooler_head(source, "the model has no pooler layer (pooler_output) to use")
     if not any(k.endswith("pooler.dense.weight") for k in checkpoint_keys(folder)):
-        raise ModelSettingError(
-            "pooler", "cls_before_pooler",
-            "pooler 'cls' on {source}: the checkpoint has no pooler weights (pooler_output "
-            "would be random); choose {setting} (cls_before_pooler: the raw [CLS] vector)",
-            values=("cls_before_pooler", "avg"), key="model.pooler", source=source,
-        )  # fmt: skip
+        raise _no_pooler_head(
+            source, "the checkpoint has no pooler weights (pooler_output would be random)"
+        )
     head = MLPHead(hidden).to(dtype=dense.weight.dtype, device=dense.weight.device)
     head.dense.load_state_dict(dense.state_dict())
     return head
