@@ -28,14 +28,15 @@ from ..data.source import TrainingSource
 from ..io.readers import read_json
 from ..model.backbones import default_pooler
 from ..model.lora import is_adapter_folder
-from ..model.st_folder import transformer_folder
+from ..model.st_folder import recorded_settings, transformer_folder
 from ..training.distributed import DistInfo
 from ..training.runtime import autocast_dtype, pick_device, precision_name
 
 
 def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int | None]:
     """``(pooler, width)`` of a model from its local ``config.json`` (read once, no weights):
-    ``pooler`` as given, else the table of backbones' default for its ``model_type``
+    ``pooler`` as given, else the one a folder saved by cselab records, else the table of
+    backbones' default for its ``model_type``
     (:func:`~cselab.model.backbones.default_pooler`, as the load resolves it); ``(pooler,
     None)`` when there is no local ``config.json`` (a Hub name, a folder of adapters): the
     load resolves them then."""
@@ -45,8 +46,9 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
     data = read_json(transformer_folder(folder) / "config.json")
     if data is None:
         return pooler, None
-    if pooler is None:
-        pooler = default_pooler(SimpleNamespace(**data))
+    if pooler is None:  # the folder's recorded pooler, else the architecture's
+        recorded = recorded_settings(folder).get("pooler")
+        pooler = recorded or default_pooler(SimpleNamespace(**data))
     width = data.get("hidden_size")
     return pooler, int(width) if isinstance(width, int) else None
 

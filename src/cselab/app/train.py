@@ -178,6 +178,7 @@ def build_trainer(
     config.model.pooler = plan.pooler or config.model.pooler
     encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
     config.model.pooler = encoder.pooler.kind
+    config.model.bidirectional = encoder.bidirectional  # null: the starting folder's record
     plan = plan.replace(pooler=encoder.pooler.kind, width=plan.width or encoder.dim)
     if config.model.unpad_cuda and not encoder.unpad_cuda:
         log.info(

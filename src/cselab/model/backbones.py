@@ -27,6 +27,7 @@ it loads the model (``experiments/run_simcse.py``), and nothing else.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -156,16 +157,13 @@ BACKBONES: dict[str, Backbone] = {
 #: attribute names. Every other architecture runs the plain padded forward.
 FAST_PATH_MODEL_TYPES = frozenset(k for k, b in BACKBONES.items() if b.fast_path)
 
-#: the dropout keys ``model.dropout`` sets on an architecture outside the table (those it has)
-FALLBACK_DROPOUT_KEYS = (
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "dropout",
-    "attention_dropout",
-    "hidden_dropout",
-    "mlp_dropout",
-    "embedding_dropout",
-)
+#: a config key of an architecture outside the table that is a dropout probability inside the
+#: backbone: its name holds ``dropout`` (BERT's, T5's, ...) or ``pdrop`` (GPT-2's ``attn_pdrop``,
+#: ``resid_pdrop``, ``embd_pdrop``), ...
+DROPOUT_KEY = re.compile(r"dropout|pdrop")
+#: ... unless it belongs to a head cselab does not load (a classifier, GPT-2's summary head)
+HEAD_DROPOUT_KEY = re.compile(r"^(classif|summary|head_)")
+
 
 _noted: set[str] = set()
 
@@ -185,12 +183,19 @@ def lookup(model_type: str | None) -> Backbone | None:
 
 
 def dropout_keys(config: Any) -> tuple[str, ...]:
-    """The dropout keys of a ``transformers`` config: the table's, else those of
-    :data:`FALLBACK_DROPOUT_KEYS` it has."""
+    """The dropout keys of a ``transformers`` config: the table's, else its keys named like a
+    dropout probability (:data:`DROPOUT_KEY`, not a head's) whose value is a number."""
     row = lookup(getattr(config, "model_type", None))
     if row is not None:
         return row.dropout_keys
-    return tuple(k for k in FALLBACK_DROPOUT_KEYS if hasattr(config, k))
+    return tuple(
+        key
+        for key, value in vars(config).items()
+        if DROPOUT_KEY.search(key)
+        and not HEAD_DROPOUT_KEY.match(key)
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+    )
 
 
 def set_dropout(config: Any, p: float) -> tuple[str, ...]:
@@ -231,11 +236,25 @@ def noise_free(config: Any) -> str | None:
 
 
 def is_decoder(config: Any) -> bool:
-    """Whether the architecture is a causal decoder (the table; else ``config.is_decoder``)."""
-    row = BACKBONES.get(str(getattr(config, "model_type", None)))
+    """Whether the architecture is a causal decoder: the table's row; outside the table,
+    ``config.is_decoder``, else whether ``transformers`` builds a causal LM of its type and no
+    masked LM (BERT-like encoders have both; GPT-2, OPT, Phi, Falcon... only the causal one)."""
+    kind = str(getattr(config, "model_type", None))
+    row = BACKBONES.get(kind)
     if row is not None:
         return row.is_decoder
-    return bool(getattr(config, "is_decoder", False))
+    if getattr(config, "is_decoder", False):
+        return True
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    return (
+        kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    )
 
 
 def default_pooler(config: Any) -> str:
@@ -279,7 +298,7 @@ def make_bidirectional(backbone: Any) -> bool:
     if row is not None and row.bidirectional == ALREADY:
         return True
     if row is None and not getattr(config, "is_decoder", False):
-        return False
+        return False  # outside the table only a config that says so: cselab knows no switch
     config.is_causal = False
     if hasattr(config, "use_bidirectional_attention"):
         config.use_bidirectional_attention = True

@@ -144,7 +144,10 @@ class ModelConfig:
             package is missing).
         bidirectional: remove a decoder's causal mask, so every token attends to every token
             (LLM2Vec, BehnamGhader et al. 2024); encoders already are. The saved folder keeps
-            the setting (``cselab.load`` applies it; sentence-transformers cannot).
+            the setting (``cselab.load`` applies it; sentence-transformers cannot). ``null``:
+            what the starting model records (a folder saved by cselab, e.g. a merged MNTP
+            model, in its ``cselab.json``; logged), else false; a run that changes the recorded
+            value says so in one warning. ``pooler: null`` reads the same record first.
         dtype: the backbone's weights: ``float32`` (a half-precision checkpoint is upcast; a
             float64 one is kept) or ``bfloat16`` (half the memory, for LoRA: frozen bf16
             weights, adapters and the pooler's head in float32; without LoRA refused, AdamW's
@@ -173,7 +176,7 @@ class ModelConfig:
     max_seq_len: int = 32
     dropout: float | None = None
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    bidirectional: bool = False
+    bidirectional: bool | None = None
     dtype: Literal["float32", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     revision: str | None = None

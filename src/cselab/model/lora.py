@@ -13,12 +13,14 @@ adapters are used.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from ..core.errors import ConfigError, ModelFormatError
+from ..core.schema import from_dict
 from ..io.readers import read_json
 from . import backbones
 from .config import LoRAConfig
@@ -35,13 +37,70 @@ def _peft() -> Any:
     return peft
 
 
+def settings_of(lora: LoRAConfig | Mapping[str, Any] | None) -> LoRAConfig | None:
+    """``model.lora`` as a checked :class:`LoRAConfig` (a mapping is read as the config file's
+    section is, and validated the same way); ``None`` stays ``None``."""
+    if lora is None:
+        return None
+    if isinstance(lora, Mapping):
+        lora = from_dict(LoRAConfig, dict(lora), prefix="model.lora")
+    return lora.validate()
+
+
+def check_rank(settings: LoRAConfig, config: Any) -> None:
+    """Refuse a rank above the model's width: ``B·A`` of rank ``r`` can be no more than
+    ``hidden_size``-ranked, so the extra rank only adds parameters (and memory)."""
+    width = getattr(config, "hidden_size", None)
+    if isinstance(width, int) and settings.r > width:
+        raise ConfigError(
+            f"model.lora.r={settings.r} exceeds the width of the model ({width}): a rank above "
+            f"it adds parameters and no expressiveness; choose r <= {width} (LLM2Vec: 16)"
+        )
+
+
+def module_names(backbone: nn.Module) -> list[str]:
+    """The short names of ``backbone``'s modules that hold weights (the last part of each
+    dotted name, without layer numbers), each once, in model order."""
+    names = (name.rpartition(".")[2] for name, m in backbone.named_modules() if name)
+    return list(dict.fromkeys(n for n in names if not n.isdigit()))
+
+
+def _matches(name: str, target: str) -> bool:
+    """``peft``'s rule for a target given as a name: the module's whole name or its last parts."""
+    return name == target or name.endswith(f".{target}")
+
+
 def target_modules(backbone: nn.Module, settings: LoRAConfig) -> list[str] | None:
     """The module names that get adapters: the config's, else the architecture's default
-    (``None``: ``peft`` decides from its own table)."""
+    (``None``: ``peft`` decides from its own table).
+
+    Raises:
+        ConfigError: a named target matches no module of ``backbone`` (one line listing the
+            model's module names).
+    """
     if settings.target_modules is not None:
-        return list(settings.target_modules)
-    row = backbones.lookup(getattr(getattr(backbone, "config", None), "model_type", None))
-    return list(row.lora_targets) if row is not None else None
+        targets = list(settings.target_modules)
+    else:
+        row = backbones.lookup(getattr(getattr(backbone, "config", None), "model_type", None))
+        if row is None:
+            return None
+        targets = list(row.lora_targets)
+    names = [name for name, _ in backbone.named_modules()]
+    missing = [t for t in targets if not any(_matches(n, t) for n in names)]
+    if missing:
+        kind = getattr(getattr(backbone, "config", None), "model_type", "?")
+        raise ConfigError(
+            f"model.lora.target_modules: {', '.join(missing)} matches no module of this {kind} "
+            f"model; its modules: {', '.join(module_names(backbone))}"
+        )
+    return targets
+
+
+def applied_targets(backbone: nn.Module) -> list[str]:
+    """The module names that carry adapters on ``backbone`` (a ``peft`` model): what the run
+    used, its config's list or the default resolved for the architecture, sorted."""
+    targets = backbone.peft_config["default"].target_modules
+    return sorted(targets) if isinstance(targets, set | list | tuple) else [str(targets)]
 
 
 def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) -> nn.Module:
@@ -50,8 +109,8 @@ def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) ->
     the backbone was loaded from).
 
     Raises:
-        ConfigError: ``peft`` is missing, or no module of the backbone matches the targets
-            (naming ``model.lora.target_modules``).
+        ConfigError: ``peft`` is missing, or a target matches no module of the backbone
+            (naming ``model.lora.target_modules`` and the model's modules).
     """
     peft = _peft()
     targets = target_modules(backbone, settings)
@@ -81,12 +140,11 @@ def has_adapters(backbone: nn.Module) -> bool:
 def adapter_settings(backbone: nn.Module) -> dict[str, Any]:
     """What ``cselab.json`` records of ``backbone``'s adapters: rank, alpha, dropout, targets."""
     cfg = backbone.peft_config["default"]
-    targets = cfg.target_modules
     return {
         "r": int(cfg.r),
         "alpha": float(cfg.lora_alpha),
         "dropout": float(cfg.lora_dropout),
-        "target_modules": sorted(targets) if isinstance(targets, set | list) else targets,
+        "target_modules": applied_targets(backbone),
     }
 
 

@@ -25,9 +25,17 @@ from .choices import BATCH_SIZE
 from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
-from .hub import pickled_weights_refused, resolve_model, unpickling_failed
+from .hub import resolve_model
 from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler
+from .pretrained import (
+    DTYPES,
+    attention_and_pooler,
+    load_backbone,
+    load_config,
+    load_tokenizer,
+    starting_defaults,
+)
 from .prompt import Prompt, Spliced, append_end_token, template_states
 from .similarity import cosine_matrix
 from .st_folder import (
@@ -37,8 +45,8 @@ from .st_folder import (
     write_model_folder,
 )
 
-#: ``model.dtype`` -> the weights' dtype
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: the files of a saved tokenizer (a plain ``peft`` adapter folder may have none: its base's)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 class SentenceEncoder(nn.Module):
@@ -133,7 +141,7 @@ class SentenceEncoder(nn.Module):
         fast_path: bool = ModelConfig.fast_path,
         unpad_cuda: bool = ModelConfig.unpad_cuda,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
-        bidirectional: bool = ModelConfig.bidirectional,
+        bidirectional: bool | None = ModelConfig.bidirectional,
         dtype: str = ModelConfig.dtype,
         lora: LoRAConfig | Mapping[str, Any] | None = None,
         lm_head: bool = False,
@@ -150,7 +158,10 @@ class SentenceEncoder(nn.Module):
 
         ``bidirectional``: remove a decoder's causal mask
         (:func:`cselab.model.backbones.make_bidirectional`); an architecture that cannot is
-        refused with :class:`~cselab.core.errors.ConfigError`. ``dtype``: ``float32`` or
+        refused with :class:`~cselab.core.errors.ConfigError`. ``None`` (and ``pooler=None``):
+        what a folder saved by cselab records in ``cselab.json``, else causal (and the
+        architecture's default pooler); a value that differs from the record is logged
+        (:func:`cselab.model.pretrained.starting_defaults`). ``dtype``: ``float32`` or
         ``bfloat16`` weights (the pooler's head stays float32).
 
         ``fast_path`` (default on): cselab's CPU fast path for this backbone: its plain
@@ -166,7 +177,9 @@ class SentenceEncoder(nn.Module):
         :class:`~cselab.model.config.PromptConfig` or its mapping; default: its defaults).
 
         ``lora``: LoRA adapters on the backbone (a :class:`~cselab.model.config.LoRAConfig` or
-        its mapping; off while ``r`` is 0): its own weights are frozen and only the adapters and
+        its mapping, checked as the config file's section is; off while ``r`` is 0; a rank
+        above the model's width and a target matching no module are refused in one line): its
+        own weights are frozen and only the adapters and
         the pooler's head train (:mod:`cselab.model.lora`). ``name_or_path`` may also be a
         folder of adapters saved by cselab: they are put back on their base model (frozen).
 
@@ -183,104 +196,30 @@ class SentenceEncoder(nn.Module):
         loaded as tensors only; one that holds code or objects is refused with
         :class:`~cselab.core.errors.ModelFormatError` and nothing in it runs.
         """
-        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
-
         unpad.check_attention(attn_implementation)  # one line, before any loading
         root = resolve_model(name_or_path, revision)
-        # the backbone of an older sentence-transformers folder sits in 0_Transformer/
-        path = str(transformer_folder(Path(root)))
-        if isinstance(lora, Mapping):
-            lora = from_dict(LoRAConfig, dict(lora), prefix="model.lora")
-        adapter_folder = Path(root) if adapters.is_adapter_folder(Path(root)) else None
-        if adapter_folder is not None:  # saved adapters: the base model first, then them
-            if lora is not None and lora.enabled:
-                raise ModelFormatError(
-                    f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
-                    "train new adapters on top"
-                )
-            base = adapters.adapter_base(adapter_folder, loading=True)
-            # every setting but the adapters (and the base's revision) applies to the base model
-            encoder = cls.from_pretrained(
-                base, pooler=pooler, mlp_only_train=mlp_only_train, max_seq_len=max_seq_len,
-                dropout=dropout, attn_implementation=attn_implementation,
+        lora = adapters.settings_of(lora)
+        pooler, bidirectional = starting_defaults(Path(root), pooler, bidirectional)
+        if adapters.is_adapter_folder(Path(root)):  # saved adapters: the base, then them
+            return cls._from_adapter_folder(
+                Path(root), name_or_path, lora, pooler=pooler, mlp_only_train=mlp_only_train,
+                max_seq_len=max_seq_len, dropout=dropout, attn_implementation=attn_implementation,
                 trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
                 unpad_cuda=unpad_cuda, bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
                 end_token=end_token,
             )  # fmt: skip
-            encoder.backbone = adapters.load_adapters(encoder.backbone, adapter_folder)
-            encoder.lora_base = base
-            encoder.source = name_or_path
-            encoder.tokenizer = AutoTokenizer.from_pretrained(
-                path, trust_remote_code=trust_remote_code
-            )
-            if encoder.end_id is not None:
-                encoder.tokenizer = append_end_token(encoder.tokenizer, encoder.end_id)
-            encoder.folder_settings = read_folder_settings(adapter_folder)
-            return encoder
-        auto = AutoModelForCausalLM if lm_head else AutoModel
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
-        if lm_head and row is not None and not row.is_decoder:
-            # transformers would build BERT's BertLMHeadModel: a causal head on an encoder
-            raise ConfigError(
-                f"objective.mntp: {name_or_path} is {config.model_type}, an encoder; MNTP "
-                "predicts the next token: a decoder of the table of backbones"
-            )
-        if dropout is not None:
-            backbones.set_dropout(config, dropout)
-        if dtype not in DTYPES:
-            raise ConfigError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
-        kwargs: dict[str, Any] = {"config": config, "trust_remote_code": trust_remote_code}
-        if dtype != "float32":  # float32: the saved dtype, half precision upcast below
-            kwargs["dtype"] = DTYPES[dtype]
-        if attn_implementation:
-            kwargs["attn_implementation"] = attn_implementation
-        if lm_head:  # which weights the folder lacked: a missing LM head would start random
-            kwargs["output_loading_info"] = True
-        try:
-            try:
-                backbone = auto.from_pretrained(path, **kwargs)
-            except (ValueError, ImportError) as err:
-                if not attn_implementation or unpickling_failed(err):
-                    raise
-                # Some architectures have no SDPA path; eager attention is always available.
-                kwargs["attn_implementation"] = "eager"
-                backbone = auto.from_pretrained(path, **kwargs)
-        except Exception as err:
-            if unpickling_failed(err):
-                raise ModelFormatError(pickled_weights_refused(Path(path))) from None
-            if lm_head and isinstance(err, ValueError) and "Unrecognized configuration" in str(err):
-                raise ModelFormatError(
-                    f"{name_or_path} ({config.model_type}) has no causal language-modelling head "
-                    "(AutoModelForCausalLM), which token prediction (MNTP) needs"
-                ) from None
-            raise
-        if lm_head:
-            backbone, info = backbone
-            backbones.refuse_missing_lm_head(backbone, info["missing_keys"], name_or_path)
-        if dtype == "float32" and backbone.dtype in (torch.bfloat16, torch.float16):
-            backbone.float()  # a half-precision checkpoint trains in float32 unless asked
-        head_module: nn.Module | None = None
-        if lm_head:  # keep the base model as the backbone and the head beside it
-            head_module = backbone.get_output_embeddings()
-            backbone = backbone.base_model
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-            tokenizer.pad_token = tokenizer.eos_token  # decoders have none; the mask hides it
-        if bidirectional and not backbones.make_bidirectional(backbone):
-            raise ConfigError(
-                f"model.bidirectional: cselab cannot remove the causal mask of "
-                f"{config.model_type} (not a decoder of cselab's table of backbones)"
-            )
-        pooler = pooler or backbones.default_pooler(config)  # null: resolved once, here (logged)
-        causal = backbones.is_decoder(config) and not bidirectional
-        if causal and pooler in ("cls", "cls_before_pooler"):
-            default = row.default_pooler if row is not None else "avg"
-            raise ConfigError(
-                f"model.pooler={pooler}: {config.model_type} is a causal decoder, whose first "
-                f"token sees no other token; use model.pooler: {default} (its default), last or "
-                "weighted_mean, or model.bidirectional: true"
-            )
+        # the backbone of an older sentence-transformers folder sits in 0_Transformer/
+        path = str(transformer_folder(Path(root)))
+        config = load_config(
+            path, name_or_path, trust_remote_code=trust_remote_code, lm_head=lm_head,
+            dropout=dropout, dtype=dtype, lora=lora,
+        )  # fmt: skip
+        backbone, head_module = load_backbone(
+            path, name_or_path, config, trust_remote_code=trust_remote_code,
+            attn_implementation=attn_implementation, dtype=dtype, lm_head=lm_head,
+        )  # fmt: skip
+        tokenizer = load_tokenizer(path, trust_remote_code)
+        pooler = attention_and_pooler(backbone, config, pooler, bidirectional)
         head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
         # A float64 checkpoint's head computes in float64; under bf16 weights the head trains in
         # float32 (AdamW's steps would round away on bf16), MLPHead casting its input up.
@@ -292,7 +231,7 @@ class SentenceEncoder(nn.Module):
                 prompt = from_dict(PromptConfig, dict(prompt), prefix="model.prompt")
             templates = Prompt(prompt or PromptConfig(), tokenizer)
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates, end_token=end_token)
-        encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
+        encoder.bidirectional = bidirectional and backbones.is_decoder(config)
         encoder.source = name_or_path
         encoder.folder_settings = read_folder_settings(Path(root))
         if fast_path:
@@ -307,6 +246,31 @@ class SentenceEncoder(nn.Module):
             base = str(local.resolve()) if local.is_dir() else name_or_path
             encoder.backbone = adapters.add_adapters(backbone, lora, base)
             encoder.lora_base = base
+        return encoder
+
+    @classmethod
+    def _from_adapter_folder(
+        cls, folder: Path, name_or_path: str, lora: LoRAConfig | None, **settings: Any
+    ) -> SentenceEncoder:
+        """A folder of LoRA adapters (cselab's, or a plain ``peft`` one): its base model loaded
+        with ``settings`` (every one but the adapters and the revision applies to the base),
+        then the adapters, frozen, and the folder's own tokenizer and inference settings."""
+        if lora is not None and lora.enabled:
+            raise ModelFormatError(
+                f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
+                "train new adapters on top"
+            )
+        base = adapters.adapter_base(folder, loading=True)
+        encoder = cls.from_pretrained(base, **settings)
+        encoder.backbone = adapters.load_adapters(encoder.backbone, folder)
+        encoder.lora_base = base
+        encoder.source = name_or_path
+        own = transformer_folder(folder)
+        if any((own / name).is_file() for name in TOKENIZER_FILES):  # else the base's tokenizer
+            encoder.tokenizer = load_tokenizer(str(own), settings["trust_remote_code"])
+            if encoder.end_id is not None:
+                encoder.tokenizer = append_end_token(encoder.tokenizer, encoder.end_id)
+        encoder.folder_settings = read_folder_settings(folder)
         return encoder
 
     @classmethod

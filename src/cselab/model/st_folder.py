@@ -97,6 +97,18 @@ def read_json(path: Path) -> Any:
         raise ModelFormatError(f"{path}: not valid JSON ({err})") from None
 
 
+def recorded_settings(folder: Path) -> dict[str, Any]:
+    """How a folder cselab saved was trained to run, from its ``cselab.json``: ``pooler`` and
+    ``bidirectional`` (``{}`` for a folder cselab did not save)."""
+    path = folder / CSELAB_FILE
+    if not path.is_file():
+        return {}
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise ModelFormatError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return {"pooler": meta.get("pooler"), "bidirectional": bool(meta.get("bidirectional", False))}
+
+
 def read_modules(folder: Path) -> list[dict[str, Any]] | None:
     """The entries of ``modules.json``, or ``None`` if ``folder`` is not a sentence-transformers
     folder."""

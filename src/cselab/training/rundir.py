@@ -68,7 +68,11 @@ RESUMABLE_KEYS = frozenset(
 #: (:func:`adopt_resolved_on_load`), so a default that differs from what the run trained with
 #: never replaces it: ``model.pooler=last`` on a decoder whose default is ``avg``, or
 #: ``train.precision: fp32``, the default of runs saved before ``auto`` became it
-RESOLVED_ON_LOAD: dict[str, Any] = {"model.pooler": None, "train.precision": "auto"}
+RESOLVED_ON_LOAD: dict[str, Any] = {
+    "model.pooler": None,
+    "model.bidirectional": None,
+    "train.precision": "auto",
+}
 
 #: Not a config key: the SHA-256 of the training file, compared with the config.
 DATA_DIGEST_KEY = "data.train_file (content sha256)"
