@@ -132,3 +132,21 @@ def tiny_run_argv(model: Path, out: Path, *extra: str, rows: int = 200) -> list[
         "--train.report_to=[]",
         *extra,
     ]
+
+
+def make_tiny_gpt2(folder: Path, seed: int = 0) -> Path:
+    """Save a random 2-layer GPT-2 (a causal LM outside cselab's table of backbones, whose
+    config names its dropout ``attn_pdrop``/``resid_pdrop``/``embd_pdrop``) with the tiny
+    decoder tokenizer."""
+    import torch
+    from transformers import AutoModel, GPT2Config
+
+    tok = tiny_decoder_tokenizer()
+    cfg = GPT2Config(
+        vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128,
+        bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    AutoModel.from_config(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

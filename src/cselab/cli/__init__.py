@@ -117,9 +117,13 @@ def _declared_width(model: str) -> int | None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..publish.callbacks import write_merged_card
     from ..training.merge import merge_folder
 
-    out = merge_folder(args.source, args.output)
+    final = str(Path(args.output).resolve())  # what the card's snippets load
+    out = merge_folder(args.source, args.output, lambda tmp: write_merged_card(tmp, final))
     print(f"wrote the merged model (LoRA adapters folded into the weights) to {out}")
     return 0
 

@@ -7,7 +7,9 @@ folder or a Hub name), each as its authors meant it to be used.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -20,9 +22,12 @@ from .config import ModelConfig
 from .devices import available_device
 from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
+from .lora import adapter_base, is_adapter_folder
 from .pooling import POOLERS
 from .sentence_encoder import SentenceEncoder
 from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible, transformer_folder
+
+log = logging.getLogger(__name__)
 
 
 def load(
@@ -46,7 +51,13 @@ def load(
       refused;
     * anything else: an HF backbone with ``pooler`` (default ``cls_before_pooler``, or for a
       decoder its default in the table of backbones, ``avg``; ``cls`` is the model's own
-      ``pooler_output``, as in SimCSE's evaluation).
+      ``pooler_output``, as in SimCSE's evaluation). A plain ``peft`` folder of LoRA adapters
+      (``adapter_config.json`` naming its base model, as LLM2Vec's authors publish theirs) is
+      its base model with the adapters: the base's default pooler, causal attention unless
+      ``bidirectional=True`` (LLM2Vec's adapters need it).
+
+    ``bidirectional``: remove a decoder's causal mask (LLM2Vec); default: what ``cselab.json``
+    records, else ``False``.
 
     ``device``: where the model runs; one this machine lacks is a
     :class:`~cselab.core.errors.ConfigSettingError`, raised before the weights are read.
@@ -105,14 +116,24 @@ def load(
 
 def _plain_default_pooler(folder: Path) -> str:
     """A plain HF folder's pooler: the raw [CLS] vector, or a decoder's default from the table
-    of backbones (a causal decoder's first token has seen nothing of the sentence)."""
+    of backbones (a causal decoder's first token has seen nothing of the sentence). A plain
+    ``peft`` folder of adapters (as LLM2Vec publishes them) answers for its base model."""
+    if is_adapter_folder(folder):
+        base = adapter_base(folder, loading=True)
+        log.info(
+            "%s holds LoRA adapters without cselab.json (a plain peft folder on %s): pooler and "
+            "attention are load()'s pooler= and bidirectional= (default: the base's pooler, "
+            "causal; LLM2Vec's adapters were trained with bidirectional=True)",
+            folder, base,
+        )  # fmt: skip
+        folder = Path(resolve_model(base))
     config_file = folder / "config.json"
     if config_file.is_file():
         try:
-            model_type = (read_json(config_file) or {}).get("model_type")
+            config = read_json(config_file) or {}
         except ValueError:  # read_json's DataFormatError: the folder's load says what is wrong
-            model_type = None
-        row = backbones.BACKBONES.get(str(model_type))
-        if row is not None and row.is_decoder:
-            return row.default_pooler
+            config = {}
+        if isinstance(config, dict) and backbones.is_decoder(SimpleNamespace(**config)):
+            row = backbones.BACKBONES.get(str(config.get("model_type")))
+            return row.default_pooler if row is not None else "avg"
     return "cls_before_pooler"

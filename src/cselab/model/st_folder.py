@@ -4,7 +4,8 @@ Writing (:func:`write_model_folder`, behind ``SentenceEncoder.save``): ``config.
 ``model.safetensors`` + tokenizer (the backbone, safetensors only), ``cselab.json`` (cselab's
 pooler settings), ``pooler_head.safetensors`` (the ``cls`` head, if any), and
 sentence-transformers' own modules reproducing the *inference* pooler (for PromptBERT's
-``prompt`` pooler, which has none, cselab's encoder as one module: :data:`ENCODER_MODULE`),
+``prompt`` pooler and a decoder made bidirectional, which it has none for, cselab's encoder as
+one module: :data:`ENCODER_MODULE`),
 followed by ``Normalize`` when the base model's folder ended in one, and
 ``sentence_bert_config.json``.
 
@@ -56,9 +57,12 @@ PROMPT_NOT_REPRODUCED = (
 
 #: what ``cselab.json`` says of a decoder made bidirectional (``model.bidirectional``)
 BIDIRECTIONAL_NOT_REPRODUCED = (
-    "model.bidirectional: this decoder runs without its causal mask in cselab; "
-    "SentenceTransformer(folder) and AutoModel load it causal, which gives other vectors; use "
-    "cselab.load(folder)"
+    "model.bidirectional: this decoder runs without its causal mask in cselab; AutoModel loads "
+    "it causal, which gives other vectors, and sentence-transformers has no module without "
+    f"the mask: modules.json names cselab's ({ENCODER_MODULE}), so "
+    "SentenceTransformer(folder, trust_remote_code=True) gives this model's vectors where "
+    "cselab is installed; without trust_remote_code sentence-transformers >= 6 refuses to load "
+    "the folder"
 )
 #: what ``cselab.json`` says of a folder of LoRA adapters whose pooler reads several layers
 ADAPTER_LAYERS_NOT_REPRODUCED = (
@@ -226,9 +230,10 @@ def write_model_folder(
             {k: v.detach().cpu().contiguous() for k, v in pooler.mlp.state_dict().items()},
             str(out / HEAD_FILE),
         )
-    if pooler.meaning.token == "mask":
-        # sentence-transformers has no [MASK]-of-a-template pooling: cselab's whole encoder is
-        # the one module, so no loader gives the [CLS] vector of the bare sentence instead
+    if pooler.meaning.token == "mask" or meta.get("bidirectional"):
+        # sentence-transformers has no [MASK]-of-a-template pooling and no decoder without its
+        # causal mask: cselab's whole encoder is the one module, so no loader gives the vector
+        # of the bare sentence or of the causal model instead
         modules = [{"idx": 0, "name": "0", "path": "", "type": ENCODER_MODULE}]
     else:
         modules = _write_pooling_modules(out, backbone, pooler)

@@ -1,5 +1,6 @@
 """What leaves a training run, as training callbacks: the model card of every saved folder and
-the upload of ``best/`` to the Hub (``train.push_to_hub``).
+the upload of ``best/`` to the Hub (``train.push_to_hub``); and the card of a merged folder
+(``cselab merge``).
 
 :func:`cselab.app.train.build_trainer` adds them to every run; the trainer itself knows
 nothing of cards or the Hub (it tells its callbacks when it writes a model folder and when it
@@ -8,17 +9,21 @@ ends).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, load_config
 from ..config.plan import RunPlan
 from ..data.source import TrainingData
+from ..io.runfolder import RunFolder
 from ..objectives import Objective
 from ..training.callbacks import Callback, SavedModel
 from .card import write_model_card
 from .push import push_folder
+
+log = logging.getLogger(__name__)
 
 
 class ModelCardCallback(Callback):
@@ -60,6 +65,17 @@ class ModelCardCallback(Callback):
             plan=self.plan,
             objective=self.objective,
         )
+
+
+def write_merged_card(folder: str | Path, model_id: str) -> Path | None:
+    """The model card of a folder ``cselab merge`` writes (``model_id``: where it will be),
+    from the run config copied along (``cselab_config.yaml``); ``None`` when the adapters came
+    without one (a folder saved from Python): nothing to describe the training with."""
+    config_file = Path(folder) / RunFolder.MODEL_CONFIG
+    if not config_file.is_file():
+        log.info("%s: no %s beside the adapters, so no model card", folder, config_file.name)
+        return None
+    return write_model_card(folder, load_config(config_file), model_id=model_id)
 
 
 class PushCallback(Callback):

@@ -42,7 +42,7 @@ from ..io.runfolder import RunFolder
 from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
-from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
+from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE, recorded_settings
 from ..objectives import (
     Objective,
     build_objective,
@@ -399,11 +399,17 @@ def write_model_card(
     from huggingface_hub import ModelCard
 
     out = Path(folder)
-    if config.model.pooler is None:  # model.pooler: null, as the folder's load resolved it
-        pooler = (read_json(out / CSELAB_FILE) or {}).get("pooler")
-        if pooler is None:
+    if config.model.pooler is None or config.model.bidirectional is None:
+        # null: as the folder's load resolved it (and recorded in cselab.json)
+        saved = recorded_settings(out)
+        if config.model.pooler is None and saved.get("pooler") is None:
             raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
-        config = dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=pooler))
+        model = dataclasses.replace(
+            config.model, pooler=config.model.pooler or saved["pooler"],
+            bidirectional=bool(saved.get("bidirectional")) if config.model.bidirectional is None
+            else config.model.bidirectional,
+        )  # fmt: skip
+        config = dataclasses.replace(config, model=model)
     plan = plan or run_plan_of(out, config)
     data = data or data_of_config(config, plan=plan)
     rows = read_metrics(metrics_csv, metrics_before)
@@ -462,7 +468,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Usage
 
-{_adapters_note(out)}{usage_snippets(model_id, config.model)}
+{_adapters_note(out)}{usage_snippets(model_id, config.model, _adapters_base(out))}
 
 ## Training data
 
@@ -514,6 +520,11 @@ def _adapters_note(folder: Path) -> str:
         "folder. `cselab merge FOLDER -o MERGED` writes a plain model folder with the adapters "
         "folded into the weights, which every library loads.\n\n"
     )
+
+
+def _adapters_base(folder: Path) -> str | None:
+    """The base model of a folder of LoRA adapters (what its snippets load first), else None."""
+    return adapter_base(folder) if is_adapter_folder(folder) else None
 
 
 def _width(folder: Path) -> str:

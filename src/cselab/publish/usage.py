@@ -99,13 +99,27 @@ def pooling_words(model: ModelConfig) -> str:
     return f"{summary}, pooling `{kind}`, as trained"
 
 
-def usage_snippets(model_id: str, model: ModelConfig) -> str:
-    """Snippets that run as written (tested by executing them against a saved model)."""
+def _load_lines(adapters_base: str | None, config: str = "") -> str:
+    """``transformers`` code loading ``model_id`` as ``model`` (``config``: the keyword passing
+    a changed config); a folder of LoRA adapters: its base model, then the adapters (``peft``)."""
+    if adapters_base is None:
+        return f"model = AutoModel.from_pretrained(model_id{config}).eval()"
+    return (
+        "from peft import PeftModel\n\n"
+        "# the folder holds LoRA adapters: its base model first, then them\n"
+        f"model = AutoModel.from_pretrained({adapters_base!r}{config})\n"
+        "model = PeftModel.from_pretrained(model, model_id).eval()"
+    )
+
+
+def usage_snippets(model_id: str, model: ModelConfig, adapters_base: str | None = None) -> str:
+    """Snippets that run as written (tested by executing them against a saved model).
+    ``adapters_base``: the folder holds LoRA adapters on that base model."""
     kind = inference_pooler_name(model.pooler, model.mlp_only_train)
     if POOLER_MEANINGS[kind].token == "mask":
         return _prompt_snippets(model_id, model)
     if model.bidirectional:
-        return _bidirectional_snippets(model_id, kind)
+        return _bidirectional_snippets(model_id, kind, adapters_base)
     st = f'''```python
 model_id = "{model_id}"
 from sentence_transformers import SentenceTransformer
@@ -122,7 +136,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 tokenizer = AutoTokenizer.from_pretrained(model_id)
-model = AutoModel.from_pretrained(model_id).eval()
+{_load_lines(adapters_base)}
 sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
 batch = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")
 with torch.no_grad():
@@ -138,19 +152,22 @@ print(vectors.shape, cosine)
     )
 
 
-def _bidirectional_snippets(model_id: str, kind: str) -> str:
-    """A decoder trained without its causal mask (LLM2Vec): cselab, or ``transformers`` with
-    the two switches cselab sets (``cselab.model.backbones.make_bidirectional``)."""
+def _bidirectional_snippets(model_id: str, kind: str, adapters_base: str | None) -> str:
+    """A decoder trained without its causal mask (LLM2Vec): sentence-transformers through
+    cselab's module (:data:`~cselab.model.st_folder.ENCODER_MODULE`), cselab, or
+    ``transformers`` with the two switches cselab sets
+    (``cselab.model.backbones.make_bidirectional``)."""
+    config_of = "model_id" if adapters_base is None else repr(adapters_base)
     hf = f'''```python
 model_id = "{model_id}"
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-config = AutoConfig.from_pretrained(model_id)
+config = AutoConfig.from_pretrained({config_of})
 config.is_causal = False  # the mask builders build the padding-only mask
 tokenizer = AutoTokenizer.from_pretrained(model_id)
 tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-model = AutoModel.from_pretrained(model_id, config=config).eval()
+{_load_lines(adapters_base, ", config=config")}
 for module in model.modules():  # and no attention module applies its own causal flag
     if isinstance(getattr(module, "is_causal", None), bool):
         module.is_causal = False
@@ -162,10 +179,24 @@ with torch.no_grad():
 print(vectors.shape)
 ```'''
     return (
-        f"**sentence-transformers cannot compute this model's vectors**: "
-        f"{BIDIRECTIONAL_NOT_REPRODUCED}.\n\nWith cselab:\n\n{_cselab_snippet(model_id)}\n\n"
+        f"With sentence-transformers and cselab installed ({BIDIRECTIONAL_NOT_REPRODUCED}):\n\n"
+        f"{_st_module_snippet(model_id)}\n\nWith cselab:\n\n{_cselab_snippet(model_id)}\n\n"
         f"With `transformers` only (the causal mask removed as cselab does):\n\n{hf}"
     )
+
+
+def _st_module_snippet(model_id: str) -> str:
+    """sentence-transformers loading a folder whose one module is cselab's encoder."""
+    return f'''```python
+model_id = "{model_id}"
+from sentence_transformers import SentenceTransformer
+
+# the folder's module is cselab's own (pip install cselab); trust_remote_code lets it be imported
+model = SentenceTransformer(model_id, trust_remote_code=True)
+sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
+embeddings = model.encode(sentences)
+print(embeddings.shape, model.similarity(embeddings, embeddings))
+```'''
 
 
 def _cselab_snippet(model_id: str) -> str:
@@ -194,18 +225,9 @@ sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat s
 vectors = prompt_vectors(model, tokenizer, sentences, {p.template!r}, denoise={p.denoise_inference})
 print(vectors.shape)
 ```'''
-    st = f'''```python
-model_id = "{model_id}"
-from sentence_transformers import SentenceTransformer
-
-# the folder's module is cselab's own (pip install cselab); trust_remote_code lets it be imported
-model = SentenceTransformer(model_id, trust_remote_code=True)
-sentences = ["A man is playing a guitar.", "Someone is playing music.", "A cat sleeps."]
-embeddings = model.encode(sentences)
-print(embeddings.shape, model.similarity(embeddings, embeddings))
-```'''
     return (
-        f"With sentence-transformers and cselab installed ({PROMPT_NOT_REPRODUCED}):\n\n{st}\n\n"
+        f"With sentence-transformers and cselab installed ({PROMPT_NOT_REPRODUCED}):\n\n"
+        f"{_st_module_snippet(model_id)}\n\n"
         f"With cselab:\n\n{_cselab_snippet(model_id)}\n\n"
         f"With `transformers` only (PromptBERT's template around each sentence):\n\n{hf}"
     )

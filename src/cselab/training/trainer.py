@@ -473,7 +473,10 @@ class Trainer:
                 shutil.rmtree(merged)
             merge_folder(
                 self.folder.best, merged, lambda tmp: self.callbacks.on_model_save(
-                    SavedModel(tmp, sel.best_step, self.folder.metrics, results=results)
+                    SavedModel(
+                        tmp, sel.best_step, self.folder.metrics,
+                        model_id=str(merged.resolve()), results=results,
+                    )  # the card names the folder, not its temporary name
                 ),
             )  # fmt: skip
         return results
