@@ -104,8 +104,10 @@ def test_unknown_type_takes_the_plain_path_with_one_note(caplog: pytest.LogCaptu
     assert backbones.lookup("gpt2") is None and backbones.lookup("gpt2") is None
     notes = [r for r in caplog.records if "not in cselab's table" in r.getMessage()]
     assert len(notes) == 1
-    assert backbones.set_dropout(config, 0.2) == ()  # gpt2's keys (resid_pdrop) are not guessed
-    assert backbones.noise_free(config) is not None
+    # gpt2's keys are found by their names (not a head's: summary_first_dropout is left)
+    assert backbones.set_dropout(config, 0.0) == ("resid_pdrop", "embd_pdrop", "attn_pdrop")
+    assert config.summary_first_dropout == 0.1 and backbones.noise_free(config) is not None
+    assert backbones.set_dropout(config, 0.2) and backbones.noise_free(config) is None
 
 
 # ------------------------------------------------------------------------------------- dropout
@@ -546,14 +548,16 @@ def test_card_of_a_bidirectional_decoder_says_so_and_its_snippets_give_cselab_s_
     text = (folder / CARD_FILE).read_text()
     assert BIDIRECTIONAL_NOT_REPRODUCED in text
     blocks = code_blocks(text)
-    assert len(blocks) == 2 and "SentenceTransformer" not in text.split("With cselab")[1]
+    # sentence-transformers through cselab's module (trust_remote_code), cselab, transformers
+    assert len(blocks) == 3 and "trust_remote_code=True" in blocks[0]
     spaces = []
     for block in blocks:
         ns: dict = {}
         exec(compile(block, f"{folder}/README.md", "exec"), ns)  # noqa: S102 - the test's point
         spaces.append(ns)
-    cs, hf = spaces[0]["vectors"], spaces[1]["vectors"].numpy()
+    st, cs, hf = spaces[0]["embeddings"], spaces[1]["vectors"], spaces[2]["vectors"].numpy()
     np.testing.assert_allclose(hf[:2], cs, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(st[:2], cs, rtol=0, atol=1e-5)
 
 
 def test_cli_refuses_a_noise_free_backbone_in_one_line(
