@@ -108,8 +108,8 @@ def test_a_run_that_changes_the_recorded_attention_says_so(
     assert not causal.bidirectional
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.getMessage() == (
-        f"{tmp_path / 'bi/cselab.json'}: model.bidirectional=false (it records true); this run "
-        "changes how the starting model was trained to run"
+        f"{tmp_path / 'bi/cselab.json'}: model.bidirectional=false (it records true); not how "
+        "the model was trained to run"
     )
 
 

@@ -60,7 +60,7 @@ def starting_defaults(
         )  # fmt: skip
     if changed:
         log.warning(
-            "%s: %s; this run changes how the starting model was trained to run",
+            "%s: %s; not how the model was trained to run",
             root / CSELAB_FILE, ", ".join(changed),
         )  # fmt: skip
     return pooler, bidirectional
