@@ -297,15 +297,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.pooler:
         out["pooler"] = args.pooler
-    from ..data.pairs import (
-        model_folder_notes,  # SICK-R is not unseen for a model trained on SICK
-    )
-
-    # The notes are about SICK-R: a table without it (a sweep cell evaluated on STS-B or on its
-    # own files) carries none.
-    if "SICKRelatedness" in out["results"] and (notes := model_folder_notes(args.model)):
-        out["notes"] = notes
-    print(evaluate_markdown(out))
+    report.add_model_notes(out, args.model)
+    print(report.evaluation_markdown(out))
     if args.output:
         report.save_json(out, args.output)
         print(f"\nresults: {args.output}")
@@ -316,20 +309,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         print(f"model card: {update_model_card(args.model, out)}")
     return 0
-
-
-def evaluate_markdown(out: dict) -> str:
-    """What ``cselab evaluate`` prints: the headline tables (per ``--dims`` dimension too), then
-    each retrieval evaluation's table."""
-    from ..evaluation import report
-    from ..evaluation.retrieval import KIND
-    from ..evaluation.retrieval import markdown as retrieval_markdown
-
-    parts = [report.markdown(out)]
-    for dim, at in out.get("dims", {}).items():
-        parts.append(f"**Dimension {dim}**\n\n" + report.compare([{**out, **at}]))
-    parts += [retrieval_markdown(r) for r in out["results"].values() if r.get("kind") == KIND]
-    return "\n\n".join(p for p in parts if p)
 
 
 def run_collection(args: argparse.Namespace) -> int:

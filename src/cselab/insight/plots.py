@@ -265,8 +265,7 @@ def plot_runs(
 def score_words(column: str) -> str:
     """A dev-score column of ``metrics.csv`` in words: ``stsb_dev`` -> ``STS-B dev Spearman``,
     ``dev_ndcg@10`` -> ``dev nDCG@10``, ``dev_pearson`` -> ``dev Pearson``."""
-    from ..core.metrics import retrieval_metric
-    from ..publish.hub_metadata import RETRIEVAL_NAMES
+    from ..core.metrics import RETRIEVAL_NAMES, retrieval_metric
 
     stsb = column.startswith(STSB_DEV)
     metric = column.removeprefix(STSB_DEV).removeprefix("dev").lstrip("_") or "spearman"
