@@ -27,9 +27,10 @@ import numpy as np
 
 from ..io.readers import open_table
 from .datasets import DataFormatError, MissingDataError
-from .names import CLUSTERING_KIND
 from .tasks import Row, TaskKind, TaskResult, TaskRun, hub_split, own_rows
 
+#: ``"kind"`` of a clustering result entry (and the key of its headline table)
+KIND = "clustering"
 #: The text and label columns of a clustering file
 COLUMNS = ("text", "label")
 #: k-means runs (seeds 0..RUNS-1) whose V-measures are averaged
@@ -107,7 +108,7 @@ def evaluate_clustering(vectors: np.ndarray, labels: Sequence[str]) -> dict[str,
             _, assigned = kmeans2(x, k, minit="++", seed=seed)
         scores.append(v_measure(labels, assigned))
     return {
-        "kind": CLUSTERING_KIND, "v_measure": float(np.mean(scores)), "n": len(labels),
+        "kind": KIND, "v_measure": float(np.mean(scores)), "n": len(labels),
         "clusters": k, "runs": RUNS,
     }  # fmt: skip
 
@@ -118,8 +119,8 @@ class ClusteringTask(TaskKind):
     under the file's name (with its path when two files share a name)."""
 
     texts: LabelledTexts
-    kind: ClassVar[str] = CLUSTERING_KIND
-    headline: ClassVar[str | None] = "clustering"
+    kind: ClassVar[str] = KIND
+    headline: ClassVar[str | None] = KIND
     own_data: ClassVar[bool] = True
 
     @property

@@ -29,8 +29,6 @@ RETRIEVAL_K = 10
 STS_COLUMNS_HINT = "name the columns with eval.dev_columns or columns=(SENTENCE1, SENTENCE2, SCORE)"
 #: ``"kind"`` of a result entry for a user's STS file (the report gives such entries a table)
 STS_FILE_KIND = "sts-file"
-#: ``"kind"`` of a result entry for k-means clustering of a user's labelled sentences
-CLUSTERING_KIND = "clustering"
 #: ``"kind"`` of a result entry for a retrieval evaluation on a BEIR folder
 RETRIEVAL_KIND = "retrieval"
 #: the result key of alignment and uniformity (Wang & Isola 2020) on STS-B dev
