@@ -141,12 +141,14 @@ def test_the_library_runs_the_task_object_as_the_cli(tiny_bert: Path, tmp_path: 
 
 def test_report_card_and_hub_read_every_kind_from_the_registry(monkeypatch) -> None:
     """A kind added to the registry shows in the headline, the tables, ``cselab evaluate``'s
-    printout, the card's parts and the ``model-index`` with no other change."""
+    printout, the card's parts, the ``model-index`` and ``cselab compare --plot`` with no other
+    change."""
     from cselab.evaluation.tasks import TaskKind
 
     class Toy(TaskKind):
         kind = "toy"
         headline = "toy"
+        panel = ("Toy", "points")
 
         @classmethod
         def headline_row(cls, results, dev):
@@ -176,3 +178,7 @@ def test_report_card_and_hub_read_every_kind_from_the_registry(monkeypatch) -> N
     assert report.evaluation_markdown(out).endswith("toy extra\n\ntoy entry")
     assert evaluation_parts(out)["toy:one"] == "`cselab evaluate --toy`: toy entry"
     assert [r.metric_value for r in evaluation_results(out)] == [12.5]
+    from cselab.insight.plots import plot_task_scores
+
+    (ax,) = plot_task_scores([out], ["m"]).axes
+    assert (ax.get_title(), ax.get_ylabel()) == ("Toy", "points")

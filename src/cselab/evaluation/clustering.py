@@ -121,6 +121,7 @@ class ClusteringTask(TaskKind):
     texts: LabelledTexts
     kind: ClassVar[str] = KIND
     headline: ClassVar[str | None] = KIND
+    panel: ClassVar[tuple[str, str] | None] = ("Your clustering files", "V-measure x 100")
     own_data: ClassVar[bool] = True
 
     @property

@@ -133,6 +133,8 @@ class TaskKind:
     #: the key of its table in ``headline`` (``None``: it fills none)
     headline: ClassVar[str | None] = None
     whole_encoder: ClassVar[bool] = False
+    #: the plot panel of its headline table (``cselab compare --plot``): title, y-axis label
+    panel: ClassVar[tuple[str, str] | None] = None
     #: its table comes after the benchmarks' (its rows are the user's own data)
     own_data: ClassVar[bool] = False
     #: the task names it runs, as ``--tasks`` spells them (``all`` runs them too)
@@ -206,6 +208,7 @@ class STSTask(TaskKind):
     names: tuple[str, ...]
     kind: ClassVar[str] = "sts"
     headline: ClassVar[str | None] = "sts"
+    panel: ClassVar[tuple[str, str] | None] = ("STS", "Spearman x 100")
     task_names: ClassVar[tuple[str, ...]] = sts.STS_TASKS
     group: ClassVar[str | None] = "sts"
     aliases: ClassVar[Mapping[str, str]] = {
@@ -336,6 +339,7 @@ class STSFileTask(TaskKind):
     pairs: ScoredPairs
     kind: ClassVar[str] = STS_FILE_KIND
     headline: ClassVar[str | None] = "sts_files"
+    panel: ClassVar[tuple[str, str] | None] = ("Your STS files", "Spearman x 100")
     own_data: ClassVar[bool] = True
 
     @classmethod
@@ -380,6 +384,7 @@ class TransferTask(TaskKind):
     name: str
     kind: ClassVar[str] = "transfer"
     headline: ClassVar[str | None] = "transfer"
+    panel: ClassVar[tuple[str, str] | None] = ("Transfer", "accuracy %")
     task_names: ClassVar[tuple[str, ...]] = TRANSFER_TASKS
     group: ClassVar[str | None] = "transfer"
     aliases: ClassVar[Mapping[str, str]] = {"sst": "SST2"}
