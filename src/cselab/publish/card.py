@@ -168,10 +168,8 @@ _PART_RE = re.compile(r"<!-- cselab:evaluation:part (\S+) -->\n")
 
 
 def evaluation_parts(evaluation: Mapping[str, Any] | None) -> dict[str, str]:
-    """The markdown of ``cselab evaluate`` results, one part per kind: the headline tables
-    (``senteval``) and each task kind's own markdown of its entries (a table per retrieval
-    collection: ``retrieval:<name>``), headed by the option that ran it (``--<kind>``, the
-    option ``cselab evaluate`` gives each task kind that is not a ``--tasks`` name)."""
+    """The markdown of ``cselab evaluate`` results: the headline tables (``senteval``), then each
+    task kind's markdown of its entries (``retrieval:<name>``) headed by its option ``--<kind>``."""
     from ..evaluation.registry import TASK_KINDS
 
     if not evaluation:
