@@ -132,6 +132,7 @@ class TaskKind:
     kind: ClassVar[str]
     #: the key of its table in ``headline`` (``None``: it fills none)
     headline: ClassVar[str | None] = None
+    #: runs once on the encoder (not per Matryoshka dimension, not on the shared cache)
     whole_encoder: ClassVar[bool] = False
     #: the plot panel of its headline table (``cselab compare --plot``): title, y-axis label
     panel: ClassVar[tuple[str, str] | None] = None
