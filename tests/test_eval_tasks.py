@@ -15,15 +15,14 @@ from cselab.config.devset import DevSet, resolve_dev_set
 from cselab.evaluation import api
 from cselab.evaluation.custom import DevEvaluator, dev_evaluator
 from cselab.evaluation.names import STS_FILE_KIND
+from cselab.evaluation.registry import TASK_KINDS, senteval_tasks
 from cselab.evaluation.tasks import (
-    TASK_KINDS,
     AlignUniformTask,
     EvalTask,
     RetrievalTask,
     STSFileTask,
     STSTask,
     TransferTask,
-    senteval_tasks,
 )
 from cselab.model.encoder import load
 from cselab.training.selection import ModelSelection
@@ -60,6 +59,7 @@ def test_every_task_kind_is_registered_and_has_the_interface() -> None:
         "align-uniform",
         STS_FILE_KIND,
         "transfer",
+        "clustering",
         "retrieval",
         "mteb",
     }

@@ -340,7 +340,7 @@ def test_one_home_per_helper() -> None:
     assert helper_homes() == {
         "file sha256": {"cselab.io.files.file_digest"},
         "atomic json": {"cselab.io.files.write_json_atomic"},
-        "markdown table": {"cselab.evaluation.report.markdown_table"},
+        "markdown table": {"cselab.evaluation.table.markdown_table"},
         # _parse_scalar reads one `--key=value` override's value, never a file
         "yaml parse": {"cselab.io.readers.parse_yaml", "cselab.config._parse_scalar"},
     }

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="sts | transfer | all | comma-separated names (STS12..STS16, STSBenchmark, "
         "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC, AlignUniform); default: sts, "
-        "or none when --sts-file is given",
+        "or none when --sts-file or --clustering is given",
     )
     ev.add_argument(
         "--sts-file",
@@ -50,6 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="sentence1,sentence2,score",
         help="the two sentence columns and the score column of --sts-file "
         "(default: sentence1,sentence2,score)",
+    )
+    ev.add_argument(
+        "--clustering",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="your own labelled sentences (a table with text and label columns): k-means with k "
+        "the number of labels, scored by V-measure against the labels (as MTEB); repeatable",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
     add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
@@ -160,6 +168,7 @@ def check_output_path(path: str, option: str) -> None:
 SENTEVAL_ONLY = (
     ("--tasks", "tasks"),
     ("--sts-file", "sts_file"),
+    ("--clustering", "clustering"),
     ("--csv", "csv"),
     ("--update-card", "update_card"),
 )
@@ -258,16 +267,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     if args.update_card and not Path(args.model).is_dir():
         raise ConfigError(f"--update-card needs a local model folder; {args.model} is not one")
-    senteval = args.tasks is not None or args.sts_file or not args.retrieval
-    spec = args.tasks if args.tasks is not None or args.sts_file else "sts"
+    own_files = args.sts_file or args.clustering
+    senteval = args.tasks is not None or own_files or not args.retrieval
+    spec = args.tasks if args.tasks is not None or own_files else "sts"
     tasks = api.parse_tasks(spec, args.mode) if spec is not None and senteval else None
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.
+    from ..evaluation.clustering import ClusteringTask, read_labelled_file
     from ..evaluation.custom import read_sts_file
 
     files = [read_sts_file(f, columns) for f in args.sts_file]
-    plan: list = []
+    plan: list = [ClusteringTask(read_labelled_file(f)) for f in args.clustering]
     if args.retrieval:
         from ..evaluation.tasks import RetrievalTask
         from ..io.readers import read_beir
@@ -297,15 +308,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.pooler:
         out["pooler"] = args.pooler
-    from ..data.pairs import (
-        model_folder_notes,  # SICK-R is not unseen for a model trained on SICK
-    )
-
-    # The notes are about SICK-R: a table without it (a sweep cell evaluated on STS-B or on its
-    # own files) carries none.
-    if "SICKRelatedness" in out["results"] and (notes := model_folder_notes(args.model)):
-        out["notes"] = notes
-    print(evaluate_markdown(out))
+    report.add_model_notes(out, args.model)
+    print(report.evaluation_markdown(out))
     if args.output:
         report.save_json(out, args.output)
         print(f"\nresults: {args.output}")
@@ -316,20 +320,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         print(f"model card: {update_model_card(args.model, out)}")
     return 0
-
-
-def evaluate_markdown(out: dict) -> str:
-    """What ``cselab evaluate`` prints: the headline tables (per ``--dims`` dimension too), then
-    each retrieval evaluation's table."""
-    from ..evaluation import report
-    from ..evaluation.retrieval import KIND
-    from ..evaluation.retrieval import markdown as retrieval_markdown
-
-    parts = [report.markdown(out)]
-    for dim, at in out.get("dims", {}).items():
-        parts.append(f"**Dimension {dim}**\n\n" + report.compare([{**out, **at}]))
-    parts += [retrieval_markdown(r) for r in out["results"].values() if r.get("kind") == KIND]
-    return "\n\n".join(p for p in parts if p)
 
 
 def run_collection(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ STS_DEV_METRICS = ("spearman", "pearson")
 #: The retrieval measures (``name@K``) a BEIR ``eval.dev`` is scored by
 #: (:mod:`cselab.evaluation.retrieval` defines them).
 RETRIEVAL_MEASURES = ("ndcg", "mrr", "recall", "map")
+#: Each retrieval measure as tables and the Hub's ``model-index`` spell it (``nDCG@10``)
+RETRIEVAL_NAMES = {"ndcg": "nDCG", "mrr": "MRR", "recall": "Recall", "map": "MAP"}
 #: The cut-offs ``K`` model selection accepts (a closed set: each ``dev_<name>@<K>`` is a
 #: ``metrics.csv`` column that the callbacks and plots must know as an evaluation column).
 DEV_CUTOFFS = (1, 3, 5, 10, 20, 50, 100, 1000)

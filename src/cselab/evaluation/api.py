@@ -11,39 +11,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ConfigSettingError
-from ..core.metrics import STSB
 from ..core.schema import ConfigError
 from ..model.choices import BATCH_SIZE
-from . import custom, sts, transfer
-from .datasets import TASK_FILES, ScoredPairs
+from . import custom, transfer
+from .datasets import ScoredPairs
 from .download import ensure_data
 from .embed import EmbeddingCache, EncoderLike, at_dimension
-from .names import ALIGN_UNIFORM, MODES
+from .names import ALIGN_UNIFORM, MODES  # noqa: F401 - re-exported by the package
+from .registry import TASK_KINDS, senteval_tasks
 from .report import headline
-from .tasks import EvalTask, STSTask, TaskRun, senteval_tasks
+from .tasks import EvalTask, TaskRun
 
 log = logging.getLogger(__name__)
 
-TASK_GROUPS: dict[str, tuple[str, ...]] = {
-    "sts": sts.STS_TASKS,
-    "transfer": transfer.TRANSFER_TASKS,
-    "all": (*sts.STS_TASKS, *transfer.TRANSFER_TASKS, ALIGN_UNIFORM),
-}
 
-_ALIASES = {
-    **{t.lower(): t for t in TASK_FILES},
-    STSB: "STSBenchmark",
-    "sickr": "SICKRelatedness",
-    "sick": "SICKRelatedness",
-    "sst": "SST2",
-    "align": ALIGN_UNIFORM,
-    "alignment": ALIGN_UNIFORM,
-    "uniformity": ALIGN_UNIFORM,
-}
+def _spellings() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """The ``--tasks`` groups (each kind's ``group``, then ``all``: every group's names, then
+    the names in no group) and every other spelling of a task name, from the registry."""
+    groups = {k.group: k.task_names for k in TASK_KINDS.values() if k.group}
+    ungrouped = [n for k in TASK_KINDS.values() if not k.group for n in k.task_names]
+    groups["all"] = (*(n for names in groups.values() for n in names), *ungrouped)
+    aliases = {n.lower(): n for k in TASK_KINDS.values() for n in k.task_names}
+    for kind in TASK_KINDS.values():
+        aliases.update(kind.aliases)
+    return groups, aliases
+
+
+#: ``--tasks`` groups: ``sts``, ``transfer``, ``all``
+TASK_GROUPS, _ALIASES = _spellings()
+#: the names with no dev split (refused in mode ``dev``, left out of the groups there)
+_TEST_ONLY = frozenset(n for k in TASK_KINDS.values() for n in k.test_only)
 
 
 def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
-    """``"sts"``, ``"transfer"``, ``"all"`` or names (``"STS12,STS-B,sick-r"``) -> task names.
+    """``"sts"``, ``"transfer"``, ``"all"`` or names (``"STS12,STS-B,sick-r"``) -> task names,
+    as the task kinds of :data:`~cselab.evaluation.registry.TASK_KINDS` spell them.
 
     In ``dev`` mode STS12-16 are left out of the groups (they have no dev split) and are an
     error when named.
@@ -57,16 +59,16 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
         if key in TASK_GROUPS:
             names = TASK_GROUPS[key]
             if mode == "dev":
-                names = tuple(n for n in names if n not in sts.STS_YEARS)
+                names = tuple(n for n in names if n not in _TEST_ONLY)
         elif key in _ALIASES:
             names = (_ALIASES[key],)
-            if mode == "dev" and names[0] in sts.STS_YEARS:
+            if mode == "dev" and names[0] in _TEST_ONLY:
                 raise ConfigSettingError(
                     "mode", "test", "{task} has no dev split; use {setting}",
                     values=("test", "fasttest"), task=names[0],
                 )  # fmt: skip
         else:
-            known = ", ".join([*TASK_GROUPS, *TASK_FILES])
+            known = ", ".join([*TASK_GROUPS, *TASK_GROUPS["all"]])
             raise ConfigError(f"unknown task {item!r}; expected one of {known}")
         out.extend(n for n in names if n not in out)
     if not out:
@@ -243,7 +245,7 @@ class _Run:
         own: list[EmbeddingCache] = []
         for task in tasks:
             progress.start()
-            t0 = time.perf_counter()
+            t0, before = time.perf_counter(), shared.encoded
             run = TaskRun(
                 shared, encoder, self.root, self.mode, self.batch_size, self.transfer_config,
                 frozenset(results),
@@ -251,10 +253,10 @@ class _Run:
             result = task.run(run)
             results.update(result.entries)
             timing[result.timing_key] = time.perf_counter() - t0
-            if isinstance(task, STSTask):
+            if shared.encoded > before:  # what this task added to the shared cache
                 log.info(
-                    "STS (%s): %d distinct sentences encoded in %.1fs",
-                    task.label, shared.encoded, timing[result.timing_key],
+                    "%s (%s): %d distinct sentences encoded in %.1fs",
+                    task.kind, task.label, shared.encoded - before, timing[result.timing_key],
                 )  # fmt: skip
             if result.cache is not None:
                 own.append(result.cache)

@@ -1,6 +1,7 @@
 """Tables, JSON and CSV for evaluation results.
 
-The headline tables follow SimCSE's ``evaluation.py``: STS12-16 use the ``all`` Spearman,
+The headline tables are the task kinds' (:data:`~cselab.evaluation.registry.TASK_KINDS`, each
+its row and title): they follow SimCSE's ``evaluation.py``: STS12-16 use the ``all`` Spearman,
 STS-B and SICK-R the Spearman of the evaluated split, all x 100 with two decimals; transfer
 tasks report test accuracy (``devacc`` in ``dev`` mode). "Avg" is the mean of the two-decimal
 numbers (as SimCSE computes it), given only when every column of the table is present.
@@ -13,139 +14,85 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..io.files import write_text_atomic
 from .datasets import STS_YEARS, DataFormatError
-from .names import STS_FILE_KIND, TRANSFER_COLUMNS
-
-STS_COLUMNS = (
-    *((year, year) for year in STS_YEARS),
-    ("STSBenchmark", "STS-B"),
-    ("SICKRelatedness", "SICK-R"),
-)
+from .registry import TASK_KINDS
+from .table import cell, markdown_table  # markdown_table: reports and cards import it from here
 
 
-def _r2(x: float | None) -> float | None:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return None
-    return round(float(x), 2)
-
-
-def _sts_value(task: str, res: dict) -> float | None:
-    value = res["all"]["spearman"] if task in STS_YEARS else res["spearman"]
-    return _r2(100.0 * value) if value is not None else None
-
-
-def headline(out: dict) -> dict[str, dict[str, float | None]]:
-    """``{"sts": {"STS12": 68.7, ..., "Avg": ...}, "transfer": {...}}`` for the tasks present."""
-    results = out["results"]
-    dev = out.get("mode") == "dev"
+def headline(out: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
+    """``{"sts": {"STS12": 68.7, ..., "Avg": ...}, "transfer": {...}}``: the table of each task
+    kind of :data:`~cselab.evaluation.registry.TASK_KINDS` present in ``out["results"]``."""
+    results, dev = out["results"], out.get("mode") == "dev"
     table: dict[str, dict[str, float | None]] = {}
-    sts_cols = [(t, label) for t, label in STS_COLUMNS if not (dev and t in STS_YEARS)]
-    if any(t in results for t, _ in sts_cols):
-        row = {label: _sts_value(t, results[t]) if t in results else None for t, label in sts_cols}
-        table["sts"] = _with_avg(row)
-    files = {
-        t: _r2(100.0 * r["spearman"]) for t, r in results.items() if r.get("kind") == STS_FILE_KIND
-    }
-    if files:  # the user's own pair files: no "Avg" (they are not a benchmark's columns)
-        table["sts_files"] = files
-    if any(t in results for t, _ in TRANSFER_COLUMNS):
-        key = "devacc" if dev else "acc"
-        row = {
-            label: _r2(results[t][key]) if t in results else None for t, label in TRANSFER_COLUMNS
-        }
-        table["transfer"] = _with_avg(row)
+    for kind in TASK_KINDS.values():
+        if kind.headline and (row := kind.headline_row(results, dev)) is not None:
+            table[kind.headline] = row
     return table
-
-
-def _with_avg(row: dict[str, float | None]) -> dict[str, float | None]:
-    values = list(row.values())
-    avg = None if any(v is None for v in values) else round(sum(values) / len(values), 2)
-    return {**row, "Avg": avg}
 
 
 # --------------------------------------------------------------------------------------------
 # markdown
 
 
-def _cell(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
-
-
-def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]], align: str = "") -> str:
-    """A markdown table (every markdown table cselab writes: reports, model cards, benchmarks);
-    cells are ``str()``-ed, an empty one is written ``| |``. ``align`` has a letter per column:
-    ``r`` right-aligns it (numbers), any other letter leaves it to the renderer."""
-
-    def line(cells: Sequence[Any]) -> str:
-        return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
-
-    rule = "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header)))
-    return "\n".join([line(header), "|" + rule, *(line(r) for r in rows)])
-
-
-def model_name(out: dict, fallback: str = "model") -> str:
+def model_name(out: Mapping[str, Any], fallback: str = "model") -> str:
     """The row name of a run: its model and, when overridden, its pooler."""
     name = out.get("model") or fallback
     pooler = out.get("pooler")
     return f"{name} ({pooler})" if pooler else str(name)
 
 
-def markdown(out: dict) -> str:
+def markdown(out: Mapping[str, Any]) -> str:
     """The headline tables of one run (and alignment/uniformity when computed), then its
     ``notes`` (e.g. that SICK-R is not unseen for a model trained on SICK)."""
     notes = "".join(f"\n\nNote: {note}." for note in out.get("notes", []))
     return compare([out]) + notes
 
 
-def compare(outs: Sequence[dict], names: Sequence[str] | None = None) -> str:
-    """One markdown table per group (STS, transfer) with a row per run."""
+def compare(outs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> str:
+    """One markdown table per headline table (the benchmarks' first, then the user's own
+    data's) with a row per run, then what each task kind adds (alignment, MRPC's F1)."""
     names = list(names) if names else [model_name(o, f"run {i + 1}") for i, o in enumerate(outs)]
     heads = [o.get("headline") or headline(o) for o in outs]
-    modes = sorted({o.get("mode", "test") for o in outs})
-    mode = "/".join(modes)
+    mode = "/".join(sorted({o.get("mode", "test") for o in outs}))
     parts: list[str] = []
-    for group, title in (
-        ("sts", f"STS: Spearman x 100 ({mode}; STS12-16 'all' setting)"),
-        ("transfer", f"Transfer: accuracy % ({mode})"),
-        ("sts_files", "Your STS files: Spearman x 100 of cosine vs score"),
-    ):
-        present = [h.get(group) for h in heads]
+    for kind in sorted(TASK_KINDS.values(), key=lambda k: k.own_data):
+        present = [h.get(kind.headline) for h in heads] if kind.headline else []
         if not any(present):
             continue
-        columns: list[str] = []
-        for row in present:
-            for col in row or {}:
-                if col not in columns:
-                    columns.append(col)
+        columns = list(dict.fromkeys(col for row in present for col in row or {}))
         rows = [
-            [name, *[_cell((row or {}).get(c)) for c in columns]]
+            [name, *[cell((row or {}).get(c)) for c in columns]]
             for name, row in zip(names, present, strict=True)
         ]
-        parts.append(f"**{title}**\n\n" + markdown_table(["Model", *columns], rows))
-    extra = [
-        (name, o["results"]["AlignUniform"])
-        for name, o in zip(names, outs, strict=True)
-        if "AlignUniform" in o.get("results", {})
-    ]
-    if extra:
-        rows = [[n, f"{r['alignment']:.4f}", f"{r['uniformity']:.4f}"] for n, r in extra]
-        parts.append(
-            "**Alignment / uniformity (STS-B dev, lower is better)**\n\n"
-            + markdown_table(["Model", "alignment", "uniformity"], rows)
-        )
-    mrpc_f1 = [
-        (name, o["results"]["MRPC"].get("f1"))
-        for name, o in zip(names, outs, strict=True)
-        if "MRPC" in o.get("results", {})
-    ]
-    if mrpc_f1:
-        parts.append("MRPC F1: " + ", ".join(f"{n} {_cell(v)}" for n, v in mrpc_f1))
+        parts.append(f"**{kind.title(mode)}**\n\n" + markdown_table(["Model", *columns], rows))
+    for kind in TASK_KINDS.values():
+        parts += kind.extra_markdown(names, outs)
     return "\n\n".join(parts)
+
+
+def evaluation_markdown(out: Mapping[str, Any]) -> str:
+    """What ``cselab evaluate`` prints: the headline tables (per ``--dims`` dimension too), then
+    the markdown each task kind shows of its own entries (a table per retrieval collection)."""
+    parts = [markdown(out)]
+    for dim, at in out.get("dims", {}).items():
+        parts.append(f"**Dimension {dim}**\n\n" + compare([{**out, **at}]))
+    parts += [text for kind in TASK_KINDS.values() for text in kind.entry_markdown(out).values()]
+    return "\n\n".join(p for p in parts if p)
+
+
+def add_model_notes(out: dict[str, Any], model: str | os.PathLike[str]) -> None:
+    """Add to ``out`` the ``notes`` of a cselab model folder's training data (SICK-R is not
+    unseen for a model trained on SICK); a table without SICK-R (a sweep cell evaluated on
+    STS-B or on its own files) carries none."""
+    from ..data.pairs import model_folder_notes
+
+    if "SICKRelatedness" in out["results"] and (notes := model_folder_notes(model)):
+        out["notes"] = notes
 
 
 # --------------------------------------------------------------------------------------------

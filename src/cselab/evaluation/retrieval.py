@@ -65,6 +65,7 @@ from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
 from .names import RETRIEVAL_K, RETRIEVAL_KIND
+from .table import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -298,8 +299,6 @@ def evaluate_retrieval(
 
 def markdown(result: dict[str, Any]) -> str:
     """A table of one retrieval evaluation: a row for the full width and one per ``dims``."""
-    from .report import markdown_table
-
     names = list(result["metrics"])
     rows = [("full", *(f"{result['metrics'][n]:.2f}" for n in names))]
     rows += [(d, *(f"{m[n]:.2f}" for n in names)) for d, m in result.get("dims", {}).items()]

@@ -1,30 +1,52 @@
 """Evaluation tasks: everything :func:`cselab.evaluation.evaluate` can run, behind one interface.
 
 A task states the SentEval files it needs (fetched once, before any model is loaded), how much
-work it is (the weight of its progress step), the headline table it fills, and how it runs on an
-encoder; it returns a :class:`TaskResult`, whose entries go under ``results`` in the evaluation's
-JSON. The SentEval tasks share one encoding cache (each distinct sentence encoded once); a
-transfer task keeps its own (they share no sentences, and SST-2 alone is 70k); retrieval runs on
-the encoder itself, once, with its Matryoshka dimensions (``whole_encoder``).
+work it is (the weight of its progress step), and how it runs on an encoder; it returns a
+:class:`TaskResult`, whose entries go under ``results`` in the evaluation's JSON. The SentEval
+tasks share one encoding cache (each distinct sentence encoded once); a transfer task keeps its
+own (they share no sentences, and SST-2 alone is 70k); retrieval runs on the encoder itself,
+once, with its Matryoshka dimensions (``whole_encoder``).
 
-:data:`TASK_KINDS` is the registry: the CLI, sweeps and the library build task lists from it
-(:func:`senteval_tasks` turns ``--tasks`` names and ``--sts-file`` pairs into tasks). A new task
-is a class here with these attributes and one line in :data:`TASK_KINDS` (``docs/design.md``).
+Its kind (a :class:`TaskKind`, the class) also declares what is shown of its results: the
+names ``--tasks`` and ``evaluate(tasks=...)`` know it by (:func:`cselab.evaluation.api.
+parse_tasks`), its headline row, title and Hub ``model-index`` results, and any markdown of
+its own. The task lists, the report, the model card and the Hub metadata iterate over the
+registry of kinds (:data:`cselab.evaluation.registry.TASK_KINDS`), so a new task is its module
+(the class and its algorithm, as :mod:`cselab.evaluation.clustering`), one line in the registry
+and its option in ``cselab evaluate`` (``docs/design.md``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..core.metrics import RETRIEVAL_NAMES, STSB, retrieval_metric
 from ..model.choices import BATCH_SIZE
 from . import alignment, custom, sts, transfer
-from .datasets import TASK_FILES, ScoredPairs
+from .datasets import STS_YEARS, TASK_FILES, ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
-from .names import ALIGN_UNIFORM, RETRIEVAL_K, RETRIEVAL_KIND, STS_FILE_KIND, TRANSFER_TASKS
+from .names import (
+    ALIGN_UNIFORM,
+    RETRIEVAL_K,
+    RETRIEVAL_KIND,
+    STS_FILE_KIND,
+    TRANSFER_COLUMNS,
+    TRANSFER_TASKS,
+)
+from .table import cell, markdown_table, r2, with_avg
+
+#: STS12-16, STS-B and SICK-R as SimCSE's tables show them: ``(task name, column label)``
+STS_COLUMNS = (
+    *((year, year) for year in STS_YEARS),
+    ("STSBenchmark", "STS-B"),
+    ("SICKRelatedness", "SICK-R"),
+)
+#: a headline table: ``{column: value x 100 (two decimals) or None}``
+Row = dict[str, float | None]
 
 
 @dataclass(frozen=True)
@@ -70,9 +92,9 @@ class TaskResult:
 class EvalTask(Protocol):
     """One evaluation task (see the module docstring)."""
 
-    #: the key of :data:`TASK_KINDS`
+    #: the key of the registry (:data:`~cselab.evaluation.registry.TASK_KINDS`)
     kind: ClassVar[str]
-    #: the ``headline`` table it fills (``sts``, ``sts_files``, ``transfer``) or ``None``
+    #: the ``headline`` table it fills (``sts``, ``sts_files``, ``transfer``, ...) or ``None``
     headline: ClassVar[str | None]
     #: runs once on the encoder (not per Matryoshka dimension, not on the shared cache)
     whole_encoder: ClassVar[bool]
@@ -96,6 +118,74 @@ class EvalTask(Protocol):
         ...
 
 
+def hub_split(split: str) -> str:
+    """A split as the Hub's ``model-index`` names it (``dev`` is ``validation``)."""
+    return "validation" if split == "dev" else split
+
+
+class TaskKind:
+    """What a kind of task declares besides how it runs: the names it answers to, and what is
+    shown of its results. Every hook reads a results dict (``evaluate``'s, or a JSON file of
+    ``cselab evaluate -o``), so a report of old files needs no task object. The defaults: no
+    name, no table, nothing of its own to show."""
+
+    kind: ClassVar[str]
+    #: the key of its table in ``headline`` (``None``: it fills none)
+    headline: ClassVar[str | None] = None
+    #: runs once on the encoder (not per Matryoshka dimension, not on the shared cache)
+    whole_encoder: ClassVar[bool] = False
+    #: the plot panel of its headline table (``cselab compare --plot``): title, y-axis label
+    panel: ClassVar[tuple[str, str] | None] = None
+    #: its table comes after the benchmarks' (its rows are the user's own data)
+    own_data: ClassVar[bool] = False
+    #: the task names it runs, as ``--tasks`` spells them (``all`` runs them too)
+    task_names: ClassVar[tuple[str, ...]] = ()
+    #: the ``--tasks`` name of all of them (``sts``), if any
+    group: ClassVar[str | None] = None
+    #: other spellings of its task names (lower case, without ``-``, ``_`` or spaces)
+    aliases: ClassVar[Mapping[str, str]] = {}
+    #: its task names that have no dev split (refused in mode ``dev``, left out of the groups)
+    test_only: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
+        """Its tasks for parsed task ``names`` and a user's STS files, in the order they run."""
+        return []
+
+    @classmethod
+    def headline_row(cls, results: Mapping[str, Any], dev: bool) -> Row | None:
+        """Its ``headline`` table from an evaluation's ``results`` (``None``: not evaluated)."""
+        return None
+
+    @classmethod
+    def title(cls, mode: str) -> str:
+        """The title of its headline table."""
+        return cls.kind
+
+    @classmethod
+    def extra_markdown(cls, names: Sequence[str], outs: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Markdown it adds after every headline table of a report (a row per run)."""
+        return []
+
+    @classmethod
+    def entry_markdown(cls, out: Mapping[str, Any]) -> dict[str, str]:
+        """Markdown of its own for result entries, by entry (printed after the report, and a
+        part of its own in the model card)."""
+        return {}
+
+    @classmethod
+    def hub_results(cls, out: Mapping[str, Any], table: Mapping[str, Row]) -> list[dict[str, Any]]:
+        """Its results in the Hub's ``model-index``: keyword arguments of ``huggingface_hub``'s
+        ``EvalResult`` (``table``: the evaluation's headline)."""
+        return []
+
+
+def _entries(out: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The result entries of ``kind`` of an evaluation, in order."""
+    return [(k, r) for k, r in out.get("results", {}).items()
+            if isinstance(r, Mapping) and r.get("kind") == kind]  # fmt: skip
+
+
 def files_size(root: os.PathLike[str] | str | None, names: Sequence[str]) -> float:
     """Bytes of the SentEval tasks' files (the weight of a progress step)."""
     total = 0
@@ -111,14 +201,48 @@ def files_size(root: os.PathLike[str] | str | None, names: Sequence[str]) -> flo
 
 
 @dataclass(frozen=True)
-class STSTask:
+class STSTask(TaskKind):
     """STS12-16, STS-B and SICK-R (SentEval's protocol): Spearman of cosine vs gold, one
-    encoding of every distinct sentence for all of them."""
+    encoding of every distinct sentence for all of them. Its headline row follows SimCSE's
+    ``evaluation.py``: STS12-16's ``all`` Spearman, STS-B's and SICK-R's on the split."""
 
     names: tuple[str, ...]
     kind: ClassVar[str] = "sts"
     headline: ClassVar[str | None] = "sts"
-    whole_encoder: ClassVar[bool] = False
+    panel: ClassVar[tuple[str, str] | None] = ("STS", "Spearman x 100")
+    task_names: ClassVar[tuple[str, ...]] = sts.STS_TASKS
+    group: ClassVar[str | None] = "sts"
+    aliases: ClassVar[Mapping[str, str]] = {
+        STSB: "STSBenchmark",
+        "sickr": "SICKRelatedness",
+        "sick": "SICKRelatedness",
+    }
+    test_only: ClassVar[tuple[str, ...]] = sts.STS_YEARS
+
+    @classmethod
+    def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
+        chosen = tuple(t for t in names if t in cls.task_names)
+        return [cls(chosen)] if chosen else []
+
+    @classmethod
+    def headline_row(cls, results: Mapping[str, Any], dev: bool) -> Row | None:
+        columns = [(t, label) for t, label in STS_COLUMNS if not (dev and t in STS_YEARS)]
+        if not any(t in results for t, _ in columns):
+            return None
+        return with_avg(
+            {label: _sts_value(t, results[t]) if t in results else None for t, label in columns}
+        )
+
+    @classmethod
+    def title(cls, mode: str) -> str:
+        return f"STS: Spearman x 100 ({mode}; STS12-16 'all' setting)"
+
+    @classmethod
+    def hub_results(cls, out: Mapping[str, Any], table: Mapping[str, Row]) -> list[dict[str, Any]]:
+        return _senteval_hub_results(
+            out, table.get("sts", {}), STS_COLUMNS, "sentence-similarity",
+            "Semantic Textual Similarity", "spearman_cosine", "Spearman (cosine) x 100",
+        )  # fmt: skip
 
     @property
     def label(self) -> str:
@@ -136,13 +260,60 @@ class STSTask:
         return TaskResult(sts.evaluate_sts(run.cache, list(self.names), run.split, run.root), "sts")
 
 
+def _sts_value(task: str, res: Mapping[str, Any]) -> float | None:
+    value = res["all"]["spearman"] if task in STS_YEARS else res["spearman"]
+    return r2(100.0 * value) if value is not None else None
+
+
+def _senteval_hub_results(
+    out: Mapping[str, Any], row: Row, columns: Sequence[tuple[str, str]], task_type: str,
+    task_name: str, metric: str, metric_name: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """A SentEval table's Hub results: one per task with a value in its headline ``row``."""
+    split = hub_split("dev" if out.get("mode", "test") == "dev" else "test")
+    return [
+        {
+            "task_type": task_type,
+            "task_name": task_name,
+            "dataset_type": task.lower(),
+            "dataset_name": f"{task} (SentEval)",
+            "dataset_split": split,
+            "metric_type": metric,
+            "metric_name": metric_name,
+            "metric_value": row[label],
+        }  # fmt: skip
+        for task, label in columns
+        if row.get(label) is not None
+    ]
+
+
 @dataclass(frozen=True)
-class AlignUniformTask:
+class AlignUniformTask(TaskKind):
     """Alignment and uniformity (Wang & Isola 2020) on STS-B dev, as SimCSE's Fig. 2."""
 
     kind: ClassVar[str] = "align-uniform"
-    headline: ClassVar[str | None] = None
-    whole_encoder: ClassVar[bool] = False
+    task_names: ClassVar[tuple[str, ...]] = (ALIGN_UNIFORM,)
+    aliases: ClassVar[Mapping[str, str]] = {
+        "align": ALIGN_UNIFORM,
+        "alignment": ALIGN_UNIFORM,
+        "uniformity": ALIGN_UNIFORM,
+    }
+
+    @classmethod
+    def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
+        return [cls()] if ALIGN_UNIFORM in names else []
+
+    @classmethod
+    def extra_markdown(cls, names: Sequence[str], outs: Sequence[Mapping[str, Any]]) -> list[str]:
+        runs = [(n, o["results"][ALIGN_UNIFORM]) for n, o in zip(names, outs, strict=True)
+                if ALIGN_UNIFORM in o.get("results", {})]  # fmt: skip
+        if not runs:
+            return []
+        rows = [[n, f"{r['alignment']:.4f}", f"{r['uniformity']:.4f}"] for n, r in runs]
+        return [
+            "**Alignment / uniformity (STS-B dev, lower is better)**\n\n"
+            + markdown_table(["Model", "alignment", "uniformity"], rows)
+        ]
 
     @property
     def label(self) -> str:
@@ -161,14 +332,28 @@ class AlignUniformTask:
 
 
 @dataclass(frozen=True)
-class STSFileTask:
+class STSFileTask(TaskKind):
     """A user's own STS-format pairs (:mod:`cselab.evaluation.custom`), scored like STS-B and
-    reported under the file's name (with its path when two files share a name)."""
+    reported under the file's name (with its path when two files share a name); its table has
+    no "Avg" (the files are not a benchmark's columns)."""
 
     pairs: ScoredPairs
     kind: ClassVar[str] = STS_FILE_KIND
     headline: ClassVar[str | None] = "sts_files"
-    whole_encoder: ClassVar[bool] = False
+    panel: ClassVar[tuple[str, str] | None] = ("Your STS files", "Spearman x 100")
+    own_data: ClassVar[bool] = True
+
+    @classmethod
+    def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
+        return [cls(p) for p in sts_files]
+
+    @classmethod
+    def headline_row(cls, results: Mapping[str, Any], dev: bool) -> Row | None:
+        return own_rows(results, cls.kind, "spearman") or None
+
+    @classmethod
+    def title(cls, mode: str) -> str:
+        return "Your STS files: Spearman x 100 of cosine vs score"
 
     @property
     def label(self) -> str:
@@ -187,14 +372,53 @@ class STSFileTask:
         return TaskResult({name: custom.evaluate_pairs(run.cache, p)}, name)
 
 
+def own_rows(results: Mapping[str, Any], kind: str, metric: str) -> Row:
+    """``{entry: metric x 100}`` of every result entry of ``kind`` (a user's own files)."""
+    return {t: r2(100.0 * r[metric]) for t, r in results.items() if r.get("kind") == kind}
+
+
 @dataclass(frozen=True)
-class TransferTask:
-    """One SentEval transfer task (a classifier on frozen vectors), with its own cache."""
+class TransferTask(TaskKind):
+    """One SentEval transfer task (a classifier on frozen vectors), with its own cache; its
+    headline is test accuracy (``devacc`` in ``dev`` mode), and MRPC's F1 follows the tables."""
 
     name: str
     kind: ClassVar[str] = "transfer"
     headline: ClassVar[str | None] = "transfer"
-    whole_encoder: ClassVar[bool] = False
+    panel: ClassVar[tuple[str, str] | None] = ("Transfer", "accuracy %")
+    task_names: ClassVar[tuple[str, ...]] = TRANSFER_TASKS
+    group: ClassVar[str | None] = "transfer"
+    aliases: ClassVar[Mapping[str, str]] = {"sst": "SST2"}
+
+    @classmethod
+    def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
+        return [cls(t) for t in names if t in cls.task_names]
+
+    @classmethod
+    def headline_row(cls, results: Mapping[str, Any], dev: bool) -> Row | None:
+        if not any(t in results for t, _ in TRANSFER_COLUMNS):
+            return None
+        key = "devacc" if dev else "acc"
+        return with_avg(
+            {label: r2(results[t][key]) if t in results else None for t, label in TRANSFER_COLUMNS}
+        )
+
+    @classmethod
+    def title(cls, mode: str) -> str:
+        return f"Transfer: accuracy % ({mode})"
+
+    @classmethod
+    def extra_markdown(cls, names: Sequence[str], outs: Sequence[Mapping[str, Any]]) -> list[str]:
+        f1 = [(n, o["results"]["MRPC"].get("f1")) for n, o in zip(names, outs, strict=True)
+              if "MRPC" in o.get("results", {})]  # fmt: skip
+        return ["MRPC F1: " + ", ".join(f"{n} {cell(v)}" for n, v in f1)] if f1 else []
+
+    @classmethod
+    def hub_results(cls, out: Mapping[str, Any], table: Mapping[str, Row]) -> list[dict[str, Any]]:
+        return _senteval_hub_results(
+            out, table.get("transfer", {}), TRANSFER_COLUMNS, "text-classification",
+            "SentEval transfer (logistic regression)", "accuracy", "Accuracy x 100",
+        )  # fmt: skip
 
     @property
     def label(self) -> str:
@@ -217,7 +441,7 @@ class TransferTask:
 
 
 @dataclass(frozen=True)
-class RetrievalTask:
+class RetrievalTask(TaskKind):
     """Retrieval on one split of a BEIR folder (:mod:`cselab.evaluation.retrieval`), with its
     Matryoshka ``dims`` from one encoding, exact or FAISS search; the entry is
     ``retrieval:<folder name>``."""
@@ -231,8 +455,34 @@ class RetrievalTask:
     #: caller (``cselab.search.index.vector_search``), since evaluation sits below it
     search: Any = field(default=None, compare=False)
     kind: ClassVar[str] = RETRIEVAL_KIND
-    headline: ClassVar[str | None] = None
     whole_encoder: ClassVar[bool] = True
+
+    @classmethod
+    def entry_markdown(cls, out: Mapping[str, Any]) -> dict[str, str]:
+        from .retrieval import markdown
+
+        return {k: markdown(dict(r)) for k, r in _entries(out, cls.kind)}
+
+    @classmethod
+    def hub_results(cls, out: Mapping[str, Any], table: Mapping[str, Row]) -> list[dict[str, Any]]:
+        """One per measure (nDCG@k, MRR@k, Recall@..., MAP@100, x 100, full width), with
+        MTEB's metric spelling (``ndcg_at_10``)."""
+        results = []
+        for _, result in _entries(out, cls.kind):
+            name = Path(str(result["folder"])).name
+            for metric, value in result["metrics"].items():
+                if (measure := retrieval_metric(metric)) is None:
+                    continue
+                what, k = measure
+                results.append({
+                    "task_type": "retrieval", "task_name": "Retrieval", "dataset_type": name,
+                    "dataset_name": f"{name} (BEIR folder, {result['documents']} documents)",
+                    "dataset_split": hub_split(str(result["split"])),
+                    "metric_type": f"{what}_at_{k}",
+                    "metric_name": f"{RETRIEVAL_NAMES[what]}@{k} x 100",
+                    "metric_value": round(float(value), 2),
+                })  # fmt: skip
+        return results
 
     @property
     def folder(self) -> Path:
@@ -263,7 +513,7 @@ class RetrievalTask:
 
 
 @dataclass(frozen=True)
-class MTEBTask:
+class MTEBTask(TaskKind):
     """MTEB tasks through ``mteb.evaluate`` (:func:`cselab.evaluation.mteb.run_mteb`; needs
     ``cselab[mteb]``), once on the encoder: the entry ``mteb`` holds ``scores`` (each task's
     main score x 100 per split and subset) and MTEB's full ``results``. ``cselab evaluate
@@ -273,7 +523,6 @@ class MTEBTask:
     split: str | None = None
     output_folder: str | None = None
     kind: ClassVar[str] = "mteb"
-    headline: ClassVar[str | None] = None
     whole_encoder: ClassVar[bool] = True
 
     @property
@@ -297,26 +546,3 @@ class MTEBTask:
             output_folder=self.output_folder, data_dir=run.root, split=self.split,
         )  # fmt: skip
         return TaskResult({"mteb": {"kind": self.kind, **out}}, "mteb")
-
-
-#: The registry: every kind of task ``evaluate`` runs, by its ``kind``. ``cselab evaluate
-#: --mteb`` keeps its own route (MTEB's progress, tables and result folder); the library runs
-#: the same tasks as an :class:`MTEBTask`.
-TASK_KINDS: dict[str, type] = {
-    t.kind: t
-    for t in (STSTask, AlignUniformTask, STSFileTask, TransferTask, RetrievalTask, MTEBTask)
-}
-
-
-def senteval_tasks(names: Sequence[str], files: Sequence[ScoredPairs] = ()) -> list[EvalTask]:
-    """The tasks of SentEval task names (as :func:`~cselab.evaluation.api.parse_tasks` gives
-    them) and STS files, in the order they run: STS, alignment/uniformity, the files, transfer."""
-    tasks: list[EvalTask] = []
-    sts_names = tuple(t for t in names if t in sts.STS_TASKS)
-    if sts_names:
-        tasks.append(STSTask(sts_names))
-    if ALIGN_UNIFORM in names:
-        tasks.append(AlignUniformTask())
-    tasks += [STSFileTask(p) for p in files]
-    tasks += [TransferTask(t) for t in names if t in TRANSFER_TASKS]
-    return tasks

@@ -265,8 +265,7 @@ def plot_runs(
 def score_words(column: str) -> str:
     """A dev-score column of ``metrics.csv`` in words: ``stsb_dev`` -> ``STS-B dev Spearman``,
     ``dev_ndcg@10`` -> ``dev nDCG@10``, ``dev_pearson`` -> ``dev Pearson``."""
-    from ..core.metrics import retrieval_metric
-    from ..publish.hub_metadata import RETRIEVAL_NAMES
+    from ..core.metrics import RETRIEVAL_NAMES, retrieval_metric
 
     stsb = column.startswith(STSB_DEV)
     metric = column.removeprefix(STSB_DEV).removeprefix("dev").lstrip("_") or "spearman"
@@ -305,29 +304,24 @@ def _note(ax, text: str) -> None:  # noqa: ANN001 - a matplotlib Axes
     ax.set_yticks([])
 
 
-#: The panels of :func:`plot_task_scores`: headline group, title, y label.
-TASK_GROUPS = (
-    ("sts", "STS", "Spearman x 100"),
-    ("sts_files", "Your STS files", "Spearman x 100"),
-    ("transfer", "Transfer", "accuracy %"),
-)
-
-
 def plot_task_scores(
     outs: Sequence[dict],
     names: Sequence[str],
     out: str | os.PathLike[str] | None = None,
 ) -> Figure:
     """Grouped bars of the headline scores (:func:`cselab.evaluation.report.headline`) of
-    ``outs``: one panel per group present (STS, your own ``--sts-file`` files, transfer), one
-    bar per result and task that some result has (a task none of them ran gets no empty slot,
-    which would read as a zero). Bars start at 0, so that their lengths compare the scores."""
+    ``outs``: one panel per headline table present (each task kind's ``panel``, in the order of
+    the registry: STS, your own ``--sts-file`` files, transfer, ...), one bar per result and
+    task that some result has (a task none of them ran gets no empty slot, which would read as
+    a zero). Bars start at 0, so that their lengths compare the scores."""
+    from ..evaluation.registry import TASK_KINDS
     from ..evaluation.report import headline
 
     heads = [o.get("headline") or headline(o) for o in outs]
     groups = [
-        g for g in TASK_GROUPS
-        if any(v is not None for h in heads for v in (h.get(g[0]) or {}).values())
+        (k.headline, *k.panel) for k in TASK_KINDS.values()
+        if k.headline and k.panel
+        and any(v is not None for h in heads for v in (h.get(k.headline) or {}).values())
     ]  # fmt: skip
     if not groups:
         raise PlotError("no STS, STS-file or transfer scores to plot")

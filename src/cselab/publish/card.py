@@ -168,10 +168,9 @@ _PART_RE = re.compile(r"<!-- cselab:evaluation:part (\S+) -->\n")
 
 
 def evaluation_parts(evaluation: Mapping[str, Any] | None) -> dict[str, str]:
-    """The markdown of ``cselab evaluate`` results, one part per kind: the SentEval tables
-    (``senteval``) and a table per retrieval collection (``retrieval:<name>``)."""
-    from ..evaluation.retrieval import KIND
-    from ..evaluation.retrieval import markdown as retrieval_markdown
+    """The markdown of ``cselab evaluate`` results: the headline tables (``senteval``), then each
+    task kind's markdown of its entries (``retrieval:<name>``) headed by its option ``--<kind>``."""
+    from ..evaluation.registry import TASK_KINDS
 
     if not evaluation:
         return {}
@@ -182,9 +181,9 @@ def evaluation_parts(evaluation: Mapping[str, Any] | None) -> dict[str, str]:
             f"`cselab evaluate` (SentEval protocol, mode `{evaluation.get('mode', 'test')}`):"
             f"\n\n{senteval}"
         )
-    for key, result in evaluation.get("results", {}).items():
-        if isinstance(result, Mapping) and result.get("kind") == KIND:
-            parts[key] = f"`cselab evaluate --retrieval`: {retrieval_markdown(dict(result))}"
+    for kind in TASK_KINDS.values():
+        for key, text in kind.entry_markdown(evaluation).items():
+            parts[key] = f"`cselab evaluate --{kind.kind}`: {text}"
     return parts
 
 

@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 from ..config import EvalConfig
 from ..config.devset import DevSet, dev_metric_for, resolve_dev_set
 from ..config.plan import RunPlan
-from ..core.metrics import STSB, retrieval_metric
+from ..core.metrics import RETRIEVAL_NAMES, STSB, retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
-from ..evaluation.report import STS_COLUMNS, TRANSFER_COLUMNS, headline
+from ..evaluation.report import headline
 from ..model.config import ModelConfig
 
 #: The file name of a model card on the Hub (and in a model folder).
@@ -69,10 +69,6 @@ def dev_score(ec: EvalConfig, plan: RunPlan | None = None) -> DevScore:
             "retrieval", "Retrieval", f"{what}_at_{k}",
         )  # fmt: skip
     return DevScore(name, f"dev set `{file}`", metric.capitalize(), KIND, f"{file} (own pairs)")
-
-
-#: How a card writes each retrieval measure (the names of docs/evaluation.md).
-RETRIEVAL_NAMES = {"ndcg": "nDCG", "mrr": "MRR", "recall": "Recall", "map": "MAP"}
 
 
 def base_model_license(name_or_path: str) -> str | None:
@@ -158,74 +154,20 @@ def eval_results(
 
 
 def evaluation_results(evaluation: Mapping[str, Any] | None) -> list[Any]:
-    """``cselab evaluate`` output as Hub ``EvalResult``s (STS Spearman and transfer accuracy ×100)."""
+    """``cselab evaluate`` output as Hub ``EvalResult``s: each task kind's of the registry
+    (STS Spearman and transfer accuracy x 100, a result per retrieval measure, ...)."""
     from huggingface_hub import EvalResult
+
+    from ..evaluation.registry import TASK_KINDS
 
     if not evaluation:
         return []
-    mode = evaluation.get("mode", "test")
-    split = "validation" if mode == "dev" else "test"
-    results = []
     table = headline(evaluation)
-    groups = (
-        (STS_COLUMNS, "sts", "sentence-similarity", "Semantic Textual Similarity",
-         "spearman_cosine", "Spearman (cosine) x 100"),
-        (TRANSFER_COLUMNS, "transfer", "text-classification",
-         "SentEval transfer (logistic regression)", "accuracy", "Accuracy x 100"),
-    )  # fmt: skip
-    for columns, group, task_type, task_name, metric, metric_name in groups:
-        for task, label in columns:
-            value = table.get(group, {}).get(label)
-            if value is None:
-                continue
-            results.append(
-                EvalResult(
-                    task_type=task_type,
-                    task_name=task_name,
-                    dataset_type=task.lower(),
-                    dataset_name=f"{task} (SentEval)",
-                    dataset_split=split,
-                    metric_type=metric,
-                    metric_name=metric_name,
-                    metric_value=value,
-                )
-            )
-    results += retrieval_results(evaluation)
-    return results
-
-
-def retrieval_results(evaluation: Mapping[str, Any]) -> list[Any]:
-    """Each ``cselab evaluate --retrieval`` collection of ``evaluation`` as ``model-index``
-    results: one per measure (nDCG@k, MRR@k, Recall@..., MAP@100, x 100, full width), with MTEB's
-    metric spelling (``ndcg_at_10``)."""
-    from huggingface_hub import EvalResult
-
-    from ..evaluation.retrieval import KIND as RETRIEVAL
-
-    results = []
-    for result in evaluation.get("results", {}).values():
-        if not isinstance(result, Mapping) or result.get("kind") != RETRIEVAL:
-            continue
-        name = Path(str(result["folder"])).name
-        split = "validation" if result["split"] == "dev" else str(result["split"])
-        for metric, value in result["metrics"].items():
-            measure = retrieval_metric(metric)
-            if measure is None:
-                continue
-            what, k = measure
-            results.append(
-                EvalResult(
-                    task_type="retrieval",
-                    task_name="Retrieval",
-                    dataset_type=name,
-                    dataset_name=f"{name} (BEIR folder, {result['documents']} documents)",
-                    dataset_split=split,
-                    metric_type=f"{what}_at_{k}",
-                    metric_name=f"{RETRIEVAL_NAMES[what]}@{k} x 100",
-                    metric_value=round(float(value), 2),
-                )
-            )
-    return results
+    return [
+        EvalResult(**result)
+        for kind in TASK_KINDS.values()
+        for result in kind.hub_results(evaluation, table)
+    ]
 
 
 def merge_eval_results(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
