@@ -34,7 +34,7 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
-from .config import DCLConfig
+from .sections.dcl import DCLConfig
 from .context import ObjectiveContext, StepCache
 from .off_dropout import IMSIMCSE
 

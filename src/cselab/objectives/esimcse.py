@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import VIEW_MOMENTUM, NegativeBlock, NegativeSource, Pair, upcast
-from .config import MomentumQueueConfig, WordRepetitionConfig
+from .sections.esimcse import MomentumQueueConfig, WordRepetitionConfig
 from .context import ObjectiveContext
 from .papers import Cited, Paper
 from .spaces import DROPOUT_SPACE, NegativeSpace

@@ -26,7 +26,7 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import Score
-from .config import FocalConfig
+from .sections.focal import FocalConfig
 from .papers import Paper
 
 FOCAL_INFONCE = Paper(

@@ -19,7 +19,7 @@ import math
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import NegativeBlock, NegativeSource, Pair
-from .config import GaussianConfig
+from .sections.gaussian import GaussianConfig
 from .context import ObjectiveContext
 from .papers import Paper
 from .spaces import DROPOUT_SPACE, NegativeSpace

@@ -47,7 +47,7 @@ from torch import Tensor, nn
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import LossTerms, Objective
-from .config import MatryoshkaConfig
+from .sections.matryoshka import MatryoshkaConfig
 from .context import ObjectiveContext
 from .papers import Cited, Paper
 

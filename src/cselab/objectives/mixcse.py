@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import NegativeBlock, NegativeSource, Pair
-from .config import MixCSEConfig
+from .sections.mixcse import MixCSEConfig
 from .context import ObjectiveContext
 from .papers import Paper
 from .spaces import DROPOUT_SPACE, NegativeSpace

@@ -36,7 +36,7 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import VIEW_TOKEN_LABELS, VIEW_TOKEN_LOGITS, LossTerms, Objective, upcast
-from .config import MNTPConfig  # noqa: F401 - its section, re-exported
+from .sections.mntp import MNTPConfig
 from .context import ObjectiveContext
 from .papers import Paper
 

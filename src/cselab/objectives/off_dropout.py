@@ -22,7 +22,7 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import Score
-from .config import OffDropoutConfig
+from .sections.off_dropout import OffDropoutConfig
 from .infonce import InBatchNegatives
 from .papers import Paper
 from .spaces import OFF_DROPOUT_SPACE
