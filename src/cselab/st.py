@@ -68,6 +68,7 @@ from .objectives import (
     VIEW_MOMENTUM,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
+    VIEW_TOKEN_LOGITS,
     ObjectiveConfig,
     ObjectiveContext,
     build_objective,
@@ -143,9 +144,9 @@ class CSELoss(nn.Module):
         self.width = _width(model)
         self.objective = build_objective(self.config, width=self.width)
         for key, on in (
-            ("word_repetition", self.objective.positive_repetition > 0),
+            ("word_repetition", self.objective.added_tokens()[0] > 0),
             ("momentum_queue", VIEW_MOMENTUM in self.objective.required_views),
-            ("mntp", self.objective.masked_token_rate > 0),
+            ("mntp", VIEW_TOKEN_LOGITS in self.objective.required_views),
         ):
             if on:  # ESimCSE's parts and MNTP need cselab's own step (token ids, LM head, ...)
                 raise ConfigError(

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
+
 
 def _identity(x: Tensor) -> Tensor:
     return x
@@ -102,3 +104,21 @@ class StepCache:
         if key not in self._draws:
             self._draws[key] = draw()
         return self._draws[key]
+
+
+@dataclass(frozen=True)
+class PrepareContext:
+    """What an objective's host-side preparation of one step may know
+    (:meth:`~cselab.objectives.base.Objective.prepare`).
+
+    Attributes:
+        step_seed: the step's seed, the same on every rank, under GradCache and after a resume
+            (the training layer's ``objective_seed(seed, step)``); a part derives each row's
+            stream from it and the row's global index.
+        offset: index of this rank's first row in the global batch.
+        kind: the kind of the training data.
+    """
+
+    step_seed: int
+    offset: int = 0
+    kind: DataKind = SENTENCES
