@@ -85,8 +85,10 @@ def upcast(x: Tensor) -> Tensor:
 
 
 def total_loss(terms: Mapping[str, Tensor]) -> Tensor:
-    """Sum of the named terms (they are already weighted)."""
-    return torch.stack(list(terms.values())).sum()
+    """Sum of the named terms (they are already weighted); a single term is itself (no
+    ``stack`` and ``sum`` for the common one-term objective)."""
+    values = list(terms.values())
+    return values[0] if len(values) == 1 else torch.stack(values).sum()
 
 
 class Objective(Cited, nn.Module):

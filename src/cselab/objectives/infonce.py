@@ -53,7 +53,7 @@ from .base import (
     upcast,
 )
 from .config import ObjectiveConfig
-from .context import ObjectiveContext, PrepareContext, StepCache
+from .context import ObjectiveContext, PrepareContext, StepCache, constant
 from .papers import Paper
 from .spaces import DERIVED_VIEWS, DROPOUT_SPACE, SWAPPED_NAMES, NegativeSpace
 
@@ -72,11 +72,17 @@ SIMCSE = Paper(
 
 
 def own_column_mask(sims: Tensor, offset: int) -> Tensor:
-    """``(B, N)`` mask that is ``True`` at column ``offset + i`` of row ``i``."""
-    rows = torch.arange(sims.shape[0], device=sims.device)
-    mask = torch.zeros_like(sims, dtype=torch.bool)
-    mask[rows, rows + offset] = True
-    return mask
+    """``(B, N)`` mask that is ``True`` at column ``offset + i`` of row ``i``; made once per
+    shape, offset and device (:func:`~cselab.objectives.context.constant`)."""
+    (b, n), device = sims.shape, sims.device
+
+    def build() -> Tensor:
+        rows = torch.arange(b, device=device)
+        mask = torch.zeros(b, n, dtype=torch.bool, device=device)
+        mask[rows, rows + offset] = True
+        return mask
+
+    return constant(("own_column_mask", b, n, offset), device, build)
 
 
 class InBatchNegatives(NegativeSource):
