@@ -43,6 +43,7 @@ GENERIC = {
     "cselab.objectives",
     "cselab.objectives.Objective",
     "cselab.objectives.ObjectiveContext",
+    "cselab.objectives.PrepareContext",  # what an objective's prepare hook may know
     "cselab.objectives.LossTerms",
     "cselab.objectives.build_objective",
     "cselab.objectives.total_loss",
@@ -150,9 +151,10 @@ TOP = ("cselab.cli", "cselab.st", "cselab.__main__")
 LAYER_RULES: dict[str, tuple[str, ...]] = {
     "cselab.core": ("cselab.",),  # but itself
     "cselab.io": ("cselab.",),  # but cselab.core and itself
+    # an objective makes its token-level views from the step's inputs (its prepare hook), so it
+    # may read the data layer's batch types and token draws; never the model
     "cselab.objectives": (
         "cselab.model",
-        "cselab.data",
         "cselab.config",
         "cselab.training",
         "cselab.evaluation",

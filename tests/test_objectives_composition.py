@@ -349,7 +349,7 @@ def test_paper_presets_load_and_build(path: Path) -> None:
         assert o.word_repetition.enabled and o.word_repetition.dup_rate == 0.32
         q = o.momentum_queue
         assert q.enabled and q.queue_size == 160 and q.momentum == 0.995
-        assert obj.positive_repetition == 0.32 and "momentum" in obj.required_views
+        assert obj.inputs[0].dup_rate == 0.32 and "momentum" in obj.required_views
         assert cfg.model.dropout == 0.1 and cfg.model.max_seq_len == 32
     if path.stem == "barlow-pad704-bert-base":
         assert o.barlow_twins.padding == 704 and cfg.train.batch_size + 704 == 768

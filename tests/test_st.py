@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,33 @@ def test_named_losses_build_the_configs(st_folder: Path) -> None:
     assert "xu2023imsimcse" in ImSimCSELoss(model).citation
     with pytest.raises(ValueError, match=r"objective.focal.hardness must be in \[0, 1\]"):
         FocalInfoNCELoss(model, hardness=2.0)
+
+
+def test_a_paper_loss_takes_every_field_of_its_sections_under_its_key_path(
+    st_folder: Path,
+) -> None:
+    """The keywords are the sections' fields (none renamed by hand, none left out): the first
+    section's bare, a name the objective section has or a further section's as ``key_field``."""
+    expected = {
+        FocalInfoNCELoss: ["hardness"],
+        GSInfoNCELoss: ["num", "batch_multiple", "mean", "std", "weight"],
+        MixCSELoss: ["mix_ratio", "directions", "partner", "columns", "stop_gradient"],
+        DCLLoss: ["weight", "dcl_temperature", "formulation", "eps"],
+        ImSimCSELoss: ["tradeoff", "variant", "dcl_weight", "dcl_temperature",
+                       "dcl_formulation", "dcl_eps"],
+    }  # fmt: skip
+    for loss, words in expected.items():
+        params = list(inspect.signature(loss).parameters)
+        assert params == ["model", "temperature", *words, "seed", "mini_batch_size"], loss
+    model = SentenceTransformer(str(st_folder), device="cpu")
+    built = ImSimCSELoss(model, 0.1, dcl_eps=1e-3, dcl_formulation="paper", variant="authors_code")
+    assert built.config == ObjectiveConfig(
+        temperature=0.1,
+        off_dropout=OffDropoutConfig(enabled=True, variant="authors_code"),
+        dcl=DCLConfig(enabled=True, eps=1e-3, formulation="paper"),
+    )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
+        DCLLoss(model, temprature=0.1)
 
 
 def test_caching_and_undefined_combinations_are_refused_with_a_reason(st_folder: Path) -> None:

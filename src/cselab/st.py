@@ -51,6 +51,7 @@ offered: pass ``mini_batch_size`` and the loss says so. cselab's own trainer has
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,13 +68,9 @@ from .objectives import (
     VIEW_MOMENTUM,
     VIEW_OFF_DROPOUT,
     VIEW_POSITIVE,
-    DCLConfig,
-    FocalConfig,
-    GaussianConfig,
-    MixCSEConfig,
+    VIEW_TOKEN_LOGITS,
     ObjectiveConfig,
     ObjectiveContext,
-    OffDropoutConfig,
     build_objective,
     objective_papers,
     total_loss,
@@ -147,9 +144,9 @@ class CSELoss(nn.Module):
         self.width = _width(model)
         self.objective = build_objective(self.config, width=self.width)
         for key, on in (
-            ("word_repetition", self.objective.positive_repetition > 0),
+            ("word_repetition", self.objective.added_tokens()[0] > 0),
             ("momentum_queue", VIEW_MOMENTUM in self.objective.required_views),
-            ("mntp", self.objective.masked_token_rate > 0),
+            ("mntp", VIEW_TOKEN_LOGITS in self.objective.required_views),
         ):
             if on:  # ESimCSE's parts and MNTP need cselab's own step (token ids, LM head, ...)
                 raise ConfigError(
@@ -258,113 +255,93 @@ class CSELoss(nn.Module):
         return "\n\n".join(p.bibtex for p in objective_papers(self.objective))
 
 
-def _config(temperature: float, **sections: Any) -> ObjectiveConfig:
-    return ObjectiveConfig(temperature=temperature, **sections)
+def paper_loss(name: str, summary: str, *keys: str) -> type[CSELoss]:
+    """A :class:`CSELoss` that switches on the ``objective:`` sub-sections ``keys`` and takes
+    their fields as keyword arguments, generated from the sections so that a parameter's name,
+    default and words live once (in ``cselab/objectives/sections/``).
 
-
-class FocalInfoNCELoss(CSELoss):
-    """Focal-InfoNCE (Hou & Li 2023, Eq. 2): positives score ``s²``, negatives ``s(s+m)``."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = _TAU,
-        hardness: float = FocalConfig.hardness,
-        **kwargs: Any,
-    ) -> None:
-        focal = FocalConfig(enabled=True, hardness=hardness)
-        super().__init__(model, _config(temperature, focal=focal), **kwargs)
-
-
-class GSInfoNCELoss(CSELoss):
-    """GS-InfoNCE (Wu et al. 2022, Eq. 5): Gaussian vectors as extra negatives with weight λ.
-
-    ``num`` = ``M`` per step; ``None``: ``batch_multiple`` × the batch size (paper: 3).
+    The first section's fields keep their names (``hardness``, ``mix_ratio``); a field whose
+    name the ``objective:`` section itself has (DCL's ``temperature`` beside InfoNCE's τ) and
+    every field of a further section is spelled ``<key>_<field>``, the key path flattened
+    (``objective.dcl.temperature`` → ``dcl_temperature``). ``temperature`` is InfoNCE's τ.
     """
+    top = {f.name for f in dataclasses.fields(ObjectiveConfig)}
+    kinds = {f.name: f.default_factory for f in dataclasses.fields(ObjectiveConfig)}
+    #: keyword -> (section key, field name, default)
+    params: dict[str, tuple[str, str, Any]] = {}
+    for i, key in enumerate(keys):
+        for f in dataclasses.fields(kinds[key]()):
+            if f.name == "enabled":
+                continue
+            word = f.name if i == 0 and f.name not in top else f"{key}_{f.name}"
+            params[word] = (key, f.name, f.default)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = _TAU,
-        num: int | None = GaussianConfig.num,
-        batch_multiple: float = GaussianConfig.batch_multiple,
-        weight: float = GaussianConfig.weight,
-        mean: float = GaussianConfig.mean,
-        std: float = GaussianConfig.std,
-        **kwargs: Any,
-    ) -> None:
-        gaussian = GaussianConfig(
-            enabled=True, num=num, batch_multiple=batch_multiple, mean=mean, std=std, weight=weight
+    def __init__(self: CSELoss, model: nn.Module, temperature: float = _TAU, **kwargs: Any) -> None:
+        values: dict[str, dict[str, Any]] = {key: {"enabled": True} for key in keys}
+        for word in [w for w in kwargs if w in params]:
+            key, field_name, _ = params[word]
+            values[key][field_name] = kwargs.pop(word)
+        unknown = [w for w in kwargs if w not in ("seed", "mini_batch_size")]
+        if unknown:
+            raise TypeError(
+                f"{name}() got an unexpected keyword argument {unknown[0]!r}; it takes "
+                f"{', '.join(['temperature', *params])}, seed, mini_batch_size"
+            )
+        sections = {key: kinds[key](**v) for key, v in values.items()}
+        CSELoss.__init__(
+            self, model, ObjectiveConfig(temperature=temperature, **sections), **kwargs
         )
-        super().__init__(model, _config(temperature, gaussian=gaussian), **kwargs)
+
+    kw = inspect.Parameter.KEYWORD_ONLY
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("temperature", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_TAU),
+            *(inspect.Parameter(w, kw, default=d) for w, (_, _, d) in params.items()),
+            inspect.Parameter("seed", kw, default=42),
+            inspect.Parameter("mini_batch_size", kw, default=None),
+        ]
+    )
+    args = ", ".join(
+        f"``{w}`` (``objective.{k}.{f}``, default ``{d!r}``)" for w, (k, f, d) in params.items()
+    )
+    doc = f"{summary}\n\nKeyword arguments: ``temperature`` (τ), {args}; see :func:`paper_loss`."
+    cls = type(name, (CSELoss,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+    cls.sections = keys  # type: ignore[attr-defined]
+    return cls
 
 
-class MixCSELoss(CSELoss):
-    """MixCSE (Zhang et al. 2022): mixed hard negatives ``normalize(λh'_i + (1-λ)h'_j)``."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = _TAU,
-        mix_ratio: float = MixCSEConfig.mix_ratio,
-        directions: str = MixCSEConfig.directions,
-        partner: str = MixCSEConfig.partner,
-        columns: str = MixCSEConfig.columns,
-        stop_gradient: bool = MixCSEConfig.stop_gradient,
-        **kwargs: Any,
-    ) -> None:
-        mixcse = MixCSEConfig(
-            enabled=True,
-            mix_ratio=mix_ratio,
-            directions=directions,
-            partner=partner,
-            columns=columns,
-            stop_gradient=stop_gradient,
-        )
-        super().__init__(model, _config(temperature, mixcse=mixcse), **kwargs)
-
-
-class DCLLoss(CSELoss):
-    """InfoNCE plus ImSimCSE's dimension-wise contrastive term (Xu et al. 2023, Eq. 5)."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = _TAU,
-        weight: float = DCLConfig.weight,
-        dcl_temperature: float = DCLConfig.temperature,
-        formulation: str = DCLConfig.formulation,
-        **kwargs: Any,
-    ) -> None:
-        dcl = DCLConfig(
-            enabled=True, weight=weight, temperature=dcl_temperature, formulation=formulation
-        )
-        super().__init__(model, _config(temperature, dcl=dcl), **kwargs)
-
-
-class ImSimCSELoss(CSELoss):
-    """ImSimCSE (Xu et al. 2023, Eq. 6): off-dropout negatives (Eq. 3) + λ · DCL (Eq. 5).
-
-    Costs one more forward and backward of the batch without dropout (see the module docstring);
-    needs ``(sentence, sentence)`` data.
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = _TAU,
-        tradeoff: float = OffDropoutConfig.tradeoff,
-        variant: str = OffDropoutConfig.variant,
-        dcl_weight: float = DCLConfig.weight,
-        dcl_temperature: float = DCLConfig.temperature,
-        **kwargs: Any,
-    ) -> None:
-        config = _config(
-            temperature,
-            off_dropout=OffDropoutConfig(enabled=True, tradeoff=tradeoff, variant=variant),
-            dcl=DCLConfig(enabled=True, weight=dcl_weight, temperature=dcl_temperature),
-        )
-        super().__init__(model, config, **kwargs)
+#: the named paper losses: each switches on its sections; their keywords are the sections' fields
+FocalInfoNCELoss = paper_loss(
+    "FocalInfoNCELoss",
+    "Focal-InfoNCE (Hou & Li 2023, Eq. 2): positives score ``s²``, negatives ``s(s+m)``.",
+    "focal",
+)
+GSInfoNCELoss = paper_loss(
+    "GSInfoNCELoss",
+    "GS-InfoNCE (Wu et al. 2022, Eq. 5): Gaussian vectors as extra negatives with weight λ "
+    "(``num`` = ``M`` per step; ``None``: ``batch_multiple`` × the batch size, paper: 3).",
+    "gaussian",
+)
+MixCSELoss = paper_loss(
+    "MixCSELoss",
+    "MixCSE (Zhang et al. 2022): mixed hard negatives ``normalize(λh'_i + (1-λ)h'_j)``.",
+    "mixcse",
+)
+DCLLoss = paper_loss(
+    "DCLLoss",
+    "InfoNCE plus ImSimCSE's dimension-wise contrastive term (Xu et al. 2023, Eq. 5).",
+    "dcl",
+)
+ImSimCSELoss = paper_loss(
+    "ImSimCSELoss",
+    "ImSimCSE (Xu et al. 2023, Eq. 6): off-dropout negatives (Eq. 3) + λ · DCL (Eq. 5). Costs "
+    "one more forward and backward of the batch without dropout (see the module docstring); "
+    "needs ``(sentence, sentence)`` data.",
+    "off_dropout",
+    "dcl",
+)
 
 
 class SentenceEncoderModule(nn.Module):

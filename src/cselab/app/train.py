@@ -42,7 +42,6 @@ from ..core.errors import ConfigError
 from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, source_digest
-from ..data.repetition import MAX_REPEATED
 from ..data.store import TokenizedCorpus
 from ..io.runfolder import RunFolder
 from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
@@ -83,18 +82,18 @@ FIXED_SHAPE_MULTIPLE = 16
 def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: Objective) -> None:
     """That a training row fits the model's position embeddings: ``model.max_seq_len`` tokens,
     plus what the step adds to a row: the prompt pooler's template tokens (counted by
-    ``encoder.accepted_max_len``) and up to ``MAX_REPEATED - 1`` repeated tokens of ESimCSE's
-    word repetition (a repeated row is not cut again, as the authors'). Otherwise the first
+    ``encoder.accepted_max_len``) and the tokens the objective's ``prepare`` may add (ESimCSE's
+    word repetition: up to 9, a repeated row is not cut again). Otherwise the first
     step would index past the position embeddings (a traceback on the CPU, a device assert on
     a GPU); this is one line naming the key, before any training."""
-    grown = MAX_REPEATED - 1 if objective.positive_repetition > 0 else 0
+    grown, what = objective.added_tokens()
     room = encoder.accepted_max_len - grown
     if config.model.max_seq_len > room:
         parts = [f"{config.model.name_or_path} accepts {encoder.accepted_max_len} tokens a row"]
         if encoder.prompt is not None:
             parts.append(f"after the prompt template's {encoder.prompt.extra}")
         if grown:
-            parts.append(f"and word repetition adds up to {grown}")
+            parts.append(f"and {what} adds up to {grown}")
         raise ConfigError(
             f"model.max_seq_len={config.model.max_seq_len} is too long: {' '.join(parts)}; "
             f"use model.max_seq_len <= {room}"

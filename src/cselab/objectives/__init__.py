@@ -11,7 +11,8 @@ SimCSE's given hard negatives), :mod:`.esimcse` (ESimCSE's word repetition and m
 queue), :mod:`.mntp` (LLM2Vec's masked next-token prediction, which replaces InfoNCE).
 :mod:`.matryoshka` wraps any of them at several prefix
 dimensions (Matryoshka Representation Learning). :mod:`.config` is the ``objective:``
-section of a run config (torch-free): one sub-section per paper, each with its own checks.
+section of a run config (torch-free), assembled from :mod:`.sections`: one module per paper with
+its sub-section and its checks, beside the paper module of the same name.
 :mod:`.registry` is the ordered list of ``(key, paper module's build)`` that assembles the
 :class:`InfoNCE` (:mod:`.assembly`) in :func:`build_objective`. :mod:`.papers`: each part names the
 papers it implements and describes itself; :func:`objective_papers`, :func:`objective_tags` and
@@ -43,18 +44,21 @@ _HOMES = {
     "Score": ".base",
     "ViewTransform": ".base",
     "total_loss": ".base",
-    "BarlowTwinsConfig": ".config",
-    "DCLConfig": ".config",
-    "FocalConfig": ".config",
-    "GaussianConfig": ".config",
-    "MatryoshkaConfig": ".config",
-    "MixCSEConfig": ".config",
-    "MomentumQueueConfig": ".config",
-    "NoiseConfig": ".config",
+    "BarlowTwinsConfig": ".sections.barlow",
+    "DCLConfig": ".sections.dcl",
+    "FocalConfig": ".sections.focal",
+    "GaussianConfig": ".sections.gaussian",
+    "MatryoshkaConfig": ".sections.matryoshka",
+    "MixCSEConfig": ".sections.mixcse",
+    "MomentumQueueConfig": ".sections.esimcse",
+    "NoiseConfig": ".sections.noise",
     "ObjectiveConfig": ".config",
-    "OffDropoutConfig": ".config",
-    "WordRepetitionConfig": ".config",
+    "OffDropoutConfig": ".sections.off_dropout",
+    "WordRepetitionConfig": ".sections.esimcse",
     "ObjectiveContext": ".context",
+    "PrepareContext": ".context",
+    "InputPart": ".base",
+    "MomentumSettings": ".base",
     "StepCache": ".context",
     "DimensionContrastive": ".dcl",
     "dcl_loss": ".dcl",
@@ -86,11 +90,11 @@ _HOMES = {
     "build_objective": ".registry",
     "VIEW_TOKEN_LABELS": ".base",
     "VIEW_TOKEN_LOGITS": ".base",
-    "MNTPConfig": ".config",
+    "MNTPConfig": ".sections.mntp",
     "MaskedNextTokenPrediction": ".mntp",
     "OBJECTIVE_PARTS": ".registry",
     "Assembly": ".assembly",
-    "ObjectiveFacts": ".config",
+    "ObjectiveFacts": ".sections.facts",
 }
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _HOMES)
 
@@ -126,6 +130,7 @@ __all__ = [
     "HardNegatives",
     "InBatchNegatives",
     "InfoNCE",
+    "InputPart",
     "LossTerms",
     "MATRYOSHKA",
     "MNTPConfig",
@@ -135,6 +140,7 @@ __all__ = [
     "MatryoshkaPrefixes",
     "MixCSEConfig",
     "MixedNegatives",
+    "MomentumSettings",
     "MomentumQueue",
     "MomentumQueueConfig",
     "NegativeBlock",
@@ -149,6 +155,7 @@ __all__ = [
     "Pair",
     "Paper",
     "PositiveRatioScore",
+    "PrepareContext",
     "Score",
     "StepCache",
     "ViewTransform",

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from ..core.datakind import DataKind
-from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, NegativeSource, Objective, Score
+from .base import (
+    VIEW_ANCHOR,
+    VIEW_POSITIVE,
+    AuxiliaryTerm,
+    InputPart,
+    NegativeSource,
+    Objective,
+    Score,
+)
 from .config import ObjectiveConfig
 from .infonce import InBatchNegatives, InfoNCE
 from .spaces import DROPOUT_SPACE, NegativeSpace
@@ -37,7 +45,8 @@ class Assembly:
         auxiliary: additive terms on the raw views.
         transforms: view transforms applied before normalisation.
         positive_views: the two views of the positive column.
-        repetition: the token-level view maker of the positive (ESimCSE), if any.
+        inputs: the parts that make token-level views on the host (ESimCSE's repeated
+            positive), in order.
         wrappers: applied to the built InfoNCE in order (Matryoshka).
         replacement: an objective that replaces InfoNCE altogether (MNTP, a language-modelling
             loss; every other part is off then).
@@ -53,7 +62,7 @@ class Assembly:
     auxiliary: list[AuxiliaryTerm] = field(default_factory=list)
     transforms: list[nn.Module] = field(default_factory=list)
     positive_views: tuple[str, str] = (VIEW_ANCHOR, VIEW_POSITIVE)
-    repetition: nn.Module | None = None
+    inputs: list[InputPart] = field(default_factory=list)
     wrappers: list[Callable[[Objective], Objective]] = field(default_factory=list)
     replacement: Objective | None = None
 
@@ -73,7 +82,7 @@ class Assembly:
             symmetric=self.config.symmetric_loss,
             transforms=self.transforms,
             positive_views=self.positive_views,
-            repetition=self.repetition,
+            inputs=self.inputs,
         )
         for wrap in self.wrappers:
             objective = wrap(objective)

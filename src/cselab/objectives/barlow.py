@@ -26,10 +26,10 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
-from .config import BarlowTwinsConfig
 from .context import ObjectiveContext, StepCache
 from .off_dropout import IMSIMCSE
 from .papers import Paper
+from .sections.barlow import BarlowTwinsConfig
 
 BARLOW_TWINS = Paper(
     key="zbontar2021barlow",

@@ -12,16 +12,14 @@ every one. Objectives declare the *views* they need (:attr:`Objective.required_v
     the same batch encoded with every dropout switched off (ImSimCSE, Xu et al. 2023, Sec. 3.2).
 ``"momentum"``
     the batch encoded by the run's momentum encoder (an exponential moving average of the
-    encoder's weights, dropout off, no gradient; ESimCSE, Wu et al. 2022, Sec. 3.2), asked for by
-    objectives with :attr:`Objective.encoder_momentum` ``> 0``. With
-    :attr:`Objective.positive_repetition` ``> 0``, ``"z2"`` is encoded from the batch with some
-    tokens repeated (ESimCSE's word repetition, :mod:`cselab.data.repetition`) instead of the same
-    tokens.
+    encoder's weights, dropout off, no gradient; ESimCSE, Wu et al. 2022, Sec. 3.2); the
+    objective declares the encoder's settings in :attr:`Objective.view_settings`
+    (:class:`MomentumSettings`).
 ``"token_logits"``, ``"token_labels"``
-    token prediction (MNTP, LLM2Vec, BehnamGhader et al. 2024): the batch with some tokens
-    masked (at :attr:`Objective.masked_token_rate`), encoded through the language-modelling
-    head; ``token_logits`` ``(M, V)`` are the logits at the position **before** each of the
-    ``M`` masked tokens, ``token_labels`` ``(M,)`` the masked tokens' ids.
+    token prediction (MNTP, LLM2Vec, BehnamGhader et al. 2024): the batch's masked copy (made by
+    the objective's :meth:`Objective.prepare`), encoded through the language-modelling head;
+    ``token_logits`` ``(M, V)`` are the logits at the position **before** each of the ``M``
+    masked tokens, ``token_labels`` ``(M,)`` the masked tokens' ids.
 ``"neg"``
     the given hard negatives of a pair batch, ``(B, K, D)``: the ``K`` negatives of row ``i``
     on row ``i`` (supervised SimCSE, Gao et al. 2021, Sec. 4). For pairs, ``z1`` are the anchors
@@ -34,17 +32,25 @@ parts defined here: a :class:`Score`, :class:`NegativeSource` parts that each ad
 is in :mod:`cselab.objectives.context` (:class:`~cselab.objectives.context.ObjectiveContext` for
 the run, :class:`~cselab.objectives.context.StepCache` for one step). Every part is
 :class:`~cselab.objectives.papers.Cited`: it names its papers and describes itself.
+
+Token-level views are the objective's own host work, through two hooks the training layer calls
+without knowing the paper: :meth:`Objective.setup` once per task (what it needs of the
+tokenizer) and :meth:`Objective.prepare` once per step on the whole local batch, before any
+encoding (ESimCSE's repeated positive, MNTP's masked copy: an :class:`InputPart` each).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .context import ObjectiveContext, StepCache
+from ..data.inputs import StepInputs
+from .context import ObjectiveContext, PrepareContext, StepCache
 from .papers import Cited
 
 VIEW_ANCHOR = "z1"
@@ -58,6 +64,19 @@ BASE_VIEWS = frozenset({VIEW_ANCHOR, VIEW_POSITIVE})
 
 LossTerms = dict[str, Tensor]
 
+#: no settings for any view (the default of :attr:`Objective.view_settings`)
+NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class MomentumSettings:
+    """The encoder of the ``momentum`` view: ``θ_m ← momentum · θ_m + (1 - momentum) · θ``
+    after every optimiser step, starting from ``init`` (``pretrained``: a copy of the encoder;
+    ``random``: the architecture's own initialisation)."""
+
+    momentum: float
+    init: str = "pretrained"
+
 
 def upcast(x: Tensor) -> Tensor:
     """``x`` in at least float32: half precision is upcast for the loss; float64 is kept so that
@@ -66,8 +85,10 @@ def upcast(x: Tensor) -> Tensor:
 
 
 def total_loss(terms: Mapping[str, Tensor]) -> Tensor:
-    """Sum of the named terms (they are already weighted)."""
-    return torch.stack(list(terms.values())).sum()
+    """Sum of the named terms (they are already weighted); a single term is itself (no
+    ``stack`` and ``sum`` for the common one-term objective)."""
+    values = list(terms.values())
+    return values[0] if len(values) == 1 else torch.stack(values).sum()
 
 
 class Objective(Cited, nn.Module):
@@ -80,20 +101,25 @@ class Objective(Cited, nn.Module):
     """
 
     required_views: frozenset[str] = BASE_VIEWS
-    #: ESimCSE's ``dup_rate``: the positive view ``z2`` is encoded from the batch with tokens
-    #: repeated at this rate (:mod:`cselab.data.repetition`); ``0``: from the same tokens.
-    positive_repetition: float = 0.0
-    #: EMA coefficient of the momentum encoder that produces the ``momentum`` view (asked for in
-    #: :attr:`required_views`); the training layer owns that encoder and updates it after every
-    #: optimiser step.
-    encoder_momentum: float = 0.0
-    #: where that encoder starts: ``pretrained`` (a copy of the encoder) or ``random``
-    momentum_init: str = "pretrained"
-    #: the probability that a token of the batch is masked for the ``token_*`` views (MNTP);
-    #: ``0``: no masking.
-    masked_token_rate: float = 0.0
-    #: the token that replaces a masked one (``None``: the tokenizer's mask token, else ``_``)
-    mask_token: str | None = None
+    #: settings of the views the objective asks for, by view name, where a view has any (the
+    #: ``momentum`` view: :class:`MomentumSettings`); the training layer reads them once
+    view_settings: Mapping[str, Any] = NO_SETTINGS
+
+    def setup(self, tokenizer: Any) -> None:
+        """Once per task, before any step: take what :meth:`prepare` needs of the tokenizer
+        (and refuse, as a user error, what it cannot use). The default needs nothing."""
+
+    def prepare(self, inputs: StepInputs, ctx: PrepareContext) -> StepInputs:
+        """The step's inputs with the token-level views this objective makes on the host (a
+        word-repeated positive, a masked copy), once per step on the whole local batch, before
+        any encoding; row ``i`` draws from ``ctx`` and global row ``ctx.offset + i`` only. The
+        default adds nothing and returns ``inputs`` itself."""
+        return inputs
+
+    def added_tokens(self) -> tuple[int, str]:
+        """The most tokens :meth:`prepare` adds to a row, and what adds them (``(0, "")``: none);
+        the run checks the model's positions for them once."""
+        return 0, ""
 
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
@@ -166,10 +192,8 @@ class NegativeSource(Cited, nn.Module):
     """
 
     required_views: frozenset[str] = BASE_VIEWS
-    #: see :attr:`Objective.encoder_momentum` (``0``: this source needs no momentum encoder)
-    encoder_momentum: float = 0.0
-    #: see :attr:`Objective.momentum_init`
-    momentum_init: str = "pretrained"
+    #: see :attr:`Objective.view_settings`
+    view_settings: Mapping[str, Any] = NO_SETTINGS
 
     def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
         """See :meth:`Objective.on_step_end` (default: nothing)."""
@@ -203,3 +227,20 @@ class AuxiliaryTerm(Cited, nn.Module):
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext, cache: StepCache | None = None
     ) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+class InputPart(Cited, nn.Module):
+    """A part that makes token-level views on the host (see :meth:`Objective.prepare`); the
+    objective that holds it hands :meth:`Objective.setup`, :meth:`Objective.prepare` and
+    :meth:`Objective.added_tokens` down to it."""
+
+    def setup(self, tokenizer: Any) -> None:
+        """See :meth:`Objective.setup` (default: nothing)."""
+
+    def prepare(self, inputs: StepInputs, ctx: PrepareContext) -> StepInputs:
+        """See :meth:`Objective.prepare` (default: ``inputs`` unchanged)."""
+        return inputs
+
+    def added_tokens(self) -> tuple[int, str]:
+        """See :meth:`Objective.added_tokens`."""
+        return 0, ""

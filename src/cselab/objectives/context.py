@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.datakind import SENTENCES, DataKind
+
 
 def _identity(x: Tensor) -> Tensor:
     return x
@@ -61,8 +63,12 @@ class ObjectiveContext:
         return local.shape[0] * max(1, self.world_size)
 
     def local_rows(self, local: Tensor) -> Tensor:
-        """Global indices ``offset .. offset + B - 1`` of this rank's rows."""
-        return torch.arange(local.shape[0], device=local.device) + self.offset
+        """Global indices ``offset .. offset + B - 1`` of this rank's rows (a constant: made
+        once per batch size, offset and device, :func:`constant`)."""
+        b, offset, device = local.shape[0], self.offset, local.device
+        return constant(
+            ("local_rows", b, offset), device, lambda: torch.arange(b, device=device) + offset
+        )
 
     def normal(
         self, rows: int, dim: int, like: Tensor, mean: float = 0.0, std: float = 1.0
@@ -79,6 +85,27 @@ class ObjectiveContext:
         draws = torch.randn(rows, width, generator=gen, device=device, dtype=torch.float32)
         draws = draws[:, :dim]
         return (draws * std + mean).to(device=like.device, dtype=like.dtype)
+
+
+#: :func:`constant`'s tensors; bounded, since batch sizes vary little within a run
+_CONSTANTS: dict[Hashable, Tensor] = {}
+_MAX_CONSTANTS = 256
+
+
+def constant(key: Hashable, device: torch.device, build: Callable[[], Tensor]) -> Tensor:
+    """``build()``, made once per ``(key, device)`` and reused: an index or mask that depends
+    only on shapes and offsets (the diagonal of the in-batch columns, this rank's rows), so a
+    step does not rebuild it (host work a captured or compiled step cannot hide). ``key`` names
+    every value ``build`` reads. The tensor is made outside inference mode (it may be saved for
+    a backward) and must never be written to."""
+    full = (key, str(device))
+    hit = _CONSTANTS.get(full)
+    if hit is None:
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.clear()
+        with torch.inference_mode(False), torch.no_grad():
+            hit = _CONSTANTS[full] = build()
+    return hit
 
 
 class StepCache:
@@ -102,3 +129,21 @@ class StepCache:
         if key not in self._draws:
             self._draws[key] = draw()
         return self._draws[key]
+
+
+@dataclass(frozen=True)
+class PrepareContext:
+    """What an objective's host-side preparation of one step may know
+    (:meth:`~cselab.objectives.base.Objective.prepare`).
+
+    Attributes:
+        step_seed: the step's seed, the same on every rank, under GradCache and after a resume
+            (the training layer's ``objective_seed(seed, step)``); a part derives each row's
+            stream from it and the row's global index.
+        offset: index of this rank's first row in the global batch.
+        kind: the kind of the training data.
+    """
+
+    step_seed: int
+    offset: int = 0
+    kind: DataKind = SENTENCES

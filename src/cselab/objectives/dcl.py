@@ -34,9 +34,9 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, AuxiliaryTerm, upcast
-from .config import DCLConfig
 from .context import ObjectiveContext, StepCache
 from .off_dropout import IMSIMCSE
+from .sections.dcl import DCLConfig
 
 
 def standardize(z: Tensor, unbiased: bool, eps: float = 1e-5) -> Tensor:

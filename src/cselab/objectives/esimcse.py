@@ -5,10 +5,11 @@ each (each switched on by its own config section, each composing with every othe
 
 1. **Word repetition** (Sec. 3.1; ``objective.word_repetition``). The positive of sentence ``i``
    is the sentence with a few tokens written twice, so the two sides of a positive pair differ in
-   length. It happens on token ids, before the encoder, so it is not an embedding-level part: the
-   objective only *declares* it (:class:`WordRepetition`, whose ``dup_rate`` becomes
-   :attr:`~cselab.objectives.base.Objective.positive_repetition`), and the training layer encodes
-   ``z2`` from repeated tokens (:mod:`cselab.data.repetition`, where the draw is documented).
+   length. It happens on token ids, before the encoder, so it is not an embedding-level part:
+   :class:`WordRepetition` is an :class:`~cselab.objectives.base.InputPart` whose ``prepare``
+   hook writes the repeated tokens as the batch's ``positives`` on the host, once per step
+   (:mod:`cselab.data.repetition`, where the draw is documented), and the training layer encodes
+   ``z2`` from them.
 2. **Momentum contrast** (Sec. 3.2; ``objective.momentum_queue``). A queue of the last ``Q``
    sentences encoded by a momentum encoder (an exponential moving average of the encoder's
    weights, dropout off, no gradient) adds ``Q`` negative columns to every anchor's denominator::
@@ -46,18 +47,29 @@ tokens: both reduce to plain InfoNCE (tested).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from ..data.inputs import StepInputs
+from ..data.repetition import MAX_REPEATED, repeat_tokens
 from .assembly import Assembly
-from .base import VIEW_MOMENTUM, NegativeBlock, NegativeSource, Pair, upcast
-from .config import MomentumQueueConfig, WordRepetitionConfig
-from .context import ObjectiveContext
-from .papers import Cited, Paper
+from .base import (
+    VIEW_MOMENTUM,
+    InputPart,
+    MomentumSettings,
+    NegativeBlock,
+    NegativeSource,
+    Pair,
+    upcast,
+)
+from .context import ObjectiveContext, PrepareContext
+from .papers import Paper
+from .sections.esimcse import MomentumQueueConfig, WordRepetitionConfig
 from .spaces import DROPOUT_SPACE, NegativeSpace
 
 ESIMCSE = Paper(
@@ -76,10 +88,17 @@ ESIMCSE = Paper(
 )
 
 
-class WordRepetition(Cited, nn.Module):
-    """ESimCSE's word repetition (Sec. 3.1), declared: ``z2`` is encoded from the sentence with
-    some tokens repeated at rate ``dup_rate`` (done by the training layer with
-    :func:`cselab.data.repetition.repeat_tokens`; nothing happens at the embedding level).
+def repetition_seed(step_seed: int, row: int) -> int:
+    """Seed of the word-repetition draw of global row ``row`` at the step of ``step_seed``: a
+    row's draw depends on neither the number of ranks nor GradCache's chunks, and a resumed run
+    draws what an uninterrupted one would."""
+    return (step_seed * 1_000_003 + row * 104_729 + 0xD0B) % (2**63 - 1)
+
+
+class WordRepetition(InputPart):
+    """ESimCSE's word repetition (Sec. 3.1): ``z2`` is encoded from the sentence with some tokens
+    repeated at rate ``dup_rate``; :meth:`prepare` makes that copy on the host with
+    :func:`cselab.data.repetition.repeat_tokens` (nothing happens at the embedding level).
 
     Args:
         dup_rate: the repetition rate in ``[0, 1)`` (the authors' BERT-base: 0.32).
@@ -91,6 +110,21 @@ class WordRepetition(Cited, nn.Module):
     def __init__(self, dup_rate: float = WordRepetitionConfig.dup_rate) -> None:
         super().__init__()
         self.dup_rate = float(dup_rate)
+
+    def prepare(self, inputs: StepInputs, ctx: PrepareContext) -> StepInputs:
+        """A sentence batch's word-repeated positives, drawn per global row from the step's
+        seed (pairs, or a batch that has its positives already, pass unchanged)."""
+        if self.dup_rate <= 0 or ctx.kind.pairs or inputs.positives is not None:
+            return inputs
+        rngs = [
+            random.Random(repetition_seed(ctx.step_seed, ctx.offset + i))
+            for i in range(len(inputs))
+        ]
+        return inputs.replace(positives=repeat_tokens(inputs.anchors, self.dup_rate, rngs))
+
+    def added_tokens(self) -> tuple[int, str]:
+        """A repeated row is not cut again: up to ``MAX_REPEATED - 1`` tokens longer."""
+        return (MAX_REPEATED - 1, "word repetition") if self.dup_rate > 0 else (0, "")
 
     def describe(self, kind: DataKind = SENTENCES) -> str:
         return (
@@ -138,8 +172,9 @@ class MomentumQueue(NegativeSource):
     ) -> None:
         super().__init__()
         self.queue_size = int(queue_size)
-        self.encoder_momentum = float(momentum)
-        self.momentum_init = init
+        self.momentum = float(momentum)
+        self.init = init
+        self.view_settings = {VIEW_MOMENTUM: MomentumSettings(self.momentum, init)}
         self.space = space
         self.required_views = space.required_views | {VIEW_MOMENTUM}
         self.entries: Tensor | None = None  # (n, D), n <= queue_size, oldest first
@@ -174,10 +209,10 @@ class MomentumQueue(NegativeSource):
         return (
             f"**Momentum contrast** (ESimCSE, Wu et al. 2022, Sec. 3.2): the last {self.queue_size} "
             "sentences, encoded without dropout by a momentum encoder (EMA of the encoder's "
-            f"weights, momentum {self.encoder_momentum:g}"
+            f"weights, momentum {self.momentum:g}"
             + (
                 ", started from random weights as in the authors' code"
-                if self.momentum_init == "random"
+                if self.init == "random"
                 else ""
             )
             + "), are extra negatives of every anchor."
@@ -185,8 +220,8 @@ class MomentumQueue(NegativeSource):
 
     def extra_repr(self) -> str:
         return (
-            f"queue_size={self.queue_size}, momentum={self.encoder_momentum}, "
-            f"init={self.momentum_init}, space={self.space.name}"
+            f"queue_size={self.queue_size}, momentum={self.momentum}, "
+            f"init={self.init}, space={self.space.name}"
         )
 
 
@@ -203,4 +238,4 @@ def build_queue(section: MomentumQueueConfig, parts: Assembly) -> None:
 def build_repetition(section: WordRepetitionConfig, parts: Assembly) -> None:
     """``objective.word_repetition``: the repeated positive, unless it repeats nothing."""
     if section.enabled and section.dup_rate > 0:
-        parts.repetition = WordRepetition(section.dup_rate)
+        parts.inputs.append(WordRepetition(section.dup_rate))

@@ -26,8 +26,8 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import Score
-from .config import FocalConfig
 from .papers import Paper
+from .sections.focal import FocalConfig
 
 FOCAL_INFONCE = Paper(
     key="hou2023focal",

@@ -19,9 +19,9 @@ import math
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import NegativeBlock, NegativeSource, Pair
-from .config import GaussianConfig
 from .context import ObjectiveContext
 from .papers import Paper
+from .sections.gaussian import GaussianConfig
 from .spaces import DROPOUT_SPACE, NegativeSpace
 
 GS_INFONCE = Paper(

@@ -34,7 +34,7 @@ from .base import (
     Pair,
 )
 from .config import ObjectiveConfig
-from .context import ObjectiveContext
+from .context import ObjectiveContext, constant
 from .infonce import SIMCSE
 from .spaces import DROPOUT_SPACE, NegativeSpace
 
@@ -73,9 +73,21 @@ class HardNegatives(NegativeSource):
         sims = anchor @ negatives.reshape(n * k, d).T
         if self.weight == 0.0:
             return NegativeBlock(sims)
-        rows = ctx.local_rows(anchor)
-        own = (torch.arange(n * k, device=sims.device) // k).unsqueeze(0) == rows.unsqueeze(1)
-        return NegativeBlock(sims, own.to(sims.dtype) * self.weight)
+        b, offset, device, dtype, w = (
+            anchor.shape[0],
+            ctx.offset,
+            sims.device,
+            sims.dtype,
+            self.weight,
+        )
+
+        def build() -> torch.Tensor:  # the log-weight w on each anchor's own K columns
+            rows = torch.arange(b, device=device) + offset
+            own = (torch.arange(n * k, device=device) // k).unsqueeze(0) == rows.unsqueeze(1)
+            return own.to(dtype) * w
+
+        key = ("hard_negative_weights", b, n, k, offset, dtype, w)
+        return NegativeBlock(sims, constant(key, device, build))
 
     def describe(self, kind: DataKind = SENTENCES) -> str:
         per_pair = f" ({kind.negatives} per pair)" if kind.negatives else ""

@@ -30,16 +30,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
+from ..data.inputs import StepInputs
 from .base import (
     VIEW_ANCHOR,
     VIEW_POSITIVE,
     AuxiliaryTerm,
+    InputPart,
     LossTerms,
     NegativeBlock,
     NegativeSource,
@@ -50,7 +53,7 @@ from .base import (
     upcast,
 )
 from .config import ObjectiveConfig
-from .context import ObjectiveContext, StepCache
+from .context import ObjectiveContext, PrepareContext, StepCache, constant
 from .papers import Paper
 from .spaces import DERIVED_VIEWS, DROPOUT_SPACE, SWAPPED_NAMES, NegativeSpace
 
@@ -69,11 +72,17 @@ SIMCSE = Paper(
 
 
 def own_column_mask(sims: Tensor, offset: int) -> Tensor:
-    """``(B, N)`` mask that is ``True`` at column ``offset + i`` of row ``i``."""
-    rows = torch.arange(sims.shape[0], device=sims.device)
-    mask = torch.zeros_like(sims, dtype=torch.bool)
-    mask[rows, rows + offset] = True
-    return mask
+    """``(B, N)`` mask that is ``True`` at column ``offset + i`` of row ``i``; made once per
+    shape, offset and device (:func:`~cselab.objectives.context.constant`)."""
+    (b, n), device = sims.shape, sims.device
+
+    def build() -> Tensor:
+        rows = torch.arange(b, device=device)
+        mask = torch.zeros(b, n, dtype=torch.bool, device=device)
+        mask[rows, rows + offset] = True
+        return mask
+
+    return constant(("own_column_mask", b, n, offset), device, build)
 
 
 class InBatchNegatives(NegativeSource):
@@ -127,8 +136,8 @@ class InfoNCE(Objective):
         transforms: derive extra raw views before normalisation (the noise ablation).
         positive_views: the two view names whose similarity is the positive column.
         name: the name of the contrastive loss term.
-        repetition: ESimCSE's word repetition, declared (``z2`` is then encoded from repeated
-            tokens by the training layer; :attr:`positive_repetition`).
+        inputs: the parts that make token-level views on the host (ESimCSE's word repetition:
+            ``z2`` is then encoded from repeated tokens); :meth:`prepare` runs them in order.
 
     Inputs:
         ``views["z1"]``, ``views["z2"]``: ``(B, D)`` embeddings, plus whatever the parts require
@@ -154,7 +163,7 @@ class InfoNCE(Objective):
         transforms: Sequence[ViewTransform] = (),
         positive_views: tuple[str, str] = (VIEW_ANCHOR, VIEW_POSITIVE),
         name: str = "infonce",
-        repetition: nn.Module | None = None,
+        inputs: Sequence[InputPart] = (),
     ) -> None:
         super().__init__()
         negatives = list(negatives) if negatives is not None else [InBatchNegatives()]
@@ -167,16 +176,26 @@ class InfoNCE(Objective):
         self.transforms = nn.ModuleList(transforms)
         self.positive_views = positive_views
         self.name = name
-        self.repetition = repetition
-        self.positive_repetition = float(getattr(repetition, "dup_rate", 0.0))
-        self.encoder_momentum = max((float(n.encoder_momentum) for n in negatives), default=0.0)
-        self.momentum_init = next(
-            (n.momentum_init for n in negatives if n.encoder_momentum > 0), "pretrained"
-        )
+        self.inputs = nn.ModuleList(inputs)
         views = set(positive_views)
+        settings: dict[str, Any] = {}
         for part in [*negatives, *auxiliary]:
             views |= set(part.required_views)
+            settings.update(getattr(part, "view_settings", {}))
         self.required_views = frozenset(views - DERIVED_VIEWS)
+        self.view_settings = settings
+
+    def setup(self, tokenizer: Any) -> None:
+        for part in self.inputs:
+            part.setup(tokenizer)
+
+    def prepare(self, inputs: StepInputs, ctx: PrepareContext) -> StepInputs:
+        for part in self.inputs:
+            inputs = part.prepare(inputs, ctx)
+        return inputs
+
+    def added_tokens(self) -> tuple[int, str]:
+        return max((part.added_tokens() for part in self.inputs), default=(0, ""))
 
     def describe(self, kind: DataKind = SENTENCES) -> str:
         sym = "averaged over both directions" if self.symmetric else "with the first view as anchor"

@@ -41,15 +41,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
+from ..data.inputs import StepInputs
 from .assembly import Assembly
 from .base import LossTerms, Objective
-from .config import MatryoshkaConfig
-from .context import ObjectiveContext
+from .context import ObjectiveContext, PrepareContext
 from .papers import Cited, Paper
+from .sections.matryoshka import MatryoshkaConfig
 
 MATRYOSHKA = Paper(
     key="kusupati2022matryoshka",
@@ -152,11 +154,18 @@ class Matryoshka(Objective):
         self.inner = inner
         self.prefixes = MatryoshkaPrefixes(dims, weights)
         self.required_views = inner.required_views
-        # What the training layer asks of an objective with state (ESimCSE's parts) is the
-        # inner objective's: the wrapper changes widths, not steps.
-        self.positive_repetition = inner.positive_repetition
-        self.encoder_momentum = inner.encoder_momentum
-        self.momentum_init = inner.momentum_init
+        # What the training layer asks of an objective with state or token-level views
+        # (ESimCSE's parts) is the inner objective's: the wrapper changes widths, not steps.
+        self.view_settings = inner.view_settings
+
+    def setup(self, tokenizer: Any) -> None:
+        self.inner.setup(tokenizer)
+
+    def prepare(self, inputs: StepInputs, ctx: PrepareContext) -> StepInputs:
+        return self.inner.prepare(inputs, ctx)
+
+    def added_tokens(self) -> tuple[int, str]:
+        return self.inner.added_tokens()
 
     def on_step_end(self, views: Mapping[str, Tensor], ctx: ObjectiveContext) -> None:
         self.inner.on_step_end(views, ctx)

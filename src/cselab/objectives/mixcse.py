@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import NegativeBlock, NegativeSource, Pair
-from .config import MixCSEConfig
 from .context import ObjectiveContext
 from .papers import Paper
+from .sections.mixcse import MixCSEConfig
 from .spaces import DROPOUT_SPACE, NegativeSpace
 
 MIXCSE = Paper(

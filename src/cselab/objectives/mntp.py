@@ -20,25 +20,30 @@ a random token 10%, kept 10%; the loss is ``LlamaForCausalLM``'s (labels shifted
 over the chosen tokens). A tokenizer without a mask token takes ``_`` (``mask_token_type:
 blank``). LoRA r 16 on the base model only (the LM head stays frozen), 1,000 steps, batch 32.
 
-The objective sees tensors only: the training layer masks the batch
-(:mod:`cselab.data.masking`, asked for through :attr:`Objective.masked_token_rate`) and hands
-over the ``token_logits`` view (the LM head's logits at the position before each chosen token)
-and the ``token_labels`` view (the chosen tokens' ids).
+The objective makes its token-level view itself, on the host: :meth:`~MaskedNextTokenPrediction.setup`
+finds the mask token once, :meth:`~MaskedNextTokenPrediction.prepare` masks the batch once per
+step (:mod:`cselab.data.masking`, each row from its own seed). The training layer encodes the
+masked copy and hands over the ``token_logits`` view (the LM head's logits at the position
+before each chosen token) and the ``token_labels`` view (the chosen tokens' ids).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.datakind import SENTENCES, DataKind
+from ..data.inputs import MaskedCopy, StepInputs
+from ..data.masking import mask_token_id, mask_tokens
 from .assembly import Assembly
 from .base import VIEW_TOKEN_LABELS, VIEW_TOKEN_LOGITS, LossTerms, Objective, upcast
-from .config import MNTPConfig  # noqa: F401 - its section, re-exported
-from .context import ObjectiveContext
+from .context import ObjectiveContext, PrepareContext
 from .papers import Paper
+from .sections.mntp import MNTPConfig
 
 LLM2VEC = Paper(
     key="behnamghader2024llm2vec",
@@ -59,6 +64,12 @@ REPLACEMENT = (0.8, 0.1, 0.1)
 BLANK_MASK_TOKEN = "_"
 
 
+def masking_seed(step_seed: int, row: int) -> int:
+    """Seed of the token-masking draw of global row ``row`` at the step of ``step_seed``,
+    independent of ranks, GradCache and resumes, and a stream of its own (not ESimCSE's)."""
+    return (step_seed * 999_983 + row * 15_485_863 + 0x3A5) % (2**63 - 1)
+
+
 def build(section: MNTPConfig, parts: Assembly) -> None:
     """``objective.mntp``: the MNTP loss replaces the InfoNCE the other keys would assemble
     (validated: they are all off)."""
@@ -71,8 +82,7 @@ class MaskedNextTokenPrediction(Objective):
     before each (see the module docstring).
 
     Args:
-        mask_ratio: the probability that a token is chosen (read by the training layer, as
-            :attr:`masked_token_rate`).
+        mask_ratio: the probability that a (non-special) token is chosen.
         mask_token: the replacing token (``None``: the tokenizer's, else ``_``).
     """
 
@@ -82,8 +92,33 @@ class MaskedNextTokenPrediction(Objective):
 
     def __init__(self, mask_ratio: float = 0.2, mask_token: str | None = None) -> None:
         super().__init__()
-        self.masked_token_rate = float(mask_ratio)
+        self.mask_ratio = float(mask_ratio)
         self.mask_token = mask_token
+        self.tokenizer: Any = None  # set by setup
+        self.mask_id: int | None = None
+
+    def setup(self, tokenizer: Any) -> None:
+        """The tokenizer's mask token (or ``mask_token``), checked once, before any step."""
+        self.tokenizer = tokenizer
+        self.mask_id = mask_token_id(tokenizer, self.mask_token)
+
+    def prepare(self, inputs: StepInputs, ctx: PrepareContext) -> StepInputs:
+        """The masked copy of the anchors, drawn per global row from the step's seed (a batch
+        that has one already passes unchanged)."""
+        if inputs.masked is not None:
+            return inputs
+        if self.mask_id is None:
+            raise RuntimeError("MaskedNextTokenPrediction.setup(tokenizer) was not called")
+        gens = [
+            torch.Generator().manual_seed(masking_seed(ctx.step_seed, ctx.offset + i))
+            for i in range(len(inputs))
+        ]
+        tokenizer, mask = self.tokenizer, inputs.anchors["attention_mask"]
+        ids, labels = mask_tokens(
+            inputs.anchors["input_ids"], mask, self.mask_ratio, self.mask_id, len(tokenizer),
+            tokenizer.all_special_ids, gens,
+        )  # fmt: skip
+        return inputs.replace(masked=MaskedCopy.of(ids, labels, mask.cpu()))
 
     def forward(
         self, views: Mapping[str, Tensor], ctx: ObjectiveContext | None = None
@@ -100,6 +135,6 @@ class MaskedNextTokenPrediction(Objective):
         token = f"`{self.mask_token}`" if self.mask_token else "the tokenizer's mask token (or `_`)"
         return (
             "**Masked next-token prediction** (LLM2Vec): each token is chosen with probability "
-            f"{self.masked_token_rate:g} and replaced by {token} (80%), a random token (10%) or "
+            f"{self.mask_ratio:g} and replaced by {token} (80%), a random token (10%) or "
             "kept (10%); it is predicted by the LM head from the previous position's state"
         )

@@ -20,9 +20,9 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import VIEW_ANCHOR, VIEW_POSITIVE, ViewTransform
-from .config import NoiseConfig
 from .context import ObjectiveContext, StepCache
 from .off_dropout import IMSIMCSE
+from .sections.noise import NoiseConfig
 from .spaces import NOISY_SPACE, VIEW_ANCHOR_NOISY, VIEW_POSITIVE_NOISY
 
 

@@ -22,9 +22,9 @@ from torch import Tensor
 from ..core.datakind import SENTENCES, DataKind
 from .assembly import Assembly
 from .base import Score
-from .config import OffDropoutConfig
 from .infonce import InBatchNegatives
 from .papers import Paper
+from .sections.off_dropout import OffDropoutConfig
 from .spaces import OFF_DROPOUT_SPACE
 
 #: The paper of this module's parts, of :mod:`.dcl`, of :mod:`.noise` (its ablation) and of

@@ -2,9 +2,10 @@
 an :class:`~cselab.objectives.infonce.InfoNCE` from the ``objective:`` section with it.
 
 Each entry names a key of :class:`~cselab.objectives.config.ObjectiveConfig` and the ``build``
-of the paper module that owns it; the config section (torch-free, so that a config is read
-without torch) holds the key's default and its checks. A new paper is its module with a
-``build`` (and its part), its section in :mod:`.config`, and one line here (``docs/design.md``).
+of the paper module that owns it; the section beside it (``objectives/sections/<paper>.py``,
+torch-free, so that a config is read without torch) holds the key's default and its checks. A
+new paper is its module with a ``build`` (its part, its hooks), its section, its field on
+``ObjectiveConfig`` and one line here (``docs/design.md``'s checklist).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ Four streams, each with its own seed (so none depends on how many numbers anothe
 * **generated negatives** — the objective's own generator, re-seeded before every step from
   :func:`objective_seed` (identical on every rank, and in a resumed run);
 * **data order** — :class:`cselab.data.BatchOrder`'s per-epoch permutation;
-* **word repetition** (ESimCSE) — one Python ``random.Random`` per global row of a step, seeded
-  from :func:`repetition_seed`.
+* **token-level views** an objective makes on the host (ESimCSE's word repetition, MNTP's
+  masking) — one generator per global row of a step, seeded by the objective's own module from
+  :func:`objective_seed` and the row (``esimcse.repetition_seed``, ``mntp.masking_seed``).
 
 :class:`RNGState` is the one snapshot of them: GradCache captures the torch generators before a
 chunk and restores them before the chunk's replay; a checkpoint stores each rank's full state
@@ -48,20 +49,6 @@ def objective_seed(seed: int, step: int) -> int:
     one would.
     """
     return (seed * 1_000_033 + step * 7_919 + 0x5EED) % (2**63 - 1)
-
-
-def repetition_seed(seed: int, step: int, row: int) -> int:
-    """Seed of the word-repetition draw of global row ``row`` at ``step`` (ESimCSE's positive,
-    :mod:`cselab.data.repetition`): a row's draw depends on neither the number of ranks nor
-    GradCache's chunks, and a resumed run draws what an uninterrupted one would."""
-    return (objective_seed(seed, step) * 1_000_003 + row * 104_729 + 0xD0B) % (2**63 - 1)
-
-
-def masking_seed(seed: int, step: int, row: int) -> int:
-    """Seed of the token-masking draw of global row ``row`` at ``step`` (MNTP,
-    :mod:`cselab.data.masking`), independent of ranks, GradCache and resumes as
-    :func:`repetition_seed`, and a stream of its own."""
-    return (objective_seed(seed, step) * 999_983 + row * 15_485_863 + 0x3A5) % (2**63 - 1)
 
 
 #: ``(tensors, json-able metadata)``: how an :class:`RNGState` travels in a checkpoint.

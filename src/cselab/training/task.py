@@ -12,9 +12,11 @@ momentum encoder of the ``momentum`` view (:mod:`.momentum`), which the trainer 
 :meth:`Task.after_step` after every optimiser step; and :meth:`Task.losses` calls the
 objective's ``on_step_end`` once per step, after the loss (the queue takes in the step's batch
 there, once per step also under GradCache). :meth:`Task.state_dict` is what the checkpoint keeps
-of both. :meth:`Task.prepare` adds a sentence batch's word-repeated positives when the
-objective asks for them (:mod:`cselab.data.repetition`), drawn per global row from
-``(seed, step)``: the same on every rank, under GradCache and after a resume.
+of both. :meth:`Task.prepare` hands the batch to the objective's own ``prepare`` hook once per
+step (the token-level views it makes on the host: ESimCSE's repeated positive, MNTP's masked
+copy), with a seed from ``(seed, step)`` and this rank's offset: the same draws on every rank,
+under GradCache and after a resume. The task knows no paper: what it asks of an objective is
+its views, their settings, ``setup`` and ``prepare``.
 
 Example::
 
@@ -26,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -34,12 +35,16 @@ import torch
 from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
-from ..data.inputs import MaskedCopy, StepInputs, as_step_inputs
-from ..data.masking import mask_token_id, mask_tokens
-from ..data.repetition import repeat_tokens
-from ..objectives import VIEW_MOMENTUM, LossTerms, Objective, ObjectiveContext
+from ..data.inputs import StepInputs, as_step_inputs
+from ..objectives import (
+    VIEW_MOMENTUM,
+    LossTerms,
+    Objective,
+    ObjectiveContext,
+    PrepareContext,
+)
 from .momentum import MomentumEncoder
-from .rng import masking_seed, objective_seed, repetition_seed
+from .rng import objective_seed
 from .views import check_views, compute_views
 
 
@@ -53,10 +58,12 @@ class Batch:
         inputs: the step's token columns (:class:`~cselab.data.inputs.StepInputs`); a plain
             token dict (``input_ids``, ``attention_mask``, ... ``(B, L)``) is taken as a
             sentence batch.
+        prepared: whether :meth:`Task.prepare` has run on it (it runs once per step).
     """
 
     step: int
     inputs: StepInputs
+    prepared: bool = False
 
     def __post_init__(self) -> None:
         self.inputs = as_step_inputs(self.inputs)
@@ -102,14 +109,12 @@ class Task:
         self.ctx = ctx or ObjectiveContext()
         self.seed = seed
         self.amp_dtype = amp_dtype
-        self.mask_id: int | None = None
-        if objective.masked_token_rate > 0:  # MNTP: the tokenizer's mask token, checked once
-            self.mask_id = mask_token_id(self._raw.tokenizer, objective.mask_token)
+        objective.setup(getattr(self._raw, "tokenizer", None))  # once: e.g. MNTP's mask token
         self.momentum: MomentumEncoder | None = None
         if VIEW_MOMENTUM in objective.required_views:
-            raw = getattr(encoder, "_orig_mod", encoder)  # torch.compile's wrapper: its module
+            settings = objective.view_settings[VIEW_MOMENTUM]
             self.momentum = MomentumEncoder(
-                raw, objective.encoder_momentum, init=objective.momentum_init, seed=seed
+                self._raw, settings.momentum, init=settings.init, seed=seed
             )
 
     @property
@@ -125,47 +130,21 @@ class Task:
         return torch.autocast(device.type, dtype=self.amp_dtype)
 
     def prepare(self, batch: Batch) -> Batch:
-        """``batch`` with what the step's views need besides its tokens: the word-repeated
-        positives when the objective asks for them (ESimCSE), MNTP's masked copy when it
-        predicts masked tokens. Called once per step on the whole local batch, before any
-        encoding (GradCache chunks the result); the trainer calls it on the CPU batch, before
-        the copy to the device (both are host work), and a prepared batch passes through
-        unchanged (the same object)."""
-        inputs = batch.inputs
-        masked = self._masked(inputs, batch.step)
-        rate = self.objective.positive_repetition
-        repeat = rate > 0 and not self.kind.pairs and inputs.positives is None
-        if masked is None and not repeat:
+        """``batch`` with what the step's views need besides its tokens, made by the objective's
+        ``prepare`` hook (a word-repeated positive, a masked copy). Called once per step on the
+        whole local batch, before any encoding (GradCache chunks the result); the trainer calls
+        it on the CPU batch, before the copy to the device (both are host work). A prepared
+        batch passes through unchanged (the same object), and so does one the objective adds
+        nothing to (marked prepared)."""
+        if batch.prepared:
             return batch
-        if masked is not None:
-            inputs = inputs.replace(masked=masked)
-        if repeat:
-            seed = self.seed if self.seed is not None else 0
-            rngs = [
-                random.Random(repetition_seed(seed, batch.step, self.ctx.offset + i))
-                for i in range(len(batch))
-            ]
-            inputs = inputs.replace(positives=repeat_tokens(inputs.anchors, rate, rngs))
-        return Batch(batch.step, inputs)
-
-    def _masked(self, inputs: StepInputs, step: int) -> MaskedCopy | None:
-        """The masked copy of the anchors when the objective predicts masked tokens (MNTP) and
-        the batch has none yet, drawn per global row from ``(seed, step)``; else ``None``."""
-        rate = self.objective.masked_token_rate
-        if rate <= 0 or self.mask_id is None or inputs.masked is not None:
-            return None
         seed = self.seed if self.seed is not None else 0
-        gens = [
-            torch.Generator().manual_seed(masking_seed(seed, step, self.ctx.offset + i))
-            for i in range(len(inputs))
-        ]
-        tokenizer = self._raw.tokenizer
-        mask = inputs.anchors["attention_mask"]
-        ids, labels = mask_tokens(
-            inputs.anchors["input_ids"], mask, rate, self.mask_id, len(tokenizer),
-            tokenizer.all_special_ids, gens,
-        )  # fmt: skip
-        return MaskedCopy.of(ids, labels, mask.cpu())
+        ctx = PrepareContext(objective_seed(seed, batch.step), self.ctx.offset, self.kind)
+        inputs = self.objective.prepare(batch.inputs, ctx)
+        if inputs is batch.inputs:
+            batch.prepared = True
+            return batch
+        return Batch(batch.step, inputs, prepared=True)
 
     def encode(
         self, inputs: StepInputs | Mapping[str, Tensor], names: Collection[str] | None = None

@@ -165,7 +165,7 @@ class Trainer:
         inputs = self.task.prepare(Batch(step, inputs)).inputs
         if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
             inputs = inputs.pad_to_width(self.width_multiple, self.pad_id)
-        return Batch(step, inputs.to(self.device))
+        return Batch(step, inputs.to(self.device), prepared=True)
 
     def forward_backward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Loss terms of one batch; gradients accumulated into the parameters."""

@@ -35,6 +35,7 @@ position and is skipped): ``(M, V)`` logits instead of the ``(B, L, V)`` of a fu
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 
@@ -63,8 +64,14 @@ TOKEN_VIEWS = frozenset({VIEW_TOKEN_LOGITS, VIEW_TOKEN_LABELS})
 
 
 def check_views(names: Iterable[str], kind: DataKind = SENTENCES) -> None:
-    """That views ``names`` can be computed from data of ``kind`` (done once per task)."""
-    names = set(names)
+    """That views ``names`` can be computed from data of ``kind``: checked once per set of
+    names and kind (the task checks when it is built; :func:`compute_views`, called every step
+    and chunk, finds the answer remembered)."""
+    _check_views(frozenset(names), kind)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_views(names: frozenset[str], kind: DataKind) -> None:
     unknown = names - KNOWN_VIEWS
     if unknown:
         raise ValueError(
