@@ -65,3 +65,38 @@ def test_resume_in_an_empty_folder_starts_the_run(tiny_bert: Path, tmp_path: Pat
     """Nothing to continue and nothing to lose: a resume starts the run."""
     assert main([*train_args(tiny_bert, tmp_path), "--train.resume=true"]) == 0
     assert RunFolder(tmp_path / "out").results.is_file()
+
+
+def test_collection_never_writes_into_a_folder_that_holds_files(
+    senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A user's BEIR folder given to ``cselab collection``: refused, every file as it was."""
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text('{"_id": "d0", "title": "", "text": "mine"}\n')
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    before = tree_digest(beir)
+    argv = ["collection", str(beir), "--data-dir", str(senteval_dir), "--no-download"]
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"cselab collection: error: {beir}: is not empty; write the collection into a new or "
+        "empty folder (nothing of a folder that holds files is replaced)"
+    )
+    assert tree_digest(beir) == before
+    (beir / "qrels" / "test.tsv").unlink()
+    (beir / "corpus.jsonl").unlink()
+    (beir / "qrels").rmdir()
+    assert main(argv) == 0  # an empty folder is written into
+    assert sorted(tree_digest(beir)) == ["corpus.jsonl", "qrels/dev.tsv", "queries.jsonl"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_collection_threshold_that_is_not_a_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture, value: str
+) -> None:
+    assert main(["collection", str(tmp_path / "c"), "--threshold", value, "--no-download"]) == 2
+    assert one_line(capsys) == (
+        f"cselab collection: error: --threshold {float(value)} is refused: the least gold "
+        "score must be a finite number"
+    )
+    assert not (tmp_path / "c").exists()
