@@ -100,3 +100,18 @@ def test_collection_threshold_that_is_not_a_number(
         "score must be a finite number"
     )
     assert not (tmp_path / "c").exists()
+
+
+def test_train_cache_dir_under_a_file_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    argv = train_args(tiny_bert, tmp_path)
+    argv = [a for a in argv if not a.startswith("--data.cache_dir=")]
+    assert main([*argv, f"--data.cache_dir={blocker / 'sub'}"]) == 2
+    assert one_line(capsys) == (
+        f"cselab train: error: data.cache_dir={blocker / 'sub'} is under {blocker}, which is a "
+        "file, not a folder"
+    )
+    assert not (tmp_path / "out").exists()
