@@ -115,3 +115,57 @@ def test_train_cache_dir_under_a_file_is_one_line(
         "file, not a folder"
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--train.lr", "1e-5"],
+        ["train", "demo-minilm", "--train.lr", "1e-5"],
+    ],
+)
+def test_override_written_with_a_space_names_the_equals_form(
+    capsys: pytest.CaptureFixture, argv: list[str]
+) -> None:
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        "cselab train: error: override --train.lr 1e-5: a config override takes its value "
+        "after '=': write --train.lr=1e-5"
+    )
+
+
+def test_missing_dev_data_offline_fails_at_once_with_the_form_the_parser_takes(
+    tiny_bert: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No network (the Hub's name does not resolve) and no STS-B dev in the cache: no retries
+    with backoff before the error, and the hint is an override ``cselab train`` accepts."""
+    import socket
+
+    from huggingface_hub import constants
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("CSELAB_CACHE", str(tmp_path / "cselab-cache"))
+    monkeypatch.delenv("CSELAB_DATA", raising=False)
+    for proxy in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    argv = [a for a in train_args(tiny_bert, tmp_path) if not a.startswith("--train.eval_steps")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("cselab train: error: SentEval data missing in ")
+    assert last.endswith("then pass --eval.data_dir=DIR or set $CSELAB_DATA.")
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+    # the hint, followed: the parser takes it (and names the folder given)
+    assert main([*argv, f"--eval.data_dir={tmp_path / 'senteval'}"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"cselab train: error: SentEval data missing in {tmp_path / 'senteval'}")

@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from ..core.errors import SettingError, UserError
+from ..core.errors import ConfigError, SettingError, UserError
 from ..core.version import __version__
 from ..evaluation.names import STS_COLUMNS_HINT
 from ..io.readers import Lines
@@ -238,6 +238,25 @@ def build_parser() -> argparse.ArgumentParser:
 OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+=")
 
 
+#: A config key written with its value in the next argument (``--train.lr 1e-5``): argparse
+#: would take the value for the config file.
+SPACED_OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+$")
+
+
+def spaced_override(argv: Sequence[str]) -> str | None:
+    """The one-line refusal of an override written ``--section.key value`` (the value in the
+    next argument) in ``argv``, naming the ``--section.key=value`` form; ``None`` if none is."""
+    for arg, value in zip(argv, argv[1:], strict=False):
+        if arg == "--":
+            break
+        if SPACED_OVERRIDE.match(arg) and not value.startswith("--"):
+            return (
+                f"override {arg} {value}: a config override takes its value after '=': "
+                f"write {arg}={value}"
+            )
+    return None
+
+
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """``argv`` without its ``--section.key=value`` overrides, and the overrides in order
     (everything after a ``--`` stays where it is)."""
@@ -254,6 +273,7 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    spaced = spaced_override(argv)
     args, rest = parser.parse_known_args(argv)
     rest = overrides + rest
     logging.basicConfig(
@@ -265,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.overrides = rest  # only `train` accepts --section.key=value overrides
     try:
+        if spaced is not None and args.command == "train":
+            raise ConfigError(spaced)
         if args.command == "train":
             # transformers' per-load progress bars drown the training log.
             from transformers.utils import logging as hf_logging

@@ -93,22 +93,49 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
         ) from None
 
 
+def endpoint_unreachable(url: str) -> str | None:
+    """Why ``url``'s host cannot be reached at all (its name does not resolve: no network, as
+    offline machines and sandboxes are), or ``None`` when it resolves or a proxy would resolve
+    it; one name lookup, no request."""
+    import socket
+    import urllib.parse
+    import urllib.request
+
+    host = urllib.parse.urlsplit(url).hostname
+    if not host or urllib.request.getproxies():
+        return None
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError as err:
+        return f"{host} does not resolve (no network? {err.strerror or err})"
+    return None
+
+
 def hub_dataset_file(repo_id: str, filename: str) -> Path:
     """``filename`` of Hub dataset repository ``repo_id``, through ``huggingface_hub``: kept in
     the shared Hugging Face cache (``HF_HOME``/``HF_HUB_CACHE``), resumed after an interruption,
-    from ``HF_ENDPOINT`` (a mirror) if set, and from the cache only under ``HF_HUB_OFFLINE=1``.
+    from ``HF_ENDPOINT`` (a mirror) if set, and from the cache only under ``HF_HUB_OFFLINE=1``
+    or when the endpoint's name does not resolve (:func:`endpoint_unreachable`).
     The file appears under its final name only once complete.
 
     Raises :class:`ResolveError` (one line: what, from where, why).
     """
     from huggingface_hub import constants, hf_hub_download
 
+    # no network at all: the cache alone, at once, rather than retries with backoff (~22 s)
+    unreachable = None if constants.HF_HUB_OFFLINE else endpoint_unreachable(constants.ENDPOINT)
     try:
-        return Path(hf_hub_download(repo_id, filename, repo_type="dataset"))
+        return Path(
+            hf_hub_download(
+                repo_id, filename, repo_type="dataset", local_files_only=unreachable is not None
+            )
+        )
     except Exception as err:  # the Hub client raises many types for "unreachable"
         where = f"{constants.ENDPOINT}/datasets/{repo_id} ({filename})"
         if constants.HF_HUB_OFFLINE:
             why = f"HF_HUB_OFFLINE is set and it is not in the cache {constants.HF_HUB_CACHE}"
+        elif unreachable is not None:
+            why = f"{unreachable} and it is not in the cache {constants.HF_HUB_CACHE}"
         else:
             why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
         raise ResolveError(f"could not download {where}: {why}") from None
