@@ -169,3 +169,132 @@ def test_missing_dev_data_offline_fails_at_once_with_the_form_the_parser_takes(
     assert main([*argv, f"--eval.data_dir={tmp_path / 'senteval'}"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"cselab train: error: SentEval data missing in {tmp_path / 'senteval'}")
+
+
+# ------------------------------------------------------------ damaged adapter folders
+
+
+@pytest.fixture(scope="module")
+def adapter_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama and a folder of LoRA adapters saved on it."""
+    from backbone_models import make_tiny_decoder
+    from cselab.model.encoder import SentenceEncoder
+
+    root = tmp_path_factory.mktemp("adapters")
+    base = make_tiny_decoder(root / "base")
+    SentenceEncoder.from_pretrained(str(base), pooler="avg", lora={"r": 2}).save(root / "good")
+    return root / "good"
+
+
+def _truncate(folder: Path) -> Path:
+    weights = folder / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return weights
+
+
+def _garbage(folder: Path) -> Path:
+    weights = folder / "adapter_model.safetensors"
+    weights.write_bytes(bytes(range(256)) * 12)
+    return weights
+
+
+def _no_weights(folder: Path) -> Path:
+    (folder / "adapter_model.safetensors").unlink()
+    return folder / "adapter_model.safetensors"
+
+
+def _no_config(folder: Path) -> Path:
+    (folder / "adapter_config.json").unlink()
+    return folder / "adapter_config.json"
+
+
+class _Planted:
+    """Unpickling it would run ``touch``: a file that must never appear."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _pickle(folder: Path) -> Path:
+    import pickle
+
+    (folder / "adapter_model.safetensors").unlink()
+    target = folder / "adapter_model.bin"
+    target.write_bytes(pickle.dumps({"x": _Planted(folder.parent / "RAN")}))
+    return target
+
+
+def _remote_code_base(folder: Path) -> Path:
+    """The adapters' base becomes a model of a type transformers does not know, whose
+    config.json names code of its own (auto_map)."""
+    import json
+    import shutil
+
+    config = json.loads((folder / "adapter_config.json").read_text())
+    base = shutil.copytree(config["base_model_name_or_path"], folder.parent / "remote-base")
+    model = json.loads((base / "config.json").read_text())
+    model.update(model_type="plantedmodel", auto_map={"AutoConfig": "x.C", "AutoModel": "x.M"})
+    (base / "config.json").write_text(json.dumps(model))
+    config["base_model_name_or_path"] = str(base)
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return base / "config.json"
+
+
+DAMAGE = {
+    "truncated": (
+        _truncate,
+        "{file}: not a complete safetensors file (Error while deserializing header: incomplete "
+        "metadata, file not fully covered); the adapters cannot be loaded",
+    ),
+    "garbage": (_garbage, "{file}: not a complete safetensors file (Error while deserializing "),
+    "no weights": (
+        _no_weights,
+        "{file}: missing; {folder} holds the adapters' config (adapter_config.json) but not "
+        "their weights, so they cannot be loaded",
+    ),
+    "no config": (
+        _no_config,
+        "{file}: missing; {folder} holds LoRA adapter weights (adapter_model.safetensors) but "
+        "not their config, so they cannot be put on a model",
+    ),
+    "pickle": (_pickle, "{file}: the file holds code or objects, not only tensors, and was not "),
+    "remote code": (
+        _remote_code_base,
+        "{file}: model_type 'plantedmodel' is not one transformers knows, and its auto_map names "
+        "code of the folder's own, which cselab does not run; trust it",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_adapter_folder_is_one_line_naming_the_file(
+    adapter_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture, damage: str
+) -> None:
+    """``cselab merge``, ``cselab encode`` and ``cselab.load`` of a damaged adapter folder:
+    one line naming the file (never peft's fallback to the Hub, a SafetensorError, an
+    UnpicklingError, transformers' trust_remote_code error, or "a plain model folder")."""
+    import shutil
+
+    import cselab
+    from cselab.core.errors import ModelFormatError
+
+    make, message = DAMAGE[damage]
+    folder = shutil.copytree(adapter_folder, tmp_path / "adapters")
+    file = make(folder)
+    want = message.format(file=file, folder=folder)
+    (tmp_path / "in.txt").write_text("one sentence\n")
+    assert main(["merge", str(folder), "-o", str(tmp_path / "merged")]) == 2
+    assert one_line(capsys).startswith(f"cselab merge: error: {want}")
+    argv = ["encode", str(folder), "--input", str(tmp_path / "in.txt"), "--output"]
+    assert main([*argv, str(tmp_path / "v.npy")]) == 2
+    assert one_line(capsys).startswith(f"cselab encode: error: {want}")
+    with pytest.raises(ModelFormatError) as err:
+        cselab.load(str(folder))
+    assert str(err.value).startswith(want)
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "v.npy").exists()
+    assert not (tmp_path / "RAN").exists()

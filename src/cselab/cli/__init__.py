@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -270,6 +271,18 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
+def quiet_transformers() -> None:
+    """No progress bars of transformers' own ("Loading weights", "Writing model shards" at every
+    load and save): they drown a command's lines. Set before transformers is imported (no
+    import here: most commands that load no model never import it); a value the user set in
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` is kept."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        from transformers.utils import logging as hf_logging  # imported already: tell it
+
+        hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
@@ -287,11 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if spaced is not None and args.command == "train":
             raise ConfigError(spaced)
-        if args.command == "train":
-            # transformers' per-load progress bars drown the training log.
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
+        quiet_transformers()
         return int(args.func(args) or 0)
     except _user_errors() as err:
         message = str(err)

@@ -25,7 +25,7 @@ from .choices import BATCH_SIZE
 from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
-from .hub import pickled_weights_refused, resolve_model, unpickling_failed
+from .hub import pickled_weights_refused, refuse_remote_code, resolve_model, unpickling_failed
 from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler
 from .prompt import Prompt, Spliced, append_end_token, template_states
@@ -187,6 +187,7 @@ class SentenceEncoder(nn.Module):
 
         unpad.check_attention(attn_implementation)  # one line, before any loading
         root = resolve_model(name_or_path, revision)
+        refuse_remote_code(Path(root), trust_remote_code)  # adapters: their base, below
         # the backbone of an older sentence-transformers folder sits in 0_Transformer/
         path = str(transformer_folder(Path(root)))
         if isinstance(lora, Mapping):
