@@ -5,6 +5,9 @@ missing dev set. Each is one line (``cselab CMD: error: ...``, exit 2) and loses
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,9 @@ import pytest
 from conftest import write_corpus
 from cselab.cli import main
 from cselab.io.runfolder import RunFolder
+
+TESTS = Path(__file__).parent
+SRC = TESTS.parent / "src"
 
 
 def one_line(capsys: pytest.CaptureFixture) -> str:
@@ -298,3 +304,92 @@ def test_damaged_adapter_folder_is_one_line_naming_the_file(
     assert str(err.value).startswith(want)
     assert not (tmp_path / "merged").exists() and not (tmp_path / "v.npy").exists()
     assert not (tmp_path / "RAN").exists()
+
+
+# ------------------------------------------------------------------ what a user sees
+
+
+def run_cselab(*argv: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m cselab ARGV`` (or ``python -c CODE``) as a user runs it, from this checkout."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{SRC}{os.pathsep}{TESTS}")
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    args = ["-c", code] if code is not None else ["-m", "cselab", *argv]
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_merge_of_adapters_on_a_causal_lm_checkpoint_shows_no_library_noise(
+    adapter_folder: Path, tmp_path: Path
+) -> None:
+    """The base is a causal-LM checkpoint (an LM head cselab leaves unused, as MNTP's base):
+    no load report of that head, no peft FutureWarning, no weight-loading bars."""
+    proc = run_cselab("merge", str(adapter_folder), "-o", str(tmp_path / "merged"))
+    assert proc.returncode == 0, proc.stderr
+    for noise in ("LOAD REPORT", "FutureWarning", "Loading weights", "Writing model shards"):
+        assert noise not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == ""
+
+
+def test_a_load_report_of_an_unexpected_key_is_kept(adapter_folder: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = json.loads((adapter_folder / "adapter_config.json").read_text())
+    model = shutil.copytree(base["base_model_name_or_path"], tmp_path / "model")
+    weights = load_file(model / "model.safetensors")
+    weights["model.planted.weight"] = weights["lm_head.weight"][:2].clone()
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "in.txt").write_text("one\n")
+    proc = run_cselab("encode", str(model), "--input", str(tmp_path / "in.txt"),
+                      "--output", str(tmp_path / "v.npy"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "LOAD REPORT" in proc.stderr and "planted.weight" in proc.stderr
+
+
+def test_help_lists_every_command_without_markup() -> None:
+    from cselab.cli import build_parser
+
+    parser = build_parser()
+    text = parser.format_help()
+    assert "``" not in text
+    (commands,) = [a for a in parser._actions if isinstance(a.choices, dict)]
+    described = text.split("positional arguments:")[1]
+    assert all(f"    {name} " in described for name in commands.choices)
+    assert "collection" in commands.choices
+
+
+def test_encode_shows_its_progress(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "in.txt").write_text("".join(f"sentence number {i}\n" for i in range(12)))
+    argv = ["encode", str(tiny_bert), "--input", str(tmp_path / "in.txt"), "--output",
+            str(tmp_path / "v.npy"), "--batch-size", "4", "--pooler", "avg"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "encode" in err and "3/3" in err
+    assert main(["-q", *argv]) == 0  # -q: warnings and errors only
+    assert "3/3" not in capsys.readouterr().err
+
+
+TRAIN_FROM_PYTHON = """
+import sys
+import cselab
+config = cselab.load_config(None, sys.argv[1:])
+cselab.train(config)
+"""
+
+
+def test_train_from_python_shows_its_step_log(tiny_bert: Path, tmp_path: Path) -> None:
+    """``cselab.train`` in a program that set no logging up logs its steps as the CLI does."""
+    overrides = [a for a in train_args(tiny_bert, tmp_path) if a.startswith("--")]
+    overrides.append("--train.log_steps=1")
+    proc = subprocess.run(
+        [sys.executable, "-c", TRAIN_FROM_PYTHON, *overrides],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SRC)),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert " INFO step 2/2 loss=" in proc.stderr

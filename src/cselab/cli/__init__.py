@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | merge | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
+"""Command line: ``cselab train | config | merge | encode | push | evaluate | compare | collection | plot | sweep | report | index build | search | mine``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from ..core.errors import ConfigError, SettingError, UserError
+from ..core.logs import LOG_DATEFMT, LOG_FORMAT
 from ..core.version import __version__
 from ..evaluation.names import STS_COLUMNS_HINT
 from ..io.readers import Lines
@@ -90,7 +91,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
         check_prefix(args.dim, encoder.dim, "--dim")
     vectors = encoder.encode(
         lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision,
-        dim=args.dim,
+        dim=args.dim, show_progress=not args.quiet,  # a bar on stderr: batches done, ETA
     )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
@@ -134,7 +135,11 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cselab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="cselab",
+        description="Contrastive learning of sentence embeddings: train, evaluate, encode, "
+        "search. The commands are listed below; each one's options: cselab COMMAND --help.",
+    )
     parser.add_argument("--version", action="version", version=f"cselab {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -291,8 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest = overrides + rest
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(message)s",
-        datefmt="%H:%M:%S",
+        format=LOG_FORMAT,
+        datefmt=LOG_DATEFMT,
     )
     if rest and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
