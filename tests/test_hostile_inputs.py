@@ -393,3 +393,73 @@ def test_train_from_python_shows_its_step_log(tiny_bert: Path, tmp_path: Path) -
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert " INFO step 2/2 loss=" in proc.stderr
+
+
+# --------------------------------------------------- what a SIGKILL leaves, a later run removes
+
+KILLED_WHILE_TOKENISING = """
+import os, signal, sys
+from pathlib import Path
+from cselab.data import cache
+
+class KilledWhileWriting:
+    @classmethod
+    def build(cls, stream, tokenizer, max_seq_len, out_dir=None):
+        (Path(out_dir) / "input_ids.partial").write_bytes(b"\\0" * 4096)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+cache.TokenizedCorpus = KilledWhileWriting
+from cselab.cli import main
+main(sys.argv[1:])
+"""
+
+KILLED_WHILE_MERGING = """
+import os, signal, sys
+from pathlib import Path
+from cselab.model.sentence_encoder import SentenceEncoder
+
+def killed_while_saving(self, folder, *args, **kwargs):
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "model.safetensors").write_bytes(b"\\0" * 4096)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+SentenceEncoder.save = killed_while_saving
+from cselab.cli import main
+main(sys.argv[1:])
+"""
+
+
+def hidden_folders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.startswith(".") and p.is_dir())
+
+
+def killed(code: str, *argv: str) -> None:
+    """Run ``cselab ARGV`` in a process that ``code`` kills with SIGKILL mid-write."""
+    import signal
+
+    proc = run_cselab(code=code.replace("main(sys.argv[1:])", f"main({list(argv)!r})"))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_later_run_removes_what_a_run_killed_while_tokenising_left(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    argv = train_args(tiny_bert, tmp_path)
+    killed(KILLED_WHILE_TOKENISING, *argv)
+    tokens = tmp_path / "data" / "cache" / "tokens"
+    (left,) = hidden_folders(tokens)
+    assert any(left.rglob("input_ids.partial"))
+    assert main([*argv, "--train.overwrite=true"]) == 0
+    assert not left.exists() and hidden_folders(tokens) == []
+
+
+def test_a_later_merge_removes_what_a_killed_merge_left(
+    adapter_folder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "merged"
+    killed(KILLED_WHILE_MERGING, "merge", str(adapter_folder), "-o", str(out))
+    (left,) = hidden_folders(tmp_path)
+    assert not out.exists()
+    assert main(["merge", str(adapter_folder), "-o", str(out)]) == 0
+    assert not left.exists() and hidden_folders(tmp_path) == []
+    assert (out / "model.safetensors").stat().st_size > 4096
