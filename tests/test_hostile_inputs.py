@@ -463,3 +463,16 @@ def test_a_later_merge_removes_what_a_killed_merge_left(
     assert main(["merge", str(adapter_folder), "-o", str(out)]) == 0
     assert not left.exists() and hidden_folders(tmp_path) == []
     assert (out / "model.safetensors").stat().st_size > 4096
+
+
+def test_an_mntp_models_card_does_not_offer_it_as_a_sentence_encoder(tmp_path: Path) -> None:
+    from backbone_models import make_tiny_decoder, tiny_run_argv
+
+    llama = make_tiny_decoder(tmp_path / "llama")
+    argv = tiny_run_argv(llama, tmp_path / "run", "--objective.mntp.enabled=true",
+                         "--model.lora.r=2", "--train.max_steps=1", rows=16)  # fmt: skip
+    assert main(["-q", "train", *argv]) == 0
+    card = (tmp_path / "run" / "out" / "best" / "README.md").read_text()
+    use = card.split("## Intended use")[1].split("\n## ")[0].strip()
+    assert use.startswith("Not a sentence encoder yet: masked next-token prediction")
+    assert "Sentence similarity" not in use and "llm2vec-simcse-llama3-8b" in use

@@ -50,6 +50,7 @@ from ..objectives import (
     objective_papers,
     objective_tags,
 )
+from ..objectives.mntp import MODEL_USE
 from ..training.metrics import read_metrics as read_metrics_table
 from .folder_plan import run_plan_of
 from .hardware import hardware_section
@@ -254,6 +255,8 @@ def mining_words(path: Path) -> str | None:
 def intended_use(config: Config, data: TrainingData, plan: RunPlan | None = None) -> str:
     """The card's intended use: semantic search for a model selected on a retrieval set or
     trained on hard negatives, else sentence similarity (``plan``: the run's, its dev set)."""
+    if config.objective.mntp.enabled:  # a step towards an encoder, not one yet
+        return MODEL_USE
     dev = dev_score(config.eval, plan)
     search = dev.task_type == "retrieval" or data.kind.hard_negatives
     if search:
