@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -476,3 +477,22 @@ def test_an_mntp_models_card_does_not_offer_it_as_a_sentence_encoder(tmp_path: P
     use = card.split("## Intended use")[1].split("\n## ")[0].strip()
     assert use.startswith("Not a sentence encoder yet: masked next-token prediction")
     assert "Sentence similarity" not in use and "llm2vec-simcse-llama3-8b" in use
+
+
+#: words of the work, not the product: a tracker's issue numbers, branch or worktree names,
+#: the rounds of work (an upstream project's issue, "princeton-nlp/SimCSE issues #122", is a
+#: citation and stays)
+WORK_WORDS = re.compile(
+    r"(?<!SimCSE )\bissues? \d+|\bbranch `|\bwt-[a-z]+\b|\bwave\b|helper sessions?"
+)
+
+
+def test_docs_speak_of_the_product_not_of_the_work() -> None:
+    root = TESTS.parent
+    found = [
+        f"{path.relative_to(root)}:{n}: {line.strip()}"
+        for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if WORK_WORDS.search(line)
+    ]
+    assert found == []
