@@ -299,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format=LOG_FORMAT,
         datefmt=LOG_DATEFMT,
     )
+    # huggingface_hub's logger has a handler of its own (its retries, its warnings): printed
+    # there, and not again through the root's
+    logging.getLogger("huggingface_hub").propagate = False
     if rest and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.overrides = rest  # only `train` accepts --section.key=value overrides
