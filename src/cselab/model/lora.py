@@ -13,9 +13,6 @@ adapters are used.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +30,17 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_PICKLE = "adapter_model.bin"
 
 
-@contextlib.contextmanager
-def _peft_quietly() -> Iterator[None]:
-    """peft reads a property transformers deprecated (``is_gradient_checkpointing``): a
-    FutureWarning at every adapter load, about the two libraries, nothing a user can act on."""
+def _quietly(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` without the FutureWarning peft causes by reading a property
+    transformers deprecated (``is_gradient_checkpointing``): one at every adapter load, about
+    the two libraries, nothing a user can act on."""
+    import warnings
+
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning
         )
-        yield
+        return call(*args, **kwargs)
 
 
 def _peft() -> Any:
@@ -81,8 +80,7 @@ def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) ->
         base_model_name_or_path=base,
     )
     try:
-        with _peft_quietly():
-            return peft.get_peft_model(backbone, config)
+        return _quietly(peft.get_peft_model, backbone, config)
     except ValueError as err:  # peft: "Target modules ... not found in the base model"
         model_type = getattr(backbone.config, "model_type", "?")
         raise ConfigError(
@@ -188,8 +186,7 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
     peft = _peft()
     check_adapter_weights(folder)
     try:
-        with _peft_quietly():
-            return peft.PeftModel.from_pretrained(backbone, str(folder), is_trainable=False)
+        return _quietly(peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False)
     except SafetensorError as err:
         raise ModelFormatError(
             f"{folder / ADAPTER_WEIGHTS}: cannot be read ({str(err).splitlines()[0]})"

@@ -53,12 +53,6 @@ LLM2VEC = Paper(
 }""",
 )
 
-#: the authors' replacement of a chosen token: mask token, random token, kept (BERT's split)
-REPLACEMENT = (0.8, 0.1, 0.1)
-#: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)
-BLANK_MASK_TOKEN = "_"
-
-
 #: What a model trained by MNTP alone is for (its model card's intended use): LLM2Vec's step 2
 #: adapts the decoder; step 3 (contrastive) makes the encoder.
 MODEL_USE = (
@@ -68,6 +62,11 @@ MODEL_USE = (
     "`llm2vec-simcse-llama3-8b` with `--model.name_or_path=MERGED_FOLDER`: that model is the "
     "sentence encoder."
 )
+
+#: the authors' replacement of a chosen token: mask token, random token, kept (BERT's split)
+REPLACEMENT = (0.8, 0.1, 0.1)
+#: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)
+BLANK_MASK_TOKEN = "_"
 
 
 def build(section: MNTPConfig, parts: Assembly) -> None:

@@ -255,10 +255,10 @@ def mining_words(path: Path) -> str | None:
 def intended_use(config: Config, data: TrainingData, plan: RunPlan | None = None) -> str:
     """The card's intended use: semantic search for a model selected on a retrieval set or
     trained on hard negatives, else sentence similarity (``plan``: the run's, its dev set)."""
-    if config.objective.mntp.enabled:  # a step towards an encoder, not one yet
-        return MODEL_USE
     dev = dev_score(config.eval, plan)
     search = dev.task_type == "retrieval" or data.kind.hard_negatives
+    if config.objective.mntp.enabled:  # a step towards an encoder, not one yet
+        return MODEL_USE
     if search:
         why = (
             f"selected on {dev.metric} of {dev.dataset}"
