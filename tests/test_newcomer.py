@@ -166,7 +166,7 @@ def test_missing_dev_data_names_trains_flag_and_the_retry_runs(
     assert main(_tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={empty}")) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("cselab train: error: SentEval data missing in")
-    assert "pass --eval.data_dir DIR" in err and "--data-dir" not in err
+    assert "pass --eval.data_dir=DIR" in err and "--data-dir" not in err
     assert main(_tiny_run(tiny_bert, tmp_path, out, f"--eval.data_dir={senteval_dir}")) == 0
     assert (out / "results.json").is_file()
 

@@ -38,10 +38,14 @@ def train(config, callbacks=None):
     """Train with a :class:`cselab.config.Config` (or a path to a YAML file); returns results.
 
     ``callbacks``: optional :class:`cselab.training.callbacks.Callback` objects (see that module).
+    The run's log (steps, evaluations, saves) goes to stderr unless logging is configured
+    (:func:`cselab.core.logs.stderr_log_unless_configured`).
     """
     from .app.train import train as _train
+    from .core.logs import stderr_log_unless_configured
 
-    return _train(config, callbacks or ())
+    with stderr_log_unless_configured():
+        return _train(config, callbacks or ())
 
 
 #: the other public names and their homes (imported on first use)

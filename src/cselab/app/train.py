@@ -43,6 +43,7 @@ from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, source_digest
 from ..data.store import TokenizedCorpus
+from ..io.files import file_in_the_way
 from ..io.runfolder import RunFolder
 from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
 from ..model.encoder import SentenceEncoder, compile_encoder
@@ -147,8 +148,9 @@ def build_trainer(
     dev = resolve_dev_set(config.eval.dev, config.eval.dev_metric, config.eval.dev_columns)
     evaluator = make_dev_evaluator(config.eval, tc.eval_steps, dev)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-    if cache.exists() and not cache.is_dir():  # else a NotADirectoryError deep in the cache
-        raise ConfigError(f"data.cache_dir={cache} is a file, not a folder")
+    if (blocker := file_in_the_way(cache)) is not None:  # not a NotADirectoryError deep down
+        where = "" if blocker == cache else f" is under {blocker}, which"
+        raise ConfigError(f"data.cache_dir={cache}{where} is a file, not a folder")
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
     if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default

@@ -1,4 +1,4 @@
-"""Command line: ``cselab train | merge | config | encode | evaluate | compare | push | index build | search | mine | plot | sweep | report``.
+"""Command line: ``cselab train | config | merge | encode | push | evaluate | compare | collection | plot | sweep | report | index build | search | mine``.
 
 User errors (bad config, missing or malformed files, offline downloads, divergence) print one
 line naming the problem and exit with status 2; tracebacks are for bugs.
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
 
-from ..core.errors import SettingError, UserError
+from ..core.errors import ConfigError, SettingError, UserError
+from ..core.logs import LOG_DATEFMT, LOG_FORMAT
 from ..core.version import __version__
 from ..evaluation.names import STS_COLUMNS_HINT
 from ..io.readers import Lines
@@ -89,7 +91,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
         check_prefix(args.dim, encoder.dim, "--dim")
     vectors = encoder.encode(
         lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision,
-        dim=args.dim,
+        dim=args.dim, show_progress=not args.quiet,  # a bar on stderr: batches done, ETA
     )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
@@ -137,7 +139,11 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cselab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="cselab",
+        description="Contrastive learning of sentence embeddings: train, evaluate, encode, "
+        "search. The commands are listed below; each one's options: cselab COMMAND --help.",
+    )
     parser.add_argument("--version", action="version", version=f"cselab {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -242,6 +248,25 @@ def build_parser() -> argparse.ArgumentParser:
 OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+=")
 
 
+#: A config key written with its value in the next argument (``--train.lr 1e-5``): argparse
+#: would take the value for the config file.
+SPACED_OVERRIDE = re.compile(r"--[A-Za-z_][\w-]*(?:\.[\w-]+)+$")
+
+
+def spaced_override(argv: Sequence[str]) -> str | None:
+    """The one-line refusal of an override written ``--section.key value`` (the value in the
+    next argument) in ``argv``, naming the ``--section.key=value`` form; ``None`` if none is."""
+    for arg, value in zip(argv, argv[1:], strict=False):
+        if arg == "--":
+            break
+        if SPACED_OVERRIDE.match(arg) and not value.startswith("--"):
+            return (
+                f"override {arg} {value}: a config override takes its value after '=': "
+                f"write {arg}={value}"
+            )
+    return None
+
+
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """``argv`` without its ``--section.key=value`` overrides, and the overrides in order
     (everything after a ``--`` stays where it is)."""
@@ -255,25 +280,39 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
+def quiet_transformers() -> None:
+    """No progress bars of transformers' own ("Loading weights", "Writing model shards" at every
+    load and save): they drown a command's lines. Set before transformers is imported (no
+    import here: most commands that load no model never import it); a value the user set in
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` is kept."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        from transformers.utils import logging as hf_logging  # imported already: tell it
+
+        hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    spaced = spaced_override(argv)
     args, rest = parser.parse_known_args(argv)
     rest = overrides + rest
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(message)s",
-        datefmt="%H:%M:%S",
+        format=LOG_FORMAT,
+        datefmt=LOG_DATEFMT,
     )
+    # huggingface_hub's logger has a handler of its own (its retries, its warnings): printed
+    # there, and not again through the root's
+    logging.getLogger("huggingface_hub").propagate = False
     if rest and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.overrides = rest  # only `train` accepts --section.key=value overrides
     try:
-        if args.command == "train":
-            # transformers' per-load progress bars drown the training log.
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
+        if spaced is not None and args.command == "train":
+            raise ConfigError(spaced)
+        quiet_transformers()
         return int(args.func(args) or 0)
     except _user_errors() as err:
         message = str(err)

@@ -327,10 +327,9 @@ def run_collection(args: argparse.Namespace) -> int:
     over STS-B ``--split``, fetched like ``cselab evaluate``'s data."""
     from ..evaluation.datasets import STSB_FILES, load_stsb
     from ..evaluation.download import ensure_files
-    from ..evaluation.retrieval import collection_from_sts
+    from ..evaluation.retrieval import check_collection_output, collection_from_sts
 
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ConfigError(f"{args.out}: is a file; the collection is a folder")
+    check_collection_output(args.out, args.threshold)  # before the data is fetched
     data = ensure_files(
         [f"STS/STSBenchmark/{STSB_FILES[args.split]}"], args.data_dir, not args.no_download
     )

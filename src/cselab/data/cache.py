@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from ..core.errors import CorpusError, WriteError
 from ..io.files import file_digest, write_error, write_json_atomic
+from ..io.runfolder import work_folder
 from .config import DataFormat, PairColumns
 from .corpus import CorpusStats, SentenceStream
 from .pairs import ROWS_VERSION, TokenizedPairs, load_pairs, source_digest, stream_pairs
@@ -47,6 +47,10 @@ _RACY_NS = 2_000_000_000
 
 # --------------------------------------------------------------------------------------------
 # The cache: entries keyed by content digest + tokenizer; a stat record per (file, tokenizer)
+
+
+#: the working folder of a cache entry being written, in the cache
+TOKENS_WORK_PREFIX = ".cselab-tokens-"
 
 
 def lock_file(folder: str | os.PathLike[str], name: str) -> Path:
@@ -266,40 +270,39 @@ def _lookup_or_build(
             return found(entry_for(known), checked_at)
 
     checked_at = time.time_ns()
-    tmp = cache / f".tokens-tmp-{os.getpid()}-{uuid.uuid4().hex}"
+    # written in a held working folder, then renamed into place: one a killed run left
+    # (SIGKILL while tokenising) is removed by the next (io.runfolder.work_folder)
     try:
-        tmp.mkdir()
-        content, columns, stats = build(tmp)
-        if content is None:
-            # A separate pass hashes the bytes; they name what was tokenised only if the file
-            # did not change from the first look at it (``stat_now``) to now.
-            content = known or digest(p)
-            if _stat_signature(p)[0] != stat_now:
-                raise CorpusError(f"{p}: the file changed while it was tokenised; run again")
-        meta = {
-            "format": STORE_FORMAT,
-            "columns": columns,
-            "content_sha256": content,
-            "tokenizer": key,
-            "stats": stats,
-        }
-        (tmp / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        entry = entry_for(content)
-        if _complete(entry):  # the same content under another name, or another process won
-            shutil.rmtree(tmp)
-        else:
-            if entry.exists():  # a stale incomplete entry (cannot be produced by this code)
-                shutil.rmtree(entry)
-            try:
-                os.replace(tmp, entry)
-            except OSError:  # another process published the same entry meanwhile
-                if not _complete(entry):
-                    raise
-                shutil.rmtree(tmp)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with work_folder(cache, TOKENS_WORK_PREFIX) as work:
+            tmp = work / "entry"
+            tmp.mkdir()
+            content, columns, stats = build(tmp)
+            if content is None:
+                # A separate pass hashes the bytes; they name what was tokenised only if the
+                # file did not change from the first look at it (``stat_now``) to now.
+                content = known or digest(p)
+                if _stat_signature(p)[0] != stat_now:
+                    raise CorpusError(f"{p}: the file changed while it was tokenised; run again")
+            meta = {
+                "format": STORE_FORMAT,
+                "columns": columns,
+                "content_sha256": content,
+                "tokenizer": key,
+                "stats": stats,
+            }
+            (tmp / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+            entry = entry_for(content)
+            if not _complete(entry):  # else: the same content under another name, or another
+                if entry.exists():  # process won; a stale incomplete entry (not this code's)
+                    shutil.rmtree(entry)
+                try:
+                    os.replace(tmp, entry)
+                except OSError:  # another process published the same entry meanwhile
+                    if not _complete(entry):
+                        raise
+    except OSError as err:  # the working folder is gone: nothing half-written is left
         # an OSError here is a write into the cache (a read of the source names the source)
-        if isinstance(err, OSError) and not isinstance(err, WriteError) and not _names(err, p):
+        if not isinstance(err, WriteError) and not _names(err, p):
             raise write_error(cache, err, "token cache") from err
         raise
     return found(entry, checked_at)

@@ -195,7 +195,7 @@ class DevEvaluator:
         from .sts import ensure_stsb_dev, stsb_dev_measures
 
         # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
-        ensure_stsb_dev(self.data_dir, option="--eval.data_dir DIR")
+        ensure_stsb_dev(self.data_dir, option="--eval.data_dir=DIR")
         # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
         out = stsb_dev_measures(encoder, self.data_dir, batch_size=self.batch_size)
         return {self.name: out[self.dev.metric], "align": out["align"], "uniform": out["uniform"]}

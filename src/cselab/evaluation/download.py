@@ -243,7 +243,7 @@ def missing_data_error(
     """The error: which files are missing and where to get them, and how to point at another
     folder: the setting ``data_dir=DIR`` (a :class:`~cselab.core.errors.SettingError`, which a
     command line shows as its flag), or ``option`` when the caller says it (a run's
-    ``--eval.data_dir DIR``)."""
+    ``--eval.data_dir=DIR``)."""
     shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} files)" if len(missing) > 8 else "")
     how = (
         "the download failed (offline?)"

@@ -58,6 +58,7 @@ import numpy as np
 
 from ..core.errors import ConfigError, ConfigSettingError
 from ..core.metrics import retrieval_metric
+from ..core.schema import finite
 from ..io.files import write_table
 from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
 from ..model.choices import BATCH_SIZE
@@ -312,6 +313,27 @@ def markdown(result: dict[str, Any]) -> str:
 # ------------------------------------------------------------------- a collection from STS pairs
 
 
+def check_collection_output(folder: str | os.PathLike[str], threshold: float) -> None:
+    """Refuse, before anything is read or written, a ``threshold`` that is not a number and a
+    ``folder`` that is a file or holds files already (a user's BEIR folder would be half
+    replaced: its corpus and queries rewritten, another split's qrels left judging the old
+    corpus). Raises :class:`ConfigError` / :class:`ConfigSettingError`."""
+    if not finite(threshold):
+        raise ConfigSettingError(
+            "threshold",
+            threshold,
+            "{setting} is refused: the least gold score must be a finite number",
+        )
+    root = Path(folder)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root}: is a file; the collection is a folder")
+    if root.is_dir() and any(root.iterdir()):
+        raise ConfigError(
+            f"{root}: is not empty; write the collection into a new or empty folder (nothing "
+            "of a folder that holds files is replaced)"
+        )
+
+
 def collection_from_sts(
     pairs: ScoredPairs,
     folder: str | os.PathLike[str],
@@ -324,8 +346,10 @@ def collection_from_sts(
 
     A pair whose ``sentence2`` is itself the ``sentence1`` of such a pair (or equals its own
     ``sentence1``) is left out, so no query finds its own text in the corpus. Ids are ``q<N>``
-    and ``d<N>`` in file order. Returns ``folder``.
+    and ``d<N>`` in file order. Returns ``folder``, which must be new or empty
+    (:func:`check_collection_output`).
     """
+    check_collection_output(folder, threshold)
     root = Path(folder)
     high = [(a, b) for a, b, s in zip(pairs.sent1, pairs.sent2, pairs.scores, strict=True)
             if s >= threshold and a != b]  # fmt: skip

@@ -60,6 +60,17 @@ def write_error(
     return WriteError(f"could not write the {what} {path}: {cause}")
 
 
+def file_in_the_way(folder: str | os.PathLike[str]) -> Path | None:
+    """The file that keeps ``folder`` from being a folder: ``folder`` itself or the nearest of
+    its parents that exists, when that is not a folder (``<file>/sub`` names ``<file>``), else
+    ``None``; so a setting is refused in one line before a ``NotADirectoryError`` deep down."""
+    path = Path(folder).expanduser()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
 #: Free bytes below which a short write without an ``errno`` is taken for a full disk.
 FULL_DISK_SLACK = 1 << 16
 

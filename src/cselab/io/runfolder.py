@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,3 +187,38 @@ class RunFolder:
             if current == os.fstat(fd).st_ino:
                 return fd
             os.close(fd)  # the previous holder removed the file it locked: lock the new one
+
+
+@contextlib.contextmanager
+def work_folder(base: Path, prefix: str) -> Iterator[Path]:
+    """A new hidden working folder ``base/PREFIX<random>``, held with :meth:`RunFolder.lock`
+    while the block runs and removed at its end (what the block moved out of it, a finished
+    result, stays where it was moved).
+
+    Working folders of the same ``prefix`` in ``base`` that no process holds any more are
+    removed first: a process ended by SIGKILL or a power cut cannot clean up, and its lock is
+    free once it is gone, so a later run removes what it left (a live run's folder is held and
+    stays). The one home of this rule: ``cselab mine``'s index, ``cselab merge``'s folder, the
+    token cache's entry being written.
+    """
+    for old in base.glob(prefix + "*"):
+        if not old.is_dir() or old.is_symlink():
+            continue
+        try:
+            with RunFolder(old).lock():
+                shutil.rmtree(old, ignore_errors=True)
+        except (RunFolderBusy, OSError):
+            continue  # a live run's folder, or not ours to remove
+    while True:
+        folder = base / f"{prefix}{uuid.uuid4().hex[:12]}"
+        held = contextlib.ExitStack()
+        try:
+            held.enter_context(RunFolder(folder).lock())
+        except RunFolderBusy:
+            continue  # another run's clean-up took it the instant it was made: another name
+        with held:
+            try:
+                yield folder
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        return

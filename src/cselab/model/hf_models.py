@@ -9,11 +9,16 @@ sentence-transformers folders.
 * :func:`max_sequence_length`: the longest input a model really accepts, i.e. the tokenizer's
   ``model_max_length`` capped by the position embeddings usable by tokens (RoBERTa-style models
   start positions after ``padding_idx``: 514 embeddings hold 512 tokens).
+* :class:`ExpectedHeadReport`: a decoder's causal-LM checkpoint read as its base model leaves
+  its LM head unused, as cselab means it to; transformers' load report of that alone is not
+  shown (any other report is).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,35 @@ from torch import nn
 from ..core.errors import ModelFormatError, ModelSettingError  # noqa: F401 - re-exported
 from .pooling import LAST_LAYER, POOLER_MEANINGS, MLPHead
 from .st_folder import read_json, read_modules
+
+
+class ExpectedHeadReport(logging.Filter):
+    """Drops transformers' "LOAD REPORT" warning when every key it lists is an unused
+    ``lm_head.*`` weight (UNEXPECTED): cselab encodes with a decoder's base model, so a
+    checkpoint saved with its causal-LM head (any decoder on the Hub, an MNTP run's base) is
+    meant to leave the head out. A report of any other key, or of a missing one, is kept."""
+
+    _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = self._ANSI.sub("", record.getMessage())
+        if "LOAD REPORT" not in message:
+            return True
+        rows = [
+            [cell.strip() for cell in line.split("|")]
+            for line in message.splitlines()
+            if "|" in line and not set(line) <= set("-+| ")
+        ]
+        keys = [row for row in rows[1:] if len(row) >= 2]  # rows[0]: the header
+        expected = bool(keys) and all(
+            key.startswith("lm_head.") and status == "UNEXPECTED" for key, status, *_ in keys
+        )
+        return not expected
+
+
+#: transformers' logger of model loading (its load report)
+logging.getLogger("transformers.modeling_utils").addFilter(ExpectedHeadReport())
+
 
 #: sentence-transformers Pooling mode -> cselab pooler (the modes cselab reproduces exactly: the
 #: poolers of the last layer alone, without a head)

@@ -18,7 +18,7 @@ import os
 import pickle
 from pathlib import Path
 
-from ..core.errors import ResolveError  # noqa: F401 - re-exported
+from ..core.errors import ModelFormatError, ResolveError  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -93,22 +93,49 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
         ) from None
 
 
+def endpoint_unreachable(url: str) -> str | None:
+    """Why ``url``'s host cannot be reached at all (its name does not resolve: no network, as
+    offline machines and sandboxes are), or ``None`` when it resolves or a proxy would resolve
+    it; one name lookup, no request."""
+    import socket
+    import urllib.parse
+    import urllib.request
+
+    host = urllib.parse.urlsplit(url).hostname
+    if not host or urllib.request.getproxies():
+        return None
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError as err:
+        return f"{host} does not resolve (no network? {err.strerror or err})"
+    return None
+
+
 def hub_dataset_file(repo_id: str, filename: str) -> Path:
     """``filename`` of Hub dataset repository ``repo_id``, through ``huggingface_hub``: kept in
     the shared Hugging Face cache (``HF_HOME``/``HF_HUB_CACHE``), resumed after an interruption,
-    from ``HF_ENDPOINT`` (a mirror) if set, and from the cache only under ``HF_HUB_OFFLINE=1``.
+    from ``HF_ENDPOINT`` (a mirror) if set, and from the cache only under ``HF_HUB_OFFLINE=1``
+    or when the endpoint's name does not resolve (:func:`endpoint_unreachable`).
     The file appears under its final name only once complete.
 
     Raises :class:`ResolveError` (one line: what, from where, why).
     """
     from huggingface_hub import constants, hf_hub_download
 
+    # no network at all: the cache alone, at once, rather than retries with backoff (~22 s)
+    unreachable = None if constants.HF_HUB_OFFLINE else endpoint_unreachable(constants.ENDPOINT)
     try:
-        return Path(hf_hub_download(repo_id, filename, repo_type="dataset"))
+        return Path(
+            hf_hub_download(
+                repo_id, filename, repo_type="dataset", local_files_only=unreachable is not None
+            )
+        )
     except Exception as err:  # the Hub client raises many types for "unreachable"
         where = f"{constants.ENDPOINT}/datasets/{repo_id} ({filename})"
         if constants.HF_HUB_OFFLINE:
             why = f"HF_HUB_OFFLINE is set and it is not in the cache {constants.HF_HUB_CACHE}"
+        elif unreachable is not None:
+            why = f"{unreachable} and it is not in the cache {constants.HF_HUB_CACHE}"
         else:
             why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
         raise ResolveError(f"could not download {where}: {why}") from None
@@ -148,6 +175,36 @@ def resolve_train_file(
         ) from None
 
 
+def refuse_remote_code(folder: Path, trust_remote_code: bool) -> None:
+    """Refuse, naming its ``config.json``, a model folder that needs code of its own to load
+    (an ``auto_map`` and a ``model_type`` transformers does not know) unless
+    ``trust_remote_code``: transformers would refuse it with a multi-line error, and with the
+    flag it would run that code. A folder whose type transformers knows loads with
+    transformers' own class (its ``auto_map`` is not used)."""
+    from transformers import CONFIG_MAPPING
+
+    from ..io.readers import read_json
+
+    config_file = folder / "config.json"
+    if trust_remote_code or not config_file.is_file():
+        return
+    try:
+        config = read_json(config_file)
+    except ValueError:  # not JSON: the load names the file
+        return
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in CONFIG_MAPPING:
+        return
+    raise ModelFormatError(
+        f"{config_file}: model_type {model_type!r} is not one transformers knows, and its "
+        "auto_map names code of the folder's own, which cselab does not run; trust it "
+        "(model.trust_remote_code=true, load(..., trust_remote_code=True)) only if you have "
+        "read that code"
+    )
+
+
 def unpickling_failed(err: BaseException) -> bool:
     """Whether ``err`` is, or was raised from, a refused unpickling (``torch.load`` with
     ``weights_only``: the file holds something other than tensors)."""
@@ -161,8 +218,9 @@ def unpickling_failed(err: BaseException) -> bool:
     return False
 
 
-def pickled_weights_refused(folder: Path) -> str:
-    """The one line for a ``pytorch_model*.bin`` in ``folder`` that holds more than tensors."""
-    files = sorted(folder.glob("pytorch_model*.bin"))
-    where = str(files[0]) if len(files) == 1 else f"{folder}/pytorch_model*.bin"
+def pickled_weights_refused(folder: Path, pattern: str = "pytorch_model*.bin") -> str:
+    """The one line for a pickle of weights in ``folder`` (``pattern``: a model's
+    ``pytorch_model*.bin``, LoRA adapters' ``adapter_model.bin``) that holds more than tensors."""
+    files = sorted(folder.glob(pattern))
+    where = str(files[0]) if len(files) == 1 else f"{folder}/{pattern}"
     return f"{where}: the file holds code or objects, not only tensors, and was not loaded"

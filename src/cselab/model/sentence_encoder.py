@@ -25,7 +25,7 @@ from .choices import BATCH_SIZE
 from .config import LoRAConfig, ModelConfig, PromptConfig
 from .dropout import use_fast_dropout
 from .hf_models import max_sequence_length
-from .hub import resolve_model
+from .hub import refuse_remote_code, resolve_model
 from .inference import drop_inference_graph, encode_sentences, inference_copy
 from .pooling import Pooler
 from .pretrained import (
@@ -198,6 +198,7 @@ class SentenceEncoder(nn.Module):
         """
         unpad.check_attention(attn_implementation)  # one line, before any loading
         root = resolve_model(name_or_path, revision)
+        refuse_remote_code(Path(root), trust_remote_code)  # adapters: their base, below
         lora = adapters.settings_of(lora)
         pooler, bidirectional = starting_defaults(Path(root), pooler, bidirectional)
         if adapters.is_adapter_folder(Path(root)):  # saved adapters: the base, then them

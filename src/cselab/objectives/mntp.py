@@ -58,6 +58,16 @@ LLM2VEC = Paper(
 }""",
 )
 
+#: What a model trained by MNTP alone is for (its model card's intended use): LLM2Vec's step 2
+#: adapts the decoder; step 3 (contrastive) makes the encoder.
+MODEL_USE = (
+    "Not a sentence encoder yet: masked next-token prediction (LLM2Vec's MNTP) adapts a decoder "
+    "to attention in both directions; its vectors were not trained for similarity. Train the "
+    "merged model (`merged/`, or `cselab merge`) with a contrastive objective, e.g. the preset "
+    "`llm2vec-simcse-llama3-8b` with `--model.name_or_path=MERGED_FOLDER`: that model is the "
+    "sentence encoder."
+)
+
 #: the authors' replacement of a chosen token: mask token, random token, kept (BERT's split)
 REPLACEMENT = (0.8, 0.1, 0.1)
 #: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)

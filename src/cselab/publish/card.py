@@ -50,6 +50,7 @@ from ..objectives import (
     objective_papers,
     objective_tags,
 )
+from ..objectives.mntp import MODEL_USE
 from ..training.metrics import read_metrics as read_metrics_table
 from .folder_plan import run_plan_of
 from .hardware import hardware_section
@@ -255,6 +256,8 @@ def intended_use(config: Config, data: TrainingData, plan: RunPlan | None = None
     trained on hard negatives, else sentence similarity (``plan``: the run's, its dev set)."""
     dev = dev_score(config.eval, plan)
     search = dev.task_type == "retrieval" or data.kind.hard_negatives
+    if config.objective.mntp.enabled:  # a step towards an encoder, not one yet
+        return MODEL_USE
     if search:
         why = (
             f"selected on {dev.metric} of {dev.dataset}"

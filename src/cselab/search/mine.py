@@ -45,12 +45,9 @@ partial output.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import shutil
 import tempfile
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -58,11 +55,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import ConfigError, ConfigSettingError, CorpusError, RunFolderBusy
+from ..core.errors import ConfigError, ConfigSettingError, CorpusError
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
-from ..io.runfolder import RunFolder
+from ..io.runfolder import work_folder
 from .index import SEARCH_BACKENDS, Index, check_backend, check_new_folder
 from .settings import IndexSettings
 
@@ -342,8 +339,13 @@ def mine_hard_negatives(
     settings = replace(settings, range_max=report.range_max)
     encoder = search.load(model) if isinstance(model, str | os.PathLike) else model
 
-    where = Path(output).expanduser().resolve().parent if output is not None else None
-    with _work_folder(where) as tmp:
+    # beside the output, else in the system's temporary folder
+    base = (
+        Path(output).expanduser().resolve().parent
+        if output is not None
+        else Path(tempfile.gettempdir())
+    )
+    with work_folder(base, WORK_PREFIX) as tmp:
         folder = Path(index_dir) if index_dir is not None else tmp / "corpus.index"
         texts = list(rows)  # the dict's own strings: no second copy of the texts
         index = Index.from_texts(
@@ -410,40 +412,9 @@ def check_output(
 
 
 #: The working folder beside the output (the corpus index while mining); a run killed before
-#: its end leaves one, which the next run beside the same output removes.
+#: its end leaves one, which the next run beside the same output removes
+#: (:func:`~cselab.io.runfolder.work_folder`).
 WORK_PREFIX = ".cselab-mine-"
-
-
-@contextlib.contextmanager
-def _work_folder(where: Path | None) -> Iterator[Path]:
-    """A new working folder in ``where`` (default: the system's temporary folder), held with
-    :meth:`RunFolder.lock` while mining and removed at the end.
-
-    Working folders that no process holds any more (a run ended by SIGKILL or a power cut
-    cannot clean up) are removed first: their lock is free once their process is gone.
-    """
-    base = Path(where) if where is not None else Path(tempfile.gettempdir())
-    for old in base.glob(WORK_PREFIX + "*"):
-        if not old.is_dir() or old.is_symlink():
-            continue
-        try:
-            with RunFolder(old).lock():
-                shutil.rmtree(old, ignore_errors=True)
-        except (RunFolderBusy, OSError):
-            continue  # a live run's folder, or not ours to remove
-    while True:
-        folder = base / f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
-        held = contextlib.ExitStack()
-        try:
-            held.enter_context(RunFolder(folder).lock())
-        except RunFolderBusy:
-            continue  # another run's clean-up took it the instant it was made: another name
-        with held:
-            try:
-                yield folder
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-        return
 
 
 def _mine(

@@ -9,15 +9,17 @@ Hugging Face and sentence-transformers folder that needs neither ``peft`` nor th
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from ..core.errors import ModelFormatError
-from ..io.runfolder import RunFolder
+from ..io.runfolder import RunFolder, work_folder
 from ..model.lora import is_adapter_folder
 from ..model.st_folder import CSELAB_FILE
 from .checkpoint import publish_folder, publishing
+
+#: the working folder of a merge, beside its output
+MERGE_WORK_PREFIX = ".cselab-merge-"
 
 
 def adapter_source(source: str | Path) -> Path:
@@ -54,10 +56,10 @@ def merge_folder(
     if target.exists():
         raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
     encoder = load(str(folder), fast_path=False).merged()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # a fresh name beside OUT (same disk for the rename): never a folder of the user's
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    # a held working folder beside OUT (same disk for the rename), never a folder of the
+    # user's; one a killed merge left is removed by the next (io.runfolder.work_folder)
+    with work_folder(target.parent, MERGE_WORK_PREFIX) as work:
+        tmp = work / target.name
         with publishing(target, "merged model folder", tmp):
             encoder.save(tmp)
             config = folder / RunFolder.MODEL_CONFIG
@@ -66,6 +68,4 @@ def merge_folder(
             if describe is not None:
                 describe(tmp)
             publish_folder(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone already once published
     return target

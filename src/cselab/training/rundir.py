@@ -11,6 +11,8 @@ at ``train.output_dir``:
   ``plan.json``, the step-0 evaluation in ``metrics.csv`` and ``best/``, the logger's folder)
   is removed, so the corrected command simply runs;
 * ``train.overwrite``: the previous run's files are removed (nothing of the old run is kept);
+* ``train.resume`` in a folder that holds a run but no checkpoint: refused (starting over
+  would replace the run that was to be continued);
 * ``train.resume`` and a checkpoint exists: the checkpoint's config is compared with this one.
   A difference in a key that changes the run (the model, the data file and its content, the
   objective, the batch, the learning rate and schedule, the seed, the precision, ...) is refused,
@@ -126,7 +128,7 @@ def prepare_output_dir(
         for change in check_resumable(saved, current, checkpoint):
             log.info("resuming with a changed setting: %s", change)
         return
-    if not found or resume:
+    if not found:
         return
     if not trained(run, found):
         _remove(folder, found)
@@ -134,6 +136,12 @@ def prepare_output_dir(
             "%s: removed what a start that ran no training step left (%s)", folder, ", ".join(found)
         )
         return
+    if resume:  # starting over would replace the run a resume was asked to continue
+        raise ConfigError(
+            f"train.resume: {folder} holds a run ({', '.join(found)}) but no checkpoint "
+            f"({checkpoint}) to continue it from; replace the run with --train.overwrite=true "
+            "(without --train.resume), or start a new one in another train.output_dir"
+        )
     if not overwrite:
         raise ConfigError(
             f"train.output_dir={folder} already holds a run ({', '.join(found)}); continue it "
