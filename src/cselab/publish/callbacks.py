@@ -73,7 +73,8 @@ def write_merged_card(folder: str | Path, model_id: str) -> Path | None:
     without one (a folder saved from Python): nothing to describe the training with."""
     config_file = Path(folder) / RunFolder.MODEL_CONFIG
     if not config_file.is_file():
-        log.info("%s: no %s beside the adapters, so no model card", folder, config_file.name)
+        # named by where the folder will be, never the working copy it is written in
+        log.info("%s: no %s beside the adapters, so no model card", model_id, config_file.name)
         return None
     return write_model_card(folder, load_config(config_file), model_id=model_id)
 
