@@ -60,7 +60,8 @@ class IndexSettings:
         dim: store the first ``dim`` coordinates of each vector, re-normalised (a model trained
             with ``objective.matryoshka.dims``); queries are encoded at the same prefix.
         pooler: read a model opened by name with this pooler instead of its saved one.
-        device: where a model opened by name runs (``None``: the CPU).
+        device: where a model opened by name runs (``None``: the CPU; ``auto``: the GPU where
+            there is one, as the commands default to).
         compile_inference: a model opened by name encodes through a compiled graph
             (:meth:`SentenceEncoder.compile_inference
             <cselab.model.encoder.SentenceEncoder.compile_inference>`).
