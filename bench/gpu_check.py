@@ -3,32 +3,39 @@
 Most sessions have no GPU, so the minutes of one that does must count. This script needs no
 network: the model is a random BERT (base, or large with ``--long``) built here with the real
 uncased WordPiece vocabulary (the tokenizer of all-MiniLM-L6-v2, which is BERT's), and the data
-is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). It runs, in
-order, and writes one markdown report (``--out``):
+is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). The report
+(``--out``) leads with the headline table (:data:`HEADLINE`: each cell measured, or "not run")
+and is rewritten atomically as each section finishes, so a run killed at the end of its slot
+keeps what finished. The sections, in order:
 
-1. the tests marked ``gpu``: the trainer, GradCache, resume (bf16, fp16) and fp16 loss scaling
-   on CUDA (``tests/test_gpu.py``), and the host-sync checks (``tests/test_gpu_path.py``: on a
-   GPU its training step runs on CUDA, so "no sync" is checked where it matters);
+1. the tests marked ``gpu`` (``tests/test_gpu.py``: the trainer, GradCache, resume, fp16 loss
+   scaling on CUDA; and ``tests/test_gpu_path.py``, whose training step then runs on CUDA);
+   needs pytest (the dev install), else "not run";
 2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``),
-   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each timed end to end as a process, with results.json's split of the time:
-   training steps, evaluation (STS-B dev, with ``best/`` saves) and checkpoints (the step's
-   host copy; the write itself runs on a thread beside training);
+   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each
+   timed end to end as a process, with results.json's split of the time;
 3. the step's throughput beside sentence-transformers' recipe on the same GPU
-   (``bench/bench_gpu.py``, batch 64 and 512);
+   (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512), then the
+   same step with ``--compile``;
 4. a 20-step profile of the real step on wiki batches: kernels per step and GPU idle time
    (``torch.profiler``), host syncs and operators per step (counted in a separate step, outside
-   any timing), model FLOP utilisation on the real tokens and on the padded ones, and what a
-   checkpoint costs per step at the default 10-minute cadence;
-5. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
+   any timing), model FLOP utilisation, a checkpoint's cost, and one dev evaluation as the
+   trainer runs it;
+5. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
+6. ``cselab encode`` without ``--device``: the device ``auto`` chose;
+7. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
    chunks, peak memory, and ``train.compile``.
 
-``--dry-run`` runs the same sequence on the CPU with a tiny BERT and tiny batches, in about a
-minute (``tests/test_gpu_check.py`` runs it, so the script keeps working between GPU sessions).
+``--quick`` (about 5 minutes on an H100) runs ``tests/test_gpu.py`` only, one ``cselab train``
+(the defaults), fewer timed steps in the benchmark, and everything else but ``--long``.
+``--dry-run`` runs the sequence on the CPU with tiny shapes in about a minute and a half
+(``tests/test_gpu_check.py`` runs it, so the script keeps working between GPU sessions).
 
 Usage::
 
     python bench/gpu_check.py --prepare /tmp/gpu-data          # once, anywhere with the data
     python bench/gpu_check.py --data /tmp/gpu-data --out docs/results/gpu_check.md
+    python bench/gpu_check.py --data /tmp/gpu-data --quick --out gpu_check_quick.md
     python bench/gpu_check.py --data /tmp/gpu-data --long --out gpu_check_long.md
     python bench/gpu_check.py --dry-run --out /tmp/gpu_check_dry.md   # CPU, tiny
     make gpu-check                                             # prepare + run, defaults
