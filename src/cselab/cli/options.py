@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from ..core.devices import check_device, device_words
+from ..core.devices import AUTO, check_device, device_words
 from ..core.errors import ConfigError, SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 
@@ -58,7 +58,7 @@ def add_batch_size_flag(parser: argparse.ArgumentParser, help: str | None = None
 
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     """``--device``: where the model runs."""
-    parser.add_argument("--device", default="auto", type=device_name,
+    parser.add_argument("--device", default=AUTO, type=device_name,
                         help=f"{device_words(auto=True)} (default: auto, the GPU where there is "
                         "one: cuda, else mps, else cpu)")  # fmt: skip
 

@@ -8,12 +8,10 @@ import logging
 
 import torch
 
+from ..core.devices import AUTO
 from ..core.errors import ConfigSettingError
 
 log = logging.getLogger("cselab")
-
-#: The device name that lets the machine choose (:func:`resolve_device`).
-AUTO = "auto"
 
 
 def available_devices() -> list[str]:
