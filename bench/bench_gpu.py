@@ -226,7 +226,9 @@ def cselab_trainer(
     seed_everything(0)
     encoder = SentenceEncoder.from_config(cfg.model)
     corpus = random_corpus(batch * (args.warmup + args.steps + 1), args.seq, args.shape.vocab)
-    return assemble_trainer(cfg, encoder, build_objective(cfg.objective), corpus)
+    trainer = assemble_trainer(cfg, encoder, build_objective(cfg.objective), corpus)
+    autocast_dtype(args.precision, trainer.device)  # fp32 on a GPU: TF32, as for the peer
+    return trainer
 
 
 def bench_cselab(
@@ -335,9 +337,15 @@ def default_device() -> str:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    from cselab.training.runtime import allow_tf32
     from cselab.training.runtime import autocast_dtype as trainer_autocast
 
-    return trainer_autocast(precision, device)
+    dtype = trainer_autocast(precision, device)
+    if device.type == "cuda" and dtype is None:
+        # the benchmark's fp32 is the fast fp32 of both systems (the trainer's explicit fp32
+        # turns TF32 off; its `auto` on a GPU without bf16 turns it on)
+        allow_tf32()
+    return dtype
 
 
 def bf16_peak(device: torch.device, override_tflops: float | None) -> tuple[float | None, str]:
@@ -450,12 +458,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     device = torch.device(args.device)
-    if device.type == "cuda" and args.precision == "fp32":
-        # what the trainer's `auto` does on a GPU without bf16 (an explicit fp32 run in cselab
-        # keeps TF32 off; the benchmark's fp32 is the fast fp32 of both systems)
-        from cselab.training.runtime import allow_tf32
-
-        allow_tf32()
     peak, peak_source = bf16_peak(device, args.peak_tflops)
     report: dict[str, Any] = {
         "env": environment(device),

@@ -3,32 +3,39 @@
 Most sessions have no GPU, so the minutes of one that does must count. This script needs no
 network: the model is a random BERT (base, or large with ``--long``) built here with the real
 uncased WordPiece vocabulary (the tokenizer of all-MiniLM-L6-v2, which is BERT's), and the data
-is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). It runs, in
-order, and writes one markdown report (``--out``):
+is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). The report
+(``--out``) leads with the headline table (:data:`HEADLINE`: each cell measured, or "not run")
+and is rewritten atomically as each section finishes, so a run killed at the end of its slot
+keeps what finished. The sections, in order:
 
-1. the tests marked ``gpu``: the trainer, GradCache, resume (bf16, fp16) and fp16 loss scaling
-   on CUDA (``tests/test_gpu.py``), and the host-sync checks (``tests/test_gpu_path.py``: on a
-   GPU its training step runs on CUDA, so "no sync" is checked where it matters);
+1. the tests marked ``gpu`` (``tests/test_gpu.py``: the trainer, GradCache, resume, fp16 loss
+   scaling on CUDA; and ``tests/test_gpu_path.py``, whose training step then runs on CUDA);
+   needs pytest (the dev install), else "not run";
 2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``),
-   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each timed end to end as a process, with results.json's split of the time:
-   training steps, evaluation (STS-B dev, with ``best/`` saves) and checkpoints (the step's
-   host copy; the write itself runs on a thread beside training);
+   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each
+   timed end to end as a process, with results.json's split of the time;
 3. the step's throughput beside sentence-transformers' recipe on the same GPU
-   (``bench/bench_gpu.py``, batch 64 and 512);
+   (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512), then the
+   same step with ``--compile``;
 4. a 20-step profile of the real step on wiki batches: kernels per step and GPU idle time
    (``torch.profiler``), host syncs and operators per step (counted in a separate step, outside
-   any timing), model FLOP utilisation on the real tokens and on the padded ones, and what a
-   checkpoint costs per step at the default 10-minute cadence;
-5. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
+   any timing), model FLOP utilisation, a checkpoint's cost, and one dev evaluation as the
+   trainer runs it;
+5. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
+6. ``cselab encode`` without ``--device``: the device ``auto`` chose;
+7. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
    chunks, peak memory, and ``train.compile``.
 
-``--dry-run`` runs the same sequence on the CPU with a tiny BERT and tiny batches, in about a
-minute (``tests/test_gpu_check.py`` runs it, so the script keeps working between GPU sessions).
+``--quick`` (about 5 minutes on an H100) runs ``tests/test_gpu.py`` only, one ``cselab train``
+(the defaults), fewer timed steps in the benchmark, and everything else but ``--long``.
+``--dry-run`` runs the sequence on the CPU with tiny shapes in about a minute and a half
+(``tests/test_gpu_check.py`` runs it, so the script keeps working between GPU sessions).
 
 Usage::
 
     python bench/gpu_check.py --prepare /tmp/gpu-data          # once, anywhere with the data
     python bench/gpu_check.py --data /tmp/gpu-data --out docs/results/gpu_check.md
+    python bench/gpu_check.py --data /tmp/gpu-data --quick --out gpu_check_quick.md
     python bench/gpu_check.py --data /tmp/gpu-data --long --out gpu_check_long.md
     python bench/gpu_check.py --dry-run --out /tmp/gpu_check_dry.md   # CPU, tiny
     make gpu-check                                             # prepare + run, defaults
@@ -80,6 +87,9 @@ class Plan:
     long_chunk: int
     long_steps: int
     dev_pairs: int | None = None  # None: STS-B dev; else its first pairs as an own dev file
+    llm_model: dict[str, int] | None = None  # the LLM2Vec preset's decoder shape
+    llm_batch: int = 128
+    llm_steps: int = 20
 
 
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
@@ -89,8 +99,33 @@ BERT_LARGE = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64}  # fmt: skip
 
-GPU_PLAN = Plan(BERT_BASE, 64, 250, 125, 20, None, BERT_LARGE, 512, 128, 20)
-DRY_PLAN = Plan(TINY, 8, 4, 2, 3, 400, TINY, 16, 4, 2, dev_pairs=64)
+#: Qwen2-0.5B's transformer (as a Llama config: the same matrices, without Qwen2's q/k/v
+#: biases), with the BERT vocabulary the data folder carries (no Qwen tokenizer offline)
+QWEN2_05B = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+             "num_key_value_heads": 2, "intermediate_size": 4864}  # fmt: skip
+TINY_DECODER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "intermediate_size": 64}  # fmt: skip
+
+GPU_PLAN = Plan(BERT_BASE, 64, 250, 125, 20, None, BERT_LARGE, 512, 128, 20, None, QWEN2_05B)
+DRY_PLAN = Plan(TINY, 8, 4, 2, 3, 400, TINY, 16, 4, 2, 64, TINY_DECODER, 4, 2)
+#: The headline rows, in the report's first table: (key, what is measured, target).
+HEADLINE = (
+    ("gradcache_test", "`test_gradcache_on_the_gpu_equals_the_plain_step`", "passes"),
+    ("step64", "BERT-base bf16 step, batch 64 (`bench_gpu.py`, 32 tokens): ms, × the ST "
+     "recipe's speed, MFU", "≤ 16 ms, ≥ 4×"),
+    ("real_step", "the real step on wiki batches (profile): ms; GPU idle; aten operators; "
+     "kernels; host syncs", "GPU idle ≤ 20%"),
+    ("step512", "batch 512: ms, × the recipe, MFU", "MFU ≥ 45%, ≥ 2×"),
+    ("gradcache512", "GradCache at batch 512, chunk 128 / 64: ms, × the uncached step",
+     "≤ 1.5× / ≤ 2×"),
+    ("compile", "`--compile` (bench, cselab side): batch 64 / 512 ms", "faster than eager"),
+    ("unpad_cuda", "`model.unpad_cuda` (varlen attention) vs padded, `cselab train` sent/s",
+     "faster than padded"),
+    ("dev_eval", "STS-B dev evaluation (the trainer's evaluator), seconds each", "≤ 0.1 s"),
+    ("llm2vec", "LLM2Vec preset, Qwen2-0.5B shape (LoRA r16, bidirectional, bf16, gradient "
+     "checkpointing, 128 × 128): sent/s, MFU (6·N·tokens)", "≥ 40% MFU"),
+    ("device_default", "`cselab encode` without `--device`", "the GPU"),
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------- data
@@ -141,15 +176,21 @@ def wiki_file(data: Path, work: Path, lines: int | None) -> Path:
 
 # ------------------------------------------------------------------------------------- report
 class Report:
-    """The markdown report, section by section; each section's failure is reported, not
-    raised, so one broken step does not cost the GPU minutes of the others."""
+    """The markdown report, section by section, rewritten (atomically) as each section finishes:
+    a run killed at the end of its GPU slot keeps what finished. Each section's failure is
+    reported, not raised, so one broken step does not cost the GPU minutes of the others. The
+    headline table (:data:`HEADLINE`) leads, its cells filled by the sections that measure
+    them ("not run" until then)."""
 
-    def __init__(self, title: str) -> None:
-        self.parts = [f"# {title}\n"]
+    def __init__(self, title: str, path: Path) -> None:
+        self.title, self.path = title, path
+        self.parts: list[str] = []
         self.failures: list[str] = []
+        self.headline: dict[str, str] = {}
 
     def add(self, text: str) -> None:
         self.parts.append(text.rstrip() + "\n")
+        self.write()
 
     def section(self, title: str, body: Callable[[], str]) -> None:
         print(f"== {title}", flush=True)
@@ -162,10 +203,16 @@ class Report:
         took = time.perf_counter() - start
         self.add(f"## {title}\n\n{text}\n\n_(section took {took:.1f} s)_\n")
 
-    def write(self, path: Path) -> None:
+    def text(self) -> str:
+        rows = [[what, self.headline.get(key, "not run"), target]
+                for key, what, target in HEADLINE]  # fmt: skip
+        head = table(["measured", "value", "target"], rows)
+        return "\n".join([f"# {self.title}\n", head + "\n", *self.parts])
+
+    def write(self) -> None:
         from cselab.io.files import write_text_atomic
 
-        write_text_atomic(path, "\n".join(self.parts), "report")
+        write_text_atomic(self.path, self.text(), "report")
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
@@ -183,26 +230,56 @@ def run(
     cmd: list[str], timeout: float, env: dict[str, str] | None = None
 ) -> tuple[int, str, float]:
     """``(return code, last lines of output, wall seconds)`` of a subprocess."""
+    code, out, wall = run_full(cmd, timeout, env)
+    return code, tail(out), wall
+
+
+def run_full(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str, float]:
+    """``(return code, the whole output, wall seconds)`` of a subprocess."""
     start = time.perf_counter()
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env or os.environ.copy()
     )
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-    return proc.returncode, tail, time.perf_counter() - start
+    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 # ------------------------------------------------------------------------------------ the steps
-def step_pytest(dry: bool) -> str:
-    code, tail, wall = run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "gpu or not slow", "-p", "no:cacheprovider",
-         "tests/test_gpu.py", "tests/test_gpu_path.py"],
+GRADCACHE_TEST = "test_gradcache_on_the_gpu_equals_the_plain_step"
+
+
+def step_pytest(dry: bool, quick: bool, headline: dict[str, str]) -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        return "not run: pytest is not installed (the tests come with the dev install)"
+    files = ["tests/test_gpu.py"] + ([] if quick else ["tests/test_gpu_path.py"])
+    code, out, wall = run_full(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu or not slow",
+         "-p", "no:cacheprovider", *files],
         timeout=420,
     )  # fmt: skip
-    last = tail.splitlines()[-1] if tail else ""
+    last = tail(out, 1)
     note = " (no CUDA here: the gpu tests skip)" if dry else ""
-    if code not in (0, 5):  # 5: nothing collected
-        raise RuntimeError(f"pytest -m gpu exited {code}:\n{tail}")
-    return f"`pytest tests/test_gpu.py tests/test_gpu_path.py`: {last}{note}; {wall:.0f} s."
+    if code not in (0, 1, 5):  # 1: some failed (reported); 5: nothing collected
+        raise RuntimeError(f"pytest -m gpu exited {code}:\n{tail(out)}")
+    outcome = next(
+        (word for line in out.splitlines() if GRADCACHE_TEST in line
+         for word in ("PASSED", "FAILED", "SKIPPED", "ERROR") if line.startswith(word)),
+        "not run",
+    )  # fmt: skip
+    headline["gradcache_test"] = {"PASSED": "passes", "FAILED": "**fails**"}.get(
+        outcome, outcome.lower() + note
+    )
+    failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    if code == 1:
+        raise RuntimeError(f"pytest: {last}\n" + "\n".join(failed))
+    return f"`pytest {' '.join(files)}`: {last}{note}; {wall:.0f} s."
 
 
 def small_dev(data: Path, pairs: int) -> Path:
@@ -236,11 +313,16 @@ def train_args(model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: 
     return args
 
 
-def step_train(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+def step_train(
+    model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool, quick: bool,
+    headline: dict[str, str],
+) -> str:  # fmt: skip
     rows = []
-    runs = [("defaults (precision auto)", []), ("fp32", ["--train.precision=fp32"])]
-    if not dry:  # the varlen forward (one index sync a forward, no padding computed)
-        runs.append(("model.unpad_cuda (varlen attention)", ["--model.unpad_cuda=true"]))
+    runs = [("defaults (precision auto)", [])]
+    if not quick:
+        runs.append(("fp32", ["--train.precision=fp32"]))
+        if not dry:  # the varlen forward (one index sync a forward, no padding computed)
+            runs.append(("model.unpad_cuda (varlen attention)", ["--model.unpad_cuda=true"]))
     for name, extra in runs:
         out = work / f"train-{len(rows)}"
         cmd = [sys.executable, "-m", "cselab", "-q", "train",
@@ -257,6 +339,9 @@ def step_train(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry:
             round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
             r.get(f"best_{r['dev']['name']}"),
         ])  # fmt: skip
+    if len(rows) == 3:
+        padded, varlen = rows[0][5], rows[2][5]
+        headline["unpad_cuda"] = f"{varlen:.0f} vs {padded:.0f} sent/s ({varlen / padded:.2f}×)"
     header = ["run", "precision", "steps", "process s", "train s", "sentences/s", "eval s",
               "checkpoint copy s", "checkpoint write s (thread)", "best/ write s (thread)",
               "eval+ckpt % of run",
@@ -268,20 +353,63 @@ def step_train(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry:
     )
 
 
-def step_peer(dry: bool, work: Path) -> str:
-    md, js = work / "peer.md", work / "peer.json"
+def step_peer(
+    dry: bool, quick: bool, work: Path, headline: dict[str, str], compiled: bool = False
+) -> str:
+    import importlib.util
+
+    if not compiled and importlib.util.find_spec("sentence_transformers") is None:
+        return "not run: sentence-transformers is not installed (the peer's recipe)"
+    name = "compile" if compiled else "peer"
+    md, js = work / f"{name}.md", work / f"{name}.json"
     args = ["--smoke", "--batch-sizes", "8", "--steps", "2", "--warmup", "1"] if dry else []
-    code, tail, _ = run(
+    if quick and not dry:
+        args += ["--steps", "10", "--warmup", "3"]
+    if compiled:
+        args += ["--compile", "--no-peer", "--gradcache-chunks", "none"]
+    code, out, _ = run(
         [sys.executable, "bench/bench_gpu.py", *args, "--markdown", str(md), "--out", str(js)],
         timeout=900,
     )
     if code != 0:
-        raise RuntimeError(f"bench_gpu.py exited {code}:\n{tail}")
-    return (
-        "`bench/bench_gpu.py`: the trainer's step against sentence-transformers' MNRL recipe, "
-        "same weights, same precision, same GPU (fixed-length batches; see its docstring).\n\n"
-        + md.read_text()
+        raise RuntimeError(f"bench_gpu.py exited {code}:\n{out}")
+    report = json.loads(js.read_text())
+    fill_step_headline(report, headline, compiled)
+    what = (
+        "`bench/bench_gpu.py --compile`: the trainer's step with `torch.compile` (first steps "
+        "= compile, untimed)"
+        if compiled
+        else "`bench/bench_gpu.py`: the trainer's step against sentence-transformers' MNRL "
+        "recipe, same weights, same precision, same GPU (fixed-length batches; see its "
+        "docstring)"
     )
+    return f"{what}.\n\n" + md.read_text()
+
+
+def fill_step_headline(report: dict[str, Any], headline: dict[str, str], compiled: bool) -> None:
+    """The headline cells of a ``bench_gpu.py`` report: the step at the smallest and the
+    largest batch, GradCache's chunks against the uncached step; with ``compiled``, the
+    compiled step beside the eager one."""
+    rows = report["results"]
+    ms = {r["batch"]: 1000 * r["cselab"]["step_s"] for r in rows}
+    if compiled:
+        eager = headline.pop("_eager_ms", "")
+        compiled_ms = " / ".join(f"{v:.1f}" for v in ms.values())
+        headline["compile"] = f"compiled {compiled_ms} ms; eager {eager or 'not run'} ms"
+        return
+    for key, row in zip(("step64", "step512"), (rows[0], rows[-1]), strict=True):
+        if key == "step512" and len(rows) < 2:
+            break
+        c = row["cselab"]
+        mfu = f"MFU {100 * c['mfu']:.1f}%" if c.get("mfu") else "MFU n/a"
+        speed = f"{row['speedup']:.2f}× the recipe" if "speedup" in row else "no peer"
+        headline[key] = f"batch {row['batch']}: {1000 * c['step_s']:.1f} ms, {speed}, {mfu}"
+    headline["_eager_ms"] = " / ".join(f"{v:.1f}" for v in ms.values())
+    cache = {r["chunk"]: 1000 * r["step_s"] for r in report.get("gradcache") or []}
+    if cache.get(None):
+        base = cache[None]
+        cells = [f"chunk {c}: {v:.0f} ms = {v / base:.2f}×" for c, v in cache.items() if c]
+        headline["gradcache512"] = "; ".join(cells) + f" (uncached {base:.0f} ms)"
 
 
 class OpCounter:
@@ -323,7 +451,10 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
+def step_profile(
+    model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool,
+    headline: dict[str, str],
+) -> str:  # fmt: skip
     from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
@@ -400,6 +531,12 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
         if device.type == "cuda"
         else "n/a (CPU)"
     )
+    dev_s, dev_n = time_dev_evaluation(trainer.encoder, data, plan, device)
+    headline["real_step"] = (
+        f"{1000 * step_s:.1f} ms; GPU idle {idle}; {counter.ops} operators; {kernels} kernels; "
+        f"syncs: {syncs}"
+    )
+    headline["dev_eval"] = f"{dev_s:.3f} s ({dev_n} pairs)"
     rows = [
         ["step time (mean of back-to-back steps)", f"{1000 * step_s:.2f} ms"],
         ["sentences/s", f"{plan.batch / step_s:.0f}"],
@@ -411,6 +548,7 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
         ["MFU on real tokens", f"{100 * real / step_s / peak:.1f}%" if peak else "n/a (no peak)"],
         ["MFU counting padding", f"{100 * padded / step_s / peak:.1f}%" if peak else "n/a (no peak)"],
         ["peak memory", mem],
+        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed)", f"{dev_s:.3f} s"],
         ["checkpoint: host copy (the step waits)", f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
         ["checkpoint: write (on a thread)", f"{write_s:.3f} s"],
         ["checkpoint cost per step at the 10-minute cadence",
@@ -422,6 +560,102 @@ def step_profile(model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dr
         f"{trainer.amp_dtype or 'fp32'} on {device}; peak FLOP/s: {peak_src}.\n\n"
         + table(["what", "value"], rows)
     )
+
+
+def time_dev_evaluation(
+    encoder: torch.nn.Module, data: Path, plan: Plan, device: torch.device
+) -> tuple[float, int]:
+    """Seconds of one dev evaluation as the trainer runs it (the dev set tokenised at the first
+    call and kept on the device; the mean of three later calls), and the pairs scored."""
+    from cselab.evaluation.custom import dev_evaluator
+    from cselab.evaluation.datasets import read_stsb
+
+    dev = str(small_dev(data, plan.dev_pairs)) if plan.dev_pairs else "stsb"
+    evaluator = dev_evaluator(dev, data_dir=data / "senteval")
+    assert evaluator is not None
+    evaluator(encoder)  # tokenising, allocator
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(3):
+        evaluator(encoder)
+    sync(device)
+    pairs = plan.dev_pairs or len(read_stsb(data / STSB[0]).scores)
+    return (time.perf_counter() - start) / 3, pairs
+
+
+def make_decoder(folder: Path, data: Path, shape: dict[str, int], seed: int = 0) -> Path:
+    """A random Llama-architecture causal LM of ``shape`` in bf16 with the data folder's
+    tokenizer (the LLM2Vec preset's model, without a download)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=512, **shape)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def step_llm2vec(
+    wiki: Path, data: Path, work: Path, plan: Plan, dry: bool, headline: dict[str, str]
+) -> str:
+    """The LLM2Vec SimCSE preset as a user runs it, on a random decoder of ``plan.llm_model``'s
+    shape: sentences/s and MFU = 6 · N · tokens/s over the peak, N the non-embedding weights,
+    tokens the two views of each row at ``max_seq_len`` (128: the padded width the preset
+    computes; LoRA computes no gradient of the frozen weights, so this overstates the work)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_gpu import bf16_peak
+
+    shape = plan.llm_model or TINY_DECODER
+    model = make_decoder(work / "llm", data, shape)
+    out = work / "llm-run"
+    cmd = [sys.executable, "-m", "cselab", "-q", "train", "llm2vec-simcse-llama3-8b",
+           f"--model.name_or_path={model}", f"--data.train_file={wiki}",
+           f"--data.cache_dir={work / 'cache'}", f"--train.output_dir={out}",
+           f"--train.max_steps={plan.llm_steps}", f"--train.batch_size={plan.llm_batch}",
+           "--train.eval_steps=0", "--train.save_steps=0", "--train.report_to=[]",
+           "--train.overwrite=true"] + (["--train.device=cpu"] if dry else [])  # fmt: skip
+    code, out_text, wall = run(cmd, timeout=600)
+    if code != 0:
+        raise RuntimeError(f"cselab train llm2vec-simcse-llama3-8b exited {code}:\n{out_text}")
+    r = json.loads((out / "results.json").read_text())
+    d, i, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
+    kv = d // shape["num_attention_heads"] * shape["num_key_value_heads"]
+    n = layers * (2 * d * d + 2 * d * kv + 3 * d * i)
+    sps = r["sentences_per_s"]
+    device = torch.device("cuda" if torch.cuda.is_available() and not dry else "cpu")
+    peak, peak_src = bf16_peak(device, None)
+    flops = 6 * n * 2 * 128 * sps
+    mfu = f"{100 * flops / peak:.1f}%" if peak else "n/a (no peak)"
+    headline["llm2vec"] = f"{sps:.0f} sent/s, MFU {mfu}"
+    rows = [
+        ["non-embedding parameters", f"{n / 1e6:.0f} M"],
+        ["steps × batch", f"{r['steps']} × {plan.llm_batch}"],
+        ["process s / train s", f"{wall:.0f} / {r['train_time_s']:.1f}"],
+        ["sentences/s", f"{sps:.1f}"],
+        ["MFU (6·N·tokens)", mfu],
+        ["precision", r["precision"]],
+    ]
+    return (
+        f"`cselab train llm2vec-simcse-llama3-8b` on a random Llama-architecture decoder of "
+        f"shape {shape} (the data folder's vocabulary); peak: {peak_src}.\n\n"
+        + table(["what", "value"], rows)
+    )
+
+
+def step_device(model: Path, work: Path, headline: dict[str, str]) -> str:
+    """``cselab encode`` without ``--device``: the device it chose, from its one log line."""
+    text = work / "sentences.txt"
+    text.write_text("a sentence\nanother sentence\n", encoding="utf-8")
+    cmd = [sys.executable, "-m", "cselab", "encode", str(model), "--input", str(text),
+           "--output", str(work / "vectors.npy")]  # fmt: skip
+    code, out, _ = run_full(cmd, timeout=300)
+    if code != 0:
+        raise RuntimeError(f"cselab encode exited {code}:\n{tail(out)}")
+    line = next((x for x in out.splitlines() if "device auto:" in x), None)
+    chosen = line.split("device auto:", 1)[1].strip() if line else "no choice logged"
+    headline["device_default"] = f"auto → {chosen}"
+    return f"`cselab encode MODEL --input FILE --output FILE` (no `--device`): {chosen}."
 
 
 def step_long(model_large: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool) -> str:
@@ -475,47 +709,58 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("gpu_check.md"), help="the markdown report")
     p.add_argument("--dry-run", action="store_true", help="the whole sequence on the CPU, tiny")
     p.add_argument("--long", action="store_true", help="add the ~30-minute BERT-large part")
+    p.add_argument("--quick", action="store_true", help="about 5 minutes on an H100: the "
+                   "gradcache/gpu tests, one cselab train, the peer at 64 and 512, compile on "
+                   "and off, the profile, the LLM2Vec preset, the --device default")  # fmt: skip
     p.add_argument("--skip", default="", help="comma-separated sections to skip: "
-                   "pytest,train,peer,profile,long")  # fmt: skip
+                   "pytest,train,peer,compile,profile,llm2vec,device,long")  # fmt: skip
     args = p.parse_args(argv)
     if args.prepare:
         prepare(args.prepare)
         return 0
-    dry = args.dry_run
+    dry, quick = args.dry_run, args.quick
     if not dry and not torch.cuda.is_available():
         raise SystemExit(
             "gpu_check: no CUDA GPU here; use --dry-run to check the script on the CPU"
         )
     plan = DRY_PLAN if dry else GPU_PLAN
     skip = set(filter(None, args.skip.split(",")))
+    if quick:
+        skip.add("long")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cselab-gpu-check-") as tmp:
         work = Path(tmp)
         data = args.data or prepare(work / "data")
         wiki = wiki_file(data, work, plan.wiki_lines)
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not dry else "CPU"
-        report = Report(f"cselab GPU check{' (dry run on the CPU, tiny shapes)' if dry else ''}")
+        mode = " (dry run on the CPU, tiny shapes)" if dry else " (quick)" if quick else ""
+        report = Report(f"cselab GPU check{mode}", args.out)
+        head = report.headline
         report.add(
             f"- device: {device}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
             f"{platform.platform()}\n- command: `python bench/gpu_check.py "
             f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
         )
         model = make_model(work / "model", data, plan.model)
-        if "pytest" not in skip:
-            report.section("Unit tests marked gpu", lambda: step_pytest(dry))
-        if "train" not in skip:
-            report.section(
-                "cselab train end to end",
-                lambda: step_train(model, wiki, data, work, plan, dry),
-            )
-        if "peer" not in skip:
-            report.section(
-                "Step throughput beside sentence-transformers", lambda: step_peer(dry, work)
-            )
-        if "profile" not in skip:
-            report.section(
-                "Profile of the step", lambda: step_profile(model, wiki, data, work, plan, dry)
-            )
+        sections: list[tuple[str, str, Callable[[], str]]] = [
+            ("pytest", "Unit tests marked gpu", lambda: step_pytest(dry, quick, head)),
+            ("train", "cselab train end to end",
+             lambda: step_train(model, wiki, data, work, plan, dry, quick, head)),
+            ("peer", "Step throughput beside sentence-transformers",
+             lambda: step_peer(dry, quick, work, head)),
+            ("compile", "The step compiled (train.compile)",
+             lambda: step_peer(dry, quick, work, head, compiled=True)),
+            ("profile", "Profile of the step",
+             lambda: step_profile(model, wiki, data, work, plan, dry, head)),
+            ("llm2vec", "LLM2Vec preset on a Qwen2-0.5B shape",
+             lambda: step_llm2vec(wiki, data, work, plan, dry, head)),
+            ("device", "The commands' default device", lambda: step_device(model, work, head)),
+        ]  # fmt: skip
+        if dry:  # compiling the CPU step takes minutes (test_compile.py covers it)
+            skip.add("compile")
+        for key, title, body in sections:
+            if key not in skip:
+                report.section(title, body)
         if args.long and "long" not in skip:
             large = make_model(work / "model-large", data, plan.long_model)
             report.section(
@@ -525,7 +770,6 @@ def main(argv: list[str] | None = None) -> int:
         took = time.perf_counter() - started
         failed = ", ".join(report.failures) or "none"
         report.add(f"---\nTotal {took / 60:.1f} min. Failed sections: {failed}.")
-        report.write(args.out)
     print(f"wrote {args.out} ({took:.0f} s; failed sections: {failed})")
     return 1 if report.failures else 0
 

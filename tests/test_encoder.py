@@ -176,3 +176,21 @@ def test_unknown_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ResolveError, match="no-such-org/no-such-model"):
         resolve_model("no-such-org/no-such-model")
+
+
+def test_vectors_gathered_on_the_device_come_back_in_input_order(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``encode`` copies its vectors to the host every ``FLUSH_ROWS`` rows, not batch by batch:
+    with a copy every 3 rows (batches of 2, so copies fall inside a run of batches) the vectors
+    are those of one copy at the end, in input order (each row nearest its own sentence's
+    vector encoded alone)."""
+    from cselab.model import inference
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg").eval()
+    sentences = ["b", "a much longer sentence than the rest", "a short one", "c d", "e f g h"]
+    once = enc.encode(sentences, batch_size=2, normalize=True)
+    monkeypatch.setattr(inference, "FLUSH_ROWS", 3)
+    assert np.array_equal(enc.encode(sentences, batch_size=2, normalize=True), once)
+    alone = np.concatenate([enc.encode([s], normalize=True) for s in sentences])
+    assert (once @ alone.T).argmax(1).tolist() == list(range(len(sentences)))

@@ -268,3 +268,47 @@ def test_dev_file_is_checked_whatever_the_cadence(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and str(missing) in err
     assert not (out / "results.json").exists()
+
+
+def test_the_dev_set_is_tokenised_once_and_scores_as_before(
+    tiny_bert: Path, tmp_path: Path, senteval_dir: Path, fresh_eval_cache: None
+) -> None:
+    """The trainer's evaluator tokenises its dev sentences once (kept on the model's device)
+    and scores exactly as encoding them afresh with ``encoder.encode`` does, for a dev file and
+    for STS-B dev (every number: the score, alignment, uniformity)."""
+    from cselab.evaluation.alignment import POSITIVE_THRESHOLD, alignment, l2_normalize, uniformity
+    from cselab.evaluation.embed import call_encoder
+    from cselab.evaluation.sts import _stsb_dev_plan, correlations, cosine_similarity
+    from cselab.model.encoder import load
+
+    encoder = load(str(tiny_bert))
+    tokenize, calls = encoder.tokenize, []
+    encoder.tokenize = lambda *a, **k: calls.append(1) or tokenize(*a, **k)  # type: ignore[method-assign]
+    path = write(tmp_path / "dev.tsv", PAIRS, custom.DEFAULT_COLUMNS)
+    pairs = custom.read_sts_file(path)
+    scorer = custom.PairsScorer(pairs, "spearman", batch_size=4)  # 12 sentences: 3 batches
+    first = scorer(encoder)
+    assert len(calls) == 3
+    assert scorer(encoder) == first and len(calls) == 3  # the second evaluation: no tokenising
+    vectors = call_encoder(encoder, list(scorer.unique), 4)
+    system = cosine_similarity(vectors[scorer.i1], vectors[scorer.i2])
+    assert first == 100.0 * correlations(system, pairs.scores)["spearman"]
+
+    # STS-B dev's first 300 pairs, in SentEval's layout (the whole set is slow on the CPU)
+    short = tmp_path / "senteval" / "STS" / "STSBenchmark" / "sts-dev.csv"
+    short.parent.mkdir(parents=True)
+    with (senteval_dir / "STS/STSBenchmark/sts-dev.csv").open(encoding="utf-8") as fh:
+        short.write_text("".join(fh.readline() for _ in range(300)), encoding="utf-8")
+    dev = custom.dev_evaluator("stsb", data_dir=short.parents[2], batch_size=64)
+    calls.clear()
+    got = [dev(encoder), dev(encoder)]
+    unique, i1, i2, gold = _stsb_dev_plan(short.parents[2])
+    assert len(calls) == -(-len(unique) // 64)  # one tokenising, for both evaluations
+    vectors = call_encoder(encoder, list(unique), 64)
+    unit, positive = l2_normalize(vectors), gold > POSITIVE_THRESHOLD
+    expected = {
+        "stsb_dev": 100.0 * correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)["spearman"],
+        "align": alignment(unit[i1[positive]], unit[i2[positive]]),
+        "uniform": uniformity(unit),
+    }  # fmt: skip
+    assert got == [expected, expected]

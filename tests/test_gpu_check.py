@@ -43,6 +43,36 @@ def _check_report(text: str) -> None:
     assert "Failed sections: none" in text
     assert "| defaults (precision auto) | fp32 |" in text  # auto is fp32 on the CPU
     assert "| host syncs per step" in text and "| checkpoint: host copy" in text
+    # the headline table leads, filled by the sections that ran
+    head = text.split("\n## ")[0]
+    assert head.splitlines()[2] == "| measured | value | target |"
+    assert "| `cselab encode` without `--device` | auto → cpu | the GPU |" in head
+    for row in ("| STS-B dev evaluation", "| LLM2Vec preset", "| the real step"):
+        line = next(x for x in head.splitlines() if x.startswith(row))
+        assert "| not run |" not in line, line
+    assert "## LLM2Vec preset on a Qwen2-0.5B shape" in text
+
+
+def test_the_report_keeps_what_finished_when_the_run_is_killed(tmp_path: Path) -> None:
+    """Each section is written (atomically) as it finishes: a run stopped in the next section
+    leaves a report with the finished one and the headline cells it filled."""
+    check = load_check()
+    out = tmp_path / "report.md"
+    report = check.Report("check", out)
+
+    def first() -> str:
+        report.headline["dev_eval"] = "0.05 s"
+        return "first section's table"
+
+    def killed() -> str:
+        raise KeyboardInterrupt  # the slot's end: not an Exception, nothing after it runs
+
+    report.section("First", first)
+    with pytest.raises(KeyboardInterrupt):
+        report.section("Second", killed)
+    text = out.read_text()
+    assert "## First\n\nfirst section's table" in text and "## Second" not in text
+    assert "| 0.05 s | ≤ 0.1 s |" in text and "| not run |" in text
 
 
 def test_dry_run_writes_its_report(tmp_path: Path) -> None:

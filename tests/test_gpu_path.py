@@ -287,3 +287,70 @@ def test_an_fp16_step_reads_the_device_once(tiny_bert: Path, tmp_path: Path) -> 
         trainer.forward_backward(batch)
         trainer.optimizer_step()
     assert len(counter.syncs) == 1, counter.syncs
+
+
+@pytest.mark.parametrize(
+    ("precision", "bf16", "tf32"),
+    [("fp32", True, False), ("fp32", False, False), ("bf16", True, False),
+     ("auto", True, False), ("auto", False, True)],
+)  # fmt: skip
+def test_tf32_is_on_only_where_auto_resolves_to_fp32_on_a_gpu(
+    monkeypatch: pytest.MonkeyPatch, precision: str, bf16: bool, tf32: bool
+) -> None:
+    """The TF32 flags are global to the process: whatever an earlier run left (here: on), a
+    CUDA run sets them, so an explicit ``fp32`` multiplies in IEEE fp32 (no CUDA needed: only
+    the flags are read)."""
+    from cselab.training import runtime
+
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: bf16)
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    before = [flag.allow_tf32 for flag in flags]
+    try:
+        for flag in flags:
+            flag.allow_tf32 = not tf32
+        runtime.autocast_dtype(precision, torch.device("cuda"))
+        assert [flag.allow_tf32 for flag in flags] == [tf32, tf32]
+    finally:
+        for flag, value in zip(flags, before, strict=True):
+            flag.allow_tf32 = value
+
+
+def test_a_gradcache_step_reads_nothing_back(tiny_bert: Path, tmp_path: Path) -> None:
+    """GradCache on the padded path with dropout (chunks of 3, 3 and 2 rows): the random-state
+    snapshots and their replay are host-side generator states, the cached embeddings and their
+    gradients stay on the model's device, so no operator of the step reads a device value."""
+    from cselab.app.train import build_trainer
+    from test_trainer import tiny_config
+
+    trainer = build_trainer(
+        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--model.dropout=0.1",
+                    "--train.cache_chunk_size=3")
+    )  # fmt: skip
+    trainer.forward_backward(trainer.batch_for(0))
+    trainer.optimizer_step()
+    batch = trainer.batch_for(1)
+    with SyncCounter() as counter:
+        trainer.forward_backward(batch)
+        trainer.optimizer_step()
+    assert counter.syncs == []
+
+
+def test_an_encoder_s_key_mask_builds_no_position_tensors(tiny_bert: Path) -> None:
+    """BERT's prepared mask is its key mask: no ``arange`` of positions, no ``(L, L)``
+    comparisons (the causal, band and diagonal masks are built only where they are used)."""
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.names.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    enc = padded_encoder(tiny_bert)
+    mask = enc.tokenize(["a short one", "a much longer sentence than the other one is"])
+    with Ops() as ops:
+        keys = padded_attention_mask(enc.backbone, mask["attention_mask"])
+    assert keys.shape == (2, 1, 1, mask["attention_mask"].shape[1])
+    assert "aten.arange" not in ops.names and "aten.eq" not in ops.names, ops.names

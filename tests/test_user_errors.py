@@ -103,7 +103,7 @@ def test_load_on_a_missing_device_names_the_keyword(tiny_bert: Path) -> None:
     assert load(str(tiny_bert), device="cpu").device.type == "cpu"
 
 
-ACCEPTED = ["cpu", "cuda", "cuda:0", "cuda:1", "cuda:9999", "mps", "xpu:3", "hpu", "mtia", "xla",
+ACCEPTED = ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:9999", "mps", "xpu:3", "hpu", "mtia", "xla",
             "npu", "privateuseone"]  # fmt: skip
 REFUSED = ["gpu:0", "cuda:01", "cuda:00", "cuda:99999999999999999999", "cuda:10000", "cuda:-1",
            "meta", "CPU", "cpu:0:1"]  # fmt: skip
@@ -131,7 +131,7 @@ def test_device_flag_and_train_device_take_the_same_names(
     words = "cpu, cuda, cuda:N, mps, xpu, hpu, mtia, xla, npu, privateuseone"
     assert str(err.value) == f"train.device: {name!r} is not a device; use auto, {words}"
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"cselab encode: error: argument --device: {name!r} is not a device; use {words}"
+        f"cselab encode: error: argument --device: {name!r} is not a device; use auto, {words}"
     )
 
 

@@ -14,6 +14,7 @@ from ..search.settings import IndexSettings
 from .options import (
     add_batch_size_flag,
     add_compile_flag,
+    add_device_flag,
     add_pooler_flag,
 )
 
@@ -63,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
     add_batch_size_flag(ev, f"encoding batch size ({BATCH_SIZE})")
     add_compile_flag(ev)
+    add_device_flag(ev)
     ev.add_argument("--output", "-o", help="write the full results as JSON")
     ev.add_argument("--csv", help="write every number as long-format CSV")
     ev.add_argument(
@@ -298,7 +300,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         ensure_data(tasks, args.data_dir, download_missing=not args.no_download)
     from ..model.encoder import load  # lazy: model loading pulls in transformers
 
-    encoder = load(args.model, pooler=args.pooler, compile_inference=args.compile_inference)
+    encoder = load(
+        args.model, pooler=args.pooler, device=args.device,
+        compile_inference=args.compile_inference,
+    )  # fmt: skip
     check_dims(dims, encoder)
     # the task list: the SentEval names and STS files (when asked for), then retrieval
     out = api.evaluate(

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from ..core.devices import check_device, device_words
+from ..core.devices import AUTO, check_device, device_words
 from ..core.errors import ConfigError, SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 
@@ -46,7 +46,7 @@ def positive_int(text: str) -> int:
 def device_name(text: str) -> str:
     """An argparse type: a device name (:func:`~cselab.core.devices.check_device`)."""
     try:
-        return check_device(text)
+        return check_device(text, auto=True)
     except ConfigError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -58,8 +58,9 @@ def add_batch_size_flag(parser: argparse.ArgumentParser, help: str | None = None
 
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     """``--device``: where the model runs."""
-    parser.add_argument("--device", default=None, type=device_name,
-                        help=f"{device_words()} (default: cpu)")  # fmt: skip
+    parser.add_argument("--device", default=AUTO, type=device_name,
+                        help=f"{device_words(auto=True)} (default: auto, the GPU where there is "
+                        "one: cuda, else mps, else cpu)")  # fmt: skip
 
 
 def add_model_flag(

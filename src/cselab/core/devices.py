@@ -13,6 +13,10 @@ from .errors import ConfigError
 #: values, so nothing can be encoded or trained there.
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "npu", "privateuseone")
 
+#: The device name that lets the machine choose: its GPU where there is one
+#: (:func:`cselab.model.devices.resolve_device`); the default of the commands that encode.
+AUTO = "auto"
+
 #: The most digits of a device index: ``torch.device`` takes any int64, no machine has 10^4
 MAX_INDEX_DIGITS = 4
 
@@ -24,18 +28,18 @@ _DEVICE = re.compile(
 
 def device_words(auto: bool = False) -> str:
     """The accepted names, as the messages and the ``--help`` list them."""
-    names = ("auto",) * auto + ("cpu", "cuda", "cuda:N") + DEVICE_TYPES[2:]
+    names = (AUTO,) * auto + ("cpu", "cuda", "cuda:N") + DEVICE_TYPES[2:]
     return ", ".join(names)
 
 
 def check_device(value: str, *, auto: bool = False) -> str:
     """``value`` if it names a device (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...), or
-    ``auto`` where ``auto`` is allowed (``train.device``). Checked on the text alone, without
+    ``auto`` where ``auto`` is allowed (``train.device``, ``--device``). Checked on the text alone, without
     importing torch, so that reading a config and ``cselab --help`` stay fast.
 
     Raises:
         ConfigError: ``'VALUE' is not a device; use ...`` (the caller names the option or key).
     """
-    if isinstance(value, str) and (_DEVICE.fullmatch(value) or (auto and value == "auto")):
+    if isinstance(value, str) and (_DEVICE.fullmatch(value) or (auto and value == AUTO)):
         return value
     raise ConfigError(f"{value!r} is not a device; use {device_words(auto)}")

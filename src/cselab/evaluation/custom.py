@@ -35,7 +35,7 @@ from ..core.schema import ConfigError
 from ..io.readers import open_table
 from ..model.choices import BATCH_SIZE
 from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  # noqa: F401
-from .embed import EmbeddingCache, EncoderLike, call_encoder
+from .embed import EmbeddingCache, EncoderLike, RepeatedSentences
 from .names import STS_COLUMNS_HINT, STS_FILE_KIND
 from .sts import correlations, cosine_similarity
 
@@ -133,9 +133,10 @@ class PairsScorer:
         index = {s: i for i, s in enumerate(self.unique)}
         self.i1 = np.array([index[s] for s in pairs.sent1], dtype=np.int64)
         self.i2 = np.array([index[s] for s in pairs.sent2], dtype=np.int64)
+        self.repeated = RepeatedSentences()  # tokenised once, kept on the model's device
 
     def __call__(self, encoder: EncoderLike) -> float:
-        vectors = call_encoder(encoder, list(self.unique), self.batch_size)
+        vectors = self.repeated(encoder, self.unique, self.batch_size)
         system = cosine_similarity(vectors[self.i1], vectors[self.i2])
         return 100.0 * correlations(system, self.pairs.scores)[self.metric]
 
@@ -158,6 +159,7 @@ class DevEvaluator:
         self.dev = dev
         self.data_dir = data_dir
         self.batch_size = batch_size
+        self._repeated = RepeatedSentences()  # STS-B dev tokenised once, kept on the device
         self._score: Callable[[EncoderLike], float | dict[str, float]]
         if dev.kind == "retrieval":
             self._score = self._retrieval()
@@ -197,7 +199,9 @@ class DevEvaluator:
         # eval.dev is a training setting: a missing folder is named as `cselab train` takes it
         ensure_stsb_dev(self.data_dir, option="--eval.data_dir=DIR")
         # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
-        out = stsb_dev_measures(encoder, self.data_dir, batch_size=self.batch_size)
+        out = stsb_dev_measures(
+            encoder, self.data_dir, batch_size=self.batch_size, repeated=self._repeated
+        )
         return {self.name: out[self.dev.metric], "align": out["align"], "uniform": out["uniform"]}
 
     def _retrieval(self) -> Callable[[EncoderLike], dict[str, float]]:

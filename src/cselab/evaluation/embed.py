@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -72,6 +72,47 @@ def call_encoder(encoder: EncoderLike, sentences: list[str], batch_size: int) ->
             "expected (num_sentences, dim)"
         )
     return arr
+
+
+class RepeatedSentences:
+    """The same sentences encoded at every call (a dev set scored every ``eval_steps``): for a
+    :class:`~cselab.model.sentence_encoder.SentenceEncoder`, tokenised, sorted and batched once
+    and kept on its device (:func:`~cselab.model.inference.tokenized_batches`; made again if
+    the sentences, batch size, tokenizer or device change), the vectors copied to the host
+    once per call. The vectors are those of ``encoder.encode(sentences, batch_size)``: the same
+    batches through the same forward. Any other encoder is called as :func:`call_encoder`
+    calls it."""
+
+    def __init__(self) -> None:
+        self._sentences: tuple[str, ...] | None = None
+        self._batches: Any = None
+
+    def __call__(
+        self, encoder: EncoderLike, sentences: Sequence[str], batch_size: int
+    ) -> np.ndarray:
+        if not _plain_sentence_encoder(encoder):
+            return call_encoder(encoder, list(sentences), batch_size)
+        from ..model.inference import batches_key, encode_batches, tokenized_batches
+
+        sentences = tuple(sentences)
+        if (
+            self._batches is None
+            or self._sentences != sentences
+            or self._batches.key != batches_key(encoder, batch_size)
+        ):
+            self._batches = tokenized_batches(encoder, sentences, batch_size)
+            self._sentences = sentences
+        with inference_mode(encoder):
+            return encode_batches(encoder, self._batches)
+
+
+def _plain_sentence_encoder(encoder: object) -> bool:
+    """Whether ``encoder`` is a SentenceEncoder whose ``encode`` is the library's own."""
+    import sys
+
+    module = sys.modules.get("cselab.model.sentence_encoder")  # not loaded: not one
+    encode = getattr(type(encoder), "encode", None)
+    return module is not None and encode is module.SentenceEncoder.encode
 
 
 class AtDimension:

@@ -289,6 +289,7 @@ def run_cli(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         output_folder=args.mteb_cache,
         data_dir=args.data_dir,
+        device=getattr(args, "device", None),
         show_progress=not getattr(args, "quiet", False),
         split=getattr(args, "split", None),
     )

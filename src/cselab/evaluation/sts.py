@@ -23,7 +23,7 @@ from scipy import stats
 
 from ..model.choices import BATCH_SIZE
 from . import datasets
-from .embed import EmbeddingCache, EncoderLike, call_encoder
+from .embed import EmbeddingCache, EncoderLike, RepeatedSentences, call_encoder
 
 STS_YEARS = tuple(datasets.STS_YEARS)
 SPLIT_TASKS = ("STSBenchmark", "SICKRelatedness")
@@ -184,6 +184,7 @@ def stsb_dev_measures(
     encoder: EncoderLike,
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = BATCH_SIZE,
+    repeated: RepeatedSentences | None = None,
 ) -> dict[str, float]:
     """One encoding of STS-B dev, every number training looks at: ``spearman`` and ``pearson``
     (cosine vs gold, x 100; ``spearman`` is SimCSE's ``eval_stsb_spearman`` x 100) and
@@ -194,13 +195,18 @@ def stsb_dev_measures(
     ``encoder``: an object with ``encode(list[str], batch_size=...)`` or a plain callable
     ``list[str] -> (N, D) array``. The file is parsed once per process; each call encodes the
     distinct sentences once. An ``nn.Module`` encoder is put in eval mode for the call and its
-    train/eval state restored afterwards.
+    train/eval state restored afterwards. ``repeated``: the sentences tokenised once and kept
+    on the device across calls (:class:`~cselab.evaluation.embed.RepeatedSentences`, the
+    trainer's evaluator), the same numbers.
     """
     from .alignment import POSITIVE_THRESHOLD, alignment, l2_normalize, uniformity
 
     root = ensure_stsb_dev(data_dir)
     unique, i1, i2, gold = _stsb_dev_plan(root)
-    vectors = call_encoder(encoder, list(unique), batch_size)
+    if repeated is None:
+        vectors = call_encoder(encoder, list(unique), batch_size)
+    else:
+        vectors = repeated(encoder, unique, batch_size)
     corr = correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)
     unit = l2_normalize(vectors)
     positive = gold > POSITIVE_THRESHOLD

@@ -1,11 +1,17 @@
 """Whether this machine has a device: one line naming ``device`` and the devices there are,
-before a model is moved to it (``cselab encode --device mps`` on a machine without MPS)."""
+before a model is moved to it (``cselab encode --device mps`` on a machine without MPS); and
+what ``auto`` means for a model that encodes (:func:`resolve_device`)."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
+from ..core.devices import AUTO
 from ..core.errors import ConfigSettingError
+
+log = logging.getLogger("cselab")
 
 
 def available_devices() -> list[str]:
@@ -61,4 +67,26 @@ def available_device(name: str | torch.device, key: str | None = None) -> torch.
             "device", text, "{setting} is not available on this machine (available: {there})",
             key=key, there=", ".join(available_devices()),
         )  # fmt: skip
+    return device
+
+
+def best_device() -> torch.device:
+    """This machine's device for encoding: its (current) CUDA GPU, else Apple's MPS, else the
+    CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_device(name: str | torch.device, key: str | None = None) -> torch.device:
+    """The device ``name`` stands for: ``auto`` is :func:`best_device`, the choice logged in
+    one line (the commands that encode default to it); any other name must be present
+    (:func:`available_device`, whose ``key`` and error it shares)."""
+    if str(name) != AUTO:
+        return available_device(name, key)
+    device = best_device()
+    what = f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""
+    log.info("device auto: %s%s", device, what)
     return device

@@ -1,7 +1,9 @@
 """Batched inference of a sentence encoder: length-sorted batches, and the bf16 inference copy.
 
 :func:`encode_sentences` is ``SentenceEncoder.encode``: sentences sorted by length so each batch
-pads little, vectors put back in input order. :func:`inference_copy` is the bf16 copy it encodes
+pads little, vectors gathered on the device and put back in input order on the host.
+:func:`tokenized_batches` and :func:`encode_batches` split it for sentences encoded again and
+again (the dev set at every evaluation): tokenised once, kept on the device. :func:`inference_copy` is the bf16 copy it encodes
 with for ``precision="bf16"``. Both take the encoder as an ``nn.Module`` with
 ``SentenceEncoder``'s attributes (``tokenize``, ``dim``, ``device``, ``inference_max_len``), so
 this module needs nothing from the model's own module.
@@ -10,7 +12,8 @@ this module needs nothing from the model's own module.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -86,11 +89,84 @@ def encode_sentences(
         full = _encode(encoder, sentences, batch_size, False, show_progress, max_seq_len,
                        precision)  # fmt: skip
         return truncate_rows(full, dim)
-    settings = getattr(encoder, "folder_settings", None)
+    normalize = normalize or _folder_normalizes(encoder)
+    return _encode(encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision)
+
+
+#: Rows of vectors gathered on the device before one copy to the host: a dev set is one copy,
+#: a corpus of millions a copy per this many rows (the device holds no more than these).
+FLUSH_ROWS = 16384
+
+
+@dataclass(frozen=True)
+class Batches:
+    """Sentences tokenised once for encoding again and again (the dev set at every evaluation):
+    longest first, in batches, on the encoder's device. ``order[i]`` is the input position of
+    sorted row ``i``; ``key`` says which encoder setting they were made for
+    (:func:`batches_key`)."""
+
+    order: np.ndarray
+    inputs: tuple[dict[str, torch.Tensor], ...]
+    key: tuple[Any, ...]
+
+
+def batches_key(encoder: nn.Module, batch_size: int, max_seq_len: int | None = None) -> tuple:
+    """What tokenised batches depend on: the tokenizer, the device, the length limit, the batch
+    size. Batches made under another key are made again."""
+    return (id(encoder.tokenizer), str(encoder.device), _limit(encoder, max_seq_len), batch_size)
+
+
+def tokenized_batches(
+    encoder: nn.Module, sentences: Sequence[str], batch_size: int, max_seq_len: int | None = None
+) -> Batches:
+    """``sentences`` tokenised, sorted and batched as :func:`encode_sentences` does, on the
+    encoder's device, to be encoded with :func:`encode_batches` as often as needed."""
+    order = _order(sentences)
+    inputs = tuple(_tokenize(encoder, sentences, order, batch_size, _limit(encoder, max_seq_len)))
+    return Batches(order, inputs, batches_key(encoder, batch_size, max_seq_len))
+
+
+@torch.inference_mode()  # as ``SentenceEncoder.encode``: the same kernels, the same vectors
+def encode_batches(encoder: nn.Module, batches: Batches, normalize: bool = False) -> np.ndarray:
+    """The fp32 vectors of tokenised ``batches`` in input order: what ``encoder.encode`` gives
+    for the same sentences, batch size and length (the same batches, the same forward), with
+    one copy to the host at the end."""
+    if batches_key(encoder, batches.key[3], None)[:2] != batches.key[:2]:
+        raise ValueError("these batches were tokenised for another tokenizer or device")
+    normalize = normalize or _folder_normalizes(encoder)
+    return _run(encoder, batches.order, iter(batches.inputs), normalize, False, "fp32")
+
+
+def _limit(encoder: nn.Module, max_seq_len: int | None) -> int:
+    if max_seq_len:  # an explicit length is capped only by what the model accepts
+        return min(max_seq_len, encoder.accepted_max_len)
+    return encoder.inference_max_len
+
+
+def _order(sentences: Sequence[str]) -> np.ndarray:
+    """Longest first: batches of similar length pad less."""
+    return np.argsort([-len(s) for s in sentences], kind="stable")
+
+
+def _folder_normalizes(encoder: nn.Module) -> bool:
     # A folder whose module list ends in Normalize gives unit vectors, as SentenceTransformer
     # gives them: the folder's vectors are the normalised ones (dot product = cosine).
-    normalize = normalize or bool(getattr(settings, "normalize", False))
-    return _encode(encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision)
+    return bool(getattr(getattr(encoder, "folder_settings", None), "normalize", False))
+
+
+def _tokenize(
+    encoder: nn.Module, sentences: Sequence[str], order: np.ndarray, batch_size: int, limit: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The batches of ``order``, tokenised on the host and moved to the encoder's device."""
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = encoder.tokenize([sentences[i] for i in idx], max_seq_len=limit)
+        types = batch.get("token_type_ids")
+        if types is not None and not types.any():
+            # all one segment: the model's default token types are these zeros, and a
+            # batch without them takes the packed forward with no check on the data
+            del batch["token_type_ids"]
+        yield {k: v.to(encoder.device) for k, v in batch.items()}
 
 
 def _encode(
@@ -103,38 +179,58 @@ def _encode(
     precision: str,
 ) -> np.ndarray:
     """The pooled vectors (L2-normalised with ``normalize``), in input order."""
-    n = len(sentences)
-    if n == 0:
+    if len(sentences) == 0:
         return np.zeros((0, encoder.dim), dtype=np.float32)
-    limit = encoder.inference_max_len
-    if max_seq_len:  # an explicit length is capped only by what the model accepts
-        limit = min(max_seq_len, encoder.accepted_max_len)
-    order = np.argsort([-len(s) for s in sentences], kind="stable")
+    order = _order(sentences)
+    # tokenised batch by batch: the host makes the next batch while the device runs this one
+    batches = _tokenize(encoder, sentences, order, batch_size, _limit(encoder, max_seq_len))
+    return _run(encoder, order, batches, normalize, show_progress, precision)
+
+
+def _run(
+    encoder: nn.Module,
+    order: np.ndarray,
+    batches: Iterator[dict[str, torch.Tensor]],
+    normalize: bool,
+    show_progress: bool,
+    precision: str,
+) -> np.ndarray:
+    """Encode ``batches`` (the sorted rows ``order``); the vectors are gathered on the device
+    and copied to the host every :data:`FLUSH_ROWS` rows and at the end, not batch by batch
+    (each copy waits for the device: one per batch would keep the host from queueing ahead)."""
+    n = len(order)
     out = np.empty((n, encoder.dim), dtype=np.float32)
     model = inference_copy(encoder, torch.bfloat16) if precision == "bf16" else encoder
     options = getattr(encoder, "inference_compile", None)
     forward = model if options is None else inference_graph(model, **options)
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        batches = iter(tqdm(batches, desc="encode", unit="batch"))
     was_training = encoder.training
     encoder.eval()
     try:
-        starts = range(0, n, batch_size)
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="encode", unit="batch")
-        for start in starts:
-            idx = order[start : start + batch_size]
-            batch = encoder.tokenize([sentences[i] for i in idx], max_seq_len=limit)
-            types = batch.get("token_type_ids")
-            if types is not None and not types.any():
-                # all one segment: the model's default token types are these zeros, and a
-                # batch without them takes the packed forward with no check on the data
-                del batch["token_type_ids"]
-            batch = {k: v.to(encoder.device) for k, v in batch.items()}
+        pending: list[torch.Tensor] = []
+        done = gathered = 0
+        for batch in batches:
             vec = forward(**batch).float()
             if normalize:
                 vec = torch.nn.functional.normalize(vec, dim=-1)
-            out[idx] = vec.cpu().numpy()
+            pending.append(vec)
+            gathered += vec.shape[0]
+            if gathered - done >= FLUSH_ROWS:
+                done = _flush(out, order, done, pending)
+        _flush(out, order, done, pending)
     finally:
         encoder.train(was_training)
     return out
+
+
+def _flush(out: np.ndarray, order: np.ndarray, done: int, pending: list[torch.Tensor]) -> int:
+    """Copy the gathered vectors (sorted rows ``done:``) to their input rows of ``out``."""
+    if not pending:
+        return done
+    rows = torch.cat(pending).cpu().numpy()
+    pending.clear()
+    out[order[done : done + len(rows)]] = rows
+    return done + len(rows)

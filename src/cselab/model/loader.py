@@ -19,7 +19,7 @@ from ..core.errors import ModelFormatError
 from ..io.readers import read_json
 from . import backbones
 from .config import ModelConfig
-from .devices import available_device
+from .devices import resolve_device
 from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
 from .lora import adapter_base, is_adapter_folder
@@ -59,7 +59,8 @@ def load(
     ``bidirectional``: remove a decoder's causal mask (LLM2Vec); default: what ``cselab.json``
     records, else ``False``.
 
-    ``device``: where the model runs; one this machine lacks is a
+    ``device``: where the model runs (``None``: the CPU; ``auto``: the GPU where there is one,
+    :func:`~cselab.model.devices.resolve_device`); one this machine lacks is a
     :class:`~cselab.core.errors.ConfigSettingError`, raised before the weights are read.
     ``fast_path``: see :meth:`SentenceEncoder.from_pretrained` (``False``: the backbone exactly
     as ``transformers`` loads it). ``compile_inference``: :meth:`SentenceEncoder.encode` runs a
@@ -67,7 +68,7 @@ def load(
     ``from_pretrained``.
     """
     if device is not None:
-        device = available_device(device)
+        device = resolve_device(device)
     local = Path(resolve_model(path, kwargs.pop("revision", None)))
     kwargs["fast_path"] = fast_path
     meta_file = local / CSELAB_FILE

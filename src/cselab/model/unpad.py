@@ -175,24 +175,29 @@ def padded_attention_mask(
         or getattr(config, "_attn_implementation", None) not in _BOOL_MASK_ATTENTION
     ):
         return attention_mask
-    keys = attention_mask.bool()[:, None, None, :]
     length = attention_mask.shape[1]
     window = getattr(config, "sliding_window", None)
-    positions = torch.arange(length, device=attention_mask.device)
-    alone = positions[:, None] == positions[None, :]
-    if not backbones.is_decoder(config):
-        local = "sliding_attention" in (getattr(config, "layer_types", None) or ())
-        if not local or window is None or length - 1 <= window:
-            return keys
-        # ModernBERT's local layers: a bidirectional band |i - j| <= sliding_window
-        band = (positions[:, None] - positions[None, :]).abs() <= window
-        return {"full_attention": keys, "sliding_attention": (keys & band) | alone}
-    if window is not None and length > window:
+    if backbones.is_decoder(config) and window is not None and length > window:
         return attention_mask
-    if not getattr(config, "is_causal", True):  # model.bidirectional
-        return keys
-    causal = positions[:, None] >= positions[None, :]
-    return (keys & causal) | alone
+    keys = attention_mask.bool()[:, None, None, :]
+    if backbones.is_decoder(config):
+        if not getattr(config, "is_causal", True):  # model.bidirectional
+            return keys
+        rows, cols = _grid(length, attention_mask.device)
+        return (keys & (rows >= cols)) | (rows == cols)
+    local = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+    if not local or window is None or length - 1 <= window:
+        return keys  # an encoder's key mask: no position tensors, a few operators per forward
+    # ModernBERT's local layers: a bidirectional band |i - j| <= sliding_window
+    rows, cols = _grid(length, attention_mask.device)
+    band = (rows - cols).abs() <= window
+    return {"full_attention": keys, "sliding_attention": (keys & band) | (rows == cols)}
+
+
+def _grid(length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Query and key positions ``(L, 1)`` and ``(1, L)``, for the masks that depend on them."""
+    positions = torch.arange(length, device=device)
+    return positions[:, None], positions[None, :]
 
 
 def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:

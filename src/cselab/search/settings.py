@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.devices import AUTO
 from ..core.errors import IndexSettingError, SettingError
 from ..model.choices import BATCH_SIZE, POOLERS
 from .layout import BUILD_BACKENDS, DEFAULT_CHUNK, SEARCH_BACKENDS
@@ -60,7 +61,8 @@ class IndexSettings:
         dim: store the first ``dim`` coordinates of each vector, re-normalised (a model trained
             with ``objective.matryoshka.dims``); queries are encoded at the same prefix.
         pooler: read a model opened by name with this pooler instead of its saved one.
-        device: where a model opened by name runs (``None``: the CPU).
+        device: where a model opened by name runs (``auto``, the default: the GPU where there
+            is one, else the CPU; ``None``: the CPU).
         compile_inference: a model opened by name encodes through a compiled graph
             (:meth:`SentenceEncoder.compile_inference
             <cselab.model.encoder.SentenceEncoder.compile_inference>`).
@@ -74,7 +76,7 @@ class IndexSettings:
     nlist: int | None = None
     dim: int | None = None
     pooler: str | None = None
-    device: str | None = None
+    device: str | None = AUTO
     compile_inference: bool = False
 
     def validate(

@@ -22,6 +22,13 @@ passes). The off-dropout pass is deterministic, and is replayed in the same orde
 step the generators are set to where the first pass left them, so the random stream continues as
 if every chunk had been encoded once.
 
+Nothing in the chunk loops reads the device: a CUDA generator's state (seed and offset) lives
+on the host, so its snapshot and replay are host operations; the cached embeddings and their
+gradients stay on the model's device (``tests/test_gpu_path.py`` counts no sync in a cached step;
+only ``verify`` reads a difference back, once per chunk). The replay is not the plain step's
+masks: the plain step draws one dropout mask for the whole batch, GradCache one per chunk, so
+with dropout the two steps differ as two draws do (without dropout, by roundoff only).
+
 Peak activation memory is that of one chunk (``3·chunk_size`` rows with the off-dropout view,
 ``2·chunk_size`` without; ``(2+K)·chunk_size`` for pairs with ``K`` hard negatives, whose
 :class:`~cselab.data.inputs.StepInputs` carry every column on the row's index) instead of the batch; the price is a second forward pass (about a third

@@ -37,10 +37,8 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "auto":
         dtype = None
         if device.type == "cuda":
-            if bf16_supported(device):
-                dtype = torch.bfloat16
-            else:
-                allow_tf32()
+            dtype = torch.bfloat16 if bf16_supported(device) else None
+            set_tf32(dtype is None)
         how = "with TF32 matrix products" if device.type == "cuda" and dtype is None else ""
         log.info(
             "train.precision=auto: %s on %s%s",
@@ -50,6 +48,10 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         )
         return dtype
     check_precision(precision, device.type)
+    if device.type == "cuda":
+        # the flags are process-wide: an earlier run in this process (auto on a GPU without
+        # bf16) must not leave TF32 on under an explicit fp32
+        set_tf32(False)
     if precision == "fp16" and device.type != "cuda":
         log.warning(
             "train.precision=fp16 on %s: loss scaling runs (GradScaler) but fp16 arithmetic "
@@ -94,8 +96,15 @@ def allow_tf32() -> None:
     inputs, fp32 accumulation): ``auto`` precision on a GPU without bf16. PyTorch leaves it off
     by default since 1.12; for training an encoder it is the usual choice (sentence-transformers
     and the transformers Trainer's ``tf32`` do the same)."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    set_tf32(True)
+
+
+def set_tf32(enabled: bool) -> None:
+    """TF32 for CUDA fp32 matrix products and convolutions on or off. Every CUDA run sets it
+    (on only for ``auto`` resolved to fp32): the flags are global to the process, and an
+    explicit ``fp32`` means IEEE fp32 products, whatever ran before in the same process."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def cpu_has_native_bf16() -> bool:

@@ -1,0 +1,75 @@
+"""The compiled training step (``train.compile``: the trainer's forward wrapped by
+``compile_encoder``) gives the eager step's loss and gradients on tiny BERT, ModernBERT and
+Llama: float64, dropout off, so the two differ by roundoff only. Dynamo and AOTAutograd run as
+in a real compile; the code generator is ``aot_eager`` (Inductor's own code generation takes
+minutes per model on a small CPU: the ``slow`` variant runs it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import cselab.app.train as app_train
+from backbone_models import make_tiny
+from conftest import encoder_sum_terms, float_tolerance
+from cselab.app.train import build_trainer
+from test_trainer import tiny_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FAMILIES = {"bert": [], "modernbert": [], "llama": ["--model.pooler=avg"]}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("compiled-step")
+    return {f: make_tiny(f, root / f, dtype=torch.float64) for f in FAMILIES}
+
+
+def step(model: Path, out: Path, family: str, *extra: str) -> tuple[torch.Tensor, list]:
+    """One training step's loss and the parameters' gradients."""
+    args = ("--model.dropout=0.0", "--train.device=cpu", *FAMILIES[family], *extra)
+    trainer = build_trainer(tiny_config(model, out, *args))
+    # the compiled run's task encodes through torch.compile's wrapper, the eager one does not
+    assert hasattr(trainer.task.encoder, "_orig_mod") == ("--train.compile=true" in extra)
+    trainer.encoder.train()
+    terms = trainer.forward_backward(trainer.batch_for(0))
+    loss = sum(v.detach() for v in terms.values()) if isinstance(terms, dict) else terms
+    grads = [p.grad.clone() for p in trainer.encoder.parameters() if p.grad is not None]
+    return torch.as_tensor(loss), grads
+
+
+def check(models: dict[str, Path], tmp_path: Path, family: str) -> None:
+    model = models[family]
+    eager_loss, eager = step(model, tmp_path / "eager", family)
+    torch._dynamo.reset()
+    compiled_loss, compiled = step(model, tmp_path / "compiled", family, "--train.compile=true")
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(model))
+    tol = float_tolerance(torch.float64, encoder_sum_terms(config, 16) * 8 * 16, 10.0)
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=0, atol=tol)
+    assert len(compiled) == len(eager) > 0
+    for a, b in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_compiled_step_equals_the_eager_step(
+    models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str
+) -> None:
+    real = app_train.compile_encoder
+    monkeypatch.setattr(
+        app_train, "compile_encoder", lambda enc, **opts: real(enc, backend="aot_eager", **opts)
+    )
+    check(models, tmp_path, family)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_inductor_compiled_step_equals_the_eager_step(
+    models: dict[str, Path], tmp_path: Path, family: str
+) -> None:
+    check(models, tmp_path, family)
