@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if device.type == "cuda" and args.precision == "fp32":
         # what the trainer's `auto` does on a GPU without bf16 (an explicit fp32 run in cselab
         # keeps TF32 off; the benchmark's fp32 is the fast fp32 of both systems)
-        from cselab.training.runtime import allow_tf32
+        from cselab.model.devices import allow_tf32
 
         allow_tf32()
     peak, peak_source = bf16_peak(device, args.peak_tflops)

@@ -19,14 +19,13 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-
 from ..config import Config
 from ..config.devset import DevSet, resolve_dev_set
 from ..config.plan import RunPlan
 from ..data.source import TrainingSource
 from ..io.readers import read_json
 from ..model.backbones import default_pooler
+from ..model.devices import gpu, is_gpu
 from ..model.lora import is_adapter_folder
 from ..model.st_folder import transformer_folder
 from ..training.distributed import DistInfo
@@ -68,11 +67,7 @@ def resolve(
     device = pick_device(tc.device, dist)
     # The rank's own GPU answers whether it has bf16 (cuda:LOCAL_RANK; the process group, which
     # makes it the current device, forms later): asked of cuda:0, a mixed node would be wrong
-    rank_device = (
-        torch.device("cuda", dist.local_rank)
-        if device.type == "cuda" and device.index is None
-        else device
-    )
+    rank_device = gpu(dist.local_rank) if is_gpu(device) and device.index is None else device
     precision = precision_name(autocast_dtype(tc.precision, rank_device))  # logged once, here
     pooler, width = model_facts(config.model.name_or_path, config.model.pooler)
     if dev is None:

@@ -201,8 +201,7 @@ def build_trainer(
     corpus, data = source.tokenize(
         encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
     )
-    device_type = "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
-    dist_info = init_distributed(device_type, timeout_s=tc.dist_timeout_s)
+    dist_info = init_distributed(plan.device, timeout_s=tc.dist_timeout_s)
     if dist_info.is_main:
         log.info("%s", source.summary())
     # Re-seed after model construction so that dropout does not depend on how many random numbers

@@ -28,6 +28,7 @@ from ..core.datakind import SENTENCES, DataKind
 from ..data import BatchOrder, TokenizedCorpus, shard
 from ..data.pairs import TokenizedPairs, evaluation_notes
 from ..io.runfolder import RunFolder
+from ..model.devices import is_gpu
 from ..model.encoder import SentenceEncoder
 from ..objectives import Objective, total_loss
 from .callbacks import CallbackList, SavedModel, split_row
@@ -217,7 +218,7 @@ class Trainer:
         after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`)."""
         # the run's device: a single process on cuda:1 keeps cuda:1's dropout stream, not the
         # current device's (cuda:0 unless someone called set_device)
-        device = self.device if self.device.type == "cuda" else None
+        device = self.device if is_gpu(self.device) else None
         rng = all_gather_objects(RNGState.capture(device, host=True).to_record())
         if not self.dist.is_main:
             return
@@ -246,7 +247,7 @@ class Trainer:
             return False
         tensors, meta = load_checkpoint(path)  # its config was checked before the run started
         extra, o = meta["extra"], self.optim
-        device = self.device if self.device.type == "cuda" else None
+        device = self.device if is_gpu(self.device) else None
         if not restore(
             tensors, meta, self.encoder, o.optimizer, o.scheduler, self.dist.rank, device
         ):
