@@ -37,6 +37,7 @@ from ..core.datakind import SENTENCES, DataKind
 from ..data.inputs import MaskedCopy, StepInputs, as_step_inputs
 from ..data.masking import mask_token_id, mask_tokens
 from ..data.repetition import repeat_tokens
+from ..model.devices import autocast
 from ..objectives import VIEW_MOMENTUM, LossTerms, Objective, ObjectiveContext
 from .momentum import MomentumEncoder
 from .rng import masking_seed, objective_seed, repetition_seed
@@ -121,8 +122,7 @@ class Task:
         """The autocast context of the encoder passes."""
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        device = next(self.encoder.parameters()).device
-        return torch.autocast(device.type, dtype=self.amp_dtype)
+        return autocast(next(self.encoder.parameters()).device, self.amp_dtype)
 
     def prepare(self, batch: Batch) -> Batch:
         """``batch`` with what the step's views need besides its tokens: the word-repeated
