@@ -105,9 +105,10 @@ def test_a_run_saves_its_plan_and_runs_on_it(
         raise AssertionError("the card derived a fact of the plan again")
 
     import cselab.publish.card as card_module
-    import cselab.publish.hub_metadata as metadata_module
+    import cselab.publish.folder_plan as folder_plan_module
 
-    monkeypatch.setattr(metadata_module, "resolve_dev_set", derived_again)
+    # with its run's plan, the card resolves nothing (a folder away from its run would)
+    monkeypatch.setattr(folder_plan_module, "resolve_dev_set", derived_again)
     monkeypatch.setattr(card_module, "TrainingSource", derived_again)
     monkeypatch.setattr(card_module, "is_pairs_source", derived_again)
     text = write_model_card(best, saved_config).read_text(encoding="utf-8")

@@ -216,6 +216,13 @@ def build_trainer(
     )  # fmt: skip
 
 
+def as_trained(config: Config, plan: RunPlan) -> Config:
+    """A copy of ``config`` naming the pooler the plan resolved: what the run folder's
+    ``config.yaml``, its checkpoints and its model folders record (the pooler the run trained,
+    which a resume naming it compares equal to). ``config`` itself is never changed."""
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, pooler=plan.pooler))
+
+
 def _unbound() -> Path:
     raise RuntimeError("ModelSelection.save_best is bound by the Trainer")
 
@@ -254,7 +261,7 @@ def assemble_trainer(
     the possibly compiled forward, the :class:`~cselab.training.task.Task`, the optimiser, model
     selection and what the run keeps (:class:`~cselab.training.runstate.RunState`).
     """
-    tc = config.train
+    tc, written = config.train, as_trained(config, plan)
     dist = dist_info or DistInfo()
     # this rank's device, as the plan resolved it (cuda:LOCAL_RANK under torchrun)
     device, amp_dtype = torch.device(plan.device), precision_dtype(plan.precision)
@@ -287,9 +294,9 @@ def assemble_trainer(
     optim = Optimization(trainable, tc, total_steps, device, amp_dtype)
     selection = ModelSelection(evaluator, _unbound, dist.is_main)
     listeners = CallbackList()
-    run = RunState(config, plan, encoder, task, optim, selection, dist, listeners, data_digest)
+    run = RunState(written, plan, encoder, task, optim, selection, dist, listeners, data_digest)
     if dist.is_main:
-        loggers = report_callbacks(tc.report_to, tc.output_dir, config.to_dict())
+        loggers = report_callbacks(tc.report_to, tc.output_dir, written.to_dict())
         ending = [
             MatryoshkaScores(
                 run, plan.matryoshka_dims, config.eval.batch_size, config.model.fast_path
