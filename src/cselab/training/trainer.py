@@ -205,8 +205,7 @@ class Trainer:
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
                 start = time.perf_counter()
-                # collective: all ranks send RNG states
-                run.save_checkpoint(self.step, self._elapsed(), background=True)
+                run.save_checkpoint(self.step, self._elapsed(), True)  # collective: RNG states
                 self.checkpoint_seconds += time.perf_counter() - start
                 self._last_save = time.perf_counter()
                 # main rank only; the file may still be being written (see BackgroundWriter)
@@ -214,6 +213,7 @@ class Trainer:
             barrier()
             window.start = time.perf_counter()  # evaluation and saving are not training time
         progress.close()
+        getattr(batches, "close", lambda: None)()  # a prefetching thread stops here
         results = self._results(sentences, train_time) if main else {}
         self.callbacks.on_end(results)  # an empty list on the other ranks
         barrier()
