@@ -170,7 +170,7 @@ def child_train(corpus: Path, cache: Path, out: Path, steps: int, model: str) ->
         "build_seconds": built,
         "train_seconds": results["train_time_s"],
         "steps": results["steps"],
-        "sentences": len(trainer.corpus),
+        "sentences": len(trainer.batches.corpus),
         "store_mb": store.nbytes / 2**20,
     }
 
@@ -211,7 +211,7 @@ def child_train_pairs(triplets: Path, cache: Path, out: Path, steps: int) -> dic
     trainer = build_trainer(config.validate())
     built = time.perf_counter() - t0
     results = trainer.train()
-    pairs = trainer.corpus
+    pairs = trainer.batches.corpus
     return {
         "build_seconds": built,
         "train_seconds": results["train_time_s"],

@@ -208,16 +208,24 @@ def summarize(rec: dict[str, Any], batch: int, seq: int, flops: float, peak: flo
 def cselab_trainer(
     folder: Path, args: argparse.Namespace, batch: int, chunk: int | None, out: Path
 ):
+    from cselab.app.plan import finish, resolve
     from cselab.app.train import assemble_trainer
     from cselab.config import Config
     from cselab.model.encoder import SentenceEncoder
     from cselab.objectives import build_objective
+    from cselab.training.distributed import DistInfo
     from cselab.training.rng import seed_everything
 
     cfg = Config()
     cfg.model.name_or_path = str(folder)
     cfg.model.max_seq_len = args.seq
-    cfg.data.train_file = "unused"
+    # the run's plan is resolved as a run's is: from a (tiny) training file; the batches are
+    # the random corpus below
+    train_file = out / "plan-corpus.txt"
+    train_file.parent.mkdir(parents=True, exist_ok=True)
+    train_file.write_text("a sentence\n", encoding="utf-8")
+    cfg.data.train_file = str(train_file)
+    cfg.eval.dev = "none"
     t = cfg.train
     t.batch_size, t.max_steps, t.lr = batch, args.warmup + args.steps + 1, 3e-5
     t.precision, t.device, t.compile = args.precision, args.device, args.compile
@@ -226,7 +234,9 @@ def cselab_trainer(
     seed_everything(0)
     encoder = SentenceEncoder.from_config(cfg.model)
     corpus = random_corpus(batch * (args.warmup + args.steps + 1), args.seq, args.shape.vocab)
-    trainer = assemble_trainer(cfg, encoder, build_objective(cfg.objective), corpus)
+    plan = finish(resolve(cfg, train_file, DistInfo())[0], encoder)
+    objective = build_objective(plan.objective, plan.kind)
+    trainer = assemble_trainer(cfg, plan, encoder, objective, corpus)
     autocast_dtype(args.precision, trainer.device)  # fp32 on a GPU: TF32, as for the peer
     return trainer
 
@@ -337,7 +347,7 @@ def default_device() -> str:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    from cselab.training.runtime import allow_tf32
+    from cselab.model.devices import allow_tf32
     from cselab.training.runtime import autocast_dtype as trainer_autocast
 
     dtype = trainer_autocast(precision, device)

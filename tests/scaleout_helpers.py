@@ -418,7 +418,9 @@ def rng_worker(rank: int, world: int, folder: str, config_args: list[str]) -> di
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     records = all_gather_objects(RNGState.capture(host=True).to_record())
     if rank == 0:
-        ckpt.save_checkpoint(folder, model, opt, sched, 3, extra={}, rng=records)
+        ckpt.write_snapshot(
+            folder, ckpt.snapshot_checkpoint(model, opt, sched, 3, extra={}, rng=records)
+        )
     barrier()
     out["next"] = torch.rand(4)
     torch.rand(100)  # move on, as training would

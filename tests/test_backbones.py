@@ -346,7 +346,7 @@ def test_sentence_transformers_gives_the_last_pooler_s_vectors_on_a_decoder(
     )  # fmt: skip
     trainer = build_trainer(cfg)
     eos = trainer.encoder.tokenizer.eos_token_id
-    assert all(int(row[-1]) == eos for row in trainer.corpus.rows(range(8)))
+    assert all(int(row[-1]) == eos for row in trainer.batches.corpus.rows(range(8)))
     trainer.train()
     folder = tmp_path / "out" / "last"
     sentences = ["alpha beta gamma delta", "epsilon", "zeta eta"]

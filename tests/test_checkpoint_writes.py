@@ -87,10 +87,14 @@ def test_failed_checkpoint_write_names_path_and_cause_and_keeps_the_previous(
 ) -> None:
     where, make, cause = FAILURES[case]
     model, opt, sched = tiny_state()
-    target = ckpt.save_checkpoint(tmp_path, model, opt, sched, step=7, extra={"k": 1})
+    target = ckpt.write_snapshot(
+        tmp_path, ckpt.snapshot_checkpoint(model, opt, sched, step=7, extra={"k": 1})
+    )
     _patch(monkeypatch, where, make())
     with pytest.raises(ckpt.CheckpointWriteError) as info:
-        ckpt.save_checkpoint(tmp_path, model, opt, sched, step=8, extra={"k": 2})
+        ckpt.write_snapshot(
+            tmp_path, ckpt.snapshot_checkpoint(model, opt, sched, step=8, extra={"k": 2})
+        )
     msg = str(info.value)
     assert msg == f"could not write checkpoint {target}: {cause}; the previous one is kept"
     assert sorted(p.name for p in tmp_path.iterdir()) == [RunFolder.CHECKPOINT_FILE]  # no partial
@@ -105,7 +109,7 @@ def test_first_checkpoint_failing_says_none_was_written(
     model, opt, sched = tiny_state()
     monkeypatch.setattr(ckpt, "save_file", FAILURES["ENOSPC"][1]())
     with pytest.raises(ckpt.CheckpointWriteError, match="none was written before$"):
-        ckpt.save_checkpoint(tmp_path, model, opt, sched, step=1, extra={})
+        ckpt.write_snapshot(tmp_path, ckpt.snapshot_checkpoint(model, opt, sched, step=1, extra={}))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -142,7 +146,7 @@ def test_failed_model_folder_save_keeps_the_previous_folder(
     from cselab.model.encoder import SentenceEncoder, load
 
     trainer = build_trainer(load_config(None, _train_args(tiny_bert, tmp_path)[2:]))
-    best = trainer.save_model("best")
+    best = trainer.run.save_model("best", trainer.step)
     before = load(str(best)).encode(["a sentence"])
     real_save = SentenceEncoder.save
 
@@ -156,7 +160,7 @@ def test_failed_model_folder_save_keeps_the_previous_folder(
         for p in trainer.encoder.parameters():
             p.add_(1.0)  # the new save would differ
     with pytest.raises(ckpt.CheckpointWriteError) as info:
-        trainer.save_model("best")
+        trainer.run.save_model("best", trainer.step)
     assert str(info.value) == (
         f"could not write model folder {best}: No space left on device (ENOSPC); "
         "the previous one is kept"

@@ -130,7 +130,7 @@ def test_one_kind_reaches_the_objective_views_trainer_and_card(
     assert kind == DataKind(pairs=True, negatives=2)
     assert len(rule_calls) == 1  # decided once, where the data is opened
     assert built_for == [kind] and built_for[0] is kind
-    assert trainer.kind is kind and trainer.task.kind is kind
+    assert trainer.plan.kind is kind and trainer.task.kind is kind
     assert view_kinds and all(k is kind for k in view_kinds)
     assert len(card_kinds) >= 2 and all(k is kind for k in card_kinds)  # last, best, then final
     text = (tmp_path / "out" / "best" / CARD_FILE).read_text(encoding="utf-8")

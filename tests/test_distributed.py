@@ -16,6 +16,7 @@ different order, so only roundoff separates the two):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -246,7 +247,8 @@ def _resume_worker(rank: int, world: int, config_args: list[str], phase: str) ->
 
     trainer = build_trainer(load_config(None, config_args))
     if phase == "interrupted":
-        trainer.total_steps = 2  # stop (and checkpoint) half-way; the lr schedule stays at 4
+        # stop (and checkpoint) half-way; the lr schedule stays at 4
+        trainer.loop = dataclasses.replace(trainer.loop, total_steps=2)
     results = trainer.train()
     return {"step": trainer.step, "results": results}
 

@@ -6,6 +6,7 @@ test files; here only what differs on a GPU is checked."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -84,14 +85,15 @@ def test_resume_on_the_gpu_is_bit_exact(
 
     args = (f"--train.precision={precision}", "--train.save_steps=3", "--model.dropout=0.1")
     build_trainer(tiny_config(tiny_bert, tmp_path / "ref", *args)).train()
-    original = Trainer.optimizer_step
+    original = Trainer.train_step
 
-    def stop(self: Trainer) -> None:
-        original(self)
+    def stop(self: Trainer, batch: Any) -> Any:
+        terms = original(self, batch)
         if self.step == 6:
             raise KeyboardInterrupt
+        return terms
 
-    monkeypatch.setattr(Trainer, "optimizer_step", stop)
+    monkeypatch.setattr(Trainer, "train_step", stop)
     with pytest.raises(KeyboardInterrupt):
         build_trainer(tiny_config(tiny_bert, tmp_path / "cut", *args)).train()
     monkeypatch.undo()
@@ -120,7 +122,7 @@ def test_a_single_process_on_cuda_1_keeps_cuda_1s_rng(tiny_bert: Path, tmp_path:
     tensors, _ = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
     torch.cuda.manual_seed_all(0)  # both devices' streams differ from the run's now
     assert torch.equal(tensors["rng.0.cuda"], torch.cuda.get_rng_state(1)) is False
-    trainer.resume()
+    trainer.run.resume()
     assert torch.equal(tensors["rng.0.cuda"], torch.cuda.get_rng_state(1))
 
 

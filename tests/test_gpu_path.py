@@ -229,7 +229,7 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
                     "--train.compile_mode=reduce-overhead")
     )  # fmt: skip
     plain = build_trainer(tiny_config(tiny_bert, tmp_path / "b"))
-    assert plain.width_multiple is None
+    assert plain.batches.width_multiple is None and fixed.batches.width_multiple == 16
     for step in range(3):
         a, b = fixed.batch_for(step).inputs.anchors, plain.batch_for(step).inputs.anchors
         assert (

@@ -245,17 +245,17 @@ def test_trainer_with_cache_chunk_size_matches_the_uncached_trainer(
     """Both train a float64 model: in float32 no weight tolerance holds on every CPU."""
     from safetensors.torch import load_file
 
-    import cselab.training.trainer as trainer_module
+    import cselab.training.step as step_module  # the step calls GradCache
     from cselab.app.train import build_trainer
 
     chunks: list[int] = []
-    real = trainer_module.cached_forward_backward
+    real = step_module.cached_forward_backward
 
     def counted(task, batch, chunk_size, **kwargs):
         chunks.append(chunk_size)
         return real(task, batch, chunk_size, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "cached_forward_backward", counted)
+    monkeypatch.setattr(step_module, "cached_forward_backward", counted)
 
     tiny_bert = tiny_bert64
     # 3 steps at lr 1e-3; gradient sums over 8 sentences x <= 16 tokens x 32 features.

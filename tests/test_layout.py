@@ -615,3 +615,105 @@ def test_step_inputs_are_typed_not_prefixed_keys() -> None:
     assert found == {}
     assert batch_key_literals('KEY = "positive." + "input_ids"\n') == ["positive."]
     assert batch_key_literals('f"negative.{k}"\n') == []
+
+
+#: The layers that run after ``cselab.app.plan.resolve``: they take a ``RunPlan`` for the
+#: facts a run resolves, never the raw config. ``app/plan.py`` resolves them (from the config,
+#: once) and ``publish/folder_plan.py`` finds a saved folder's (its run's plan, or the facts the
+#: folder records), so those two read the config's keys.
+AFTER_THE_PLAN = ("cselab/training/", "cselab/publish/", "cselab/app/")
+WHERE_RESOLVED = ("cselab/app/plan.py", "cselab/publish/folder_plan.py")
+#: The config keys a plan resolves (``objective``: the whole section, which the plan keeps
+#: validated): reading one of these off a config after the plan exists is a second source.
+RESOLVED_KEYS = (
+    "model.pooler",
+    "model.lora.target_modules",
+    "train.precision",
+    "train.device",
+    "eval.dev",
+    "eval.dev_metric",
+    "eval.dev_columns",
+    "objective",
+)
+#: what names the raw config in code: ``config``, ``cfg``, ``self.config``, ...
+CONFIG_NAMES = ("config", "cfg")
+
+
+def _chain(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]`` (names and attributes only), else ``None``."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+def _config_path(chain: list[str], aliases: dict[str, list[str]]) -> str | None:
+    """The config key a chain reads (``train.precision`` of ``self.config.train.precision``, or
+    of ``tc.precision`` after ``tc = config.train``), or ``None`` when it reads no config."""
+    if chain[0] in aliases:
+        chain = [*aliases[chain[0]], *chain[1:]]
+    roots = [i for i, part in enumerate(chain) if part in CONFIG_NAMES]
+    return ".".join(chain[roots[0] + 1 :]) if roots else None
+
+
+def config_reads(source: str) -> list[tuple[int, str]]:
+    """``(line, key)`` of every resolved key (:data:`RESOLVED_KEYS`) that ``source`` reads off a
+    config object, through any alias (``m, t = config.model, config.train`` included)."""
+    tree = ast.parse(source)
+    aliases: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            pairs = (
+                list(zip(target.elts, value.elts, strict=False))
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                else [(target, value)]
+            )
+            for name, val in pairs:
+                chain = _chain(val)
+                if isinstance(name, ast.Name) and chain and any(p in CONFIG_NAMES for p in chain):
+                    aliases[name.id] = chain
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    found = set()
+    for node in ast.walk(tree):  # each whole chain once (not its prefixes)
+        outer = isinstance(node, ast.Attribute) and id(node) not in inner
+        chain = _chain(node) if outer else None
+        key = _config_path(chain, aliases) if chain else None
+        if key and any(key == k or key.startswith(k + ".") for k in RESOLVED_KEYS):
+            found.add((node.lineno, key))
+    return sorted(found)
+
+
+def test_no_module_reads_a_resolved_fact_off_the_config_after_the_plan() -> None:
+    """After ``resolve`` the plan is the only source of a run's resolved facts: the trainer,
+    what a run keeps, the callbacks, the card and the composition root read the pooler, the
+    LoRA targets, the device, the precision, the dev set and the objective section from the
+    ``RunPlan``, never from the config (which ``resolve`` leaves as the user wrote it)."""
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(AFTER_THE_PLAN) and rel not in WHERE_RESOLVED:
+            bad += [f"{rel}:{line}: {key}" for line, key in config_reads(path.read_text())]
+    assert not bad, bad
+
+
+def test_the_resolved_fact_check_can_fail() -> None:
+    """Each way of reading a resolved key off the config is seen; the plan's are not."""
+    source = (
+        "def f(config, plan, self):\n"
+        "    a = config.model.pooler\n"
+        "    b = self.config.train.precision\n"
+        "    tc = config.train\n"
+        "    c = tc.device\n"
+        "    m, t = config.model, config.eval\n"
+        "    d = t.dev\n"
+        "    e = config.objective.mntp.enabled\n"
+        "    f = plan.pooler, plan.objective.mntp.enabled, config.train.lr, m.max_seq_len\n"
+    )
+    keys = [key for _, key in config_reads(source)]
+    assert keys == [
+        "model.pooler", "train.precision", "train.device", "eval.dev", "objective.mntp.enabled",
+    ]  # fmt: skip

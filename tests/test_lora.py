@@ -14,6 +14,7 @@ from backbone_models import make_tiny_decoder, tiny_run_argv
 from cselab.app.train import build_trainer
 from cselab.cli import main as cli_main
 from cselab.config import load_config
+from cselab.config.plan import RunPlan
 from cselab.core.errors import ConfigError, ModelFormatError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
@@ -78,6 +79,12 @@ def test_adapter_folder_merged_folder_and_sentence_transformers_agree(
     card = (tmp_path / "out/best/README.md").read_text(encoding="utf-8")
     assert f"LoRA adapters for `{tiny_llama.resolve()}`" in card and "cselab merge" in card
     assert "| LoRA | r 4, alpha 8, dropout 0.05" in card and "a 32-dimensional vector" in card
+    # the modules the load put adapters on (model.lora.target_modules: null), as the plan kept
+    # them: the card names them rather than "the architecture default"
+    meta = json.loads((tmp_path / "out/best/cselab.json").read_text())
+    targets = tuple(meta["lora"]["target_modules"])
+    assert targets and RunPlan.load(tmp_path / "out").lora_targets == targets
+    assert f"dropout 0.05, modules {', '.join(targets)} |" in card
     merged_card = (merged_dir / "README.md").read_text(encoding="utf-8")  # the model card
     assert "LoRA adapters for" not in merged_card and "a 32-dimensional vector" in merged_card
     assert cli_main(["merge", str(tmp_path / "out"), "-o", str(tmp_path / "cli")]) == 0

@@ -284,8 +284,8 @@ def test_short_supervised_run_on_sick_triplets(
         ],
     )
     trainer = build_trainer(cfg)
-    assert isinstance(trainer.corpus, TokenizedPairs) and len(trainer.corpus) == 506
-    assert "neg" in trainer.objective.required_views
+    assert isinstance(trainer.batches.corpus, TokenizedPairs) and len(trainer.batches.corpus) == 506
+    assert "neg" in trainer.task.objective.required_views
     batch = trainer.batch_for(0)
     assert batch.inputs.negatives["input_ids"].shape[:2] == (16, 1)
     results = trainer.train()

@@ -78,12 +78,12 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     assert plan is not None and plan == trainer.plan
     saved = json.loads(RunFolder(out).plan.read_text(encoding="utf-8"))
     assert saved["kind"] == {"pairs": True, "negatives": 1}
-    assert plan.kind == DataKind(pairs=True, negatives=1) == trainer.kind
+    assert plan.kind == DataKind(pairs=True, negatives=1) == trainer.plan.kind
     assert (plan.device, plan.precision, plan.world_size) == ("cpu", "fp32", 1)
-    assert plan.pooler == "cls" == config.model.pooler
+    assert plan.pooler == "cls" and config.model.pooler is None  # the config is never changed
     hidden = json.loads((tiny_bert / "config.json").read_text(encoding="utf-8"))["hidden_size"]
     assert plan.width == hidden
-    assert plan.matryoshka_dims == (16, 8) == trainer.matryoshka_dims
+    assert plan.matryoshka_dims == (16, 8) == trainer.plan.matryoshka_dims
     assert plan.dev == resolve_dev_set("stsb")
     assert plan.train_file == str(data)
     assert plan.objective == config.objective
@@ -105,9 +105,10 @@ def test_a_run_saves_its_plan_and_runs_on_it(
         raise AssertionError("the card derived a fact of the plan again")
 
     import cselab.publish.card as card_module
-    import cselab.publish.hub_metadata as metadata_module
+    import cselab.publish.folder_plan as folder_plan_module
 
-    monkeypatch.setattr(metadata_module, "resolve_dev_set", derived_again)
+    # with its run's plan, the card resolves nothing (a folder away from its run would)
+    monkeypatch.setattr(folder_plan_module, "resolve_dev_set", derived_again)
     monkeypatch.setattr(card_module, "TrainingSource", derived_again)
     monkeypatch.setattr(card_module, "is_pairs_source", derived_again)
     text = write_model_card(best, saved_config).read_text(encoding="utf-8")
@@ -221,7 +222,7 @@ def test_a_resume_in_another_precision_says_so(
 ) -> None:  # fmt: skip
     """A run trained in fp32 (``train.precision: auto`` on the CPU) and resumed where ``auto``
     resolves to bf16 (as on another device) resumes, with one warning naming both precisions
-    and ``train.precision``."""
+    and ``train.precision`` as this run's plan resolved it."""
     import logging
 
     import torch
@@ -240,7 +241,7 @@ def test_a_resume_in_another_precision_says_so(
     warned = [r.getMessage() for r in caplog.records if "precision" in r.getMessage()]
     assert len(warned) == 1
     assert "trained in fp32" in warned[0] and "resumes it in bf16" in warned[0]
-    assert "train.precision=auto" in warned[0]
+    assert "train.precision as resolved on cpu" in warned[0]
 
 
 @pytest.mark.parametrize("family", ["bert", "modernbert", "llama"])

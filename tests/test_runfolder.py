@@ -87,7 +87,7 @@ def test_the_name_check_sees_the_old_spellings() -> None:
             b = f"saved best model to {out}/best, last to {out}/last"
             c = name == "best" or name not in ("best", "last")
             d = Path(out, "tensorboard")
-            e = trainer.save_model("last")
+            e = trainer.run.save_model("last", trainer.step)
             g = cell.dir / "sweep_config.yaml"
             h = Path(folder) / "cselab_config.yaml"
             report_to = ["tensorboard"]          # a logger's name, not a folder

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -130,15 +132,16 @@ def test_resume_after_kill_gives_identical_weights(
         from cselab.config import load_config
         from cselab.app.train import build_trainer
         from cselab.training.trainer import Trainer
-        original = Trainer.optimizer_step
-        def step_then_die(self):
-            original(self)
+        original = Trainer.train_step
+        def step_then_die(self, batch):
+            terms = original(self, batch)
             if self.step == 6:  # 0-based count before increment: this is update number 7
                 # step 6's checkpoint is written on a thread: let it land first (a kill during
                 # that write is test_checkpoint_writes' kill-during-background-write test)
-                self.writer.wait()
+                self.run.writer.wait()
                 os.kill(os.getpid(), signal.SIGKILL)
-        Trainer.optimizer_step = step_then_die
+            return terms
+        Trainer.train_step = step_then_die
         build_trainer(load_config(None, {overrides!r})).train()
         """
     )
@@ -170,14 +173,14 @@ def test_crash_while_writing_keeps_previous_checkpoint(
     monkeypatch.setattr(ckpt.os, "replace", die)
     trainer.step = 99
     with pytest.raises(ckpt.CheckpointWriteError, match="disk full"):
-        trainer.save_checkpoint()
+        trainer.run.save_checkpoint(trainer.step, 0.0)
     _, again = ckpt.load_checkpoint(path)  # still the complete step-12 checkpoint
     assert again["step"] == meta["step"] == 12
 
 
 def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) -> None:
     trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=2"))
-    real = trainer.objective.forward
+    real = trainer.task.objective.forward
 
     def poisoned(views, ctx=None):
         terms = real(views, ctx)
@@ -185,7 +188,7 @@ def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) ->
             terms["infonce"] = terms["infonce"] * float("nan")
         return terms
 
-    trainer.objective.forward = poisoned
+    trainer.task.objective.forward = poisoned
     with pytest.raises(TrainingDiverged, match=r"'infonce' is nan at step 5; the last good "
                        r"checkpoint is kept in .*checkpoint \(resume with --train.resume=true"):  # fmt: skip
         trainer.train()
@@ -196,8 +199,8 @@ def test_nan_loss_stops_naming_step_and_term(tiny_bert: Path, tmp_path: Path) ->
 
 def test_nan_before_any_checkpoint_says_none_was_written(tiny_bert: Path, tmp_path: Path) -> None:
     trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=100"))
-    real = trainer.objective.forward
-    trainer.objective.forward = lambda views, ctx=None: {
+    real = trainer.task.objective.forward
+    trainer.task.objective.forward = lambda views, ctx=None: {
         k: v * float("nan") for k, v in real(views, ctx).items()
     }
     with pytest.raises(TrainingDiverged, match=r"at step 1; no checkpoint had been written yet"):
@@ -276,14 +279,15 @@ def test_fp16_resume_keeps_the_scaler(
     ref = fp16_trainer(tiny_bert, tmp_path / "ref", 2.0**20, "--train.save_steps=3")
     ref.train()
     assert ref.optim.skipped_steps >= 1  # else the scale would not matter
-    original = Trainer.optimizer_step
+    original = Trainer.train_step
 
-    def stop_after_6(self: Trainer) -> None:
-        original(self)
+    def stop_after_6(self: Trainer, batch: Any) -> Any:
+        terms = original(self, batch)
         if self.step == 6:  # update 7: the checkpoint of step 6 is the last
             raise KeyboardInterrupt
+        return terms
 
-    monkeypatch.setattr(Trainer, "optimizer_step", stop_after_6)
+    monkeypatch.setattr(Trainer, "train_step", stop_after_6)
     with pytest.raises(KeyboardInterrupt):
         fp16_trainer(tiny_bert, tmp_path / "cut", 2.0**20, "--train.save_steps=3").train()
     monkeypatch.undo()
@@ -364,7 +368,8 @@ def test_resume_allows_bookkeeping_changes_and_keeps_the_initial_score(
     caplog.set_level("INFO", logger="cselab")
     config = tiny_config(tiny_bert, tmp_path, "--train.eval_steps=4", "--train.save_steps=4")
     trainer = build_trainer(config)
-    trainer.total_steps = 8  # stop at a checkpoint, as a killed run would
+    # stop at a checkpoint, as a killed run would
+    trainer.loop = dataclasses.replace(trainer.loop, total_steps=8)
     scores = iter([10.0, 30.0, 20.0])  # steps 0, 4, 8
     trainer.selection.evaluator = lambda encoder: next(scores)
     trainer.train()

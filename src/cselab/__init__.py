@@ -25,7 +25,7 @@ from .core.version import __version__
 def load(path: str, pooler: str | None = None, **kwargs):
     """Open a cselab output folder, a sentence-transformers folder or an HF model as an encoder.
 
-    Keyword arguments go to :func:`cselab.model.loader.load`, e.g. ``device="cuda"`` or
+    Keyword arguments go to :func:`cselab.model.loader.load`, e.g. ``device="cuda:0"`` or
     ``fast_path=False`` (the backbone exactly as ``transformers`` loads it, without cselab's
     CPU fast path).
     """

@@ -19,15 +19,15 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-
 from ..config import Config
 from ..config.devset import DevSet, resolve_dev_set
-from ..config.plan import RunPlan
+from ..config.plan import RunPlan, as_lora_targets
 from ..data.source import TrainingSource
 from ..io.readers import read_json
 from ..model.backbones import default_pooler
-from ..model.lora import is_adapter_folder
+from ..model.devices import gpu, is_gpu
+from ..model.encoder import SentenceEncoder
+from ..model.lora import adapter_settings, is_adapter_folder
 from ..model.st_folder import recorded_settings, transformer_folder
 from ..training.distributed import DistInfo
 from ..training.runtime import autocast_dtype, pick_device, precision_name
@@ -53,32 +53,44 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
     return pooler, int(width) if isinstance(width, int) else None
 
 
+def resolve_dev(config: Config) -> DevSet | None:
+    """The run's dev set (``eval.dev``, ``eval.dev_metric``, ``eval.dev_columns``), resolved
+    once: training asks it first, before anything is written, so that a bad dev file leaves
+    nothing behind, and hands it to :func:`resolve`."""
+    ec = config.eval
+    return resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
+
+
 def resolve(
-    config: Config, train_file: str | Path, dist: DistInfo, dev: DevSet | None = None
+    config: Config,
+    train_file: str | Path,
+    dist: DistInfo,
+    dev: DevSet | None = None,
+    previous: RunPlan | None = None,
 ) -> tuple[RunPlan, TrainingSource]:
     """The plan of a run of ``config`` on ``train_file`` (downloaded already) for this process,
     and the opened training source (tokenised later, under the token cache's lock). ``dev``:
-    the dev set when the caller resolved it already (training does, before any write, so that a
-    bad dev file leaves nothing behind); else it is resolved here.
+    the dev set when the caller resolved it already (:func:`resolve_dev`); else it is resolved
+    here. ``previous``: the plan of the run a resume continues (its ``plan.json``): a
+    ``model.pooler: null`` is the pooler that run trained, not today's default.
+
+    The model's load finishes the plan (:func:`finish`): nothing else changes it.
 
     Raises:
         ConfigError, CorpusError: naming the key or the file (a pairs file's columns are checked
             here, from its header, before the model loads).
     """
-    tc, ec = config.train, config.eval
+    tc = config.train
     source = TrainingSource(train_file, config.data)
     device = pick_device(tc.device, dist)
     # The rank's own GPU answers whether it has bf16 (cuda:LOCAL_RANK; the process group, which
     # makes it the current device, forms later): asked of cuda:0, a mixed node would be wrong
-    rank_device = (
-        torch.device("cuda", dist.local_rank)
-        if device.type == "cuda" and device.index is None
-        else device
-    )
+    rank_device = gpu(dist.local_rank) if is_gpu(device) and device.index is None else device
     precision = precision_name(autocast_dtype(tc.precision, rank_device))  # logged once, here
-    pooler, width = model_facts(config.model.name_or_path, config.model.pooler)
+    asked = config.model.pooler or (previous.pooler if previous is not None else None)
+    pooler, width = model_facts(config.model.name_or_path, asked)
     if dev is None:
-        dev = resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns)
+        dev = resolve_dev(config)
     plan = RunPlan(
         # absolute: a card written later from another working directory hashes the same file
         train_file=os.path.abspath(source.path),
@@ -95,4 +107,24 @@ def resolve(
     return plan, source
 
 
-__all__ = ["model_facts", "resolve"]
+def finish(plan: RunPlan, encoder: SentenceEncoder) -> RunPlan:
+    """The plan with what only the model's load knows: the pooler it built (``model.pooler:
+    null`` on a Hub name or a folder of adapters), its attention, its width, and the modules LoRA adapters were
+    put on (the architecture's default unless named); Matryoshka's prefixes are checked against
+    that width here, once.
+
+    Raises:
+        ConfigError: naming ``objective.matryoshka.dims``.
+    """
+    targets = adapter_settings(encoder.backbone)["target_modules"] if encoder.has_adapters else None
+    plan = plan.replace(
+        pooler=encoder.pooler.kind,
+        width=plan.width or encoder.dim,
+        lora_targets=as_lora_targets(targets),
+        bidirectional=bool(encoder.bidirectional),
+    )
+    plan.objective.matryoshka.validate(width=plan.width)
+    return plan
+
+
+__all__ = ["finish", "model_facts", "resolve", "resolve_dev"]

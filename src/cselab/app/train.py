@@ -27,6 +27,7 @@ cell (in-process or ``cselab train`` subprocesses) come through here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,13 +36,12 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
-from ..config.devset import resolve_dev_set
 from ..config.plan import RunPlan
-from ..core.datakind import SENTENCES, DataKind
+from ..core.datakind import DataKind
 from ..core.errors import ConfigError
 from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
-from ..data.pairs import TokenizedPairs, source_digest
+from ..data.pairs import TokenizedPairs, evaluation_notes, source_digest
 from ..data.store import TokenizedCorpus
 from ..io.files import file_in_the_way
 from ..io.runfolder import RunFolder
@@ -57,6 +57,7 @@ from ..objectives import (
 )
 from ..publish.callbacks import ModelCardCallback, PushCallback
 from ..training import rundir
+from ..training.batches import StepBatches
 from ..training.callbacks import Callback, CallbackList, report_callbacks
 from ..training.distributed import (
     DistInfo,
@@ -66,13 +67,15 @@ from ..training.distributed import (
     init_distributed,
     shutdown_distributed,
 )
+from ..training.finish import EvaluationNotes, MatryoshkaScores, RunOutputs
 from ..training.optim import Optimization
 from ..training.rng import dropout_seed, seed_everything
-from ..training.runtime import pick_device, precision_dtype, retain_freed_memory
+from ..training.runstate import RunState
+from ..training.runtime import precision_dtype, retain_freed_memory
 from ..training.selection import Evaluator, ModelSelection, make_dev_evaluator
 from ..training.task import Task
-from ..training.trainer import Trainer
-from .plan import resolve
+from ..training.trainer import LoopSettings, Trainer
+from .plan import finish, resolve, resolve_dev
 
 log = logging.getLogger("cselab")
 
@@ -145,7 +148,7 @@ def build_trainer(
         )
     seed_everything(tc.seed)
     # The dev set first: a bad dev file fails before anything is written (cache, run folder)
-    dev = resolve_dev_set(config.eval.dev, config.eval.dev_metric, config.eval.dev_columns)
+    dev = resolve_dev(config)
     evaluator = make_dev_evaluator(config.eval, tc.eval_steps, dev)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     if (blocker := file_in_the_way(cache)) is not None:  # not a NotADirectoryError deep down
@@ -153,8 +156,10 @@ def build_trainer(
         raise ConfigError(f"data.cache_dir={cache}{where} is a file, not a folder")
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
-    if tc.resume:  # every rank: a null pooler is the one the checkpoint trained, not a default
+    previous = None
+    if tc.resume:  # every rank: what the interrupted run asked for, and what it resolved
         rundir.adopt_resolved_on_load(config, Path(tc.output_dir))
+        previous = RunPlan.load(tc.output_dir)
     # A named corpus not on disk yet: one rank downloads it, the others wait in flock, in no
     # collective; one already there (or a local file) takes no lock, so a read-only cache works
     name, data_dir = config.data.train_file, str(cache / "data")
@@ -168,43 +173,34 @@ def build_trainer(
             tc.resume, tc.overwrite,
         )  # fmt: skip
     # The run's facts, once: the data kind (a pairs file's columns checked before the model),
-    # the dev set, device, precision, pooler; nothing after this derives them again.
-    plan, source = resolve(config, train_file, here, dev)
+    # the dev set, device, precision, pooler; the load finishes the plan, and nothing after
+    # that derives them again (the config is never changed).
+    plan, source = resolve(config, train_file, here, dev, previous)
     objective = build_objective(plan.objective, plan.kind)
     # token prediction (MNTP) reads the causal LM head, loaded only then
     lm_head = VIEW_TOKEN_LOGITS in objective.required_views
-    # model.pooler: null is the architecture's default, resolved by the plan from config.json
-    # where it can be, else by the load: the run's saved config, its card and a resume read
-    # the pooler it trained
-    config.model.pooler = plan.pooler or config.model.pooler
-    encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
-    config.model.pooler = encoder.pooler.kind
-    config.model.bidirectional = encoder.bidirectional  # null: the starting folder's record
-    plan = plan.replace(pooler=encoder.pooler.kind, width=plan.width or encoder.dim)
-    if config.model.unpad_cuda and not encoder.unpad_cuda:
+    model = dataclasses.replace(config.model, pooler=plan.pooler)  # a copy: the plan's pooler
+    encoder = SentenceEncoder.from_config(model, lm_head=lm_head)
+    plan = finish(plan, encoder)
+    if model.unpad_cuda and not encoder.unpad_cuda:
         log.info(
             "model.unpad_cuda: %s has no forward on the real tokens (model.fast_path: %s; "
             "the architectures with one: %s); it runs the padded forward",
-            config.model.name_or_path, config.model.fast_path,
-            ", ".join(sorted(FAST_PATH_MODEL_TYPES)),
+            model.name_or_path, model.fast_path, ", ".join(sorted(FAST_PATH_MODEL_TYPES)),
         )  # fmt: skip
-    if encoder.has_adapters and not config.model.lora.enabled:  # frozen: nothing would train
+    if encoder.has_adapters and not model.lora.enabled:  # frozen: nothing would train
         raise ConfigError(
-            f"model.name_or_path={config.model.name_or_path} holds LoRA adapters; merge them "
+            f"model.name_or_path={model.name_or_path} holds LoRA adapters; merge them "
             "into the weights first (cselab merge FOLDER -o DIR) and train DIR"
         )
-    config.objective.matryoshka.validate(width=encoder.dim)  # the width is known now
     check_sequence_length(config, encoder, objective)
     if VIEW_POSITIVE in objective.required_views:  # MNTP has no dropout views
-        check_dropout_noise(encoder, plan.kind, config.model.dropout)
+        check_dropout_noise(encoder, plan.kind, model.dropout)
     if tc.gradient_checkpointing:
         encoder.gradient_checkpointing(True)
     # the first rank tokenises, under the entry's lock; the others then read its entry
-    corpus, data = source.tokenize(
-        encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
-    )
-    device_type = "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
-    dist_info = init_distributed(device_type, timeout_s=tc.dist_timeout_s)
+    corpus, data = source.tokenize(encoder.tokenizer, model.max_seq_len, cache_dir=cache / "tokens")
+    dist_info = init_distributed(plan.device, timeout_s=tc.dist_timeout_s)
     if dist_info.is_main:
         log.info("%s", source.summary())
     # Re-seed after model construction so that dropout does not depend on how many random numbers
@@ -216,17 +212,38 @@ def build_trainer(
         push = PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub, deferred=defer_push)
         models_out.append(push)
     return assemble_trainer(
-        config, encoder, objective, corpus, evaluator, dist_info,
-        data_digest=data.sha256, callbacks=[*models_out, *callbacks], kind=plan.kind, plan=plan,
+        config, plan, encoder, objective, corpus, evaluator, dist_info, data_digest=data.sha256,
+        callbacks=[*models_out, *callbacks], notes=evaluation_notes(config.data),
     )  # fmt: skip
+
+
+def as_trained(config: Config, plan: RunPlan) -> Config:
+    """A copy of ``config`` naming the pooler and attention the plan resolved: what the run folder's
+    ``config.yaml``, its checkpoints and its model folders record (the pooler the run trained,
+    which a resume naming it compares equal to). ``config`` itself is never changed."""
+    model = dataclasses.replace(
+        config.model, pooler=plan.pooler, bidirectional=plan.bidirectional
+    )  # null attention: the starting folder's record, as the load resolved it
+    return dataclasses.replace(config, model=model)
 
 
 def _unbound() -> Path:
     raise RuntimeError("ModelSelection.save_best is bound by the Trainer")
 
 
+def loop_settings(config: Config, total_steps: int, steps_per_epoch: int) -> LoopSettings:
+    """The loop's cadences from the ``train`` section."""
+    tc = config.train
+    return LoopSettings(
+        total_steps=total_steps, steps_per_epoch=steps_per_epoch, batch_size=tc.batch_size,
+        log_steps=tc.log_steps, eval_steps=tc.eval_steps, save_steps=tc.save_steps,
+        save_minutes=tc.save_minutes, chunk=tc.cache_chunk_size or 0, resume=tc.resume,
+    )  # fmt: skip
+
+
 def assemble_trainer(
     config: Config,
+    plan: RunPlan,
     encoder: SentenceEncoder,
     objective: Objective,
     corpus: TokenizedCorpus | TokenizedPairs,
@@ -235,35 +252,27 @@ def assemble_trainer(
     *,
     data_digest: str | None = None,
     callbacks: Sequence[Callback] = (),
-    kind: DataKind = SENTENCES,
-    plan: RunPlan | None = None,
+    notes: Sequence[str] = (),
 ) -> Trainer:
-    """The trainer's collaborators, built from the config and the run's plan, and the trainer.
+    """The trainer's collaborators, built from the config's settings and the run's ``plan``
+    (:func:`.plan.resolve`, finished by :func:`.plan.finish`; benchmarks that build parts by
+    hand resolve one too), and the trainer.
 
-    The loggers of ``train.report_to`` (before ``callbacks``; main process only), the device
-    and the encoder on it (rank 0's weights on every rank, as DDP starts), the batch order, the
-    objective's context (the one gather helper, this rank's offset, the generator), the possibly
-    compiled forward, the :class:`~cselab.training.task.Task`, the optimiser and model
-    selection. ``plan``: the run's resolved precision and Matryoshka prefixes; ``None`` (parts
-    built by hand, as benchmarks do) resolves ``train.precision`` here.
+    The loggers of ``train.report_to`` and the callbacks that end the run (the Matryoshka scores,
+    ``notes``, ``results.json``, the merge) before ``callbacks`` (main process only), the
+    encoder on the plan's device (rank 0's weights on every rank, as DDP starts), the batch
+    order, the objective's context (the one gather helper, this rank's offset, the generator),
+    the possibly compiled forward, the :class:`~cselab.training.task.Task`, the optimiser, model
+    selection and what the run keeps (:class:`~cselab.training.runstate.RunState`).
     """
-    tc = config.train
+    tc, written = config.train, as_trained(config, plan)
     dist = dist_info or DistInfo()
-    loggers = report_callbacks(tc.report_to, tc.output_dir, config.to_dict())
-    listeners = CallbackList([*loggers, *callbacks] if dist.is_main else [])
     # this rank's device, as the plan resolved it (cuda:LOCAL_RANK under torchrun)
-    device = torch.device(plan.device) if plan is not None else pick_device(tc.device, dist)
+    device, amp_dtype = torch.device(plan.device), precision_dtype(plan.precision)
     encoder = encoder.to(device)
     broadcast_module(encoder)  # every rank starts from rank 0's weights (as DDP does)
     order = BatchOrder(len(corpus), tc.batch_size, tc.seed)
     total_steps = tc.max_steps or order.batches_per_epoch * tc.epochs
-    if plan is None:
-        from ..training.runtime import autocast_dtype
-
-        amp_dtype = autocast_dtype(tc.precision, device)
-        dims = tuple(config.objective.matryoshka.dims or ())
-    else:
-        amp_dtype, dims = precision_dtype(plan.precision), plan.matryoshka_dims
     if device.type == "cpu":
         retain_freed_memory()  # page faults are a tenth of a CPU step otherwise
     ctx = ObjectiveContext(
@@ -283,16 +292,27 @@ def assemble_trainer(
         if width_multiple:
             options["dynamic"] = False
         forward = compile_encoder(encoder, **options)
+    kind = plan.kind
     task = Task(forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind)
     trainable = [p for p in encoder.parameters() if p.requires_grad]
     optim = Optimization(trainable, tc, total_steps, device, amp_dtype)
     selection = ModelSelection(evaluator, _unbound, dist.is_main)
-    return Trainer(
-        config, encoder, task, corpus, order, optim, selection,
-        total_steps=total_steps, device=device, amp_dtype=amp_dtype, dist_info=dist,
-        callbacks=listeners, kind=kind, data_digest=data_digest, matryoshka_dims=dims,
-        width_multiple=width_multiple, plan=plan,
-    )  # fmt: skip
+    listeners = CallbackList()
+    run = RunState(written, plan, encoder, task, optim, selection, dist, listeners, data_digest)
+    if dist.is_main:
+        loggers = report_callbacks(tc.report_to, tc.output_dir, written.to_dict())
+        ending = [
+            MatryoshkaScores(
+                run, plan.matryoshka_dims, config.eval.batch_size, config.model.fast_path
+            ),
+            EvaluationNotes(notes),
+            RunOutputs(run, listeners, merge=tc.save_merged),
+        ]
+        listeners.callbacks = [*loggers, *ending, *callbacks]
+    pad_id = int(encoder.tokenizer.pad_token_id or 0)
+    batches = StepBatches(corpus, order, task, device, dist, pad_id, width_multiple)
+    loop = loop_settings(config, total_steps, order.batches_per_epoch)
+    return Trainer(task, optim, batches, loop, listeners, plan, run)
 
 
 def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:

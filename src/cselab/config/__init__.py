@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..core.devices import check_device
+from ..core.devices import SCALER_TYPES, check_device
 from ..core.errors import DataFormatError
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
@@ -273,7 +273,7 @@ def check_precision(precision: str, device_type: str, device: str | None = None)
     Raises:
         ConfigError: naming the key and ``device`` (default: ``device_type``).
     """
-    if precision == "fp16" and device_type not in ("cuda", "cpu"):
+    if precision == "fp16" and device_type not in SCALER_TYPES:
         raise ConfigError(
             f"train.precision=fp16 needs a CUDA GPU or the CPU (loss scaling), not "
             f"{device or device_type}; use bf16 or fp32"

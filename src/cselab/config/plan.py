@@ -52,6 +52,11 @@ class RunPlan:
         matryoshka_dims: the prefixes the card and ``results.json`` score (empty: none).
         objective: the validated ``objective`` section (checked against ``kind`` when
             :func:`~cselab.objectives.build_objective` builds it).
+        lora_targets: the modules LoRA adapters were put on, as the load chose them (the
+            architecture's default unless ``model.lora.target_modules`` named them; ``None``:
+            no adapters).
+        bidirectional: whether a decoder's causal mask is removed, as the load resolved
+            ``model.bidirectional`` (``null``: the starting folder's record, else causal).
     """
 
     train_file: str
@@ -64,6 +69,8 @@ class RunPlan:
     width: int | None
     matryoshka_dims: tuple[int, ...]
     objective: ObjectiveConfig
+    lora_targets: tuple[str, ...] | None = None
+    bidirectional: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready values (what :meth:`save` writes)."""
@@ -89,6 +96,8 @@ class RunPlan:
             width=data["width"],
             matryoshka_dims=tuple(int(d) for d in data["matryoshka_dims"]),
             objective=from_dict(ObjectiveConfig, data["objective"], "objective"),
+            lora_targets=as_lora_targets(data.get("lora_targets")),
+            bidirectional=bool(data.get("bidirectional", False)),
         )
 
     def save(self, folder: str | Path) -> Path:
@@ -115,4 +124,12 @@ class RunPlan:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["PLAN_FORMAT", "RunPlan"]
+def as_lora_targets(value: Any) -> tuple[str, ...] | None:
+    """LoRA's target modules as a plan keeps them: names, or one pattern (``peft`` takes a
+    regular expression as a string); ``None``: no adapters."""
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+__all__ = ["PLAN_FORMAT", "RunPlan", "as_lora_targets"]

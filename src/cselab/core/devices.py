@@ -8,10 +8,16 @@ import re
 
 from .errors import ConfigError
 
+#: The one accelerator type whose facts cselab spells by name (ROCm's HIP reports itself as it
+#: too): copies to it from pinned host memory are asynchronous, its generator's state travels
+#: in a checkpoint, its ranks talk over NCCL. Every other module asks
+#: :mod:`cselab.model.devices` (torch) or the predicates below (device type names, no torch).
+GPU_TYPE = "cuda"
+
 #: The device types a model can run on, as ``torch.device`` spells them. ``npu`` is the name
 #: Ascend's ``torch_npu`` gives its backend; ``meta`` is left out on purpose: it holds no
 #: values, so nothing can be encoded or trained there.
-DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "npu", "privateuseone")
+DEVICE_TYPES = ("cpu", GPU_TYPE, "mps", "xpu", "hpu", "mtia", "xla", "npu", "privateuseone")
 
 #: The device name that lets the machine choose: its GPU where there is one
 #: (:func:`cselab.model.devices.resolve_device`); the default of the commands that encode.
@@ -28,7 +34,7 @@ _DEVICE = re.compile(
 
 def device_words(auto: bool = False) -> str:
     """The accepted names, as the messages and the ``--help`` list them."""
-    names = (AUTO,) * auto + ("cpu", "cuda", "cuda:N") + DEVICE_TYPES[2:]
+    names = (AUTO,) * auto + ("cpu", GPU_TYPE, f"{GPU_TYPE}:N") + DEVICE_TYPES[2:]
     return ", ".join(names)
 
 
@@ -43,3 +49,18 @@ def check_device(value: str, *, auto: bool = False) -> str:
     if isinstance(value, str) and (_DEVICE.fullmatch(value) or (auto and value == AUTO)):
         return value
     raise ConfigError(f"{value!r} is not a device; use {device_words(auto)}")
+
+
+#: The device types with PyTorch's fp16 loss scaling (``GradScaler``) and a fused AdamW.
+SCALER_TYPES = (GPU_TYPE, "cpu")
+
+
+def is_gpu_type(device_type: str) -> bool:
+    """Whether ``device_type`` (``torch.device.type``) is a CUDA (or ROCm) GPU."""
+    return device_type == GPU_TYPE
+
+
+def pins_memory(device_type: str) -> bool:
+    """Whether a copy to a device of this type goes through pinned host memory (and is then
+    asynchronous): a GPU's; to other devices a copy is a plain ``Tensor.to``."""
+    return is_gpu_type(device_type)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.devices import pins_memory
 from .masking import IGNORE, scored_positions
 from .order import bucket_width, pad_to_width
 
@@ -107,7 +108,7 @@ class StepInputs:
     def to(self, device: torch.device) -> StepInputs:
         """A copy on ``device``; to a GPU from pinned host memory, without waiting for the copy
         (the step's kernels are queued behind it on the same stream)."""
-        if device.type != "cuda":
+        if not pins_memory(device.type):
             return self if self.device == device else self.map(lambda t: t.to(device))
         return self.map(lambda t: pinned(t).to(device, non_blocking=True))
 

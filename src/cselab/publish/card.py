@@ -39,6 +39,7 @@ from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
 from ..io.readers import read_json
 from ..io.runfolder import RunFolder
+from ..model.config import ModelConfig
 from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
@@ -52,7 +53,7 @@ from ..objectives import (
 )
 from ..objectives.mntp import MODEL_USE
 from ..training.metrics import read_metrics as read_metrics_table
-from .folder_plan import run_plan_of
+from .folder_plan import card_plan, run_plan_of
 from .hardware import hardware_section
 from .hub_metadata import (
     CARD_FILE,
@@ -251,12 +252,12 @@ def mining_words(path: Path) -> str | None:
     )
 
 
-def intended_use(config: Config, data: TrainingData, plan: RunPlan | None = None) -> str:
+def intended_use(data: TrainingData, plan: RunPlan) -> str:
     """The card's intended use: semantic search for a model selected on a retrieval set or
     trained on hard negatives, else sentence similarity (``plan``: the run's, its dev set)."""
-    dev = dev_score(config.eval, plan)
+    dev = dev_score(plan)
     search = dev.task_type == "retrieval" or data.kind.hard_negatives
-    if config.objective.mntp.enabled:  # a step towards an encoder, not one yet
+    if plan.objective.mntp.enabled:  # a step towards an encoder, not one yet
         return MODEL_USE
     if search:
         why = (
@@ -291,26 +292,29 @@ def _pair_columns(config: Config, data: TrainingData) -> str:
     return text + f", hard negative{'s' if len(names) > 1 else ''} {listed}"
 
 
-def _hyperparameters(config: Config, results: Mapping[str, Any] | None) -> str:
-    m, t = config.model, config.train
+def _hyperparameters(config: Config, plan: RunPlan, results: Mapping[str, Any] | None) -> str:
+    """The settings of the run (the config's) and what it resolved (the plan's: the pooler,
+    the LoRA targets the load chose, the precision)."""
+    m, t, pooler = config.model, config.train, plan.pooler
+    targets = ", ".join(plan.lora_targets or ()) or "peft's default"
     rows = [
         ("base model", f"`{m.name_or_path}`"),
-        ("pooler", f"`{m.pooler}`" + (" (MLP head in training only)" if m.pooler in ("cls", "prompt") and m.mlp_only_train else "")),
-        *([("prompt", f"`{m.prompt.template}` / `{m.prompt.template2 or m.prompt.template}`, denoising in training {m.prompt.denoise}, at inference {m.prompt.denoise_inference}")] if m.pooler == "prompt" else []),
+        ("pooler", f"`{pooler}`" + (" (MLP head in training only)" if pooler in ("cls", "prompt") and m.mlp_only_train else "")),
+        *([("prompt", f"`{m.prompt.template}` / `{m.prompt.template2 or m.prompt.template}`, denoising in training {m.prompt.denoise}, at inference {m.prompt.denoise_inference}")] if pooler == "prompt" else []),
         ("max_seq_len", m.max_seq_len),
         ("dropout", m.dropout if m.dropout is not None else "the base model's"),
-        *([("LoRA", f"r {m.lora.r}, alpha {m.lora.scale_alpha:g}, dropout {m.lora.dropout:g}, modules {', '.join(m.lora.target_modules) if m.lora.target_modules else 'the architecture default'}")] if m.lora.enabled else []),
+        *([("LoRA", f"r {m.lora.r}, alpha {m.lora.scale_alpha:g}, dropout {m.lora.dropout:g}, modules {targets}")] if m.lora.enabled else []),
         ("batch size", t.batch_size),
         ("learning rate", f"{t.lr:g} (AdamW, weight decay {t.weight_decay:g})"),
         ("schedule", f"linear, warm-up {t.warmup_steps or t.warmup_ratio:g}" + (" steps" if t.warmup_steps else " of the steps")),
         ("epochs / max steps", f"{t.epochs} / {t.max_steps if t.max_steps else '–'}"),
         ("steps run", (results or {}).get("steps", "–")),
         ("gradient clipping", t.grad_clip),
-        ("precision", (results or {}).get("precision") or t.precision),
+        ("precision", (results or {}).get("precision") or plan.precision),
         ("seed", t.seed),
         ("GradCache chunk", t.cache_chunk_size or "off"),
     ]  # fmt: skip
-    objective = yaml.safe_dump({"objective": config.to_dict()["objective"]}, sort_keys=False)
+    objective = yaml.safe_dump({"objective": plan.to_dict()["objective"]}, sort_keys=False)
     return (
         markdown_table(["", ""], rows)
         + "\n\n<details><summary>the objective section of the config</summary>\n\n"
@@ -339,18 +343,18 @@ def _dimensions_section(results: Mapping[str, Any] | None, dev: Any) -> str:
 
 
 def _citations(
-    config: Config, data: TrainingData, objective: Objective | None = None
+    model: ModelConfig, plan: RunPlan, objective: Objective | None = None
 ) -> tuple[list[str], list[str], str]:
     """The Hub tags, the description and the BibTeX of the papers of the objective (the run's,
-    or asked of the objective built for this data) and of the model section (its pooler's
-    paper, :func:`~cselab.model.prompt.model_papers`)."""
-    if objective is None:  # a card without its run: the objective built again from the config
-        objective = build_objective(config.objective, data.kind)
-    pooler = model_papers(config.model)
+    or asked of the objective built for the plan's data) and of the trained ``model`` section
+    (its pooler's paper, :func:`~cselab.model.prompt.model_papers`)."""
+    if objective is None:  # a card without its run: the objective built again from the plan
+        objective = build_objective(plan.objective, plan.kind)
+    pooler = model_papers(model)
     bib = "\n\n".join(p.bibtex for p in (*objective_papers(objective), *pooler))
     tags = objective_tags(objective) + [p.tag for p in pooler if p.tag]
-    lines = describe_objective(objective, data.kind)
-    lines += [f"- Pooler `{config.model.pooler}`, {p.name}: {p.summary}." for p in pooler]
+    lines = describe_objective(objective, plan.kind)
+    lines += [f"- Pooler `{model.pooler}`, {p.name}: {p.summary}." for p in pooler]
     return tags, lines, bib
 
 
@@ -401,21 +405,15 @@ def write_model_card(
     from huggingface_hub import ModelCard
 
     out = Path(folder)
-    if config.model.pooler is None or config.model.bidirectional is None:
-        # null: as the folder's load resolved it (and recorded in cselab.json)
-        saved = recorded_settings(out)
-        if config.model.pooler is None and saved.get("pooler") is None:
-            raise ValueError(f"{out}: write_model_card needs the resolved model.pooler")
-        model = dataclasses.replace(
-            config.model, pooler=config.model.pooler or saved["pooler"],
-            bidirectional=bool(saved.get("bidirectional")) if config.model.bidirectional is None
-            else config.model.bidirectional,
-        )  # fmt: skip
-        config = dataclasses.replace(config, model=model)
     plan = plan or run_plan_of(out, config)
     data = data or data_of_config(config, plan=plan)
+    # the facts the card states are the plan's (model.pooler: null as the load resolved it)
+    plan = card_plan(out, config, data.path, data.kind, plan)
+    # the model as trained: its attention as the folder's load recorded it (cselab.json)
+    bidirectional = recorded_settings(out).get("bidirectional", plan.bidirectional)
+    model = dataclasses.replace(config.model, pooler=plan.pooler, bidirectional=bidirectional)
     rows = read_metrics(metrics_csv, metrics_before)
-    dev = dev_score(config.eval, plan)
+    dev = dev_score(plan)
     if selection_score is None and step is not None:
         selection_score = next(
             (r[dev.name] for r in rows if int(r["step"]) == step and dev.name in r), None
@@ -426,10 +424,8 @@ def write_model_card(
     # A local path names the run and the folder ("run-best"); a Hub id is the name.
     as_path = Path(model_id)
     name = f"{as_path.parent.name}-{as_path.name}" if as_path.is_absolute() else model_id
-    tags, described, bib = _citations(config, data, objective)
-    card_data = front_matter(
-        name, config.model, tags, eval_results(selection_score, dev, evaluation)
-    )
+    tags, described, bib = _citations(model, plan, objective)
+    card_data = front_matter(name, model, tags, eval_results(selection_score, dev, evaluation))
     curve = dev_curve(rows, dev.name)
     curve_md = (
         markdown_table(
@@ -450,7 +446,7 @@ def write_model_card(
         "by supervised contrastive learning on given sentence pairs"
         if data.kind.pairs
         else "by masked next-token prediction (LLM2Vec's MNTP) on raw sentences"
-        if config.objective.mntp.enabled
+        if plan.objective.mntp.enabled
         else "by unsupervised contrastive learning on raw sentences"
     )
     text = f"""
@@ -462,7 +458,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Intended use
 
-{intended_use(config, data, plan)}
+{intended_use(data, plan)}
 
 ## Objective
 
@@ -470,7 +466,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Usage
 
-{_adapters_note(out)}{usage_snippets(model_id, config.model, _adapters_base(out))}
+{_adapters_note(out)}{usage_snippets(model_id, model, _adapters_base(out))}
 
 ## Training data
 
@@ -478,7 +474,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Hyperparameters
 
-{_hyperparameters(config, results)}
+{_hyperparameters(config, plan, results)}
 
 ## {dev_title} during training
 
@@ -486,7 +482,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 {_dimensions_section(results, dev)}## Hardware and time
 
-{hardware_section(results, config.train.device, config.train.precision, data.kind.unit)}
+{hardware_section(results, plan.device, plan.precision, data.kind.unit)}
 
 {evaluation_section(evaluation)}
 

@@ -7,6 +7,11 @@ folder may be moved or copied next to another run's plan, and a plan may come fr
 cselab version: :func:`run_plan_of` takes the parent's plan only when it is the folder's run's
 (its training file and ``objective`` section are those of the folder's ``cselab_config.yaml``),
 and otherwise none, so the card describes the data from the folder's config.
+
+:func:`card_plan` is the one place a card's facts are resolved: the run's plan, or for a folder
+away from its run a plan of what the folder itself records (its pooler and LoRA targets in
+``cselab.json``) and what its saved config asked (the dev set resolved here, once); the card
+reads only the plan for them.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ import os
 from pathlib import Path
 
 from ..config import Config
-from ..config.plan import RunPlan
+from ..config.devset import resolve_dev_set
+from ..config.plan import RunPlan, as_lora_targets
+from ..core.datakind import DataKind
 from ..core.errors import UserError
+from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from ..model.hub import DOWNLOADS
+from ..model.st_folder import CSELAB_FILE
 
 log = logging.getLogger("cselab")
 
@@ -65,4 +74,31 @@ def run_plan_of(folder: Path, config: Config) -> RunPlan | None:
     return plan
 
 
-__all__ = ["run_plan_of", "trained_on"]
+def card_plan(
+    folder: Path, config: Config, train_file: Path, kind: DataKind, plan: RunPlan | None = None
+) -> RunPlan:
+    """The facts a card of the model folder ``folder`` states: ``plan`` (the run's, handed
+    over or :func:`run_plan_of`'s), completed from the folder's ``cselab.json`` where it left
+    the pooler or the LoRA targets to the load (a plan of an older cselab); without one, the
+    plan of what ``folder`` records and its saved ``config`` asked (``train_file`` and
+    ``kind`` as the card's data section found them; device and precision as asked, which the
+    run's ``results.json``, when there is one, overrides in the card)."""
+    meta = read_json(folder / CSELAB_FILE) or {}
+    lora = meta.get("lora") or {}
+    if plan is None:
+        ec, tc = config.eval, config.train
+        plan = RunPlan(
+            train_file=str(train_file), kind=kind,
+            dev=resolve_dev_set(ec.dev, ec.dev_metric), device=tc.device,
+            precision=tc.precision, world_size=1, pooler=config.model.pooler, width=None,
+            matryoshka_dims=tuple(config.objective.matryoshka.dims or ()),
+            objective=config.objective,
+        )  # fmt: skip
+    pooler = plan.pooler or meta.get("pooler")
+    if pooler is None:
+        raise ValueError(f"{folder}: write_model_card needs the resolved model.pooler")
+    targets = plan.lora_targets or as_lora_targets(lora.get("target_modules"))
+    return plan.replace(pooler=pooler, lora_targets=targets)
+
+
+__all__ = ["card_plan", "run_plan_of", "trained_on"]

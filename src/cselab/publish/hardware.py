@@ -8,17 +8,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.devices import is_gpu_type
 from ..evaluation.report import markdown_table
 
 
 def hardware_description(device: str) -> str:
-    """The accelerator's name for CUDA devices, else the CPU model."""
-    if device.startswith("cuda"):
-        import torch
+    """The accelerator's name for GPUs, else the CPU model."""
+    if is_gpu_type(device.split(":")[0]):
+        from ..model.devices import gpu_name  # torch, only for a run that trained on a GPU
 
-        if torch.cuda.is_available():
-            index = torch.device(device).index or 0
-            return f"{torch.cuda.get_device_name(index)} ({device})"
+        if name := gpu_name(device):
+            return f"{name} ({device})"
     model = platform.processor() or "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import EvalConfig
-from ..config.devset import DevSet, dev_metric_for, resolve_dev_set
+from ..config.devset import NO_DEV, DevSet, dev_metric_for
 from ..config.plan import RunPlan
 from ..core.metrics import RETRIEVAL_NAMES, STSB, retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
@@ -48,14 +47,14 @@ class DevScore(NamedTuple):
     metric_type: str = ""
 
 
-def dev_score(ec: EvalConfig, plan: RunPlan | None = None) -> DevScore:
+def dev_score(plan: RunPlan) -> DevScore:
     """The run's model-selection score, named as model selection names it: the run plan's
-    :class:`~cselab.config.devset.DevSet` (resolved once, where the run started), else the one
-    the ``eval`` section resolves to (a card without its run)."""
-    dev = plan.dev if plan is not None else resolve_dev_set(ec.dev, ec.dev_metric)
+    :class:`~cselab.config.devset.DevSet` (resolved once, where the run started, or where a
+    card without its run found its facts: :func:`~.folder_plan.card_plan`)."""
+    dev = plan.dev
     if dev is None:  # eval.dev none: named as a file would be (the card shows no score then)
-        metric = dev_metric_for(ec.dev, ec.dev_metric)
-        dev = DevSet("sts-file", ec.dev, None, metric, dev_score_name(ec.dev, metric), ec.dev)
+        metric = dev_metric_for(NO_DEV, None)
+        dev = DevSet("sts-file", NO_DEV, None, metric, dev_score_name(NO_DEV, metric), NO_DEV)
     name, metric = dev.score_name, dev.metric
     if dev.kind == STSB:  # the Hub's dataset type is the config's name
         return DevScore(name, "STS-B dev", metric.capitalize(), STSB, "STS Benchmark (SentEval)")

@@ -104,6 +104,12 @@ class Callback:
         a host copy of the model), so a callback that shares state with the other hooks must
         guard it; at the end, and for every other folder, it runs on the training thread."""
 
+    def on_finish(self, step: int) -> Mapping[str, Any] | None:
+        """The loop ended at ``step`` and ``best/`` and ``last/`` are written (rank 0, before
+        ``results.json``): return entries to add to the results (e.g. scores of the selected
+        model), or ``None``."""
+        return None
+
     def on_end(self, results: Mapping[str, Any]) -> None:
         """Training finished with ``results`` (the content of ``results.json``)."""
 
@@ -141,6 +147,13 @@ class CallbackList:
 
     def on_model_save(self, model: SavedModel) -> None:
         self._call("on_model_save", model)
+
+    def on_finish(self, step: int) -> dict[str, Any]:
+        """Every callback's entries of the results, in order (see :meth:`Callback.on_finish`)."""
+        extra: dict[str, Any] = {}
+        for cb in self.callbacks:
+            extra.update(cb.on_finish(step) or {})
+        return extra
 
     def on_end(self, results: Mapping[str, Any]) -> None:
         self._call("on_end", results)

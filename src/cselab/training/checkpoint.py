@@ -94,12 +94,12 @@ def rng_record(
     return rec, per_rank[rank]
 
 
-#: Prefix of the task's state (:func:`save_checkpoint`'s ``state``) among a checkpoint's tensors.
+#: Prefix of the task's state (:func:`snapshot_checkpoint`'s ``state``) among a checkpoint's tensors.
 TASK_PREFIX = "task."
 
 
 def task_state(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The task's state saved with a checkpoint (``state`` of :func:`save_checkpoint`)."""
+    """The task's state saved with a checkpoint (``state`` of :func:`snapshot_checkpoint`)."""
     return {k.removeprefix(TASK_PREFIX): v for k, v in tensors.items() if k.startswith(TASK_PREFIX)}
 
 
@@ -179,7 +179,9 @@ def snapshot_checkpoint(
     rng: list[RNGRecord] | None = None,
     state: Mapping[str, torch.Tensor] | None = None,
 ) -> Snapshot:
-    """Copy what :func:`save_checkpoint` writes to host memory (see there for the arguments).
+    """Copy a checkpoint to host memory, for :func:`write_snapshot`. ``rng`` holds one
+    :meth:`RNGState.to_record` record per rank, in rank order (default: this process's only, for
+    a single-process run); ``state`` is the task's (:func:`task_state` reads it back).
 
     This is the part of a checkpoint the step waits for: a copy of the model, the optimiser's
     moments and the task state (for BERT-base with AdamW about 1.3 GB, a device-to-host copy on
@@ -220,27 +222,6 @@ def write_snapshot(path: str | Path, snapshot: Snapshot) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     return target
-
-
-def save_checkpoint(
-    path: str | Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    step: int,
-    extra: dict[str, Any],
-    rng: list[RNGRecord] | None = None,
-    state: Mapping[str, torch.Tensor] | None = None,
-) -> Path:
-    """Write the checkpoint file (:attr:`RunFolder.CHECKPOINT_FILE
-    <cselab.io.runfolder.RunFolder.CHECKPOINT_FILE>`) into the folder ``path`` atomically, in
-    this thread; returns the file path.
-
-    ``rng`` holds one :meth:`RNGState.to_record` record per rank, in rank order (default: this
-    process's only, for a single-process run).
-    """
-    snapshot = snapshot_checkpoint(model, optimizer, scheduler, step, extra, rng, state)
-    return write_snapshot(path, snapshot)
 
 
 #: the kinds of :class:`BackgroundWriter`'s writes (its thread is named ``cselab-<kind>``)
@@ -383,7 +364,7 @@ def restore(
     rank: int = 0,
     device: torch.device | None = None,
 ) -> bool:
-    """Load model, optimizer and scheduler states saved by :func:`save_checkpoint`, and rank
+    """Load model, optimizer and scheduler states saved by :func:`write_snapshot`, and rank
     ``rank``'s RNG states (the CUDA one onto ``device``, the run's GPU). Returns ``False`` if the
     checkpoint holds no RNG record for ``rank`` (then the caller must seed that rank's RNGs
     itself)."""

@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..model.devices import current_gpu_ids, gpu, is_gpu, make_current
+
 #: Whether :func:`init_distributed` created the process group (and so should destroy it).
 _OWNS_GROUP = False
 
@@ -73,12 +75,12 @@ def dist_from_env() -> DistInfo:
     return DistInfo(rank, world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def init_distributed(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
+def init_distributed(device: torch.device | str, timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
 
     Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` from the
-    environment (what ``torchrun`` sets, also across nodes). NCCL on GPUs (each process pinned to
-    ``cuda:LOCAL_RANK``), gloo otherwise. An already initialised group is reused.
+    environment (what ``torchrun`` sets, also across nodes). NCCL when ``device`` (the run's, as
+    the plan resolved it) is a GPU (each process's own: ``LOCAL_RANK``), gloo otherwise. An already initialised group is reused.
 
     ``timeout_s`` (``train.dist_timeout_s``) is how long a collective may wait before the
     group aborts. The group forms after the heavy work of the start (downloads, tokenising,
@@ -94,11 +96,9 @@ def init_distributed(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
-        if device_type == "cuda":
-            torch.cuda.set_device(local_rank)
-            dist.init_process_group(
-                backend="nccl", device_id=torch.device("cuda", local_rank), timeout=timeout
-            )
+        if is_gpu(device):
+            make_current(gpu(local_rank))
+            dist.init_process_group(backend="nccl", device_id=gpu(local_rank), timeout=timeout)
         else:
             dist.init_process_group(backend="gloo", timeout=timeout)
         _OWNS_GROUP = True
@@ -334,7 +334,7 @@ def check_same_on_all_ranks(value: Any, what: str) -> None:
 def barrier() -> None:
     """Wait for every rank (no-op without a process group)."""
     if dist.is_available() and dist.is_initialized():
-        if _is_nccl() and torch.cuda.is_available():
-            dist.barrier(device_ids=[torch.cuda.current_device()])
+        if _is_nccl() and (ids := current_gpu_ids()):
+            dist.barrier(device_ids=ids)
         else:
             dist.barrier()

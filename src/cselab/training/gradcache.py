@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.inputs import StepInputs
+from ..model.devices import is_gpu
 from ..objectives import LossTerms, total_loss
 from .rng import RNGState
 from .task import Batch, Task
@@ -104,7 +105,7 @@ def cached_forward_backward(
     bounds = chunk_bounds(len(batch), chunk_size)
     device = batch.inputs.device
     if first_pass_graph is None:
-        first_pass_graph = device.type == "cuda" or _is_compiled(task.encoder)
+        first_pass_graph = is_gpu(device) or _is_compiled(task.encoder)
 
     # Pass 1: embeddings only, remembering where each chunk's random stream started.
     states: list[RNGState] = []

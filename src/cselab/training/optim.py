@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TrainConfig
+from ..model.devices import has_grad_scaler
 from .distributed import OverlappedReducer, average_gradients, is_distributed
 
 
@@ -49,7 +50,7 @@ class Optimization:
     ) -> None:
         self.params = list(params)
         self.grad_clip = config.grad_clip
-        fused = config.fused_adamw and device.type in ("cuda", "cpu")
+        fused = config.fused_adamw and has_grad_scaler(device)
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None
         )

@@ -26,6 +26,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..core.devices import GPU_TYPE
+from ..model.devices import (
+    gpu_available,
+    gpu_in_use,
+    gpu_index,
+    gpu_rng_state,
+    is_gpu,
+    set_gpu_rng_state,
+)
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's global generators."""
@@ -71,12 +81,10 @@ class RNGState:
         """Snapshot the CPU generator, the CUDA generator of ``device`` (default: the current
         CUDA device once CUDA is in use), and with ``host`` Python's and NumPy's."""
         state = cls(cpu=torch.get_rng_state())
-        device = torch.device(device) if device is not None else None
-        if device is None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            device = torch.device("cuda", torch.cuda.current_device())
-        if device is not None and device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            state.cuda, state.cuda_device = torch.cuda.get_rng_state(index), index
+        device = torch.device(device) if device is not None else gpu_in_use()
+        if is_gpu(device):
+            index = gpu_index(device)
+            state.cuda, state.cuda_device = gpu_rng_state(index), index
         if host:
             state.python, state.numpy = random.getstate(), np.random.get_state()
         return state
@@ -85,7 +93,7 @@ class RNGState:
         """Put the generators back to this snapshot."""
         torch.set_rng_state(self.cpu)
         if self.cuda is not None:
-            torch.cuda.set_rng_state(self.cuda, self.cuda_device)
+            set_gpu_rng_state(self.cuda, self.cuda_device)
         if self.python is not None:
             random.setstate(self.python)
         if self.numpy is not None:
@@ -95,7 +103,7 @@ class RNGState:
         """Tensors and JSON metadata for a checkpoint."""
         tensors = {"torch": self.cpu}
         if self.cuda is not None:
-            tensors["cuda"] = self.cuda
+            tensors[GPU_TYPE] = self.cuda  # the record's key: the device type
         py, npst = self.python, self.numpy
         meta = {
             "python": None if py is None else [py[0], list(py[1]), py[2]],
@@ -108,12 +116,11 @@ class RNGState:
         """The state a checkpoint record describes; its CUDA state goes to ``device`` (the
         run's GPU; default: the current CUDA device)."""
         tensors, meta = record
-        cuda = tensors.get("cuda") if torch.cuda.is_available() else None
+        cuda = tensors.get(GPU_TYPE) if gpu_available() else None
         device = torch.device(device) if device is not None else None
         index = None
         if cuda is not None:
-            on_gpu = device is not None and device.type == "cuda" and device.index is not None
-            index = device.index if on_gpu else torch.cuda.current_device()
+            index = gpu_index(device if is_gpu(device) else None)
         py, npst = meta.get("python"), meta.get("numpy")
         return cls(
             cpu=tensors["torch"],

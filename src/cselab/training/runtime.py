@@ -10,7 +10,7 @@ import sys
 import torch
 
 from ..config import check_precision
-from ..model.devices import available_device
+from ..model.devices import auto_device, available_device, bf16_native, is_gpu, set_tf32
 from .distributed import DistInfo
 
 log = logging.getLogger("cselab")
@@ -20,9 +20,7 @@ def pick_device(name: str, dist_info: DistInfo) -> torch.device:
     """``train.device``: ``auto`` is this rank's GPU when there is one, else the CPU; a device
     named that this machine lacks is a :class:`~cselab.core.errors.ConfigSettingError`."""
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", dist_info.local_rank)
-        return torch.device("cpu")
+        return auto_device(dist_info.local_rank)
     return available_device(name, key="train.device")
 
 
@@ -30,16 +28,16 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for ``train.precision`` on ``device`` (``None``: full fp32).
 
     ``auto`` (the default) is bf16 autocast on a CUDA GPU that supports it (Ampere and later);
-    on an older GPU it is fp32 with TF32 matrix products allowed (:func:`allow_tf32`); on the CPU
+    on an older GPU it is fp32 with TF32 matrix products allowed (:func:`~cselab.model.devices.set_tf32`); on the CPU
     it is plain fp32, so CPU runs are unchanged by the default. Whatever it resolves to is
     logged once and recorded in ``results.json`` (:func:`precision_name`).
     """
     if precision == "auto":
         dtype = None
-        if device.type == "cuda":
-            dtype = torch.bfloat16 if bf16_supported(device) else None
-            set_tf32(dtype is None)
-        how = "with TF32 matrix products" if device.type == "cuda" and dtype is None else ""
+        if is_gpu(device):
+            dtype = torch.bfloat16 if bf16_native(device) else None
+            set_tf32(dtype is None)  # fp32 products on tensor cores, as sentence-transformers
+        how = "with TF32 matrix products" if is_gpu(device) and dtype is None else ""
         log.info(
             "train.precision=auto: %s on %s%s",
             precision_name(dtype),
@@ -48,11 +46,11 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         )
         return dtype
     check_precision(precision, device.type)
-    if device.type == "cuda":
+    if is_gpu(device):
         # the flags are process-wide: an earlier run in this process (auto on a GPU without
         # bf16) must not leave TF32 on under an explicit fp32
         set_tf32(False)
-    if precision == "fp16" and device.type != "cuda":
+    if precision == "fp16" and not is_gpu(device):
         log.warning(
             "train.precision=fp16 on %s: loss scaling runs (GradScaler) but fp16 arithmetic "
             "is emulated and slow off a GPU; it is there to test the fp16 path",
@@ -67,16 +65,6 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-def bf16_supported(device: torch.device) -> bool:
-    """Whether the CUDA GPU ``device`` computes in bf16 natively (compute capability 8.0 and
-    later, Ampere on; ROCm: always), asked of ``device`` itself: ``torch.cuda.is_bf16_supported``
-    asks the current device, which is still ``cuda:0`` on every rank before the process group
-    sets each rank's. Initialises CUDA as that call does, and makes no device current."""
-    if torch.version.hip:
-        return True
-    return torch.cuda.get_device_properties(device).major >= 8
-
-
 #: ``train.precision`` of each autocast dtype (``None``: full fp32).
 PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -89,22 +77,6 @@ def precision_name(amp_dtype: torch.dtype | None) -> str:
 def precision_dtype(name: str) -> torch.dtype | None:
     """The autocast dtype of a resolved precision (``fp32``: ``None``), as a run plan keeps it."""
     return {v: k for k, v in PRECISION_NAMES.items()}[name]
-
-
-def allow_tf32() -> None:
-    """Let CUDA fp32 matrix products and convolutions use TF32 tensor cores (10-bit mantissa
-    inputs, fp32 accumulation): ``auto`` precision on a GPU without bf16. PyTorch leaves it off
-    by default since 1.12; for training an encoder it is the usual choice (sentence-transformers
-    and the transformers Trainer's ``tf32`` do the same)."""
-    set_tf32(True)
-
-
-def set_tf32(enabled: bool) -> None:
-    """TF32 for CUDA fp32 matrix products and convolutions on or off. Every CUDA run sets it
-    (on only for ``auto`` resolved to fp32): the flags are global to the process, and an
-    explicit ``fp32`` means IEEE fp32 products, whatever ran before in the same process."""
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def cpu_has_native_bf16() -> bool:

@@ -43,6 +43,7 @@ from ..objectives import (
     ObjectiveContext,
     PrepareContext,
 )
+from ..model.devices import autocast
 from .momentum import MomentumEncoder
 from .rng import objective_seed
 from .views import check_views, compute_views
@@ -126,8 +127,7 @@ class Task:
         """The autocast context of the encoder passes."""
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        device = next(self.encoder.parameters()).device
-        return torch.autocast(device.type, dtype=self.amp_dtype)
+        return autocast(next(self.encoder.parameters()).device, self.amp_dtype)
 
     def prepare(self, batch: Batch) -> Batch:
         """``batch`` with what the step's views need besides its tokens, made by the objective's

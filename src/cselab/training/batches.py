@@ -1,0 +1,64 @@
+"""The ready batches of a run: this rank's rows of each step, prepared and on the device.
+
+:class:`StepBatches` is what the trainer iterates (``batches(start)``: the batches from step
+``start`` on, a resume included); a prefetching wrapper can take its place, since the trainer
+only asks for the next batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ..data import BatchOrder, TokenizedCorpus, shard
+from ..data.pairs import TokenizedPairs
+from .distributed import DistInfo
+from .task import Batch, Task
+
+
+class StepBatches:
+    """Batches of ``corpus`` in ``order`` for this rank (``dist``), prepared by ``task``
+    (host-side views) and copied to ``device``; padded to multiples of ``width_multiple`` tokens
+    when set (the fixed shapes of a ``reduce-overhead`` compiled step)."""
+
+    def __init__(
+        self,
+        corpus: TokenizedCorpus | TokenizedPairs,
+        order: BatchOrder,
+        task: Task,
+        device: torch.device,
+        dist: DistInfo,
+        pad_id: int,
+        width_multiple: int | None = None,
+    ) -> None:
+        self.corpus, self.order, self.task, self.device = corpus, order, task, device
+        self.dist, self.pad_id, self.width_multiple = dist, pad_id, width_multiple
+        self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
+
+    def batch(self, step: int) -> Batch:
+        """This rank's slice of the global batch of ``step``, on the device."""
+        epoch, index = divmod(step, self.order.batches_per_epoch)
+        if self._order[0] != epoch:
+            self._order = (epoch, self.order.epoch_order(epoch))
+        rows = shard(
+            self.order.batch(epoch, index, self._order[1]), self.dist.rank, self.dist.world_size
+        )
+        inputs = self.corpus.step_inputs(rows, self.pad_id)  # sentences or pairs alike
+        # Host-side views (ESimCSE's word-repeated positive, MNTP's masked copy) are built here,
+        # on the CPU tensors, before the copy: on a GPU the step then reads no device value back.
+        inputs = self.task.prepare(Batch(step, inputs)).inputs
+        if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
+            inputs = inputs.pad_to_width(self.width_multiple, self.pad_id)
+        return Batch(step, inputs.to(self.device), prepared=True)
+
+    def __call__(self, start: int) -> Iterator[Batch]:
+        """The batches of steps ``start``, ``start + 1``, ... (as many as asked for)."""
+        step = start
+        while True:
+            yield self.batch(step)
+            step += 1
+
+
+__all__ = ["StepBatches"]

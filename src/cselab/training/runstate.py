@@ -1,0 +1,199 @@
+"""What a run keeps on disk while it loops: model folders, checkpoints, and a resume from one.
+
+:class:`RunState` holds the collaborators whose state a checkpoint carries (the encoder, the
+optimiser, the task's state, model selection, each rank's generators) and the background
+writer of checkpoints and ``best/`` (:class:`~.checkpoint.BackgroundWriter`). The trainer asks
+it to save at the steps its cadences choose and to resume once before its loop; the device and
+the precision it compares a checkpoint with are the run plan's
+(:class:`~cselab.config.plan.RunPlan`), never derived again.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Config
+from ..config.plan import RunPlan
+from ..io.runfolder import RunFolder
+from ..model.devices import is_gpu
+from ..model.encoder import SentenceEncoder
+from .callbacks import CallbackList, SavedModel
+from .checkpoint import (
+    MODEL_WRITE,
+    BackgroundWriter,
+    load_checkpoint,
+    restore,
+    save_model_folder,
+    snapshot_checkpoint,
+    snapshot_encoder,
+    task_state,
+    write_snapshot,
+)
+from .distributed import DistInfo, all_gather_objects
+from .optim import Optimization
+from .rng import RNGState, dropout_seed, seed_everything
+from .selection import ModelSelection
+from .task import Task
+
+log = logging.getLogger("cselab")
+
+
+class RunState:
+    """Saves and restores one run (see the module doc).
+
+    Args:
+        config: the run's config as written into ``config.yaml``, every checkpoint and every
+            model folder (``cselab_config.yaml``); only saved, never read for a resolved fact.
+        plan: the run's resolved facts (its device and precision).
+        encoder, task, optim, selection: the collaborators whose state a checkpoint carries.
+        dist: this process's place in a distributed run.
+        callbacks: told of every model folder written (:meth:`Callback.on_model_save`).
+        data_digest: SHA-256 of the training file, kept in checkpoints to refuse resuming on
+            other data.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        plan: RunPlan,
+        encoder: SentenceEncoder,
+        task: Task,
+        optim: Optimization,
+        selection: ModelSelection,
+        dist: DistInfo,
+        callbacks: CallbackList,
+        data_digest: str | None = None,
+    ) -> None:
+        self.config, self.plan, self.encoder, self.task = config, plan, encoder, task
+        self.optim, self.selection, self.dist, self.callbacks = optim, selection, dist, callbacks
+        self.data_digest = data_digest
+        self.seed = config.train.seed
+        self.folder = RunFolder(config.train.output_dir)
+        device = torch.device(plan.device)
+        # the run's GPU: a single process on cuda:1 keeps cuda:1's dropout stream, not the
+        # current device's (cuda:0 unless someone called set_device)
+        self.rng_device = device if is_gpu(device) else None
+        self.writer = BackgroundWriter()  # checkpoints and best/ are written on its thread
+
+    def save_model(self, name: str, step: int, background: bool = False) -> Path:
+        """Save the encoder as ``output_dir/name`` (an HF and sentence-transformers folder; the
+        callbacks' :meth:`~.callbacks.Callback.on_model_save` add the model card).
+
+        ``background`` (model selection's ``best/``): the step waits only for a host copy of
+        the model (:func:`~.checkpoint.snapshot_encoder`); :attr:`writer`'s thread writes the
+        folder, runs the callbacks on it and publishes it, after the write in flight. Whoever
+        reads the folder later waits for the writer first (the end of the loop does)."""
+        final, sel = self.folder.model(name), self.selection
+        score = sel.best_score if name == RunFolder.BEST and sel.best_step == step else None
+        # a background card reads metrics.csv while the loop appends to it: only earlier rows
+        rows = {"rows_before": step} if background else {}
+
+        def describe(folder: Path) -> None:
+            self.callbacks.on_model_save(
+                SavedModel(folder, step, self.folder.metrics, score, str(final.resolve()), **rows)
+            )
+
+        if not background:
+            return save_model_folder(self.encoder, self.config, final, describe)
+        snapshot = snapshot_encoder(self.encoder)
+        self.writer.run(
+            lambda: save_model_folder(snapshot, self.config, final, describe), MODEL_WRITE
+        )
+        return final
+
+    def save_checkpoint(self, step: int, elapsed: float, background: bool = False) -> None:
+        """Collective: every rank contributes its RNG state; rank 0 copies the state to host
+        memory and writes the file, in this thread or (``background``) on :attr:`writer`'s,
+        after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`)."""
+        rng = all_gather_objects(RNGState.capture(self.rng_device, host=True).to_record())
+        if not self.dist.is_main:
+            return
+        o = self.optim
+        extra = {
+            "config": self.config.to_dict(),
+            "data_digest": self.data_digest,
+            "selection": self.selection.state_dict(),
+            "scaler": o.scaler.state_dict() if o.scaler is not None else None,
+            "elapsed": elapsed,
+            "precision": self.plan.precision,  # what `auto` resolved to
+        }
+        snapshot = snapshot_checkpoint(
+            self.encoder, o.optimizer, o.scheduler, step, extra, rng, self.task.state_dict()
+        )
+        if background:
+            self.writer.submit(self.folder.checkpoint, snapshot)
+        else:
+            self.writer.wait()  # never two writers of one file
+            write_snapshot(self.folder.checkpoint, snapshot)
+
+    def resume(self) -> tuple[int, float] | None:
+        """Continue from ``output_dir/checkpoint`` if it exists: ``(step, seconds trained
+        before)``, or ``None`` without a checkpoint."""
+        path = self.folder.checkpoint_file
+        if not path.is_file():
+            return None
+        tensors, meta = load_checkpoint(path)  # its config was checked before the run started
+        extra, o, rank = meta["extra"], self.optim, self.dist.rank
+        step = int(meta["step"])
+        if not restore(
+            tensors, meta, self.encoder, o.optimizer, o.scheduler, rank, self.rng_device
+        ):
+            # Written by a run with fewer ranks: this rank has no stream to continue, so it
+            # starts a fresh one that depends on (seed, rank, step) only.
+            seed_everything(dropout_seed(self.seed + step, rank))
+            log.warning(
+                "%s holds no RNG state for rank %d (saved with fewer ranks): its dropout stream "
+                "is re-seeded, so this resumed run is not bit-identical to an uninterrupted one",
+                path, rank,
+            )  # fmt: skip
+        self.task.load_state_dict(task_state(tensors))  # every rank: the same global queue
+        self.selection.load_state_dict(extra["selection"])
+        if o.scaler is not None and extra["scaler"]:
+            o.scaler.load_state_dict(extra["scaler"])
+        log.info("resumed from %s at step %d", path, step)
+        self.check_resumed_precision(path, extra.get("precision"))
+        return step, float(extra["elapsed"])
+
+    def check_resumed_precision(self, path: Path, saved: str | None) -> None:
+        """Warn, in one line, when the checkpoint trained in another precision than this run
+        (``train.precision: auto`` resolved on another device: bf16 on an Ampere GPU, fp32 on
+        an older one or the CPU). Not refused: the weights and AdamW's moments are fp32 either
+        way, and on a device without bf16 no setting could resume the run (a changed
+        ``train.precision`` is refused as a run-changing key); but its next steps are not those
+        the first device would have taken."""
+        now = self.plan.precision
+        if saved is None or saved == now or not self.dist.is_main:
+            return
+        log.warning(
+            "%s was trained in %s; this run resumes it in %s (train.precision as resolved on "
+            "%s), so its steps differ from those of the device that trained it",
+            path, saved, now, self.plan.device,
+        )  # fmt: skip
+
+    def divergence_note(self) -> str:
+        """Where the last good checkpoint is, for the message of a diverged loss."""
+        try:
+            self.writer.wait()  # a checkpoint in flight is the last good one once written
+        except Exception as err:  # noqa: BLE001 - the divergence is the error to raise
+            log.error("%s", err)
+        ckpt = self.folder.checkpoint_file
+        if not ckpt.is_file():
+            return "no checkpoint had been written yet"
+        return (
+            f"the last good checkpoint is kept in {ckpt.parent} (resume with "
+            "--train.resume=true after changing what diverged)"
+        )
+
+    def results(self) -> dict[str, Any]:
+        """What the writes cost, for ``results.json`` (the writer waited for)."""
+        return {
+            "checkpoint_write_s": round(self.writer.write_seconds, 2),
+            "best_write_s": round(self.writer.seconds.get(MODEL_WRITE, 0.0), 2),
+        }
+
+
+__all__ = ["RunState"]
