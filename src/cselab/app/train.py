@@ -46,6 +46,7 @@ from ..data.store import TokenizedCorpus
 from ..io.files import file_in_the_way
 from ..io.runfolder import RunFolder
 from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
+from ..model.devices import is_gpu
 from ..model.encoder import SentenceEncoder, compile_encoder
 from ..model.hub import DOWNLOADS, cache_root, resolve_train_file
 from ..objectives import (
@@ -81,6 +82,8 @@ log = logging.getLogger("cselab")
 
 #: ``train.compile_mode=reduce-overhead``: batch widths are padded to multiples of this.
 FIXED_SHAPE_MULTIPLE = 16
+#: Batches collated ahead on a background thread on a GPU (:class:`~cselab.data.prefetch.Prefetch`)
+PREFETCH_DEPTH = 2
 
 
 def check_sequence_length(config: Config, encoder: SentenceEncoder, objective: Objective) -> None:
@@ -310,7 +313,10 @@ def assemble_trainer(
         ]
         listeners.callbacks = [*loggers, *ending, *callbacks]
     pad_id = int(encoder.tokenizer.pad_token_id or 0)
-    batches = StepBatches(corpus, order, task, device, dist, pad_id, width_multiple)
+    # on a GPU the next batches are collated on a thread while the device works (no effect on
+    # what they hold); on the CPU the step itself uses every core
+    ahead = PREFETCH_DEPTH if is_gpu(device) else 0
+    batches = StepBatches(corpus, order, task, device, dist, pad_id, width_multiple, ahead)
     loop = loop_settings(config, total_steps, order.batches_per_epoch)
     return Trainer(task, optim, batches, loop, listeners, plan, run)
 

@@ -1,8 +1,10 @@
 """The ready batches of a run: this rank's rows of each step, prepared and on the device.
 
 :class:`StepBatches` is what the trainer iterates (``batches(start)``: the batches from step
-``start`` on, a resume included); a prefetching wrapper can take its place, since the trainer
-only asks for the next batch.
+``start`` on, a resume included). On a GPU they are made ``prefetch`` steps ahead on a
+background thread (:class:`~cselab.data.prefetch.Prefetch`), so that collating the next batch
+overlaps the device's work on this one; the draws of a step's host-side views are seeded by the
+step, so the batches are the same either way.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 
 from ..data import BatchOrder, TokenizedCorpus, shard
 from ..data.pairs import TokenizedPairs
+from ..data.prefetch import Prefetch
 from .distributed import DistInfo
 from .task import Batch, Task
 
@@ -21,7 +24,8 @@ from .task import Batch, Task
 class StepBatches:
     """Batches of ``corpus`` in ``order`` for this rank (``dist``), prepared by ``task``
     (host-side views) and copied to ``device``; padded to multiples of ``width_multiple`` tokens
-    when set (the fixed shapes of a ``reduce-overhead`` compiled step)."""
+    when set (the fixed shapes of a ``reduce-overhead`` compiled step); ``prefetch``: how many
+    batches are made ahead on a background thread (0: none, each made when asked for)."""
 
     def __init__(
         self,
@@ -32,9 +36,11 @@ class StepBatches:
         dist: DistInfo,
         pad_id: int,
         width_multiple: int | None = None,
+        prefetch: int = 0,
     ) -> None:
         self.corpus, self.order, self.task, self.device = corpus, order, task, device
         self.dist, self.pad_id, self.width_multiple = dist, pad_id, width_multiple
+        self.prefetch = prefetch
         self._order: tuple[int, Any] = (-1, None)  # (epoch, permutation) of the last batch
 
     def batch(self, step: int) -> Batch:
@@ -54,8 +60,12 @@ class StepBatches:
         return Batch(step, inputs.to(self.device), prepared=True)
 
     def __call__(self, start: int) -> Iterator[Batch]:
-        """The batches of steps ``start``, ``start + 1``, ... (as many as asked for)."""
-        step = start
+        """The batches of steps ``start``, ``start + 1``, ... (as many as asked for; close the
+        iterator when done, which stops a prefetching thread)."""
+        batches = self._from(start)
+        return Prefetch(batches, self.prefetch) if self.prefetch else batches
+
+    def _from(self, step: int) -> Iterator[Batch]:
         while True:
             yield self.batch(step)
             step += 1

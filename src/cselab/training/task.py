@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from ..core.datakind import SENTENCES, DataKind
 from ..data.inputs import StepInputs, as_step_inputs
+from ..model.devices import autocast
 from ..objectives import (
     VIEW_MOMENTUM,
     LossTerms,
@@ -43,7 +44,6 @@ from ..objectives import (
     ObjectiveContext,
     PrepareContext,
 )
-from ..model.devices import autocast
 from .momentum import MomentumEncoder
 from .rng import objective_seed
 from .views import check_views, compute_views

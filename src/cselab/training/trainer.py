@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,7 @@ class Trainer:
             and its context).
         optim: the optimiser, scheduler and loss scaling of the trainable parameters.
         batches: ``batches(start)``, the ready batches (on the device) from step ``start`` on
-            (:class:`~.batches.StepBatches`, or a prefetching wrapper of it).
+            (:class:`~.batches.StepBatches`: an iterator with ``close``, which stops prefetching).
         loop: the cadences.
         callbacks: told of steps, evaluations, saves and the end (empty on the ranks other
             than 0).
@@ -81,7 +82,7 @@ class Trainer:
         self,
         task: Task,
         optim: Optimization,
-        batches: Callable[[int], Iterable[Batch]],
+        batches: Callable[[int], Iterator[Batch]],
         loop: LoopSettings,
         callbacks: CallbackList,
         plan: RunPlan,
@@ -92,14 +93,14 @@ class Trainer:
         self.encoder, self.selection, self.dist = run.encoder, run.selection, run.dist
         self.selection.save_best = lambda: run.save_model(RunFolder.BEST, self.step, True)
         self.device, self.amp_dtype = torch.device(plan.device), precision_dtype(plan.precision)
-        self.step = 0
-        self._elapsed_before = 0.0  # wall time of the runs this one resumes
+        self.step, self._elapsed_before = 0, 0.0  # wall time of the runs this one resumes
         self._t0: float | None = None  # when train() started its loop
         #: seconds outside training steps: evaluations, the checkpoints' host copies
         self.eval_seconds = self.checkpoint_seconds = 0.0
 
     def batch_for(self, step: int) -> Batch:  # the first that batches(step) gives
-        return next(iter(self.batches(step)))
+        with closing(self.batches(step)) as batches:  # a prefetching thread stops
+            return next(batches)
 
     def forward_backward(self, batch: Batch) -> LossTerms:
         """Loss terms of one batch; gradients accumulated into the parameters."""
@@ -165,7 +166,7 @@ class Trainer:
                 self.callbacks.on_evaluate(0, numbers)
         self.encoder.train()
         window, sentences, train_time = LossWindow(), 0, 0.0
-        batches = iter(self.batches(self.step))
+        batches = self.batches(self.step)
         while self.step < loop.total_steps:
             terms = self.train_step(next(batches))
             self.step += 1
@@ -208,12 +209,11 @@ class Trainer:
                 run.save_checkpoint(self.step, self._elapsed(), True)  # collective: RNG states
                 self.checkpoint_seconds += time.perf_counter() - start
                 self._last_save = time.perf_counter()
-                # main rank only; the file may still be being written (see BackgroundWriter)
-                self.callbacks.on_save(self.step, folder.checkpoint)
+                self.callbacks.on_save(self.step, folder.checkpoint)  # maybe still written
             barrier()
             window.start = time.perf_counter()  # evaluation and saving are not training time
         progress.close()
-        getattr(batches, "close", lambda: None)()  # a prefetching thread stops here
+        batches.close()  # a prefetching thread stops here
         results = self._results(sentences, train_time) if main else {}
         self.callbacks.on_end(results)  # an empty list on the other ranks
         barrier()
