@@ -5,6 +5,9 @@ prefixed-key batches gave (recorded from the code before the change, dac60c8).""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,10 @@ from cselab.config import load_config
 from cselab.data.inputs import MaskedCopy, StepInputs
 from cselab.data.masking import IGNORE
 from cselab.data.pairs import PairRecords, TokenizedPairs
+from cselab.data.prefetch import Prefetch
 from cselab.data.store import TokenizedCorpus
+from cselab.training.task import Batch
+from cselab.training.trainer import Trainer
 
 
 def tokens(ids: list[list[int]]) -> dict[str, torch.Tensor]:
@@ -124,10 +130,7 @@ def pairs_file(folder: Path, negatives: bool) -> Path:
     return path
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_a_few_steps_lose_what_the_prefixed_batches_lost(
-    variant: str, tiny_bert: Path, tmp_path: Path, one_thread
-) -> None:
+def variant_trainer(variant: str, tiny_bert: Path, tmp_path: Path) -> Trainer:
     model, data, extra = VARIANTS[variant]
     folder = tiny_bert if model == "bert" else make_tiny_decoder(tmp_path / "llama")
     train_file = (
@@ -141,12 +144,40 @@ def test_a_few_steps_lose_what_the_prefixed_batches_lost(
     ]  # fmt: skip
     trainer = build_trainer(load_config(None, argv))
     trainer.encoder.train()
+    return trainer
+
+
+def three_steps(trainer: Trainer, batches: Iterable[Batch]) -> list[float]:
     losses = []
-    for step in range(3):
+    for step, batch in zip(range(3), batches, strict=False):
         trainer.step = step
-        terms = trainer.forward_backward(trainer.batch_for(step))
+        terms = trainer.forward_backward(batch)
         trainer.optimizer_step()
         losses.append(float(sum(v.detach() for v in terms.values())))
+    return losses
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_few_steps_lose_what_the_prefixed_batches_lost(
+    variant: str, tiny_bert: Path, tmp_path: Path, one_thread
+) -> None:
+    trainer = variant_trainer(variant, tiny_bert, tmp_path)
+    losses = three_steps(trainer, (trainer.batch_for(step) for step in range(3)))
+    assert losses == pytest.approx(RECORDED[variant], rel=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["esimcse_gradcache", "mntp", "prompt_pairs_neg"])
+def test_batches_made_ahead_on_a_thread_lose_the_same(
+    variant: str, tiny_bert: Path, tmp_path: Path, one_thread
+) -> None:
+    """The GPU's prefetching thread (here forced on the CPU) makes the same batches, host-side
+    views (word repetition, MNTP's masks) included, and the thread ends with the iterator."""
+    trainer = variant_trainer(variant, tiny_bert, tmp_path)
+    trainer.batches.prefetch = 2
+    with closing(trainer.batches(0)) as batches:
+        assert isinstance(batches, Prefetch)
+        losses = three_steps(trainer, batches)
+    assert not any(t.name == "cselab-prefetch" and t.is_alive() for t in threading.enumerate())
     assert losses == pytest.approx(RECORDED[variant], rel=1e-4)
 
 
