@@ -39,6 +39,7 @@ from ..config.devset import resolve_dev_set
 from ..config.plan import RunPlan
 from ..core.datakind import SENTENCES, DataKind
 from ..core.errors import ConfigError
+from ..core.prompts import default_prompt_from_data, model_prompts_from_data
 from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, source_digest
@@ -176,6 +177,11 @@ def build_trainer(
     # where it can be, else by the load: the run's saved config, its card and a resume read
     # the pooler it trained
     config.model.pooler = plan.pooler or config.model.pooler
+    if not config.model.prompts:  # the saved model's prompts: data.prompts' (docs/prompts.md)
+        config.model.prompts = model_prompts_from_data(config.data.prompts, plan.kind.pairs)
+        config.model.default_prompt_name = config.model.default_prompt_name or (
+            default_prompt_from_data(config.data.prompts, plan.kind.pairs)
+        )
     encoder = SentenceEncoder.from_config(config.model, lm_head=lm_head)
     config.model.pooler = encoder.pooler.kind
     plan = plan.replace(pooler=encoder.pooler.kind, width=plan.width or encoder.dim)
@@ -199,8 +205,9 @@ def build_trainer(
         encoder.gradient_checkpointing(True)
     # the first rank tokenises, under the entry's lock; the others then read its entry
     corpus, data = source.tokenize(
-        encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens"
-    )
+        encoder.tokenizer, config.model.max_seq_len, cache_dir=cache / "tokens",
+        pool_prompt=config.model.pool_prompt,
+    )  # fmt: skip
     device_type = "cuda" if torch.cuda.is_available() and tc.device != "cpu" else "cpu"
     dist_info = init_distributed(device_type, timeout_s=tc.dist_timeout_s)
     if dist_info.is_main:

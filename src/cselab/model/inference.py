@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.prompts import exclude_prompt, prompt_length
 from .choices import BATCH_SIZE, PRECISIONS
 from .similarity import check_prefix, truncate_rows
 
@@ -73,9 +74,11 @@ def encode_sentences(
     max_seq_len: int | None = None,
     precision: str = "fp32",
     dim: int | None = None,
+    prompt: str | None = None,
 ) -> np.ndarray:
     """``encoder.encode``: float32 ``(N, D)`` in input order (see ``SentenceEncoder.encode``);
-    with ``dim``, the re-normalised prefixes ``(N, dim)``."""
+    with ``dim``, the re-normalised prefixes ``(N, dim)``; ``prompt``: the text put before
+    every sentence (its tokens left out of the pooling where the pooler says so)."""
     if isinstance(sentences, str):
         raise TypeError("encode() takes a list of sentences, not a single string")
     if precision not in PRECISIONS:
@@ -84,13 +87,15 @@ def encode_sentences(
         check_prefix(dim, encoder.dim)  # before any work
         # the prefix is cut from the pooled vector, then normalised (never normalised twice)
         full = _encode(encoder, sentences, batch_size, False, show_progress, max_seq_len,
-                       precision)  # fmt: skip
+                       precision, prompt)  # fmt: skip
         return truncate_rows(full, dim)
     settings = getattr(encoder, "folder_settings", None)
     # A folder whose module list ends in Normalize gives unit vectors, as SentenceTransformer
     # gives them: the folder's vectors are the normalised ones (dot product = cosine).
     normalize = normalize or bool(getattr(settings, "normalize", False))
-    return _encode(encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision)
+    return _encode(
+        encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision, prompt
+    )
 
 
 def _encode(
@@ -101,9 +106,14 @@ def _encode(
     show_progress: bool,
     max_seq_len: int | None,
     precision: str,
+    prompt: str | None = None,
 ) -> np.ndarray:
     """The pooled vectors (L2-normalised with ``normalize``), in input order."""
     n = len(sentences)
+    if prompt:  # the sentences as the model reads them; the order sorts them alike
+        sentences = [prompt + s for s in sentences]
+    # the prompt's own tokens, left out of the pooling (model.pool_prompt: false)
+    skip = 0 if not prompt or encoder.pooler.include_prompt else _prompt_tokens(encoder, prompt)
     if n == 0:
         return np.zeros((0, encoder.dim), dtype=np.float32)
     limit = encoder.inference_max_len
@@ -130,6 +140,8 @@ def _encode(
                 # all one segment: the model's default token types are these zeros, and a
                 # batch without them takes the packed forward with no check on the data
                 del batch["token_type_ids"]
+            if skip:
+                batch["pool_mask"] = exclude_prompt(batch["attention_mask"], skip)
             batch = {k: v.to(encoder.device) for k, v in batch.items()}
             vec = forward(**batch).float()
             if normalize:
@@ -138,3 +150,11 @@ def _encode(
     finally:
         encoder.train(was_training)
     return out
+
+
+def _prompt_tokens(encoder: nn.Module, prompt: str) -> int:
+    """The tokens of ``prompt`` at the start of a row (:func:`~cselab.core.prompts.prompt_length`),
+    lowercased first where the encoder lowercases its text."""
+    settings = getattr(encoder, "folder_settings", None)
+    lower = bool(getattr(settings, "do_lower_case", False))
+    return prompt_length(encoder.tokenizer, prompt.lower() if lower else prompt)

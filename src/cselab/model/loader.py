@@ -20,9 +20,15 @@ from .config import ModelConfig
 from .devices import available_device
 from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
-from .pooling import POOLERS
+from .pooling import POOLERS, PROMPT_EXCLUDING
 from .sentence_encoder import SentenceEncoder
-from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible, transformer_folder
+from .st_folder import (
+    CSELAB_FILE,
+    HEAD_FILE,
+    check_reproducible,
+    read_folder_settings,
+    transformer_folder,
+)
 
 
 def load(
@@ -48,6 +54,10 @@ def load(
       decoder its default in the table of backbones, ``avg``; ``cls`` is the model's own
       ``pooler_output``, as in SimCSE's evaluation).
 
+    The folder's named prompts (``config_sentence_transformers.json``) are the model's
+    :attr:`~SentenceEncoder.prompts` (``encode(prompt_name="query")``), and its ``include_prompt``
+    (or ``cselab.json``'s ``pool_prompt``) says whether the pooler reads their tokens.
+
     ``device``: where the model runs; one this machine lacks is a
     :class:`~cselab.core.errors.ConfigSettingError`, raised before the weights are read.
     ``fast_path``: see :meth:`SentenceEncoder.from_pretrained` (``False``: the backbone exactly
@@ -59,6 +69,10 @@ def load(
         device = available_device(device)
     local = Path(resolve_model(path, kwargs.pop("revision", None)))
     kwargs["fast_path"] = fast_path
+    # the folder's named prompts (config_sentence_transformers.json), unless given
+    settings = read_folder_settings(local)
+    kwargs.setdefault("prompts", dict(settings.prompts))
+    kwargs.setdefault("default_prompt_name", settings.default_prompt_name)
     meta_file = local / CSELAB_FILE
     if meta_file.is_file():
         meta = read_json(meta_file) or {}
@@ -72,6 +86,7 @@ def load(
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
             bidirectional=kwargs.pop("bidirectional", bool(meta.get("bidirectional", False))),
             dtype=kwargs.pop("dtype", meta.get("dtype", "float32")),
+            pool_prompt=kwargs.pop("pool_prompt", meta.get("pool_prompt", True) is not False),
             **kwargs,
         )  # fmt: skip
         if (
@@ -89,6 +104,7 @@ def load(
         if kind not in POOLERS:
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         # a folder's lasttoken mode reads the last token as tokenised, as sentence-transformers
+        kwargs.setdefault("pool_prompt", settings.include_prompt or kind not in PROMPT_EXCLUDING)
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, end_token=pooler is not None, **kwargs
         )
