@@ -429,7 +429,7 @@ def test_llm2vec_table_is_shipped_with_its_source() -> None:
     assert sts_prompt(table) == "Retrieve semantically similar text: "
     assert table.query_only_types == ("Retrieval", "Reranking")
     assert BUILTIN["llm2vec"].is_file()
-    with pytest.raises(ConfigError, match="--instructions nope: neither"):
+    with pytest.raises(ConfigError, match="instructions .nope.: neither"):
         load_instructions("nope")
 
 

@@ -53,7 +53,7 @@ def load_instructions(name: str) -> Instructions:
     path = BUILTIN.get(name, Path(name))
     if name not in BUILTIN and not path.is_file():
         raise ConfigError(
-            f"--instructions {name}: neither a table of cselab's ({', '.join(BUILTIN)}) nor a "
+            f"instructions {name!r}: neither a table of cselab's ({', '.join(BUILTIN)}) nor a "
             "YAML file"
         )
     data = read_yaml(path)
