@@ -198,7 +198,6 @@ class ModelConfig:
         """``prompts`` are ``{name: text}`` strings, ``default_prompt_name`` one of them, and
         ``pool_prompt: false`` has a pooler that can leave them out; one line naming the key."""
         from ..core.prompts import check_prompts
-        from .pooling import PROMPT_EXCLUDING
 
         self.prompts = check_prompts(self.prompts, "model.prompts")
         name = self.default_prompt_name
@@ -207,7 +206,11 @@ class ModelConfig:
                 f"model.default_prompt_name={name!r} is not one of model.prompts "
                 f"({', '.join(self.prompts) or 'none'})"
             )
-        if not self.pool_prompt and self.pooler is not None and self.pooler not in PROMPT_EXCLUDING:
+        if self.pool_prompt or self.pooler is None:
+            return self
+        from .pooling import PROMPT_EXCLUDING  # torch: only for the rare setting
+
+        if self.pooler not in PROMPT_EXCLUDING:
             raise ConfigError(
                 f"model.pool_prompt=false: pooler {self.pooler!r} reads one token, which no "
                 f"prompt can be left out of; use one of {', '.join(PROMPT_EXCLUDING)}"
