@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from backbone_models import make_tiny
 from conftest import GREEK, make_tiny_bert
-from test_retrieval import write_beir
-
 from cselab.core.errors import ConfigError
 from cselab.core.prompts import exclude_prompt, prompt_length
 from cselab.model.encoder import SentenceEncoder, load
 from cselab.model.pooling import Pooler
+from test_retrieval import write_beir
 
 SENTENCES = ["alpha beta gamma delta", "epsilon", "zeta eta theta iota kappa lambda", "mu nu"]
 PROMPTS = {"query": "query: ", "document": "passage: "}
@@ -261,7 +261,9 @@ def test_default_prompt_and_unknown_names(tiny_bert: Path, tmp_path: Path) -> No
         enc.encode(SENTENCES, prompt=""), SentenceEncoder.from_pretrained(
             str(tiny_bert), pooler="avg").encode(SENTENCES)
     )  # fmt: skip
-    with pytest.raises(ConfigError, match=r"prompt_name 'qury': .*\(its prompts: document, query\)"):
+    with pytest.raises(
+        ConfigError, match=r"prompt_name 'qury': .*\(its prompts: document, query\)"
+    ):
         enc.encode(SENTENCES, prompt_name="qury")
     enc.save(tmp_path / "m")
     assert load(str(tmp_path / "m")).default_prompt_name == "query"
