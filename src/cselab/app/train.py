@@ -39,6 +39,7 @@ from ..config import Config, load_config
 from ..config.plan import RunPlan
 from ..core.datakind import DataKind
 from ..core.errors import ConfigError
+from ..core.prompts import default_prompt_from_data, model_prompts_from_data
 from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, evaluation_notes, source_digest
@@ -182,7 +183,8 @@ def build_trainer(
     objective = build_objective(plan.objective, plan.kind)
     # token prediction (MNTP) reads the causal LM head, loaded only then
     lm_head = VIEW_TOKEN_LOGITS in objective.required_views
-    model = dataclasses.replace(config.model, pooler=plan.pooler)  # a copy: the plan's pooler
+    # a copy: the plan's pooler, and the prompts the model is saved with (config is unchanged)
+    model = dataclasses.replace(config.model, pooler=plan.pooler, **saved_prompts(config, plan))
     encoder = SentenceEncoder.from_config(model, lm_head=lm_head)
     plan = finish(plan, encoder)
     if model.unpad_cuda and not encoder.unpad_cuda:
@@ -202,7 +204,10 @@ def build_trainer(
     if tc.gradient_checkpointing:
         encoder.gradient_checkpointing(True)
     # the first rank tokenises, under the entry's lock; the others then read its entry
-    corpus, data = source.tokenize(encoder.tokenizer, model.max_seq_len, cache_dir=cache / "tokens")
+    corpus, data = source.tokenize(
+        encoder.tokenizer, model.max_seq_len, cache_dir=cache / "tokens",
+        pool_prompt=model.pool_prompt,
+    )  # fmt: skip
     dist_info = init_distributed(plan.device, timeout_s=tc.dist_timeout_s)
     if dist_info.is_main:
         log.info("%s", source.summary())
@@ -210,7 +215,9 @@ def build_trainer(
     # building the model consumed (the data order and generated negatives have their own
     # generators). Each rank gets its own dropout stream.
     seed_everything(dropout_seed(tc.seed, dist_info.rank))
-    models_out: list[Callback] = [ModelCardCallback(config, data, plan, objective)]
+    models_out: list[Callback] = [
+        ModelCardCallback(as_trained(config, plan), data, plan, objective)
+    ]
     if tc.push_to_hub:
         push = PushCallback(RunFolder(tc.output_dir).best, tc.push_to_hub, deferred=defer_push)
         models_out.append(push)
@@ -221,13 +228,31 @@ def build_trainer(
 
 
 def as_trained(config: Config, plan: RunPlan) -> Config:
-    """A copy of ``config`` naming the pooler and attention the plan resolved: what the run folder's
+    """A copy of ``config`` naming the pooler and attention the plan resolved and the prompts the
+    model is saved with (:func:`saved_prompts`): what the run folder's
     ``config.yaml``, its checkpoints and its model folders record (the pooler the run trained,
     which a resume naming it compares equal to). ``config`` itself is never changed."""
     model = dataclasses.replace(
-        config.model, pooler=plan.pooler, bidirectional=plan.bidirectional
-    )  # null attention: the starting folder's record, as the load resolved it
+        config.model, pooler=plan.pooler, bidirectional=plan.bidirectional,
+        **saved_prompts(config, plan),
+    )  # fmt: skip
     return dataclasses.replace(config, model=model)
+
+
+def saved_prompts(config: Config, plan: RunPlan) -> dict[str, Any]:
+    """The prompts the trained model is saved with when ``model.prompts`` names none: those of
+    ``data.prompts`` (the anchor's as ``query``, the positive's as ``document``; a sentence
+    corpus's one prompt as both, and the default; docs/prompts.md)."""
+    if config.model.prompts or not config.data.prompts:
+        return {}
+    pairs = plan.kind.pairs
+    default = config.model.default_prompt_name or default_prompt_from_data(
+        config.data.prompts, pairs
+    )
+    return {
+        "prompts": model_prompts_from_data(config.data.prompts, pairs),
+        "default_prompt_name": default,
+    }
 
 
 def _unbound() -> Path:

@@ -91,7 +91,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
         check_prefix(args.dim, encoder.dim, "--dim")
     vectors = encoder.encode(
         lines, batch_size=args.batch_size, normalize=args.normalize, precision=args.precision,
-        dim=args.dim, show_progress=not args.quiet,  # a bar on stderr: batches done, ETA
+        dim=args.dim, prompt_name=args.prompt_name, prompt=args.prompt,
+        show_progress=not args.quiet,  # a bar on stderr: batches done, ETA
     )  # fmt: skip
     # np.save adds ".npy" to a name without it; the file is written whole or not at all
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
@@ -214,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PRECISIONS,
         help="compute precision; bf16 is faster on CPUs with AMX/AVX512-BF16 and on GPUs",
     )
+    p.add_argument(
+        "--prompt-name",
+        metavar="NAME",
+        help="put the model's saved prompt NAME (e.g. query) before every sentence",
+    )
+    p.add_argument("--prompt", metavar="TEXT",
+                   help="put TEXT before every sentence (wins over --prompt-name; default: the "
+                   "model's default prompt, if it has one)")  # fmt: skip
     add_device_flag(p)
     add_compile_flag(p)
     p.set_defaults(func=cmd_encode)

@@ -112,6 +112,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also evaluate at these Matryoshka dimensions (the first D coordinates, "
         "re-normalised), encoding once; results keyed per dimension",
     )
+    # --- prompts (docs/prompts.md)
+    ev.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        help="put TEXT before every sentence of the SentEval tasks and STS files (default: the "
+        "model's default prompt, if it has one)",
+    )
+    ev.add_argument("--query-prompt", metavar="TEXT",
+                    help="with --retrieval: before every query (default: the model's saved "
+                    "'query' prompt; '' for none)")  # fmt: skip
+    ev.add_argument("--document-prompt", metavar="TEXT",
+                    help="with --retrieval: before every document (default: the model's saved "
+                    "'document' prompt; '' for none)")  # fmt: skip
+    ev.add_argument(
+        "--instructions",
+        metavar="TABLE",
+        help="task instructions: 'llm2vec' (LLM2Vec's MTEB table) or a YAML file of the same "
+        "layout; with --mteb each task's, else the STS instruction before every STS sentence",
+    )
     # the library's hint names read_sts_file's `columns=`; this command's option is --sts-columns
     hint = {STS_COLUMNS_HINT: "name the columns with --sts-columns S1,S2,SCORE"}
     ev.set_defaults(func=run_evaluate, flags_of=ev, flag_texts=hint)
@@ -226,10 +245,27 @@ def check_dims(dims: list[int] | None, encoder: object) -> None:
             check_prefix(dim, width, "--dims")
 
 
+def senteval_prompt(args: argparse.Namespace, tasks: list[str] | None) -> str | None:
+    """The prompt of the SentEval tasks: ``--prompt``, else the STS instruction of
+    ``--instructions`` (refused with transfer tasks, which no such table covers)."""
+    if args.prompt is not None or not args.instructions:
+        return args.prompt
+    from ..evaluation.instructions import load_instructions, sts_prompt
+    from ..evaluation.names import TRANSFER_TASKS
+
+    if other := [t for t in tasks or [] if t in TRANSFER_TASKS]:
+        raise ConfigError(
+            f"--instructions without --mteb applies to the STS tasks; {', '.join(other)} has "
+            "no instruction there: give --prompt, or evaluate the STS tasks alone"
+        )
+    return sts_prompt(load_instructions(args.instructions))
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     if args.mteb:  # refused rather than silently ignored: the user expects them to act
         ignored = [option for option, attr in SENTEVAL_ONLY if getattr(args, attr)]
         ignored += ["--retrieval"] * bool(args.retrieval) + ["--dims"] * bool(args.dims)
+        ignored += ["--prompt"] * (args.prompt is not None)
         if ignored:
             raise ConfigError(
                 f"--mteb does not take {', '.join(ignored)} (SentEval options); drop them, or "
@@ -242,6 +278,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         )
     if not args.retrieval and (args.k != RETRIEVAL_K or args.backend != IndexSettings.backend):
         raise ConfigError("--k and --backend go with --retrieval FOLDER")
+    if not args.retrieval and (args.query_prompt, args.document_prompt) != (None, None):
+        raise ConfigError("--query-prompt and --document-prompt go with --retrieval FOLDER")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, not {args.k}")
     if args.retrieval:
@@ -291,6 +329,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             RetrievalTask(
                 read_beir(args.retrieval, split), split, args.k, tuple(dims) if dims else None,
                 args.backend, vector_search(IndexSettings(backend=args.backend)),
+                args.query_prompt, args.document_prompt,
             )
         )  # fmt: skip
     check_model(args.model)
@@ -305,9 +344,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
         compile_inference=args.compile_inference,
     )  # fmt: skip
     check_dims(dims, encoder)
-    # the task list: the SentEval names and STS files (when asked for), then retrieval
+    from ..evaluation.embed import with_prompt
+
+    # the task list: the SentEval names and STS files (when asked for), then retrieval (which
+    # takes its own prompts, not --prompt)
     out = api.evaluate(
-        encoder, tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
+        with_prompt(encoder, senteval_prompt(args, tasks)), tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
         data_dir=args.data_dir, batch_size=args.batch_size, download=not args.no_download,
         model_name=args.model, sts_files=files if senteval else (), dims=dims,
     )  # fmt: skip

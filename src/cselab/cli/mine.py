@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_batch_size_flag(p)
     p.add_argument("--chunk-size", type=int, default=d.index.chunk_size,
                    help=f"anchors searched at a time ({MINE_CHUNK})")  # fmt: skip
+    p.add_argument("--query-prompt", metavar="TEXT", default=d.query_prompt,
+                   help="put TEXT before every anchor (default: the model's saved 'query' "
+                   "prompt; '' for none)")  # fmt: skip
+    p.add_argument("--document-prompt", metavar="TEXT", default=d.document_prompt,
+                   help="put TEXT before every positive and corpus text (default: the model's "
+                   "saved 'document' prompt; '' for none)")  # fmt: skip
     add_pooler_flag(p)
     add_device_flag(p)
     add_compile_flag(p)

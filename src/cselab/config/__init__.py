@@ -196,6 +196,13 @@ class Config:
             if not ok:
                 raise ConfigError(message)
         m.lora.validate()
+        m.validate_prompts()
+        self.data.check_prompts(is_pairs_source(self.data.train_file, self.data.format))
+        if self.data.prompts and not m.pool_prompt and self.objective.word_repetition.enabled:
+            raise ConfigError(
+                "model.pool_prompt=false with objective.word_repetition: the repeated copy's "
+                "tokens no longer line up with the prompt's; pool the prompt or drop repetition"
+            )
         if m.dtype == "bfloat16" and not m.lora.enabled:
             # AdamW's update (lr 3e-5) is below half a bf16 step of most weights: they stay put
             raise ConfigError(

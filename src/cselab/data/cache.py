@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,14 @@ from ..io.files import file_digest, write_error, write_json_atomic
 from ..io.runfolder import work_folder
 from .config import DataFormat, PairColumns
 from .corpus import CorpusStats, SentenceStream
-from .pairs import ROWS_VERSION, TokenizedPairs, load_pairs, source_digest, stream_pairs
+from .pairs import (
+    ROWS_VERSION,
+    PairRecords,
+    TokenizedPairs,
+    load_pairs,
+    source_digest,
+    stream_pairs,
+)
 from .store import STORE_FORMAT, TEXT_COLUMN, TokenizedCorpus, pair_columns
 
 log = logging.getLogger(__name__)
@@ -330,6 +337,7 @@ def tokenize_corpus(
     errors: str = "strict",
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    prompt: str | None = None,
 ) -> tuple[TokenizedCorpus, CorpusStats]:
     """Tokenise ``path`` once into a memory-mapped cache entry; reuse it when content matches.
 
@@ -347,6 +355,8 @@ def tokenize_corpus(
     * otherwise (an empty cache for this tokenizer): once, tokenising and hashing in one pass.
 
     Without ``cache_dir`` the corpus is tokenised into memory and nothing is written.
+
+    ``prompt`` (``data.prompts.text``) is put before every sentence; it is part of the key.
     """
     p = Path(path)
     if not p.is_file():
@@ -354,7 +364,7 @@ def tokenize_corpus(
     if cache_dir is None:
         hasher = hashlib.sha256()
         stream = SentenceStream(p, errors, hasher=hasher)
-        corpus = TokenizedCorpus.build(stream, tokenizer, max_seq_len)
+        corpus = TokenizedCorpus.build(_prompted(stream, prompt), tokenizer, max_seq_len)
         return corpus, replace(stream.stats(), content_sha256=hasher.hexdigest())
 
     def build(tmp: Path) -> tuple[str, list[str], dict[str, Any]]:
@@ -363,11 +373,11 @@ def tokenize_corpus(
         total = p.stat().st_size
         with _bar(total=total, unit="B", desc=f"tokenising {p.name}", disable=not progress) as bar:
             stream = SentenceStream(p, errors, hasher=hasher, progress=bar)
-            TokenizedCorpus.build(stream, tokenizer, max_seq_len, out_dir=tmp)
+            TokenizedCorpus.build(_prompted(stream, prompt), tokenizer, max_seq_len, out_dir=tmp)
             stats = stream.stats()
         return hasher.hexdigest(), [TEXT_COLUMN], asdict(stats)
 
-    key = _cache_key(tokenizer, max_seq_len, errors=errors)
+    key = _cache_key(tokenizer, max_seq_len, errors=errors, **_prompt_key(prompt))
     entry, meta = _cached_entry(p, key, Path(cache_dir), file_digest, build)
     stats = CorpusStats(
         **{**meta["stats"], "path": str(p), "content_sha256": meta["content_sha256"]}
@@ -383,6 +393,7 @@ def tokenize_pairs(
     columns: PairColumns | None = None,
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    prompts: dict[str, str] | None = None,
 ) -> tuple[TokenizedPairs, str]:
     """Tokenise the pairs or triplets of ``path`` (a file or a saved dataset folder) once into
     a memory-mapped cache entry, one store column per text column, and reuse it when the
@@ -394,13 +405,16 @@ def tokenize_pairs(
     tokenising, and giving the progress bar its total) and the tokenising pass; only one
     chunk of rows is held in memory. Without ``cache_dir`` the rows are read and tokenised in
     memory and nothing is written.
+
+    ``prompts`` (``data.prompts``: ``anchor``, ``positive``, ``negative``) are put before the
+    texts of their columns; they are part of the key.
     """
     p = Path(path).expanduser()
     if not p.exists():
         raise CorpusError(f"{p}: training file not found")
     columns = columns or PairColumns()
     if cache_dir is None:
-        records = load_pairs(p, data_format, columns)
+        records = _prompted_records(load_pairs(p, data_format, columns), prompts)
         return TokenizedPairs.build(records, tokenizer, max_seq_len), source_digest(p)
 
     def build(tmp: Path) -> tuple[None, list[str], dict[str, Any]]:
@@ -414,7 +428,11 @@ def tokenize_pairs(
         desc = f"tokenising {p.name}"
         with _bar(total=total, unit=" rows", desc=desc, disable=not progress) as bar:
             rows, negatives = TokenizedPairs.write(
-                tmp, stream_pairs(p, data_format, columns), tokenizer, max_seq_len, progress=bar
+                tmp,
+                _prompted_rows(stream_pairs(p, data_format, columns), prompts),
+                tokenizer,
+                max_seq_len,
+                progress=bar,
             )
         return None, pair_columns(negatives), {"rows": rows, "negatives": negatives}
 
@@ -425,6 +443,42 @@ def tokenize_pairs(
         if data_format == "sick"
         else {"reader": "pairs", "columns": asdict(columns)}
     )
-    key = _cache_key(tokenizer, max_seq_len, rows={**reading, "version": ROWS_VERSION})
+    key = _cache_key(
+        tokenizer, max_seq_len, rows={**reading, "version": ROWS_VERSION}, **_prompt_key(prompts)
+    )
     entry, meta = _cached_entry(p, key, Path(cache_dir), source_digest, build)
     return TokenizedPairs.open(entry, meta["stats"]["negatives"]), meta["content_sha256"]
+
+
+def _prompt_key(prompts: str | dict[str, str] | None) -> dict[str, Any]:
+    """The prompts' part of a cache key: nothing without prompts (the entries tokenised before
+    prompts existed keep their key), else the prompts themselves."""
+    return {"prompts": prompts} if prompts else {}
+
+
+def _prompted(sentences: Iterable[str], prompt: str | None) -> Iterable[str]:
+    """``sentences`` with ``prompt`` before each (as they are without one)."""
+    return sentences if not prompt else (prompt + s for s in sentences)
+
+
+def _prompted_rows(
+    rows: Iterable[tuple[str, ...]], prompts: dict[str, str] | None
+) -> Iterator[tuple[str, ...]]:
+    """``(anchor, positive, *negatives)`` rows with each column's prompt before its text."""
+    if not prompts:
+        yield from rows
+        return
+    a, p, n = (prompts.get(k, "") for k in ("anchor", "positive", "negative"))
+    for anchor, positive, *negatives in rows:
+        yield (a + anchor, p + positive, *(n + x for x in negatives))
+
+
+def _prompted_records(records: PairRecords, prompts: dict[str, str] | None) -> PairRecords:
+    """Pairs read whole, with each column's prompt before its text (:func:`_prompted_rows`)."""
+    if not prompts:
+        return records
+    a, p, n = (prompts.get(k, "") for k in ("anchor", "positive", "negative"))
+    anchors = [a + t for t in records.anchors]
+    positives = [p + t for t in records.positives]
+    negatives = [[n + t for t in column] for column in records.negatives]
+    return PairRecords(records.path, anchors, positives, negatives)

@@ -15,6 +15,9 @@ DataFormat = Literal["auto", "sentences", "pairs", "sick"]
 #: The hard-negative column read when ``data.columns.negative`` is null (and written by
 #: ``cselab mine``'s triplets, so that training reads them as they are).
 DEFAULT_NEGATIVE_COLUMN = "negative"
+#: the columns ``data.prompts`` may name: a pairs file's roles, or a sentence corpus's one
+PAIR_PROMPT_COLUMNS = ("anchor", "positive", "negative")
+SENTENCE_PROMPT_COLUMN = "text"
 
 
 @dataclass
@@ -50,6 +53,10 @@ class DataConfig:
             ``replace`` (bad bytes become U+FFFD).
         cache_dir: where tokenised corpora are cached (default: user cache); a
             ``data/wiki1m_for_simcse.txt`` there (from earlier versions) is used for ``wiki1m``.
+        prompts: text put before each sentence of a column when it is tokenised (the token
+            cache is keyed by it): ``{anchor: "query: ", positive: "passage: ", negative:
+            "passage: "}`` for pairs (``negative``: every hard-negative column), ``{text:
+            "..."}`` for a sentence corpus (both dropout views). ``docs/prompts.md``.
     """
 
     train_file: str = "wiki1m"
@@ -57,6 +64,17 @@ class DataConfig:
     columns: PairColumns = field(default_factory=PairColumns)
     encoding_errors: Literal["strict", "replace"] = "strict"
     cache_dir: str | None = None
+    prompts: dict[str, str] = field(default_factory=dict)
+
+    def check_prompts(self, pairs: bool) -> dict[str, str]:
+        """``prompts`` checked against the data's kind: a column that the data has not, or a
+        text that is not a string, is a :class:`~cselab.core.errors.ConfigError` naming the key."""
+        from ..core.prompts import check_prompts
+
+        allowed = PAIR_PROMPT_COLUMNS if pairs else (SENTENCE_PROMPT_COLUMN,)
+        hint = " in pairs data" if pairs else " in a sentence corpus"
+        self.prompts = check_prompts(self.prompts, "data.prompts", allowed, hint)
+        return self.prompts
 
 
 def is_pairs_source(train_file: str | Path, data_format: DataFormat = "auto") -> bool:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..core.errors import CorpusError
+from ..core.prompts import exclude_prompt
 
 
 class BatchOrder:
@@ -64,15 +65,23 @@ def shard(indices: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     return indices[start:end]
 
 
-def collate(rows: Sequence[np.ndarray], pad_id: int) -> dict[str, Tensor]:
-    """Pad rows to the longest one: ``input_ids`` and ``attention_mask`` of shape ``(B, L)``."""
+def collate(
+    rows: Sequence[np.ndarray], pad_id: int, prompt_length: int | None = None
+) -> dict[str, Tensor]:
+    """Pad rows to the longest one: ``input_ids`` and ``attention_mask`` of shape ``(B, L)``;
+    with ``prompt_length`` (rows that begin with a prompt left out of the pooling) also the
+    ``pool_mask`` without the first ``prompt_length`` tokens of each row
+    (:func:`~cselab.core.prompts.exclude_prompt`)."""
     width = max(len(r) for r in rows)
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for i, r in enumerate(rows):
         ids[i, : len(r)] = r
         mask[i, : len(r)] = 1
-    return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    if prompt_length is not None:
+        out["pool_mask"] = exclude_prompt(out["attention_mask"], prompt_length)
+    return out
 
 
 def bucket_width(width: int, multiple: int) -> int:

@@ -332,6 +332,14 @@ class TokenizedPairs:
     def __len__(self) -> int:
         return len(self.anchors)
 
+    def exclude_prompts(self, lengths: dict[str, int]) -> None:
+        """Leave each column's prompt (``lengths``: tokens per role, ``anchor``, ``positive``,
+        ``negative``; a role not named has none) out of the pooling of every column."""
+        for role, column in (("anchor", self.anchors), ("positive", self.positives)):
+            column.prompt_length = lengths.get(role, 0)
+        for column in self.negatives:
+            column.prompt_length = lengths.get("negative", 0)
+
     @property
     def num_negatives(self) -> int:
         """``K``, the hard negatives of every pair."""
@@ -345,8 +353,8 @@ class TokenizedPairs:
     def step_inputs(self, indices: Sequence[int], pad_id: int) -> StepInputs:
         """The step inputs of rows ``indices`` (:class:`~cselab.data.store.TokenStore`): the
         anchors, the positives and, with ``K > 0``, the hard negatives ``(B, K, L)``."""
-        anchors = collate(self.anchors.rows(indices), pad_id)
-        positives = collate(self.positives.rows(indices), pad_id)
+        anchors = collate(self.anchors.rows(indices), pad_id, self.anchors.prompt_length)
+        positives = collate(self.positives.rows(indices), pad_id, self.positives.prompt_length)
         negatives = None
         if self.negatives:
             # (B, K, L): the K negatives of a row stay on its row, so slicing rows slices them.
@@ -354,7 +362,7 @@ class TokenizedPairs:
             flat = [row for i in range(len(indices)) for row in self._negative_rows(indices, i)]
             negatives = {
                 key: value.reshape(len(indices), k, -1)
-                for key, value in collate(flat, pad_id).items()
+                for key, value in collate(flat, pad_id, self.negatives[0].prompt_length).items()
             }
         return StepInputs(anchors, positives, negatives)
 

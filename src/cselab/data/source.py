@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.datakind import DataKind
+from ..core.prompts import prompt_length
 from .cache import tokenize_corpus, tokenize_pairs
-from .config import DataConfig, is_pairs_source
+from .config import SENTENCE_PROMPT_COLUMN, DataConfig, is_pairs_source
 from .corpus import CorpusStats
 from .pairs import TokenizedPairs, pair_negatives
 from .store import TokenizedCorpus
@@ -63,21 +64,34 @@ class TrainingSource:
         self.rows: int | None = None
 
     def tokenize(
-        self, tokenizer: Any, max_seq_len: int, cache_dir: str | Path | None = None
+        self,
+        tokenizer: Any,
+        max_seq_len: int,
+        cache_dir: str | Path | None = None,
+        pool_prompt: bool = True,
     ) -> tuple[TokenizedCorpus | TokenizedPairs, TrainingData]:
         """The token ids of every row (sentences and pairs alike through the token cache in
-        ``cache_dir``) and what the run says about its data."""
+        ``cache_dir``), each column's ``data.prompts`` text before its own, and what the run
+        says about its data. ``pool_prompt=False`` (``model.pool_prompt``): the batches carry
+        a ``pool_mask`` without the prompts' tokens."""
+        prompts = self.config.check_prompts(self.kind.pairs)
+        lengths = {k: prompt_length(tokenizer, v) for k, v in prompts.items()}
         if self.kind.pairs:
             c = self.config
             pairs, digest = tokenize_pairs(
-                self.path, tokenizer, max_seq_len, c.format, c.columns, cache_dir=cache_dir
-            )
+                self.path, tokenizer, max_seq_len, c.format, c.columns, cache_dir=cache_dir,
+                prompts=prompts,
+            )  # fmt: skip
+            if prompts and not pool_prompt:
+                pairs.exclude_prompts(lengths)
             self.rows = len(pairs)
             return pairs, TrainingData(self.path, self.kind, self.rows, digest)
         corpus, self.stats = tokenize_corpus(
             self.path, tokenizer, max_seq_len, errors=self.config.encoding_errors,
-            cache_dir=cache_dir,
+            cache_dir=cache_dir, prompt=prompts.get(SENTENCE_PROMPT_COLUMN),
         )  # fmt: skip
+        if prompts and not pool_prompt:
+            corpus.prompt_length = lengths[SENTENCE_PROMPT_COLUMN]
         data = TrainingData(self.path, self.kind, self.stats.sentences, self.stats.content_sha256)
         return corpus, data
 

@@ -174,6 +174,10 @@ class TokenizedCorpus:
     def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         self.ids = ids
         self.offsets = offsets
+        #: the tokens of a prompt at the start of every row, left out of the pooling
+        #: (``model.pool_prompt: false``; :func:`~.order.collate` adds the ``pool_mask``);
+        #: ``None``: every token pooled
+        self.prompt_length: int | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -186,7 +190,7 @@ class TokenizedCorpus:
 
     def step_inputs(self, indices: Sequence[int], pad_id: int) -> StepInputs:
         """A sentence step: rows ``indices`` as the anchors (:class:`TokenStore`)."""
-        return StepInputs(collate(self.rows(indices), pad_id))
+        return StepInputs(collate(self.rows(indices), pad_id, self.prompt_length))
 
     @property
     def nbytes(self) -> int:

@@ -10,6 +10,7 @@ float noise from a different padding length.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -134,6 +135,66 @@ class AtDimension:
 def at_dimension(encoder: EncoderLike, dim: int | None) -> EncoderLike:
     """``encoder`` at its first ``dim`` coordinates (:class:`AtDimension`); ``None``: unchanged."""
     return encoder if dim is None else AtDimension(encoder, dim)
+
+
+class Prompted:
+    """An encoder that reads every sentence after a prompt (``docs/prompts.md``): a cselab
+    model is asked with ``encode(..., prompt=)`` (its pooler then leaves the prompt's tokens out
+    where the model says so; other keywords, ``normalize``, pass through, and its attributes
+    are the model's); any other encoder is given the prompted text. Build it with
+    :func:`with_prompt`."""
+
+    def __init__(self, encoder: EncoderLike, prompt: str) -> None:
+        self.encoder = encoder
+        self.prompt = prompt
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "encoder":  # not set yet (copying): no recursion through the lookup below
+            raise AttributeError(name)
+        return getattr(self.encoder, name)
+
+    def encode(
+        self, sentences: list[str], batch_size: int = BATCH_SIZE, **kwargs: Any
+    ) -> np.ndarray:
+        if _takes_prompt(self.encoder):
+            with inference_mode(self.encoder):
+                out = self.encoder.encode(
+                    sentences, batch_size=batch_size, prompt=self.prompt, **kwargs
+                )
+            return np.asarray(out, dtype=np.float32)
+        return call_encoder(self.encoder, [self.prompt + s for s in sentences], batch_size)
+
+
+def _takes_prompt(encoder: object) -> bool:
+    encode = getattr(encoder, "encode", None)
+    if encode is None:
+        return False
+    try:
+        return "prompt" in inspect.signature(encode).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def with_prompt(encoder: EncoderLike, prompt: str | None) -> EncoderLike:
+    """``encoder`` reading every sentence after ``prompt`` (:class:`Prompted`); ``None`` or
+    ``""``: unchanged. A Matryoshka view (:class:`AtDimension`) keeps its prefix outside."""
+    if isinstance(encoder, Prompted):  # a new prompt replaces the one it reads after
+        encoder = encoder.encoder
+    if not prompt:
+        return encoder
+    if isinstance(encoder, AtDimension):
+        return AtDimension(with_prompt(encoder.encoder, prompt), encoder.dim)
+    return Prompted(encoder, prompt)
+
+
+def saved_prompt(encoder: object, name: str) -> str | None:
+    """The model's saved prompt ``name`` (``query``, ``document``), or ``None`` (an encoder
+    without saved prompts, or a view of one: :class:`AtDimension`, :class:`Prompted`)."""
+    inner = getattr(encoder, "encoder", None)
+    if isinstance(encoder, AtDimension | Prompted) and inner is not None:
+        return saved_prompt(inner, name)
+    prompts = getattr(encoder, "prompts", None)
+    return prompts.get(name) if isinstance(prompts, dict) else None
 
 
 class EmbeddingCache:

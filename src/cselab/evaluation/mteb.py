@@ -17,6 +17,13 @@ Python route::
 :class:`SentEvalSTSBenchmark` is an MTEB STS task that reads STS-B from the SentEval folder
 (cselab's parser): MTEB's own ``STSBenchmark`` downloads ``mteb/stsbenchmark-sts``, which is not
 always possible. Both score cosine against the gold 0-5 score with Spearman.
+
+Prompts (``docs/prompts.md``) reach the model as MTEB asks for them: the encoder's
+``model_prompts`` are the model's saved prompts (``query``, ``document``) and, with
+``instructions`` (``--instructions llm2vec``, :mod:`cselab.evaluation.instructions`), each
+task's instruction under MTEB's keys; MTEB's ``get_prompt`` picks one per task and prompt type
+(task-and-type, task, type-of-task, then ``query``/``document``), and the model reads the texts
+after it (its pooler leaving the prompt out where the model says so).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ try:
     from datasets import Dataset, DatasetDict
     from mteb.abstasks.sts import AbsTaskSTS
     from mteb.abstasks.task_metadata import TaskMetadata
-    from mteb.models.abs_encoder import AbsEncoder
+    from mteb.models.abs_encoder import AbsEncoder, get_prompt
     from mteb.models.model_meta import ModelMeta, ScoringFunction
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("MTEB evaluation needs mteb 2.x: pip install 'cselab[mteb]'") from err
@@ -45,6 +52,7 @@ from ..core.schema import ConfigError
 from ..io.files import write_text_atomic
 from ..model.choices import BATCH_SIZE
 from . import datasets
+from .embed import with_prompt
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +66,20 @@ class MTEBEncoder(AbsEncoder):
         name: the model name MTEB records (``organization/model`` form; a folder path is turned
             into ``cselab/<folder>``).
         revision: recorded with the results (default ``local``).
+        prompts: prompts by MTEB's keys (``STS12``, ``SciFact-query``, ``query``) besides the
+            model's saved ones, which they override.
     """
 
-    def __init__(self, encoder: Any, name: str | None = None, revision: str | None = None):
+    def __init__(
+        self,
+        encoder: Any,
+        name: str | None = None,
+        revision: str | None = None,
+        prompts: dict[str, str] | None = None,
+    ):
         self.model = encoder
+        saved = getattr(encoder, "prompts", None)
+        self.model_prompts = {**(saved if isinstance(saved, dict) else {}), **(prompts or {})}
         source = name or str(getattr(encoder, "source", None) or "model")
         pooler = getattr(getattr(encoder, "pooler", None), "kind", None)
         self.mteb_model_meta = ModelMeta.create_empty(
@@ -73,7 +91,7 @@ class MTEBEncoder(AbsEncoder):
                 "similarity_fn_name": ScoringFunction.COSINE,  # cselab's STS scores are cosines
                 "framework": ["PyTorch"],
                 "modalities": ["text"],
-                "experiment_kwargs": {"pooler": pooler} if pooler else None,
+                "experiment_kwargs": _experiment(pooler, prompts),
             }
         )
 
@@ -87,9 +105,22 @@ class MTEBEncoder(AbsEncoder):
         prompt_type: Any = None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """Every text of MTEB's DataLoader, encoded in one call (cselab sorts by length)."""
+        """Every text of MTEB's DataLoader, encoded in one call (cselab sorts by length), after
+        the prompt MTEB picks for the task and ``prompt_type`` (none: the model's default)."""
         texts = [text for batch in inputs for text in batch["text"]]
-        return self.model.encode(texts, batch_size=int(kwargs.get("batch_size") or 128))
+        batch_size = int(kwargs.get("batch_size") or 128)
+        prompt = get_prompt(self.model_prompts, task_metadata, prompt_type)
+        if prompt is None:
+            return self.model.encode(texts, batch_size=batch_size)
+        return with_prompt(self.model, prompt).encode(texts, batch_size=batch_size)
+
+
+def _experiment(pooler: str | None, prompts: dict[str, str] | None) -> dict[str, Any] | None:
+    """What sets this run apart in MTEB's result cache: the pooler and the prompts given."""
+    out: dict[str, Any] = {"pooler": pooler} if pooler else {}
+    if prompts:
+        out["prompts"] = dict(sorted(prompts.items()))
+    return out or None
 
 
 def _mteb_name(source: str) -> str:
@@ -215,6 +246,7 @@ def run_mteb(
     device: str | None = None,
     show_progress: bool = False,
     split: str | None = None,
+    instructions: str | None = None,
 ) -> dict:
     """Run MTEB tasks on a cselab model; returns ``{"model", "pooler", "scores", "results"}``.
 
@@ -226,6 +258,9 @@ def run_mteb(
         split: evaluate only this split of the tasks named (see :func:`resolve_tasks`).
         output_folder: MTEB's result cache folder (its usual layout); ``None`` keeps no cache.
         overwrite: run the tasks even when results are cached there.
+        instructions: a task-instruction table (``llm2vec`` or a YAML file,
+            :func:`~cselab.evaluation.instructions.load_instructions`) whose instructions the
+            tasks' texts are read after, besides the model's saved prompts.
 
     ``scores`` maps each task to ``{split: {subset: main score x 100}}``; ``results`` holds
     MTEB's full per-task result objects as dicts.
@@ -237,7 +272,13 @@ def run_mteb(
         encoder = load(str(model), pooler=pooler, device=device)
     else:
         encoder = model
-    wrapped = MTEBEncoder(encoder)
+    prompts = None
+    if instructions:
+        from .instructions import load_instructions, mteb_prompts
+
+        types = {t.metadata.name: t.metadata.type for t in task_objects}
+        prompts = mteb_prompts(load_instructions(instructions), types)
+    wrapped = MTEBEncoder(encoder, prompts=prompts)
     cache = mteb.ResultCache(cache_path=str(output_folder)) if output_folder else None
     try:
         result = mteb.evaluate(
@@ -292,6 +333,7 @@ def run_cli(args: argparse.Namespace) -> int:
         device=getattr(args, "device", None),
         show_progress=not getattr(args, "quiet", False),
         split=getattr(args, "split", None),
+        instructions=getattr(args, "instructions", None),
     )
     print(markdown(out))
     if args.output:

@@ -58,13 +58,14 @@ import numpy as np
 
 from ..core.errors import ConfigError, ConfigSettingError
 from ..core.metrics import retrieval_metric
+from ..core.prompts import DOCUMENT, QUERY
 from ..core.schema import finite
 from ..io.files import write_table
 from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
 from ..model.choices import BATCH_SIZE
 from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
-from .embed import EmbeddingCache, EncoderLike
+from .embed import EmbeddingCache, EncoderLike, saved_prompt, with_prompt
 from .names import RETRIEVAL_K, RETRIEVAL_KIND
 from .table import markdown_table
 
@@ -212,6 +213,9 @@ class RetrievalScorer:
         split: the qrels split when ``collection`` is a folder.
         names: the metrics (``ndcg@10`` ...); default :func:`metric_names` at ``k``.
         search: the top-k search (default exact); ``backend`` names it in the results.
+        query_prompt, document_prompt: the text put before every query and every document
+            (``docs/prompts.md``); ``None``: the model's saved ``query`` / ``document`` prompt
+            if it has one; ``""``: none.
     """
 
     def __init__(
@@ -223,7 +227,10 @@ class RetrievalScorer:
         search: TopK | None = None,
         backend: str = "exact",
         batch_size: int = BATCH_SIZE,
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
     ) -> None:
+        self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.collection = (
             collection if isinstance(collection, BeirCollection) else read_beir(collection, split)
         )
@@ -238,13 +245,26 @@ class RetrievalScorer:
         self.id_rank = _id_rank(c.doc_ids)
 
     def vectors(self, encoder: EncoderLike) -> tuple[np.ndarray, np.ndarray, float]:
-        """The documents' and queries' vectors (each distinct text encoded once) and the
-        seconds spent encoding."""
-        cache = EmbeddingCache(encoder, self.batch_size)
-        cache.add([*self.collection.doc_texts, *self.collection.query_texts])
-        docs = cache.embed(self.collection.doc_texts)
-        queries = cache.embed(self.collection.query_texts)
-        return docs, queries, cache.encode_seconds
+        """The documents' and queries' vectors (each distinct text encoded once, with its
+        side's prompt) and the seconds spent encoding."""
+        q_prompt, d_prompt = self.prompts(encoder)
+        if q_prompt == d_prompt:  # one encoding of the texts both sides share
+            cache = EmbeddingCache(with_prompt(encoder, q_prompt), self.batch_size)
+            cache.add([*self.collection.doc_texts, *self.collection.query_texts])
+            docs = cache.embed(self.collection.doc_texts)
+            return docs, cache.embed(self.collection.query_texts), cache.encode_seconds
+        doc_cache = EmbeddingCache(with_prompt(encoder, d_prompt), self.batch_size)
+        query_cache = EmbeddingCache(with_prompt(encoder, q_prompt), self.batch_size)
+        docs = doc_cache.embed(self.collection.doc_texts)
+        queries = query_cache.embed(self.collection.query_texts)
+        return docs, queries, doc_cache.encode_seconds + query_cache.encode_seconds
+
+    def prompts(self, encoder: EncoderLike) -> tuple[str, str]:
+        """The query and document prompts used for ``encoder`` (``""``: none)."""
+        q = self.query_prompt if self.query_prompt is not None else saved_prompt(encoder, QUERY)
+        d = self.document_prompt
+        d = d if d is not None else saved_prompt(encoder, DOCUMENT)
+        return q or "", d or ""
 
     def score_vectors(
         self, docs: np.ndarray, queries: np.ndarray, dim: int | None = None
@@ -270,15 +290,21 @@ def evaluate_retrieval(
     search: TopK | None = None,
     backend: str = "exact",
     batch_size: int = BATCH_SIZE,
+    query_prompt: str | None = None,
+    document_prompt: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate ``encoder`` on one split of a BEIR collection (see the module docstring).
+    """Evaluate ``encoder`` on one split of a BEIR collection (see the module docstring);
+    ``query_prompt`` / ``document_prompt`` as :class:`RetrievalScorer` takes them (the results
+    name the prompts used under ``"prompts"``).
 
     Returns:
         ``{"kind": "retrieval", "folder", "split", "queries", "documents", "backend", "k",
         "metrics": {name: value x 100}, "timing": {"encode", "search"}}``; with ``dims`` also
         ``"dims": {"64": {name: value}, ...}`` (one encoding; ``metrics`` is then the full width).
     """
-    scorer = RetrievalScorer(collection, split, None, k, search, backend, batch_size)
+    scorer = RetrievalScorer(
+        collection, split, None, k, search, backend, batch_size, query_prompt, document_prompt
+    )
     c = scorer.collection
     docs, queries, encode_s = scorer.vectors(encoder)
     t0 = time.perf_counter()
@@ -292,6 +318,8 @@ def evaluate_retrieval(
         "k": k,
         "metrics": scorer.score_vectors(docs, queries),
     }
+    if any(scorer.prompts(encoder)):
+        out["prompts"] = dict(zip((QUERY, DOCUMENT), scorer.prompts(encoder), strict=True))
     if dims:
         out["dims"] = {str(d): scorer.score_vectors(docs, queries, int(d)) for d in dims}
     out["timing"] = {"encode": encode_s, "search": time.perf_counter() - t0}

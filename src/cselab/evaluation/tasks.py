@@ -454,6 +454,9 @@ class RetrievalTask(TaskKind):
     #: the top-k search (``None``: exact); the search layer's FAISS search is handed in by the
     #: caller (``cselab.search.index.vector_search``), since evaluation sits below it
     search: Any = field(default=None, compare=False)
+    #: the query and document prompts (``None``: the model's saved ``query`` / ``document``)
+    query_prompt: str | None = None
+    document_prompt: str | None = None
     kind: ClassVar[str] = RETRIEVAL_KIND
     whole_encoder: ClassVar[bool] = True
 
@@ -507,6 +510,7 @@ class RetrievalTask(TaskKind):
             run.encoder, self.collection, split=self.split, k=self.k,
             dims=list(self.dims) if self.dims else None, search=self.search,
             backend=self.backend, batch_size=run.batch_size,
+            query_prompt=self.query_prompt, document_prompt=self.document_prompt,
         )  # fmt: skip
         name = f"retrieval:{self.folder.name}"
         return TaskResult({name: result}, name)

@@ -359,3 +359,20 @@ def refuse_missing_lm_head(model: Any, missing: Iterable[str], name_or_path: str
             f"({name}), which MNTP predicts tokens with; save the model with its head "
             "(AutoModelForCausalLM) or start from the released causal LM"
         )
+
+
+def checkpoint_layers(backbone: Any, enabled: bool) -> None:
+    """Turn the backbone's non-reentrant activation checkpointing on or off (the recomputation
+    restores the forward's random state, so dropout draws the same masks)."""
+    # transformers 5 renamed gradient_* to activation_checkpointing_* (the old names warn)
+    new = hasattr(backbone, "activation_checkpointing_enable")
+    if enabled and new:
+        backbone.activation_checkpointing_enable({"use_reentrant": False})
+    elif enabled:
+        backbone.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    elif new:
+        backbone.activation_checkpointing_disable()
+    else:
+        backbone.gradient_checkpointing_disable()

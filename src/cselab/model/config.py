@@ -156,6 +156,15 @@ class ModelConfig:
         revision: Hub revision to load.
         prompt: the template of ``pooler: prompt`` (PromptBERT); ignored by other poolers.
         lora: LoRA adapters (:class:`LoRAConfig`); off while ``lora.r`` is 0.
+        pool_prompt: pool a user's prompt's tokens with the sentence's (sentence-transformers'
+            default); ``false``: the mean poolers, ``weighted_mean`` and ``last`` leave them
+            out (LLM2Vec's ``embed_mask``, ``Pooling(include_prompt=False)``;
+            ``docs/prompts.md``).
+        prompts: the model's named prompts (``{query: "query: ", document: "passage: "}``),
+            saved with it (``config_sentence_transformers.json``) for ``encode(prompt_name=)``;
+            empty: those of ``data.prompts`` (the anchor's as ``query``, the positive's as
+            ``document``).
+        default_prompt_name: the saved prompt ``encode`` uses when given none; ``null``: none.
         fast_path: cselab's CPU fast path for the backbone: the forward on the real tokens only
             (for the architectures of :data:`cselab.model.unpad.FAST_PATH_MODEL_TYPES`; others
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
@@ -184,3 +193,29 @@ class ModelConfig:
     unpad_cuda: bool = False
     prompt: PromptConfig = field(default_factory=PromptConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+    pool_prompt: bool = True
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+    def validate_prompts(self) -> ModelConfig:
+        """``prompts`` are ``{name: text}`` strings, ``default_prompt_name`` one of them, and
+        ``pool_prompt: false`` has a pooler that can leave them out; one line naming the key."""
+        from ..core.prompts import check_prompts
+
+        self.prompts = check_prompts(self.prompts, "model.prompts")
+        name = self.default_prompt_name
+        if name is not None and name not in self.prompts:
+            raise ConfigError(
+                f"model.default_prompt_name={name!r} is not one of model.prompts "
+                f"({', '.join(self.prompts) or 'none'})"
+            )
+        if self.pool_prompt or self.pooler is None:
+            return self
+        from .pooling import PROMPT_EXCLUDING  # torch: only for the rare setting
+
+        if self.pooler not in PROMPT_EXCLUDING:
+            raise ConfigError(
+                f"model.pool_prompt=false: pooler {self.pooler!r} reads one token, which no "
+                f"prompt can be left out of; use one of {', '.join(PROMPT_EXCLUDING)}"
+            )
+        return self

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.prompts import exclude_prompt, prompt_length
 from .choices import BATCH_SIZE, PRECISIONS
 from .similarity import check_prefix, truncate_rows
 
@@ -76,9 +77,11 @@ def encode_sentences(
     max_seq_len: int | None = None,
     precision: str = "fp32",
     dim: int | None = None,
+    prompt: str | None = None,
 ) -> np.ndarray:
     """``encoder.encode``: float32 ``(N, D)`` in input order (see ``SentenceEncoder.encode``);
-    with ``dim``, the re-normalised prefixes ``(N, dim)``."""
+    with ``dim``, the re-normalised prefixes ``(N, dim)``; ``prompt``: the text put before
+    every sentence (its tokens left out of the pooling where the pooler says so)."""
     if isinstance(sentences, str):
         raise TypeError("encode() takes a list of sentences, not a single string")
     if precision not in PRECISIONS:
@@ -87,10 +90,12 @@ def encode_sentences(
         check_prefix(dim, encoder.dim)  # before any work
         # the prefix is cut from the pooled vector, then normalised (never normalised twice)
         full = _encode(encoder, sentences, batch_size, False, show_progress, max_seq_len,
-                       precision)  # fmt: skip
+                       precision, prompt)  # fmt: skip
         return truncate_rows(full, dim)
     normalize = normalize or _folder_normalizes(encoder)
-    return _encode(encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision)
+    return _encode(
+        encoder, sentences, batch_size, normalize, show_progress, max_seq_len, precision, prompt
+    )
 
 
 #: Rows of vectors gathered on the device before one copy to the host: a dev set is one copy,
@@ -155,9 +160,15 @@ def _folder_normalizes(encoder: nn.Module) -> bool:
 
 
 def _tokenize(
-    encoder: nn.Module, sentences: Sequence[str], order: np.ndarray, batch_size: int, limit: int
+    encoder: nn.Module,
+    sentences: Sequence[str],
+    order: np.ndarray,
+    batch_size: int,
+    limit: int,
+    skip: int = 0,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """The batches of ``order``, tokenised on the host and moved to the encoder's device."""
+    """The batches of ``order``, tokenised on the host and moved to the encoder's device;
+    ``skip``: the prompt's tokens at the start of each row, left out of the pooling."""
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         batch = encoder.tokenize([sentences[i] for i in idx], max_seq_len=limit)
@@ -166,6 +177,8 @@ def _tokenize(
             # all one segment: the model's default token types are these zeros, and a
             # batch without them takes the packed forward with no check on the data
             del batch["token_type_ids"]
+        if skip:
+            batch["pool_mask"] = exclude_prompt(batch["attention_mask"], skip)
         yield {k: v.to(encoder.device) for k, v in batch.items()}
 
 
@@ -177,13 +190,19 @@ def _encode(
     show_progress: bool,
     max_seq_len: int | None,
     precision: str,
+    prompt: str | None = None,
 ) -> np.ndarray:
     """The pooled vectors (L2-normalised with ``normalize``), in input order."""
     if len(sentences) == 0:
         return np.zeros((0, encoder.dim), dtype=np.float32)
+    if prompt:  # the sentences as the model reads them; the order sorts them alike
+        sentences = [prompt + s for s in sentences]
+    # the prompt's own tokens, left out of the pooling (model.pool_prompt: false)
+    skip = 0 if not prompt or encoder.pooler.include_prompt else _prompt_tokens(encoder, prompt)
     order = _order(sentences)
     # tokenised batch by batch: the host makes the next batch while the device runs this one
-    batches = _tokenize(encoder, sentences, order, batch_size, _limit(encoder, max_seq_len))
+    limit = _limit(encoder, max_seq_len)
+    batches = _tokenize(encoder, sentences, order, batch_size, limit, skip)
     return _run(encoder, order, batches, normalize, show_progress, precision)
 
 
@@ -234,3 +253,11 @@ def _flush(out: np.ndarray, order: np.ndarray, done: int, pending: list[torch.Te
     pending.clear()
     out[order[done : done + len(rows)]] = rows
     return done + len(rows)
+
+
+def _prompt_tokens(encoder: nn.Module, prompt: str) -> int:
+    """The tokens of ``prompt`` at the start of a row (:func:`~cselab.core.prompts.prompt_length`),
+    lowercased first where the encoder lowercases its text."""
+    settings = getattr(encoder, "folder_settings", None)
+    lower = bool(getattr(settings, "do_lower_case", False))
+    return prompt_length(encoder.tokenizer, prompt.lower() if lower else prompt)

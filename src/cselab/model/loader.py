@@ -23,9 +23,15 @@ from .devices import resolve_device
 from .hf_models import hf_pooler_head, st_pooler_name
 from .hub import resolve_model
 from .lora import adapter_base, is_adapter_folder
-from .pooling import POOLERS
+from .pooling import POOLERS, PROMPT_EXCLUDING
 from .sentence_encoder import SentenceEncoder
-from .st_folder import CSELAB_FILE, HEAD_FILE, check_reproducible, transformer_folder
+from .st_folder import (
+    CSELAB_FILE,
+    HEAD_FILE,
+    check_reproducible,
+    read_folder_settings,
+    transformer_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +62,10 @@ def load(
       its base model with the adapters: the base's default pooler, causal attention unless
       ``bidirectional=True`` (LLM2Vec's adapters need it).
 
+    The folder's named prompts (``config_sentence_transformers.json``) are the model's
+    :attr:`~SentenceEncoder.prompts` (``encode(prompt_name="query")``), and its ``include_prompt``
+    (or ``cselab.json``'s ``pool_prompt``) says whether the pooler reads their tokens.
+
     ``bidirectional``: remove a decoder's causal mask (LLM2Vec); default: what ``cselab.json``
     records, else ``False``.
 
@@ -71,6 +81,10 @@ def load(
         device = resolve_device(device)
     local = Path(resolve_model(path, kwargs.pop("revision", None)))
     kwargs["fast_path"] = fast_path
+    # the folder's named prompts (config_sentence_transformers.json), unless given
+    settings = read_folder_settings(local)
+    kwargs.setdefault("prompts", dict(settings.prompts))
+    kwargs.setdefault("default_prompt_name", settings.default_prompt_name)
     meta_file = local / CSELAB_FILE
     if meta_file.is_file():
         meta = read_json(meta_file) or {}
@@ -84,6 +98,7 @@ def load(
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
             bidirectional=kwargs.pop("bidirectional", bool(meta.get("bidirectional", False))),
             dtype=kwargs.pop("dtype", meta.get("dtype", "float32")),
+            pool_prompt=kwargs.pop("pool_prompt", meta.get("pool_prompt", True) is not False),
             **kwargs,
         )  # fmt: skip
         if (
@@ -101,6 +116,7 @@ def load(
         if kind not in POOLERS:
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         # a folder's lasttoken mode reads the last token as tokenised, as sentence-transformers
+        kwargs.setdefault("pool_prompt", settings.include_prompt or kind not in PROMPT_EXCLUDING)
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, end_token=pooler is not None, **kwargs
         )

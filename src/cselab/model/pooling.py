@@ -26,6 +26,13 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
   token (from 1) weighs ``i / (1 + 2 + ... + n)``, so in a causal decoder the tokens that have
   seen more of the sentence count more.
 
+A user's prompt (E5's ``query: ``, LLM2Vec's task instruction; :mod:`cselab.model.instructions`)
+is part of the tokens the model reads; with ``model.pool_prompt: false`` the mean poolers,
+``weighted_mean`` and ``last`` leave its tokens out of the pooling (a ``pool_mask``,
+:func:`exclude_prompt`), as LLM2Vec's ``embed_mask`` (BehnamGhader et al. 2024, ``_skip_instruction``)
+and sentence-transformers' ``Pooling(include_prompt=False)`` do: the prompt still shapes every
+token's state through attention, but its own states are not averaged in.
+
 :data:`POOLER_MEANINGS` is the one home of what each name means (which token, which layers, a
 head): :class:`Pooler` computes it, the sentence-transformers folder writer and reader translate
 it, and the model card's usage snippets spell it out.
@@ -40,6 +47,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from ..core.prompts import exclude_prompt  # noqa: F401 - re-exported
 from .choices import POOLERS, PoolerName  # noqa: F401 - re-exported
 
 #: ``hidden_states`` index of the last layer alone (index 0 is the embedding output).
@@ -85,6 +93,9 @@ POOLER_MEANINGS: dict[str, PoolerMeaning] = {
     ),
 }
 assert set(POOLER_MEANINGS) == set(POOLERS)
+#: the poolers that can leave a prompt's tokens out (``model.pool_prompt: false``): the others
+#: read one fixed token ([CLS], PromptBERT's [MASK])
+PROMPT_EXCLUDING = tuple(k for k, m in POOLER_MEANINGS.items() if m.token not in ("cls", "mask"))
 
 
 def masked_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -99,11 +110,18 @@ def last_index(attention_mask: Tensor) -> Tensor:
     return width - 1 - attention_mask.flip(1).to(torch.int64).argmax(1)
 
 
-def position_weighted_mean(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+def position_weighted_mean(
+    hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor | None = None
+) -> Tensor:
     """SGPT's weighted mean (Muennighoff 2022, Eq. 1): ``sum_i w_i h_i`` with
-    ``w_i = i / sum_j j`` over the real tokens numbered ``1..n`` from the first real one."""
+    ``w_i = i / sum_j j`` over the real tokens numbered ``1..n`` from the first real one.
+
+    ``pool_mask`` (a prompt left out, :func:`exclude_prompt`): the tokens it drops weigh 0 and
+    the others keep their position ``i`` (sentence-transformers' rule), normalised again."""
     mask = attention_mask.to(hidden.dtype)
     weights = mask.cumsum(1) * mask  # 1..n on real tokens, 0 on padding (either side)
+    if pool_mask is not None:
+        weights = weights * pool_mask.to(hidden.dtype)
     weights = weights / weights.sum(1, keepdim=True).clamp_min(1.0)
     return (hidden * weights.unsqueeze(-1)).sum(1)
 
@@ -128,6 +146,8 @@ class Pooler(nn.Module):
         kind: one of :data:`POOLERS`.
         hidden_size: encoder width (for the ``cls`` head).
         mlp_only_train: with ``cls``, skip the head when the pooler is in eval mode.
+        include_prompt: pool a prompt's tokens too (``model.pool_prompt``); ``False``: the
+            callers pass a ``pool_mask`` without them (:func:`exclude_prompt`).
 
     Inputs:
         ``last_hidden``: ``(N, L, D)``; ``hidden_states``: the tuple of all layers (embedding
@@ -140,13 +160,16 @@ class Pooler(nn.Module):
         ``(N, D)`` sentence vectors (not normalised).
     """
 
-    def __init__(self, kind: str, hidden_size: int, mlp_only_train: bool) -> None:
+    def __init__(
+        self, kind: str, hidden_size: int, mlp_only_train: bool, include_prompt: bool = True
+    ) -> None:
         super().__init__()
         if kind not in POOLERS:
             raise ValueError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         self.kind = kind
         self.meaning = POOLER_MEANINGS[kind]
         self.mlp_only_train = mlp_only_train
+        self.include_prompt = include_prompt
         self.mlp = MLPHead(hidden_size) if self.meaning.head else None
 
     @property
@@ -170,6 +193,7 @@ class Pooler(nn.Module):
         hidden_states: Sequence[Tensor] | None = None,
         token_index: Tensor | None = None,
         offset: Tensor | None = None,
+        pool_mask: Tensor | None = None,
     ) -> Tensor:
         if self.meaning.token == "mask":
             if token_index is None:
@@ -186,21 +210,27 @@ class Pooler(nn.Module):
             return out
         if self.meaning.token == "lasttoken":
             rows = torch.arange(last_hidden.shape[0], device=last_hidden.device)
-            return last_hidden[rows, last_index(attention_mask)]
+            index = last_index(attention_mask)
+            out = last_hidden[rows, index]
+            if pool_mask is not None:  # the prompt precedes the text: 0 only for an empty text
+                out = out * pool_mask[rows, index].unsqueeze(-1).to(out.dtype)
+            return out
         if self.meaning.token == "weightedmean":
-            return position_weighted_mean(last_hidden, attention_mask)
+            return position_weighted_mean(last_hidden, attention_mask, pool_mask)
+        pooled = attention_mask if pool_mask is None else pool_mask
         if not self.needs_hidden_states:
-            return masked_mean(last_hidden, attention_mask)
+            return masked_mean(last_hidden, pooled)
         if hidden_states is None:
             raise ValueError(f"pooler {self.kind!r} needs all hidden states")
         first, *rest = self.meaning.layers
         layers = hidden_states[first]
         for i in rest:
             layers = layers + hidden_states[i]
-        return masked_mean(layers / float(len(self.meaning.layers)), attention_mask)
+        return masked_mean(layers / float(len(self.meaning.layers)), pooled)
 
     def extra_repr(self) -> str:
-        return f"kind={self.kind!r}, mlp_only_train={self.mlp_only_train}"
+        prompt = "" if self.include_prompt else ", include_prompt=False"
+        return f"kind={self.kind!r}, mlp_only_train={self.mlp_only_train}{prompt}"
 
 
 def inference_pooler_name(kind: str, mlp_only_train: bool) -> str:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.errors import ConfigError, ModelFormatError
+from ..core.prompts import resolve_prompt
 from ..core.schema import from_dict
 from . import backbones, unpad
 from . import lora as adapters
@@ -37,7 +38,7 @@ from .pretrained import (
     starting_defaults,
 )
 from .prompt import Prompt, Spliced, append_end_token, template_states
-from .similarity import cosine_matrix
+from .similarity import cosine_matrix, vectors_of
 from .st_folder import (
     FolderSettings,
     read_folder_settings,
@@ -88,6 +89,9 @@ class SentenceEncoder(nn.Module):
         if (pooler.meaning.token == "mask") != (prompt is not None):
             raise ValueError("a prompt goes with pooler 'prompt', and pooler 'prompt' needs one")
         self.prompt = prompt
+        # the user's named prompts (docs/prompts.md; not PromptBERT's template, ``prompt``)
+        self.prompts: dict[str, str] = {}
+        self.default_prompt_name: str | None = None
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooler = pooler
@@ -146,6 +150,9 @@ class SentenceEncoder(nn.Module):
         lora: LoRAConfig | Mapping[str, Any] | None = None,
         lm_head: bool = False,
         end_token: bool = True,
+        pool_prompt: bool = ModelConfig.pool_prompt,
+        prompts: Mapping[str, str] | None = None,
+        default_prompt_name: str | None = None,
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
@@ -191,6 +198,10 @@ class SentenceEncoder(nn.Module):
         (:func:`cselab.model.prompt.append_end_token`), the token ``last`` reads; ``False``: the
         last token as tokenised (how sentence-transformers reads a third-party folder).
 
+        ``pool_prompt``, ``prompts``, ``default_prompt_name``: the user's prompts and whether
+        the pooler reads their tokens (:class:`~cselab.model.config.ModelConfig`; checked by
+        its ``validate_prompts``).
+
         A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
         are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
         loaded as tensors only; one that holds code or objects is refused with
@@ -207,7 +218,8 @@ class SentenceEncoder(nn.Module):
                 max_seq_len=max_seq_len, dropout=dropout, attn_implementation=attn_implementation,
                 trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
                 unpad_cuda=unpad_cuda, bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
-                end_token=end_token,
+                end_token=end_token, pool_prompt=pool_prompt, prompts=prompts,
+                default_prompt_name=default_prompt_name,
             )  # fmt: skip
         # the backbone of an older sentence-transformers folder sits in 0_Transformer/
         path = str(transformer_folder(Path(root)))
@@ -221,7 +233,11 @@ class SentenceEncoder(nn.Module):
         )  # fmt: skip
         tokenizer = load_tokenizer(path, trust_remote_code)
         pooler = attention_and_pooler(backbone, config, pooler, bidirectional)
-        head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train=mlp_only_train)
+        settings = ModelConfig(
+            pooler=pooler, pool_prompt=pool_prompt, prompts=dict(prompts or {}),
+            default_prompt_name=default_prompt_name,
+        ).validate_prompts()  # fmt: skip
+        head = Pooler(pooler, backbone.config.hidden_size, mlp_only_train, pool_prompt)
         # A float64 checkpoint's head computes in float64; under bf16 weights the head trains in
         # float32 (AdamW's steps would round away on bf16), MLPHead casting its input up.
         if backbone.dtype in (torch.float64, torch.float32):
@@ -232,7 +248,8 @@ class SentenceEncoder(nn.Module):
                 prompt = from_dict(PromptConfig, dict(prompt), prefix="model.prompt")
             templates = Prompt(prompt or PromptConfig(), tokenizer)
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates, end_token=end_token)
-        encoder.bidirectional = bidirectional and backbones.is_decoder(config)
+        encoder.prompts, encoder.default_prompt_name = settings.prompts, default_prompt_name
+        encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
         encoder.source = name_or_path
         encoder.folder_settings = read_folder_settings(Path(root))
         if fast_path:
@@ -302,22 +319,8 @@ class SentenceEncoder(nn.Module):
         those of the plain forward. Training then runs the padded forward (the packed one
         calls the layers' parts directly).
         """
-        # transformers 5 renamed gradient_* to activation_checkpointing_* (the old names warn)
-        new = hasattr(self.backbone, "activation_checkpointing_enable")
-        if enabled:
-            if new:
-                self.backbone.activation_checkpointing_enable({"use_reentrant": False})
-            else:
-                self.backbone.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False}
-                )
-            self.unpad_training = False
-        else:
-            if new:
-                self.backbone.activation_checkpointing_disable()
-            else:
-                self.backbone.gradient_checkpointing_disable()
-            self.unpad_training = self.fast_path and unpad.enable(self.backbone)
+        backbones.checkpoint_layers(self.backbone, enabled)
+        self.unpad_training = not enabled and self.fast_path and unpad.enable(self.backbone)
         return self
 
     @property
@@ -369,15 +372,18 @@ class SentenceEncoder(nn.Module):
         attention_mask: Tensor,
         token_type_ids: Tensor | None = None,
         template: Tensor | None = None,
+        pool_mask: Tensor | None = None,
     ) -> Tensor:
-        """Token ids ``(N, L)`` → sentence vectors ``(N, D)``.
+        """Token ids ``(N, L)`` → sentence vectors ``(N, D)``; ``pool_mask``: the tokens pooled
+        when a prompt's are left out (:func:`~cselab.core.prompts.exclude_prompt`).
 
         With the ``prompt`` pooler each row (one sentence with its special tokens) is first
         spliced into template ``template[i]`` (``(N,)``: 0 is ``model.prompt.template``, 1
         ``template2``; default all 0), and template denoising applies as
         :meth:`~cselab.model.prompt.Prompt.denoises` says for the current mode.
         """
-        extra: dict[str, Tensor] = {}  # the prompt pooler's [MASK] columns and offsets
+        # the prompt pooler's [MASK] columns and offsets, or the tokens pooled without a prompt's
+        extra: dict[str, Tensor] = {} if pool_mask is None else {"pool_mask": pool_mask}
         if token_type_ids is not None and not self._takes_token_types:
             token_type_ids = None  # a decoder has no segments
         if self.prompt is not None:
@@ -438,8 +444,15 @@ class SentenceEncoder(nn.Module):
         max_seq_len: int | None = None,
         precision: str = "fp32",
         dim: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """Encode sentences for inference; returns float32 ``(N, D)`` in input order.
+
+        ``prompt_name``: one of the model's saved :attr:`prompts` (``"query"``), put before
+        every sentence; ``prompt``: that text itself (it wins over ``prompt_name``); neither:
+        the :attr:`default_prompt_name`'s, if any (sentence-transformers' rules). With
+        ``model.pool_prompt: false`` its tokens are left out of the pooling.
 
         Sentences are sorted by length so each batch pads little; the result is put back in the
         input order. The module's train/eval state is restored afterwards.
@@ -467,9 +480,11 @@ class SentenceEncoder(nn.Module):
         vector before any normalisation, so ``dim=`` the full width equals ``normalize=True``.
         ``None``: the full width.
         """
+        text = resolve_prompt(self.prompts, self.default_prompt_name, prompt_name, prompt)
         return encode_sentences(
-            self, sentences, batch_size, normalize, show_progress, max_seq_len, precision, dim
-        )
+            self, sentences, batch_size, normalize, show_progress, max_seq_len, precision, dim,
+            text,
+        )  # fmt: skip
 
     def compile_inference(self, enabled: bool = True, **options: Any) -> SentenceEncoder:
         """Encode through a compiled graph from now on (``enabled=False``: eager again); returns
@@ -501,14 +516,7 @@ class SentenceEncoder(nn.Module):
         ``(N, D)`` array of vectors already encoded. A zero vector has cosine 0 with everything.
         """
 
-        def vectors(x: Sequence[str] | np.ndarray) -> np.ndarray:
-            if isinstance(x, str):
-                raise TypeError("similarity() takes lists of sentences, not a single string")
-            if isinstance(x, np.ndarray | Tensor):
-                return np.asarray(x.detach().cpu() if isinstance(x, Tensor) else x)
-            return self.encode(list(x), batch_size=batch_size)
-
-        return cosine_matrix(vectors(a), vectors(b))
+        return cosine_matrix(vectors_of(self, a, batch_size), vectors_of(self, b, batch_size))
 
     # ------------------------------------------------------------------------------------ saving
     def save(self, path: str | Path) -> None:
@@ -534,6 +542,8 @@ class SentenceEncoder(nn.Module):
             meta["dtype"] = next(k for k, v in DTYPES.items() if v == weights)
         if self.prompt is not None:
             meta["prompt"] = dataclasses.asdict(self.prompt.config)
+        if not self.pooler.include_prompt:
+            meta["pool_prompt"] = False
         if self.has_adapters:
             meta["lora"] = {**adapters.adapter_settings(self.backbone), "base": self.lora_base}
         settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
@@ -548,6 +558,7 @@ class SentenceEncoder(nn.Module):
                 pooler=self.pooler,
                 meta=meta,
                 settings=settings,
+                prompts=(self.prompts, self.default_prompt_name),
             )
         finally:
             if causal is not None:

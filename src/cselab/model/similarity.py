@@ -6,6 +6,7 @@ search as the index does)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,18 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
     return x / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+def vectors_of(encoder: Any, x: Any, batch_size: int) -> np.ndarray:
+    """``x`` as vectors: a list of sentences encoded by ``encoder``, or an ``(N, D)`` array or
+    tensor of vectors taken as it is."""
+    if isinstance(x, str):
+        raise TypeError("similarity() takes lists of sentences, not a single string")
+    if hasattr(x, "detach"):  # a torch tensor
+        return np.asarray(x.detach().cpu())
+    if isinstance(x, np.ndarray):
+        return x
+    return encoder.encode(list(x), batch_size=batch_size)
 
 
 def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -7,12 +7,15 @@ sentence-transformers' own modules reproducing the *inference* pooler (for Promp
 ``prompt`` pooler and a decoder made bidirectional, which it has none for, cselab's encoder as
 one module: :data:`ENCODER_MODULE`),
 followed by ``Normalize`` when the base model's folder ended in one, and
-``sentence_bert_config.json``.
+``sentence_bert_config.json``; the model's named prompts go to
+``config_sentence_transformers.json`` (:data:`PROMPTS_FILE`) and whether the pooler reads them to
+the Pooling module's ``include_prompt``, as sentence-transformers saves them.
 
 Reading (:func:`read_folder_settings`): what a sentence-transformers folder says about inference
 besides its pooling (which :func:`cselab.model.hf_models.st_pooler_name` reads):
-``max_seq_length`` and ``do_lower_case`` of ``sentence_bert_config.json`` and whether the module
-list ends in ``Normalize``. cselab honours them as sentence-transformers does, and
+``max_seq_length`` and ``do_lower_case`` of ``sentence_bert_config.json``, whether the module
+list ends in ``Normalize``, the prompts of ``config_sentence_transformers.json`` and the Pooling
+module's ``include_prompt``. cselab honours them as sentence-transformers does, and
 :func:`check_reproducible` refuses a third-party folder whose modules cselab would skip (a
 ``Dense`` layer, a ``WeightedLayerPooling``, ...), rather than give other vectors than its authors
 meant.
@@ -39,6 +42,8 @@ CSELAB_FILE = "cselab.json"
 HEAD_FILE = "pooler_head.safetensors"
 MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "sentence_bert_config.json"
+#: sentence-transformers' model settings: the named prompts and the default one
+PROMPTS_FILE = "config_sentence_transformers.json"
 _ST = "sentence_transformers.models."
 #: sentence-transformers modules whose effect cselab reproduces in a third-party folder (the
 #: backbone, the pooling of :data:`cselab.model.hf_models.ST_POOLING_MODES`, L2 normalisation)
@@ -81,11 +86,16 @@ class FolderSettings:
             the position embeddings' limit, :func:`cselab.model.hf_models.max_sequence_length`).
         do_lower_case: lowercase the text before tokenising.
         normalize: the vectors are L2-normalised (the module list ends in ``Normalize``).
+        prompts, default_prompt_name: the named prompts of :data:`PROMPTS_FILE`.
+        include_prompt: the Pooling module pools a prompt's tokens too.
     """
 
     max_seq_length: int | None = None
     do_lower_case: bool = False
     normalize: bool = False
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
 
 
 def _module_kind(module: dict[str, Any]) -> str:
@@ -168,7 +178,32 @@ def read_folder_settings(folder: Path) -> FolderSettings:
     if not isinstance(lower, bool):
         raise ModelFormatError(f"{path}: do_lower_case must be true or false, got {lower!r}")
     normalize = bool(modules) and _module_kind(modules[-1]) == "Normalize"
-    return FolderSettings(length, lower, normalize)
+    pooling = next((m for m in modules if _module_kind(m) == "Pooling"), None)
+    pool_file = folder / str((pooling or {}).get("path", "")) / "config.json"
+    pool_cfg = read_json(pool_file) if pooling is not None and pool_file.is_file() else {}
+    include = pool_cfg.get("include_prompt", True) if isinstance(pool_cfg, dict) else True
+    prompts, default = _read_prompts(folder / PROMPTS_FILE)
+    return FolderSettings(length, lower, normalize, prompts, default, include is not False)
+
+
+def _read_prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """The prompts and default prompt name of :data:`PROMPTS_FILE` (none without the file); a
+    prompt that is not text is a :class:`ModelFormatError` naming the file and the key."""
+    cfg = read_json(path) if path.is_file() else {}
+    if not isinstance(cfg, dict):
+        raise ModelFormatError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    prompts = cfg.get("prompts") or {}
+    bad = (
+        [k for k, v in prompts.items() if not isinstance(v, str)]
+        if isinstance(prompts, dict)
+        else ["prompts"]
+    )
+    if bad:
+        raise ModelFormatError(f"{path}: prompts.{bad[0]} must be a string")
+    default = cfg.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ModelFormatError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
+    return tuple(prompts.items()), default
 
 
 def check_reproducible(folder: Path) -> None:
@@ -206,12 +241,13 @@ def write_model_folder(
     pooler: Pooler,
     meta: dict[str, Any],
     settings: FolderSettings,
+    prompts: tuple[dict[str, str], str | None] = ({}, None),
 ) -> None:
     """Write the folder described in the module docstring.
 
     ``meta`` is the content of ``cselab.json``; ``settings.max_seq_length`` is the inference
     truncation length written to ``sentence_bert_config.json`` (so sentence-transformers
-    truncates where cselab does).
+    truncates where cselab does); ``prompts``: the named prompts and the default prompt name.
     """
     out.mkdir(parents=True, exist_ok=True)
     backbone.save_pretrained(out, safe_serialization=True)
@@ -246,6 +282,11 @@ def write_model_folder(
     _write_json(
         out / ST_CONFIG_FILE,
         {"max_seq_length": settings.max_seq_length, "do_lower_case": settings.do_lower_case},
+    )
+    named, default = prompts
+    _write_json(
+        out / PROMPTS_FILE,
+        {"prompts": dict(named), "default_prompt_name": default},
     )
 
 
@@ -298,6 +339,7 @@ def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> li
             "pooling_mode_mean_sqrt_len_tokens": False,
             "pooling_mode_weightedmean_tokens": pooling_mode == "weightedmean",
             "pooling_mode_lasttoken": pooling_mode == "lasttoken",
+            "include_prompt": pooler.include_prompt,
         },
     )
     add(pool_folder, _ST + "Pooling")

@@ -63,7 +63,7 @@ from .hub_metadata import (
     front_matter,
     merge_eval_results,
 )
-from .usage import usage_snippets
+from .usage import prompt_usage, usage_snippets
 
 CONFIG_FILE = RunFolder.MODEL_CONFIG  # written next to the weights by Trainer.save_model
 EVAL_START = "<!-- cselab:evaluation:start -->"
@@ -466,7 +466,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Usage
 
-{_adapters_note(out)}{usage_snippets(model_id, model, _adapters_base(out))}
+{_adapters_note(out)}{usage_snippets(model_id, model, _adapters_base(out))}{prompt_usage(model_id, model)}
 
 ## Training data
 

@@ -231,3 +231,41 @@ print(vectors.shape)
         f"With cselab:\n\n{_cselab_snippet(model_id)}\n\n"
         f"With `transformers` only (PromptBERT's template around each sentence):\n\n{hf}"
     )
+
+
+def prompt_usage(model_id: str, model: ModelConfig) -> str:
+    """The card's part on the model's named prompts (``model.prompts``): what each is, whether
+    the pooling reads its tokens, and how to use them; empty for a model without prompts."""
+    if not model.prompts:
+        return ""
+    rows = "\n".join(f"| `{name}` | `{text!r}` |" for name, text in model.prompts.items())
+    default = model.default_prompt_name
+    pooled = (
+        "their tokens are pooled with the sentence's"
+        if model.pool_prompt
+        else "their tokens are left out of the pooling (sentence-transformers' "
+        "`include_prompt=False`)"
+    )
+    first = next(iter(model.prompts))
+    return f"""
+
+### Prompts
+
+The model was trained to read its texts after a prompt; give each text its prompt by name
+({pooled}{f"; `{default}` is used when none is named" if default else ""}):
+
+| name | text |
+| --- | --- |
+{rows}
+
+```python
+model_id = "{model_id}"
+import cselab
+
+model = cselab.load(model_id)
+vectors = model.encode(["A man is playing a guitar."], prompt_name={first!r})
+print(vectors.shape)
+```
+
+sentence-transformers reads the same prompts from `config_sentence_transformers.json`:
+`SentenceTransformer(model_id).encode(texts, prompt_name={first!r})`."""

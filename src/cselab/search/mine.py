@@ -56,7 +56,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core.errors import ConfigError, ConfigSettingError, CorpusError
+from ..core.prompts import DOCUMENT, QUERY
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
+from ..evaluation.embed import with_prompt
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from ..io.runfolder import work_folder
@@ -105,6 +107,9 @@ class MineSettings:
             per encoded chunk, at least 1024); not given: :data:`MINE_CHUNK`, whatever else
             ``index`` sets. ``dim`` is not taken: mining searches at the
             model's full width.
+        query_prompt, document_prompt: the text put before every anchor and every corpus text
+            (positives and ``corpus``) when they are encoded (``docs/prompts.md``); ``None``:
+            the model's saved ``query`` / ``document`` prompt, if it has one; ``""``: none.
     """
 
     range_min: int = 0
@@ -117,6 +122,15 @@ class MineSettings:
     seed: int = 0
     output_format: Literal["triplet", "n-tuple"] = "triplet"
     index: IndexSettings = IndexSettings()
+    query_prompt: str | None = None
+    document_prompt: str | None = None
+
+    def prompts(self, encoder: Any) -> tuple[str, str]:
+        """The anchors' and the corpus' prompts for ``encoder`` (``""``: none)."""
+        saved = getattr(encoder, "prompts", None) or {}
+        q = self.query_prompt if self.query_prompt is not None else saved.get(QUERY)
+        d = self.document_prompt if self.document_prompt is not None else saved.get(DOCUMENT)
+        return q or "", d or ""
 
     def validate(self) -> None:
         """Refuse a setting that makes no sense, naming it (one line)."""
@@ -338,6 +352,7 @@ def mine_hard_negatives(
     check_backend(search.backend)  # before the corpus is encoded for it
     settings = replace(settings, range_max=report.range_max)
     encoder = search.load(model) if isinstance(model, str | os.PathLike) else model
+    query_prompt, document_prompt = settings.prompts(encoder)
 
     # beside the output, else in the system's temporary folder
     base = (
@@ -349,14 +364,15 @@ def mine_hard_negatives(
         folder = Path(index_dir) if index_dir is not None else tmp / "corpus.index"
         texts = list(rows)  # the dict's own strings: no second copy of the texts
         index = Index.from_texts(
-            folder, texts, encoder, chunk_size=max(search.chunk(MINE_CHUNK), 1024),
+            folder, texts, with_prompt(encoder, document_prompt),
+            chunk_size=max(search.chunk(MINE_CHUNK), 1024),
             batch_size=search.batch_size, show_progress=show_progress,
         )  # fmt: skip
         del texts, rows
         if search.backend in ("hnsw", "ivf"):
             index.build_ann(search.backend, search.ann_params(len(index)))
-        mined = _mine(index, encoder, pairs, cols, data_format, positives, settings,
-                      report, max_positives, show_progress)  # fmt: skip
+        mined = _mine(index, with_prompt(encoder, query_prompt), pairs, cols, data_format,
+                      positives, settings, report, max_positives, show_progress)  # fmt: skip
         if output is None:
             report.rows = list(mined)
             report.written = len(report.rows)
@@ -368,6 +384,11 @@ def mine_hard_negatives(
                 "pooler": search.pooler,
                 "backend": search.backend,
                 "settings": settings.filters(),
+                **(
+                    {"prompts": {QUERY: query_prompt, DOCUMENT: document_prompt}}
+                    if query_prompt or document_prompt
+                    else {}
+                ),  # fmt: skip
                 "pairs": report.pairs,
                 "anchors": report.anchors,
                 "corpus": report.corpus,

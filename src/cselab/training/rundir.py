@@ -74,6 +74,9 @@ RESOLVED_ON_LOAD: dict[str, Any] = {
     "model.pooler": None,
     "model.bidirectional": None,
     "train.precision": "auto",
+    # none named: the model is saved with data.prompts' (cselab.app.train.saved_prompts)
+    "model.prompts": {},
+    "model.default_prompt_name": None,
 }
 
 #: Not a config key: the SHA-256 of the training file, compared with the config.

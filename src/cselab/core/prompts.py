@@ -1,0 +1,131 @@
+"""Users' prompts: the text put before a sentence to say what its vector is for.
+
+E5's ``query: `` / ``passage: ``, nomic's ``search_query: ``, LLM2Vec's task instructions
+(BehnamGhader et al. 2024: ``Given a web search query, retrieve relevant passages that answer the
+query: ``). A prompt is plain text prepended to the sentence before tokenising, in training
+(``data.prompts``), at inference (``encode(prompt_name=..., prompt=...)``), in evaluation and in
+mining. It is not PromptBERT's template (:mod:`cselab.model.prompt`), which wraps the sentence
+and is read at its ``[MASK]``.
+
+The rules live here, below every layer, because the data layer (the token cache, the pooling
+mask of a training batch) and the model layer (``encode``, the saved folder) both apply them:
+
+* :func:`prompt_length`: how many tokens of a prompted row are the prompt's, by
+  sentence-transformers' rule (the prompt tokenised alone, without a trailing special token);
+* :func:`exclude_prompt`: the pooling mask without those tokens (``model.pool_prompt: false``);
+* :func:`resolve_prompt`: which text ``prompt_name`` / ``prompt`` / the default prompt give;
+* :func:`check_prompts`: a ``{name: text}`` mapping checked, one line naming a bad key.
+
+This module imports neither torch nor any other cselab layer (tensors are used through their
+methods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+#: the saved prompts that retrieval evaluation and mining use for queries and documents
+QUERY = "query"
+DOCUMENT = "document"
+
+
+def check_prompts(
+    value: Any, key: str, allowed: Iterable[str] | None = None, hint: str = ""
+) -> dict[str, str]:
+    """``value`` as a ``{name: text}`` mapping, every name one of ``allowed`` (if given) and
+    every text a string; anything else is a :class:`ConfigError` naming ``key.name`` (``hint``
+    says what the names may be)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a mapping of name to prompt text, got {value!r}")
+    names = None if allowed is None else list(allowed)
+    out: dict[str, str] = {}
+    for name, text in value.items():
+        if names is not None and name not in names:
+            raise ConfigError(
+                f"{key}.{name}: no such column{hint or ''} (valid: {', '.join(names)})"
+            )
+        if not isinstance(text, str):
+            raise ConfigError(f"{key}.{name}: expected a string, got {text!r}")
+        out[str(name)] = text
+    return out
+
+
+def resolve_prompt(
+    prompts: Mapping[str, str],
+    default_prompt_name: str | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+) -> str | None:
+    """The prompt text an encode call uses, as sentence-transformers picks it: ``prompt`` if
+    given, else the saved prompt ``prompt_name``, else the default prompt, else none.
+
+    Raises:
+        ConfigError: ``prompt_name`` is not one of ``prompts`` (the names are listed).
+    """
+    if prompt is not None:
+        return prompt
+    name = prompt_name if prompt_name is not None else default_prompt_name
+    if name is None:
+        return None
+    if name not in prompts:
+        known = ", ".join(sorted(prompts)) or "none"
+        raise ConfigError(
+            f"prompt_name {name!r}: the model has no such prompt (its prompts: {known})"
+        )
+    return prompts[name]
+
+
+def prompt_length(tokenizer: Any, prompt: str | None) -> int:
+    """How many tokens at the start of a prompted row are the prompt's: the prompt tokenised
+    alone with the tokenizer's special tokens, less a trailing special token (BERT's
+    ``[SEP]``, an appended EOS). The count includes a leading ``[CLS]``/BOS: a prompt-free
+    pooling leaves it out too, as sentence-transformers' ``Pooling(include_prompt=False)``
+    does. 0 without a prompt.
+
+    The count is exact when the tokenizer splits the prompt from the text at their boundary
+    (a prompt ending in a space or a colon, as all common prompts do); sentence-transformers
+    and LLM2Vec make the same assumption.
+    """
+    if not prompt:
+        return 0
+    ids = list(tokenizer(prompt)["input_ids"])
+    if ids and ids[-1] in set(getattr(tokenizer, "all_special_ids", ())):
+        ids.pop()
+    return len(ids)
+
+
+def exclude_prompt(attention_mask: Any, prompt_length: Any) -> Any:
+    """The pooling mask ``(N, L)`` of rows that begin with a prompt of ``prompt_length`` tokens
+    (an int, or a tensor ``(N,)`` of one per row): ``attention_mask`` with each row's first
+    ``prompt_length`` real tokens set to 0, for left or right padding."""
+    if not isinstance(prompt_length, int):
+        prompt_length = prompt_length.to(attention_mask.device).reshape(-1, 1)
+    real = attention_mask.long()
+    return real * (real.cumsum(1) > prompt_length).long()
+
+
+def model_prompts_from_data(data_prompts: Mapping[str, str], pairs: bool) -> dict[str, str]:
+    """The prompts a model trained with ``data.prompts`` is saved with when ``model.prompts``
+    is empty: pairs' anchor prompt as ``query`` and positive prompt as ``document``; a sentence
+    corpus's one prompt as both (it is then the default too, see :func:`default_prompt_from_data`)."""
+    if not pairs:
+        text = data_prompts.get("text")
+        return {} if text is None else {QUERY: text, DOCUMENT: text}
+    out = {}
+    if "anchor" in data_prompts:
+        out[QUERY] = data_prompts["anchor"]
+    if "positive" in data_prompts:
+        out[DOCUMENT] = data_prompts["positive"]
+    return out
+
+
+def default_prompt_from_data(data_prompts: Mapping[str, str], pairs: bool) -> str | None:
+    """The default prompt name of a model trained with ``data.prompts``: ``query`` for a
+    sentence corpus (its one prompt applies to every sentence), none for pairs (queries and
+    documents are encoded with their own prompt names)."""
+    return QUERY if not pairs and "text" in data_prompts else None

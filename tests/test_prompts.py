@@ -1,0 +1,459 @@
+"""Users' prompts (docs/prompts.md): in training's token ids and cache key, left out of the
+pooling, saved in the folder for sentence-transformers, in evaluation, MTEB and mining."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from backbone_models import make_tiny
+from conftest import GREEK, make_tiny_bert
+from cselab.core.errors import ConfigError
+from cselab.core.prompts import exclude_prompt, prompt_length
+from cselab.model.encoder import SentenceEncoder, load
+from cselab.model.pooling import Pooler
+from test_retrieval import write_beir
+
+SENTENCES = ["alpha beta gamma delta", "epsilon", "zeta eta theta iota kappa lambda", "mu nu"]
+PROMPTS = {"query": "query: ", "document": "passage: "}
+
+
+@pytest.fixture(scope="module")
+def bert64(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT in float64 (comparisons at float64 rounding)."""
+    return make_tiny_bert(tmp_path_factory.mktemp("bert64"), dtype=torch.float64)
+
+
+def _pairs_file(folder: Path, rows: int = 24) -> Path:
+    lines = ["anchor\tpositive\tnegative"]
+    for i in range(rows):
+        a = " ".join(GREEK[(i + j) % len(GREEK)] for j in range(2 + i % 3))
+        p = " ".join(GREEK[(i * 3 + j) % len(GREEK)] for j in range(3))
+        n = " ".join(GREEK[(i * 7 + j) % len(GREEK)] for j in range(4))
+        lines.append(f"{a}\t{p}\t{n}")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------- training's token ids
+def test_prompts_reach_the_token_ids_and_the_cache_key(tiny_bert: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from cselab.data.cache import tokenize_corpus, tokenize_pairs
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    path = _pairs_file(tmp_path)
+    rows = [line.split("\t") for line in path.read_text().splitlines()[1:]]
+    prompts = {"anchor": "query: ", "positive": "passage: ", "negative": "passage: "}
+    cache = tmp_path / "cache"
+    plain, _ = tokenize_pairs(path, tok, 32, cache_dir=cache)
+    prompted, _ = tokenize_pairs(path, tok, 32, cache_dir=cache, prompts=prompts)
+    in_memory, _ = tokenize_pairs(path, tok, 32, prompts=prompts)
+    for store in (prompted, in_memory):
+        for i, (a, p, n) in enumerate(rows):
+            assert list(store.anchors.rows([i])[0]) == tok("query: " + a)["input_ids"]
+            assert list(store.positives.rows([i])[0]) == tok("passage: " + p)["input_ids"]
+            assert list(store.negatives[0].rows([i])[0]) == tok("passage: " + n)["input_ids"]
+    assert list(plain.anchors.rows([0])[0]) == tok(rows[0][0])["input_ids"]
+    # two entries: the prompts are part of the key; the same prompts find theirs again
+    entries = sorted(p.name for p in cache.glob("tokens-*"))
+    assert len(entries) == 2
+    meta = [json.loads((cache / e / "meta.json").read_text())["tokenizer"] for e in entries]
+    assert sorted(str(m.get("prompts")) for m in meta) == sorted([str(prompts), "None"])
+    again, _ = tokenize_pairs(path, tok, 32, cache_dir=cache, prompts=prompts)
+    assert sorted(p.name for p in cache.glob("tokens-*")) == entries
+    assert list(again.anchors.rows([0])[0]) == tok("query: " + rows[0][0])["input_ids"]
+    # a sentence corpus: one prompt before every line
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("alpha beta\ngamma\n")
+    store, _ = tokenize_corpus(corpus, tok, 32, cache_dir=cache, prompt="query: ")
+    assert list(store.rows([1])[0]) == tok("query: gamma")["input_ids"]
+    assert len(list(cache.glob("tokens-*"))) == 3
+
+
+def test_training_batches_carry_the_pool_mask(tiny_bert: Path, tmp_path: Path) -> None:
+    """With ``pool_prompt=False`` every column's batch leaves its prompt's tokens out (a
+    column without a prompt pools all of its tokens)."""
+    from transformers import AutoTokenizer
+
+    from cselab.data.config import DataConfig
+    from cselab.data.source import TrainingSource
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    data = DataConfig(train_file=str(_pairs_file(tmp_path)), prompts={"anchor": "query: "})
+    store, _ = TrainingSource(data.train_file, data).tokenize(tok, 32, pool_prompt=False)
+    step = store.step_inputs([0, 5, 9], tok.pad_token_id)
+    p = prompt_length(tok, "query: ")
+    assert p == 3  # [CLS] query :
+    mask = step.anchors["attention_mask"]
+    want = mask.clone()
+    want[:, :p] = 0
+    assert torch.equal(step.anchors["pool_mask"], want)
+    assert torch.equal(step.positives["pool_mask"], step.positives["attention_mask"])
+    assert torch.equal(step.negatives["pool_mask"], step.negatives["attention_mask"])
+    pooled, _ = TrainingSource(data.train_file, data).tokenize(tok, 32)
+    assert "pool_mask" not in pooled.step_inputs([0], tok.pad_token_id).anchors
+
+
+def test_a_run_trains_with_prompts_and_saves_them(tiny_bert: Path, tmp_path: Path) -> None:
+    from cselab.app.train import train
+    from cselab.config import load_config
+
+    config = load_config(None, [
+        f"--model.name_or_path={tiny_bert}", "--model.pooler=avg", "--model.pool_prompt=false",
+        f"--data.train_file={_pairs_file(tmp_path)}", f"--data.cache_dir={tmp_path / 'cache'}",
+        f"--train.output_dir={tmp_path / 'out'}", "--train.batch_size=8", "--train.max_steps=2",
+        "--train.eval_steps=0", "--train.report_to=[]",
+        "--data.prompts={anchor: 'query: ', positive: 'passage: ', negative: 'passage: '}",
+    ])  # fmt: skip
+    train(config)
+    folder = tmp_path / "out" / "best"
+    saved = json.loads((folder / "config_sentence_transformers.json").read_text())
+    assert saved["prompts"] == PROMPTS and saved["default_prompt_name"] is None
+    assert json.loads((folder / "1_Pooling" / "config.json").read_text())["include_prompt"] is False
+    model = load(str(folder))
+    assert model.prompts == PROMPTS and not model.pooler.include_prompt
+    card = (folder / "README.md").read_text()
+    assert "### Prompts" in card and "prompt_name='query'" in card
+
+
+# ------------------------------------------------------------------------------------- pooling
+def _masks(padding: str) -> torch.Tensor:
+    lengths = [7, 4, 9, 5]
+    mask = torch.zeros(len(lengths), 10, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        if padding == "right":
+            mask[i, :n] = 1
+        else:
+            mask[i, 10 - n :] = 1
+    return mask
+
+
+def _reference(kind: str, hidden: torch.Tensor, mask: torch.Tensor, p: int) -> torch.Tensor:
+    """The poolers written from their definitions, a row and a token at a time: the row's real
+    tokens numbered 1..n from the first, the first ``p`` of them the prompt's."""
+    out = []
+    for row in range(hidden.shape[0]):
+        columns = [c for c in range(hidden.shape[1]) if mask[row, c]]
+        kept = [(i + 1, c) for i, c in enumerate(columns) if i >= p]
+        if kind == "avg":
+            out.append(sum(hidden[row, c] for _, c in kept) / len(kept))
+        elif kind == "weighted_mean":  # SGPT's weights i / sum(i), i the position among real
+            total = sum(i for i, _ in kept)
+            out.append(sum(i / total * hidden[row, c] for i, c in kept))
+        else:  # last: the last real token (never the prompt's: the text follows it)
+            out.append(hidden[row, columns[-1]])
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("kind", ["avg", "weighted_mean", "last"])
+def test_pooling_without_the_prompt_equals_its_definition(kind: str, padding: str) -> None:
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 10, 6, dtype=torch.float64)
+    mask = _masks(padding)
+    pooler = Pooler(kind, 6, False, include_prompt=False)
+    for p in (0, 2, 3):
+        got = pooler(hidden, mask, pool_mask=exclude_prompt(mask, p))
+        torch.testing.assert_close(got, _reference(kind, hidden, mask, p), rtol=0, atol=1e-12)
+    # per-row lengths, as a tensor
+    lengths = torch.tensor([1, 2, 3, 0])
+    got = pooler(hidden, mask, pool_mask=exclude_prompt(mask, lengths))
+    for row, p in enumerate(lengths.tolist()):
+        want = _reference(kind, hidden[row : row + 1], mask[row : row + 1], p)
+        torch.testing.assert_close(got[row : row + 1], want, rtol=0, atol=1e-12)
+    if kind != "last":  # the prompt's tokens did count before
+        assert not torch.allclose(pooler(hidden, mask), got)
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize(
+    ("kind", "mode"), [("avg", "mean"), ("weighted_mean", "weightedmean"), ("last", "lasttoken")]
+)
+def test_pooling_without_the_prompt_equals_sentence_transformers(
+    kind: str, mode: str, padding: str
+) -> None:
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    torch.manual_seed(1)
+    hidden = torch.randn(4, 10, 6, dtype=torch.float64)
+    mask = _masks(padding)
+    theirs = Pooling(6, mode, include_prompt=False)
+    for p in (1, 3):
+        features = {"token_embeddings": hidden, "attention_mask": mask, "prompt_length": p}
+        want = theirs(features)["sentence_embedding"]
+        got = Pooler(kind, 6, False, include_prompt=False)(
+            hidden, mask, pool_mask=exclude_prompt(mask, p)
+        )
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_llm2vec_instruction_excluded_mean_on_a_tiny_llama(tmp_path: Path) -> None:
+    """LLM2Vec's mean pooling without its instruction (``embed_mask``, BehnamGhader et al.
+    2024, ``LLM2Vec.tokenize`` and ``_skip_instruction``), written from its definition: the text
+    is ``instruction + " " + text``, left-padded; ``embed_mask`` marks the last ``len(text
+    tokenised alone, no special tokens)`` positions of each row; the vector is the mean of
+    the last layer there."""
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = make_tiny("llama", tmp_path / "llama", dtype=torch.float64)
+    instruction = "This sentence means in one word :"
+    texts = ["alpha beta gamma", "delta", "epsilon zeta eta theta iota"]
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    batch = tok([f"{instruction} {t}" for t in texts], padding=True, return_tensors="pt")
+    embed_mask = torch.zeros_like(batch["attention_mask"])
+    for i, t in enumerate(texts):
+        n = len(tok(t, add_special_tokens=False)["input_ids"])
+        embed_mask[i, -n:] = 1
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    want = (hidden * embed_mask.unsqueeze(-1)).sum(1) / embed_mask.sum(1, keepdim=True)
+
+    ours = SentenceEncoder.from_pretrained(str(folder), pooler="avg", pool_prompt=False)
+    got = ours.encode(texts, prompt=instruction + " ")
+    np.testing.assert_allclose(got, want.float().numpy(), rtol=0, atol=1e-5)
+    with_it = SentenceEncoder.from_pretrained(str(folder), pooler="avg")
+    assert np.abs(with_it.encode(texts, prompt=instruction + " ") - got).max() > 1e-3
+
+
+# ------------------------------------------------------------------------- the saved model
+@pytest.mark.parametrize("kind", ["avg", "weighted_mean"])
+@pytest.mark.parametrize("pool_prompt", [False, True])
+def test_saved_folder_round_trips_in_sentence_transformers(
+    bert64: Path, tmp_path: Path, kind: str, pool_prompt: bool
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    enc = SentenceEncoder.from_pretrained(
+        str(bert64), pooler=kind, pool_prompt=pool_prompt, prompts=PROMPTS
+    )
+    enc.save(tmp_path / "m")
+    st = SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    assert st.prompts == PROMPTS
+    for name in PROMPTS:
+        ours = enc.encode(SENTENCES, prompt_name=name)
+        theirs = st.encode(SENTENCES, prompt_name=name)
+        assert np.abs(ours - theirs).max() < 1e-6
+    loaded = load(str(tmp_path / "m"))
+    assert loaded.prompts == PROMPTS and loaded.pooler.include_prompt is pool_prompt
+    np.testing.assert_array_equal(
+        loaded.encode(SENTENCES, prompt_name="query"), loaded.encode(SENTENCES, prompt="query: ")
+    )
+    plain = loaded.encode(SENTENCES)  # no default prompt: none
+    np.testing.assert_array_equal(plain, enc.encode(SENTENCES))
+    assert np.abs(plain - loaded.encode(SENTENCES, prompt_name="query")).max() > 1e-3
+
+
+def test_default_prompt_and_unknown_names(tiny_bert: Path, tmp_path: Path) -> None:
+    enc = SentenceEncoder.from_pretrained(
+        str(tiny_bert), pooler="avg", prompts=PROMPTS, default_prompt_name="query"
+    )
+    np.testing.assert_array_equal(enc.encode(SENTENCES), enc.encode(SENTENCES, prompt="query: "))
+    np.testing.assert_array_equal(
+        enc.encode(SENTENCES, prompt=""), SentenceEncoder.from_pretrained(
+            str(tiny_bert), pooler="avg").encode(SENTENCES)
+    )  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"prompt_name 'qury': .*\(its prompts: document, query\)"
+    ):
+        enc.encode(SENTENCES, prompt_name="qury")
+    enc.save(tmp_path / "m")
+    assert load(str(tmp_path / "m")).default_prompt_name == "query"
+
+
+def test_cli_encode_with_a_prompt_name(bert64: Path, tmp_path: Path) -> None:
+    from cselab.cli import main
+
+    enc = SentenceEncoder.from_pretrained(str(bert64), pooler="avg", pool_prompt=False,
+                                          prompts=PROMPTS)  # fmt: skip
+    enc.save(tmp_path / "m")
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    for flags, want in (
+        (["--prompt-name", "document"], enc.encode(SENTENCES, prompt_name="document")),
+        (["--prompt", "query: "], enc.encode(SENTENCES, prompt_name="query")),
+    ):
+        out = tmp_path / "v.npy"
+        argv = ["encode", str(tmp_path / "m"), "--input", str(tmp_path / "in.txt")]
+        assert main([*argv, "--output", str(out), *flags]) == 0
+        np.testing.assert_allclose(np.load(out), want, rtol=0, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------- bad config
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["--data.prompts={anchr: 'q: '}"], "data.prompts.anchr: no such column in pairs data"),
+        (["--data.prompts={anchor: 3}"], "data.prompts.anchor: expected a string, got 3"),
+        (["--data.prompts={text: 'q: '}"], "data.prompts.text: no such column in pairs data"),
+        (["--model.prompts={query: [1]}"], "model.prompts.query: expected a string"),
+        (["--model.prompts={query: 'q: '}", "--model.default_prompt_name=doc"],
+         "model.default_prompt_name='doc' is not one of model.prompts (query)"),
+        (["--model.pool_prompt=false", "--model.pooler=cls"],
+         "model.pool_prompt=false: pooler 'cls' reads one token"),
+    ],
+)  # fmt: skip
+def test_a_bad_prompt_config_is_one_line_naming_the_key(
+    tiny_bert: Path, tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    from cselab.config import load_config
+
+    base = [f"--model.name_or_path={tiny_bert}", f"--data.train_file={_pairs_file(tmp_path)}"]
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*base, *overrides])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_sentence_corpus_takes_its_one_prompt(tiny_bert: Path, tmp_path: Path) -> None:
+    from cselab.config import load_config
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("alpha\nbeta\n")
+    base = [f"--model.name_or_path={tiny_bert}", f"--data.train_file={corpus}"]
+    assert load_config(None, [*base, "--data.prompts={text: 'q: '}"]).data.prompts == {
+        "text": "q: "
+    }
+    with pytest.raises(ConfigError, match="data.prompts.anchor: no such column in a sentence"):
+        load_config(None, [*base, "--data.prompts={anchor: 'q: '}"])
+
+
+# ---------------------------------------------------------------------------------- evaluation
+def test_retrieval_with_prompts_equals_the_prompted_texts_by_hand(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    from cselab.evaluation.retrieval import RetrievalScorer, evaluate_retrieval
+
+    folder = write_beir(tmp_path / "b", split="test")
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    scorer = RetrievalScorer(folder, "test")
+    c = scorer.collection
+    docs = enc.encode(["passage: " + t for t in c.doc_texts])
+    queries = enc.encode(["query: " + t for t in c.query_texts])
+    by_hand = scorer.score_vectors(docs, queries)
+    given = evaluate_retrieval(enc, folder, query_prompt="query: ", document_prompt="passage: ")
+    assert given["metrics"] == pytest.approx(by_hand, abs=1e-9)
+    assert given["prompts"] == {"query": "query: ", "document": "passage: "}
+    plain = evaluate_retrieval(enc, folder)["metrics"]
+    assert plain == pytest.approx(scorer.score_vectors(enc.encode(list(c.doc_texts)),
+                                                       enc.encode(list(c.query_texts))), abs=1e-9)  # fmt: skip
+    # the model's saved prompts are the default; "" turns one off
+    enc.prompts = dict(PROMPTS)
+    saved = evaluate_retrieval(enc, folder)
+    assert saved["metrics"] == pytest.approx(by_hand, abs=1e-9)
+    no_query = evaluate_retrieval(enc, folder, query_prompt="")["metrics"]
+    queries_plain = enc.encode(list(c.query_texts), prompt="")
+    assert no_query == pytest.approx(scorer.score_vectors(docs, queries_plain), abs=1e-9)
+
+
+def test_cli_evaluate_takes_retrieval_and_sts_prompts(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from cselab.cli import main
+    from cselab.evaluation.retrieval import evaluate_retrieval
+
+    folder = write_beir(tmp_path / "b", split="test")
+    out = tmp_path / "r.json"
+    argv = ["evaluate", str(tiny_bert), "--retrieval", str(folder), "-o", str(out)]
+    assert main([*argv, "--query-prompt", "query: ", "--document-prompt", "passage: "]) == 0
+    saved = json.loads(out.read_text())["results"]["retrieval:b"]
+    want = evaluate_retrieval(load(str(tiny_bert)), folder, query_prompt="query: ",
+                              document_prompt="passage: ")  # fmt: skip
+    assert saved["metrics"] == pytest.approx(want["metrics"], abs=1e-9)
+    assert main(["evaluate", str(tiny_bert), "--query-prompt", "q: "]) == 2
+    assert "--query-prompt and --document-prompt go with --retrieval" in capsys.readouterr().err
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in
+                           [("alpha beta", "beta alpha", 5), ("gamma", "delta", 1),
+                            ("epsilon zeta", "epsilon", 3), ("eta", "theta iota", 0),
+                            ("kappa lambda", "kappa mu", 4), ("nu xi", "omicron", 2)]))  # fmt: skip
+    argv = ["evaluate", str(tiny_bert), "--sts-file", str(sts), "-o", str(out)]
+    assert main([*argv, "--prompt", "query: "]) == 0
+    with_prompt = json.loads(out.read_text())["results"]
+    assert main(argv) == 0
+    assert json.loads(out.read_text())["results"] != with_prompt
+
+
+def test_mteb_passes_the_prompt_of_each_task_type(tiny_bert: Path) -> None:
+    pytest.importorskip("mteb")
+    import mteb
+    from mteb.types import PromptType
+
+    from cselab.evaluation.instructions import (
+        instruction_prompt,
+        load_instructions,
+        mteb_prompts,
+    )
+    from cselab.evaluation.mteb import MTEBEncoder, SentEvalSTSBenchmark
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", pool_prompt=False,
+                                          prompts=PROMPTS)  # fmt: skip
+    table = load_instructions("llm2vec")
+    scifact, sts = mteb.get_task("SciFact").metadata, SentEvalSTSBenchmark.metadata
+    prompts = mteb_prompts(table, {scifact.name: scifact.type, sts.name: "STS", "STS12": "STS"})
+    assert prompts == {
+        "SciFact-query": instruction_prompt(table.instructions["SciFact"]),
+        "STS12": "Retrieve semantically similar text: ",
+    }
+    wrapped = MTEBEncoder(enc, prompts=prompts)
+    loader = [{"text": SENTENCES[:2]}, {"text": SENTENCES[2:]}]
+
+    def run(meta: object, kind: PromptType | None) -> np.ndarray:
+        return wrapped.encode(loader, task_metadata=meta, hf_split="test", hf_subset="default",
+                              prompt_type=kind)  # fmt: skip
+
+    # a retrieval task's queries get its instruction, its documents the model's document prompt
+    instruction = "Given a scientific claim, retrieve documents that support or refute the claim: "
+    np.testing.assert_array_equal(
+        run(scifact, PromptType.query), enc.encode(SENTENCES, prompt=instruction)
+    )
+    np.testing.assert_array_equal(
+        run(scifact, PromptType.document), enc.encode(SENTENCES, prompt_name="document")
+    )
+    # a task with no instruction and no prompt type: the model's default (none here)
+    np.testing.assert_array_equal(run(sts, None), enc.encode(SENTENCES))
+
+
+def test_llm2vec_table_is_shipped_with_its_source() -> None:
+    from cselab.evaluation.instructions import BUILTIN, load_instructions, sts_prompt
+
+    table = load_instructions("llm2vec")
+    assert "McGill-NLP/llm2vec" in table.source and "BehnamGhader" in table.source
+    assert table.instructions["MSMARCO"] == (
+        "Given a web search query, retrieve relevant passages that answer the query:"
+    )
+    assert sts_prompt(table) == "Retrieve semantically similar text: "
+    assert table.query_only_types == ("Retrieval", "Reranking")
+    assert BUILTIN["llm2vec"].is_file()
+    with pytest.raises(ConfigError, match="instructions .nope.: neither"):
+        load_instructions("nope")
+
+
+# ------------------------------------------------------------------------------------- mining
+def test_mining_encodes_queries_and_corpus_with_their_prompts(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """Mining with prompts equals mining the prompted texts (the prompts cut off again)."""
+    from cselab.search.mine import MineSettings, mine_hard_negatives
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    pairs = [(f"{GREEK[i]} {GREEK[i + 1]}", f"{GREEK[(3 * i) % len(GREEK)]} {GREEK[i + 2]} zz")
+             for i in range(12)]  # fmt: skip
+    settings = MineSettings(num_negatives=2, query_prompt="query: ", document_prompt="passage: ")
+    got = mine_hard_negatives(enc, pairs, settings=settings).rows
+    prompted = [("query: " + a, "passage: " + p) for a, p in pairs]
+    by_hand = mine_hard_negatives(enc, prompted, settings=MineSettings(num_negatives=2)).rows
+    strip = [(a.removeprefix("query: "), *(t.removeprefix("passage: ") for t in rest))
+             for a, *rest in by_hand]  # fmt: skip
+    assert got == strip
+    # the model's saved prompts are the default
+    enc.prompts = dict(PROMPTS)
+    assert mine_hard_negatives(enc, pairs, settings=MineSettings(num_negatives=2)).rows == got
+    plain = MineSettings(num_negatives=2, query_prompt="", document_prompt="")
+    assert plain.prompts(enc) == ("", "")
