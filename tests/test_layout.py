@@ -371,7 +371,7 @@ def test_the_composition_root_sits_above_training_and_publish() -> None:
     real = internal_graph()
     assert "cselab.publish.callbacks" in real["cselab.app.train"]
     assert "cselab.app.train" in real["cselab.insight.sweep"]
-    assert "cselab.app.train" in real["cselab.cli"] and "cselab.app.train" in real["cselab"]
+    assert "cselab.app.train" in real["cselab.cli.train"] and "cselab.app.train" in real["cselab"]
     assert not any(
         d.startswith(("cselab.publish", "cselab.app"))
         for m, deps in real.items()

@@ -320,6 +320,14 @@ def test_matryoshka_table_encodes_once_logs_and_counts_in_the_wall_time(
         calls.append(len(sentences))
         return real_encode(self, sentences, *a, **k)
 
+    import cselab.model.inference as inference
+
+    real_batches = inference.encode_batches
+
+    def counted_batches(encoder, batches, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(len(batches.order))  # the dev set, tokenised once, encoded again
+        return real_batches(encoder, batches, *a, **k)
+
     def slow_at_the_end(view):  # noqa: ANN001, ANN202
         score = evaluator(view)
         if trainer.step == trainer.loop.total_steps:  # the table: make its time visible
@@ -331,6 +339,7 @@ def test_matryoshka_table_encodes_once_logs_and_counts_in_the_wall_time(
     slow_at_the_end.name = evaluator.name
     before = len(calls)
     monkeypatch.setattr(SentenceEncoder, "encode", counted)
+    monkeypatch.setattr(inference, "encode_batches", counted_batches)
     with caplog.at_level(logging.INFO, logger="cselab"):
         results = trainer.train()
     table = [r["dim"] for r in results["dev_at_dims"]]

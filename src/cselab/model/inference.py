@@ -203,7 +203,8 @@ def _encode(
     # tokenised batch by batch: the host makes the next batch while the device runs this one
     limit = _limit(encoder, max_seq_len)
     batches = _tokenize(encoder, sentences, order, batch_size, limit, skip)
-    return _run(encoder, order, batches, normalize, show_progress, precision)
+    total = -(-len(order) // batch_size)  # the progress bar's batches
+    return _run(encoder, order, batches, normalize, show_progress, precision, total)
 
 
 def _run(
@@ -213,6 +214,7 @@ def _run(
     normalize: bool,
     show_progress: bool,
     precision: str,
+    total: int | None = None,
 ) -> np.ndarray:
     """Encode ``batches`` (the sorted rows ``order``); the vectors are gathered on the device
     and copied to the host every :data:`FLUSH_ROWS` rows and at the end, not batch by batch
@@ -225,7 +227,7 @@ def _run(
     if show_progress:
         from tqdm.auto import tqdm
 
-        batches = iter(tqdm(batches, desc="encode", unit="batch"))
+        batches = iter(tqdm(batches, desc="encode", unit="batch", total=total))
     was_training = encoder.training
     encoder.eval()
     try:
