@@ -302,7 +302,7 @@ def test_tf32_is_on_only_where_auto_resolves_to_fp32_on_a_gpu(
     the flags are read)."""
     from cselab.training import runtime
 
-    monkeypatch.setattr(runtime, "bf16_supported", lambda device: bf16)
+    monkeypatch.setattr(runtime, "bf16_native", lambda device: bf16)
     flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
     before = [flag.allow_tf32 for flag in flags]
     try:
