@@ -142,10 +142,42 @@ def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) ->
         return _quietly(peft.get_peft_model, backbone, config)
     except ValueError as err:  # peft: "Target modules ... not found in the base model"
         model_type = getattr(backbone.config, "model_type", "?")
+        odd = _unadaptable(backbone, targets or [])
+        if odd:  # peft's own line quotes the module's repr, many lines for a container
+            raise ConfigError(
+                f"model.lora.target_modules: {', '.join(odd)} on this {model_type} model: LoRA "
+                "adapts linear, embedding and convolution layers only (e.g. "
+                f"{', '.join(_linear_names(backbone))})"
+            ) from None
         raise ConfigError(
             f"model.lora.target_modules: {targets or 'peft default'} on a {model_type} model: "
             f"{str(err).splitlines()[0]}"
         ) from None
+
+
+#: The layer types ``peft``'s LoRA replaces (by class name: transformers' GPT-2 ``Conv1D`` too)
+_ADAPTABLE = {"Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D", "MultiheadAttention"}
+
+
+def _unadaptable(backbone: nn.Module, targets: list[str]) -> list[str]:
+    """``"name (a Type)"`` for each target that matches a module LoRA cannot adapt."""
+    found: dict[str, str] = {}
+    for name, module in backbone.named_modules():
+        kind = type(module).__name__
+        for t in targets:
+            if t not in found and kind not in _ADAPTABLE and _matches(name, t):
+                found[t] = f"{t} (a {kind})"
+    return [found[t] for t in targets if t in found]
+
+
+def _linear_names(backbone: nn.Module) -> list[str]:
+    """The short names of ``backbone``'s linear layers (GPT-2's ``Conv1D`` is one), each once,
+    in model order."""
+    linear = _ADAPTABLE - {"Embedding"}
+    names = (
+        n.rpartition(".")[2] for n, m in backbone.named_modules() if type(m).__name__ in linear
+    )
+    return list(dict.fromkeys(names))
 
 
 def has_adapters(backbone: nn.Module) -> bool:
