@@ -252,7 +252,48 @@ def _remote_code_base(folder: Path) -> Path:
     return base / "config.json"
 
 
+def _edit_config(folder: Path, **values: object) -> Path:
+    import json
+
+    path = folder / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+    return path
+
+
+def _other_targets(folder: Path) -> Path:
+    """The config names adapters the weights do not hold: peft would start them at B = 0."""
+    _edit_config(folder, target_modules=["embed_tokens"])
+    return folder / "adapter_model.safetensors"
+
+
+def _other_rank(folder: Path) -> Path:
+    _edit_config(folder, r=4)
+    return folder / "adapter_model.safetensors"
+
+
+def _other_base(folder: Path) -> Path:
+    from conftest import make_tiny_bert
+
+    return _edit_config(folder, base_model_name_or_path=str(make_tiny_bert(folder.parent / "bert")))
+
+
 DAMAGE = {
+    "other targets": (
+        _other_targets,
+        "{file}: holds no weights for some of the adapters {folder}/adapter_config.json names "
+        "(target_modules ['embed_tokens']): the two files do not belong together",
+    ),
+    "other rank": (
+        _other_rank,
+        "{file}: its tensors' shapes differ from what {folder}/adapter_config.json (r 4) and the "
+        "base model ",
+    ),
+    "other base": (
+        _other_base,
+        "{file}: target_modules ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', "
+        "'up_proj', 'v_proj'] match no module of the base model {folder.parent}/bert (bert): the "
+        "adapters belong to another model",
+    ),
     "truncated": (
         _truncate,
         "{file}: not a complete safetensors file (Error while deserializing header: incomplete "

@@ -269,22 +269,65 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
             (:func:`check_adapter_weights`), or a pickle that holds code or objects (loaded as
             tensors only, so nothing in it runs).
     """
+    import warnings
+
     from safetensors import SafetensorError
 
     from .hub import pickled_weights_refused, unpickling_failed
 
     peft = _peft()
     check_adapter_weights(folder)
+    config, weights = folder / ADAPTER_CONFIG, _weights_file(folder)
     try:
-        return _quietly(peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False)
+        with warnings.catch_warnings():
+            # peft only warns when the weights lack adapters the config names: those start at
+            # B = 0, and the "loaded" model is the base model
+            warnings.filterwarnings("error", message="Found missing adapter keys")
+            return _quietly(
+                peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False
+            )
     except SafetensorError as err:
         raise ModelFormatError(
             f"{folder / ADAPTER_WEIGHTS}: cannot be read ({str(err).splitlines()[0]})"
+        ) from None
+    except UserWarning:
+        raise ModelFormatError(
+            f"{weights}: holds no weights for some of the adapters {config} names "
+            f"(target_modules {_config_value(config, 'target_modules')}): the two files do not "
+            "belong together"
+        ) from None
+    except ValueError as err:  # peft: "Target modules {...} not found in the base model"
+        if "not found in the base model" not in str(err):
+            raise
+        raise ModelFormatError(
+            f"{config}: target_modules {_config_value(config, 'target_modules')} match no module "
+            f"of the base model {adapter_base(folder)} ({backbone.config.model_type}): the "
+            "adapters belong to another model"
+        ) from None
+    except RuntimeError as err:  # torch: "size mismatch for ...lora_A..."
+        if "size mismatch" not in str(err):
+            raise
+        raise ModelFormatError(
+            f"{weights}: its tensors' shapes differ from what {config} (r "
+            f"{_config_value(config, 'r')}) and the base model {adapter_base(folder)} make: the "
+            "adapters belong to another config or model"
         ) from None
     except Exception as err:
         if unpickling_failed(err):
             raise ModelFormatError(pickled_weights_refused(folder, ADAPTER_PICKLE)) from None
         raise
+
+
+def _weights_file(folder: Path) -> Path:
+    """The adapter weights file of ``folder``: the safetensors file, else the pickle."""
+    weights = folder / ADAPTER_WEIGHTS
+    return weights if weights.is_file() else folder / ADAPTER_PICKLE
+
+
+def _config_value(path: Path, key: str) -> Any:
+    """``key`` of the adapter config ``path`` (for a message; ``?`` where it is absent)."""
+    value = (read_json(path) or {}).get(key, "?")
+    return sorted(value) if isinstance(value, list) else value
 
 
 def merge_adapters(backbone: nn.Module) -> nn.Module:
