@@ -124,6 +124,19 @@ def test_train_cache_dir_under_a_file_is_one_line(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("under", [False, True])
+def test_train_output_dir_that_is_or_is_under_a_file_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, under: bool
+) -> None:
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    out = blocker / "sub" if under else blocker
+    assert main([*train_args(tiny_bert, tmp_path), f"--train.output_dir={out}"]) == 2
+    where = f" is under {blocker}, which" if under else ""
+    assert one_line(capsys) == f"cselab train: error: {out}{where} is a file, not a folder"
+    assert blocker.read_text() == "a file, not a folder"
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -346,6 +359,19 @@ def test_damaged_adapter_folder_is_one_line_naming_the_file(
     assert str(err.value).startswith(want)
     assert not (tmp_path / "merged").exists() and not (tmp_path / "v.npy").exists()
     assert not (tmp_path / "RAN").exists()
+
+
+def test_merge_into_a_folder_under_a_file_is_one_line(
+    adapter_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Not a NotADirectoryError naming the hidden working folder beside the output."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    assert main(["merge", str(adapter_folder), "-o", str(blocker / "merged")]) == 2
+    assert one_line(capsys) == (
+        f"cselab merge: error: {blocker / 'merged'} is under {blocker}, which is a file, not a "
+        "folder"
+    )
 
 
 # ------------------------------------------------------------------ what a user sees

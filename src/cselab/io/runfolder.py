@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import RunFolderBusy
+from ..core.errors import RunFolderBusy, WriteError
+from .files import file_in_the_way
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class RunFolder:
 
     def _acquire(self, name: str) -> int:
         """An open descriptor of the lock file, exclusively locked."""
+        refuse_file_in_the_way(self.path)
         while True:
             self.path.mkdir(parents=True, exist_ok=True)
             try:
@@ -189,6 +191,15 @@ class RunFolder:
             os.close(fd)  # the previous holder removed the file it locked: lock the new one
 
 
+def refuse_file_in_the_way(folder: Path) -> None:
+    """Raise :class:`WriteError` naming the file that keeps ``folder`` from being made (itself,
+    or a parent: ``<file>/sub``), before a ``FileExistsError`` or ``NotADirectoryError`` deep
+    in a lock or a working folder's name."""
+    if (blocker := file_in_the_way(folder)) is not None:
+        where = "" if blocker == folder else f" is under {blocker}, which"
+        raise WriteError(f"{folder}{where} is a file, not a folder")
+
+
 @contextlib.contextmanager
 def work_folder(base: Path, prefix: str) -> Iterator[Path]:
     """A new hidden working folder ``base/PREFIX<random>``, held with :meth:`RunFolder.lock`
@@ -201,6 +212,7 @@ def work_folder(base: Path, prefix: str) -> Iterator[Path]:
     stays). The one home of this rule: ``cselab mine``'s index, ``cselab merge``'s folder, the
     token cache's entry being written.
     """
+    refuse_file_in_the_way(base)  # names the user's folder, not the working folder's name
     for old in base.glob(prefix + "*"):
         if not old.is_dir() or old.is_symlink():
             continue

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core.errors import ModelFormatError
-from ..io.runfolder import RunFolder, work_folder
+from ..io.runfolder import RunFolder, refuse_file_in_the_way, work_folder
 from ..model.lora import is_adapter_folder
 from ..model.st_folder import CSELAB_FILE
 from .checkpoint import publish_folder, publishing
@@ -55,6 +55,7 @@ def merge_folder(
     folder, target = adapter_source(source), Path(out)
     if target.exists():
         raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
+    refuse_file_in_the_way(target)  # before the model loads, naming OUT and the file above it
     encoder = load(str(folder), fast_path=False).merged()
     # a held working folder beside OUT (same disk for the rename), never a folder of the
     # user's; one a killed merge left is removed by the next (io.runfolder.work_folder)
