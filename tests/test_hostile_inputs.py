@@ -97,6 +97,16 @@ def test_collection_never_writes_into_a_folder_that_holds_files(
     assert sorted(tree_digest(beir)) == ["corpus.jsonl", "qrels/dev.tsv", "queries.jsonl"]
 
 
+def test_collection_under_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    assert main(["collection", str(blocker / "beir"), "--no-download"]) == 2
+    assert one_line(capsys) == (
+        f"cselab collection: error: {blocker / 'beir'}: is under {blocker}, which is a file; the "
+        "collection is a folder"
+    )
+
+
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_collection_threshold_that_is_not_a_number(
     tmp_path: Path, capsys: pytest.CaptureFixture, value: str
