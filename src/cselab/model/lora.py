@@ -290,7 +290,9 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
         raise ModelFormatError(
             f"{folder / ADAPTER_WEIGHTS}: cannot be read ({str(err).splitlines()[0]})"
         ) from None
-    except UserWarning:
+    except UserWarning as err:
+        if "Found missing adapter keys" not in str(err):  # another warning made an error (-W)
+            raise
         raise ModelFormatError(
             f"{weights}: holds no weights for some of the adapters {config} names "
             f"(target_modules {_config_value(config, 'target_modules')}): the two files do not "
