@@ -289,6 +289,12 @@ def _other_targets(folder: Path) -> Path:
     return folder / "adapter_model.safetensors"
 
 
+def _fewer_targets(folder: Path) -> Path:
+    """The config names fewer modules than the weights hold: peft would drop the others."""
+    _edit_config(folder, target_modules=["q_proj"])
+    return folder / "adapter_model.safetensors"
+
+
 def _other_rank(folder: Path) -> Path:
     _edit_config(folder, r=4)
     return folder / "adapter_model.safetensors"
@@ -305,6 +311,11 @@ DAMAGE = {
         _other_targets,
         "{file}: holds no weights for some of the adapters {folder}/adapter_config.json names "
         "(target_modules ['embed_tokens']): the two files do not belong together",
+    ),
+    "fewer targets": (
+        _fewer_targets,
+        "{file}: holds adapters for more modules than {folder}/adapter_config.json names "
+        "(target_modules ['q_proj']): the two files do not belong together",
     ),
     "other rank": (
         _other_rank,

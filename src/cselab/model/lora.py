@@ -283,7 +283,7 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
             # peft only warns when the weights lack adapters the config names: those start at
             # B = 0, and the "loaded" model is the base model
             warnings.filterwarnings("error", message="Found missing adapter keys")
-            return _quietly(
+            model = _quietly(
                 peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False
             )
     except SafetensorError as err:
@@ -318,6 +318,23 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
         if unpickling_failed(err):
             raise ModelFormatError(pickled_weights_refused(folder, ADAPTER_PICKLE)) from None
         raise
+    if _stored_adapter_tensors(weights) > sum("lora_" in n for n, _ in model.named_parameters()):
+        # peft leaves weights of modules the config does not name unused, without a word
+        raise ModelFormatError(
+            f"{weights}: holds adapters for more modules than {config} names (target_modules "
+            f"{_config_value(config, 'target_modules')}): the two files do not belong together"
+        )
+    return model
+
+
+def _stored_adapter_tensors(weights: Path) -> int:
+    """How many LoRA tensors a safetensors adapter file holds (its header; 0 for a pickle)."""
+    if weights.suffix != ".safetensors":
+        return 0
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:
+        return sum("lora_" in key for key in f.keys())  # noqa: SIM118 - not iterable itself
 
 
 def _weights_file(folder: Path) -> Path:
