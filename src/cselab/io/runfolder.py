@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import RunFolderBusy, WriteError
-from .files import file_in_the_way
+from ..core.errors import RunFolderBusy
+from .files import refuse_file_in_the_way
 
 
 @dataclass(frozen=True)
@@ -189,15 +189,6 @@ class RunFolder:
             if current == os.fstat(fd).st_ino:
                 return fd
             os.close(fd)  # the previous holder removed the file it locked: lock the new one
-
-
-def refuse_file_in_the_way(folder: Path) -> None:
-    """Raise :class:`WriteError` naming the file that keeps ``folder`` from being made (itself,
-    or a parent: ``<file>/sub``), before a ``FileExistsError`` or ``NotADirectoryError`` deep
-    in a lock or a working folder's name."""
-    if (blocker := file_in_the_way(folder)) is not None:
-        where = "" if blocker == folder else f" is under {blocker}, which"
-        raise WriteError(f"{folder}{where} is a file, not a folder")
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core.errors import ModelFormatError
-from ..io.runfolder import RunFolder, refuse_file_in_the_way, work_folder
+from ..io.files import refuse_file_in_the_way
+from ..io.runfolder import RunFolder, work_folder
 from ..model.lora import is_adapter_folder
 from ..model.st_folder import CSELAB_FILE
 from .checkpoint import publish_folder, publishing
