@@ -267,13 +267,10 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
     Raises:
         ModelFormatError: naming the weights file when it cannot be loaded: missing or damaged
             (:func:`check_adapter_weights`), or a pickle that holds code or objects (loaded as
-            tensors only, so nothing in it runs).
+            tensors only, so nothing in it runs); naming the config and the weights when they
+            do not belong together (other modules, another rank, another base model).
     """
     import warnings
-
-    from safetensors import SafetensorError
-
-    from .hub import pickled_weights_refused, unpickling_failed
 
     peft = _peft()
     check_adapter_weights(folder)
@@ -286,38 +283,11 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
             model = _quietly(
                 peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False
             )
-    except SafetensorError as err:
-        raise ModelFormatError(
-            f"{folder / ADAPTER_WEIGHTS}: cannot be read ({str(err).splitlines()[0]})"
-        ) from None
-    except UserWarning as err:
-        if "Found missing adapter keys" not in str(err):  # another warning made an error (-W)
-            raise
-        raise ModelFormatError(
-            f"{weights}: holds no weights for some of the adapters {config} names "
-            f"(target_modules {_config_value(config, 'target_modules')}): the two files do not "
-            "belong together"
-        ) from None
-    except ValueError as err:  # peft: "Target modules {...} not found in the base model"
-        if "not found in the base model" not in str(err):
-            raise
-        raise ModelFormatError(
-            f"{config}: target_modules {_config_value(config, 'target_modules')} match no module "
-            f"of the base model {adapter_base(folder)} ({backbone.config.model_type}): the "
-            "adapters belong to another model"
-        ) from None
-    except RuntimeError as err:  # torch: "size mismatch for ...lora_A..."
-        if "size mismatch" not in str(err):
-            raise
-        raise ModelFormatError(
-            f"{weights}: its tensors' shapes differ from what {config} (r "
-            f"{_config_value(config, 'r')}) and the base model {adapter_base(folder)} make: the "
-            "adapters belong to another config or model"
-        ) from None
     except Exception as err:
-        if unpickling_failed(err):
-            raise ModelFormatError(pickled_weights_refused(folder, ADAPTER_PICKLE)) from None
-        raise
+        message = _refused_adapters(err, folder, backbone)
+        if message is None:
+            raise
+        raise ModelFormatError(message) from None
     if _stored_adapter_tensors(weights) > sum("lora_" in n for n, _ in model.named_parameters()):
         # peft leaves weights of modules the config does not name unused, without a word
         raise ModelFormatError(
@@ -325,6 +295,40 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
             f"{_config_value(config, 'target_modules')}): the two files do not belong together"
         )
     return model
+
+
+def _refused_adapters(err: Exception, folder: Path, backbone: nn.Module) -> str | None:
+    """The one line for what ``peft`` raised loading the adapters of ``folder`` onto
+    ``backbone`` (``None``: not a fault of the folder's files)."""
+    from safetensors import SafetensorError
+
+    from .hub import pickled_weights_refused, unpickling_failed
+
+    config, weights = folder / ADAPTER_CONFIG, _weights_file(folder)
+    text = str(err)
+    if unpickling_failed(err):
+        return pickled_weights_refused(folder, ADAPTER_PICKLE)
+    if isinstance(err, SafetensorError):
+        return f"{folder / ADAPTER_WEIGHTS}: cannot be read ({text.splitlines()[0]})"
+    if isinstance(err, UserWarning) and "Found missing adapter keys" in text:
+        return (
+            f"{weights}: holds no weights for some of the adapters {config} names "
+            f"(target_modules {_config_value(config, 'target_modules')}): the two files do not "
+            "belong together"
+        )
+    if isinstance(err, ValueError) and "not found in the base model" in text:
+        return (
+            f"{config}: target_modules {_config_value(config, 'target_modules')} match no module "
+            f"of the base model {adapter_base(folder)} ({backbone.config.model_type}): the "
+            "adapters belong to another model"
+        )
+    if isinstance(err, RuntimeError) and "size mismatch" in text:
+        return (
+            f"{weights}: its tensors' shapes differ from what {config} (r "
+            f"{_config_value(config, 'r')}) and the base model {adapter_base(folder)} make: the "
+            "adapters belong to another config or model"
+        )
+    return None
 
 
 def _stored_adapter_tensors(weights: Path) -> int:
