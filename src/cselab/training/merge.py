@@ -31,13 +31,16 @@ def adapter_source(source: str | Path) -> Path:
     """
     path = Path(source)
     if not path.is_dir():
-        raise ModelFormatError(f"{path}: no such folder (a model folder of LoRA adapters)")
+        what = "is a file" if path.exists() else "no such folder"
+        raise ModelFormatError(f"{path}: {what} (a model folder of LoRA adapters)")
     if not (path / CSELAB_FILE).is_file() and RunFolder(path).best.is_dir():
         path = RunFolder(path).best
     if not is_adapter_folder(path):
+        plain = (path / "config.json").is_file()  # what transformers reads first in a model
         raise ModelFormatError(
             f"{path}: holds no LoRA adapters (no adapter_config.json), so there is nothing to "
-            "merge; it is a plain model folder already"
+            "merge; "
+            + ("it is a plain model folder already" if plain else "nor is it a model folder")
         )
     return path
 
