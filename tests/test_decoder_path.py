@@ -145,6 +145,12 @@ def test_a_causal_lm_outside_the_table_trains_as_a_decoder(tmp_path: Path) -> No
             "post_attention_layernorm, norm, rotary_emb",
         ),
         (
+            "--model.lora.target_modules=[q_proj,layers,norm]",
+            "cselab train: error: model.lora.target_modules: layers (a ModuleList), norm (a "
+            "LlamaRMSNorm) on this llama model: LoRA adapts linear, embedding and convolution "
+            "layers only (e.g. q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+        ),
+        (
             "--model.lora.r=100000",
             "cselab train: error: model.lora.r=100000 exceeds the width of the model (32): a rank "
             "above it adds parameters and no expressiveness; choose r <= 32 (LLM2Vec: 16)",

@@ -97,6 +97,27 @@ def test_bad_clustering_files_are_one_line(tmp_path: Path) -> None:
         read_labelled_file(tmp_path / "none.tsv")
 
 
+def test_integer_labels_are_read_as_the_labels_they_are(tmp_path: Path) -> None:
+    """A JSON integer label, and a saved dataset's ``ClassLabel`` column (integers), cluster
+    like their text; a boolean is no label."""
+    import datasets
+
+    rows = [{"text": t, "label": i} for i, texts in enumerate(TOPICS.values()) for t in texts]
+    jsonl = tmp_path / "labels.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    names = datasets.ClassLabel(names=list(TOPICS))
+    saved = tmp_path / "saved"
+    features = datasets.Features({"text": datasets.Value("string"), "label": names})
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(str(saved))
+    want = tuple(str(r["label"]) for r in rows)
+    assert read_labelled_file(jsonl).labels == read_labelled_file(saved).labels == want
+    jsonl.write_text('{"text": "x", "label": true}\n', encoding="utf-8")
+    with pytest.raises(
+        UserError, match=r"labels\.jsonl:1: column 'label' holds a boolean \(true\), not text"
+    ):
+        read_labelled_file(jsonl)
+
+
 def test_cselab_evaluate_clustering_reaches_json_tables_card_and_hub(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

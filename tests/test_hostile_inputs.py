@@ -97,6 +97,16 @@ def test_collection_never_writes_into_a_folder_that_holds_files(
     assert sorted(tree_digest(beir)) == ["corpus.jsonl", "qrels/dev.tsv", "queries.jsonl"]
 
 
+def test_collection_under_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    assert main(["collection", str(blocker / "beir"), "--no-download"]) == 2
+    assert one_line(capsys) == (
+        f"cselab collection: error: {blocker / 'beir'}: is under {blocker}, which is a file; the "
+        "collection is a folder"
+    )
+
+
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_collection_threshold_that_is_not_a_number(
     tmp_path: Path, capsys: pytest.CaptureFixture, value: str
@@ -122,6 +132,19 @@ def test_train_cache_dir_under_a_file_is_one_line(
         "file, not a folder"
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_train_output_dir_that_is_or_is_under_a_file_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, under: bool
+) -> None:
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    out = blocker / "sub" if under else blocker
+    assert main([*train_args(tiny_bert, tmp_path), f"--train.output_dir={out}"]) == 2
+    where = f" is under {blocker}, which" if under else ""
+    assert one_line(capsys) == f"cselab train: error: {out}{where} is a file, not a folder"
+    assert blocker.read_text() == "a file, not a folder"
 
 
 @pytest.mark.parametrize(
@@ -252,7 +275,59 @@ def _remote_code_base(folder: Path) -> Path:
     return base / "config.json"
 
 
+def _edit_config(folder: Path, **values: object) -> Path:
+    import json
+
+    path = folder / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+    return path
+
+
+def _other_targets(folder: Path) -> Path:
+    """The config names adapters the weights do not hold: peft would start them at B = 0."""
+    _edit_config(folder, target_modules=["embed_tokens"])
+    return folder / "adapter_model.safetensors"
+
+
+def _fewer_targets(folder: Path) -> Path:
+    """The config names fewer modules than the weights hold: peft would drop the others."""
+    _edit_config(folder, target_modules=["q_proj"])
+    return folder / "adapter_model.safetensors"
+
+
+def _other_rank(folder: Path) -> Path:
+    _edit_config(folder, r=4)
+    return folder / "adapter_model.safetensors"
+
+
+def _other_base(folder: Path) -> Path:
+    from conftest import make_tiny_bert
+
+    return _edit_config(folder, base_model_name_or_path=str(make_tiny_bert(folder.parent / "bert")))
+
+
 DAMAGE = {
+    "other targets": (
+        _other_targets,
+        "{file}: holds no weights for some of the adapters {folder}/adapter_config.json names "
+        "(target_modules ['embed_tokens']): the two files do not belong together",
+    ),
+    "fewer targets": (
+        _fewer_targets,
+        "{file}: holds adapters for more modules than {folder}/adapter_config.json names "
+        "(target_modules ['q_proj']): the two files do not belong together",
+    ),
+    "other rank": (
+        _other_rank,
+        "{file}: its tensors' shapes differ from what {folder}/adapter_config.json (r 4) and the "
+        "base model ",
+    ),
+    "other base": (
+        _other_base,
+        "{file}: target_modules ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', "
+        "'up_proj', 'v_proj'] match no module of the base model {folder.parent}/bert (bert): the "
+        "adapters belong to another model",
+    ),
     "truncated": (
         _truncate,
         "{file}: not a complete safetensors file (Error while deserializing header: incomplete "
@@ -305,6 +380,19 @@ def test_damaged_adapter_folder_is_one_line_naming_the_file(
     assert str(err.value).startswith(want)
     assert not (tmp_path / "merged").exists() and not (tmp_path / "v.npy").exists()
     assert not (tmp_path / "RAN").exists()
+
+
+def test_merge_into_a_folder_under_a_file_is_one_line(
+    adapter_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Not a NotADirectoryError naming the hidden working folder beside the output."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    assert main(["merge", str(adapter_folder), "-o", str(blocker / "merged")]) == 2
+    assert one_line(capsys) == (
+        f"cselab merge: error: {blocker / 'merged'} is under {blocker}, which is a file, not a "
+        "folder"
+    )
 
 
 # ------------------------------------------------------------------ what a user sees

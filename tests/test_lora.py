@@ -205,6 +205,17 @@ def test_merge_and_push_edges_name_the_folder(tiny_llama: Path, tmp_path: Path) 
         str(err.value)
         == f"{tmp_path / 'nonexistent'}: no such folder (a model folder of LoRA adapters)"
     )
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a file")
+    with pytest.raises(ModelFormatError, match=r"notes\.txt: is a file \(a model folder of LoRA"):
+        merge_folder(notes, tmp_path / "x")
+    (tmp_path / "checkpoint").mkdir()  # a folder with no model in it is not "a plain model"
+    with pytest.raises(ModelFormatError) as err:
+        merge_folder(tmp_path / "checkpoint", tmp_path / "x")
+    assert str(err.value).endswith("nothing to merge; nor is it a model folder")
+    with pytest.raises(ModelFormatError) as err:
+        merge_folder(tiny_llama, tmp_path / "x")
+    assert str(err.value).endswith("nothing to merge; it is a plain model folder already")
     base = shutil.copytree(tiny_llama, tmp_path / "base")
     SentenceEncoder.from_pretrained(str(base), pooler="avg", lora={"r": 2}).save(tmp_path / "ad")
     mine = tmp_path / "merged.tmp"

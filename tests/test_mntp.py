@@ -154,6 +154,14 @@ def test_mntp_refuses_what_does_not_compose(tmp_path: Path) -> None:
         load_config(None, ["--objective.mntp.enabled=true", "--objective.mntp.mask_ratio=0"])
 
 
+@pytest.mark.parametrize("ratio", ["-0.1", "0.0", "1.5"])
+def test_a_mask_ratio_out_of_range_is_refused_as_one(ratio: str) -> None:
+    """The range comes first: a negative ratio is not "a ratio that chooses -26 tokens"."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["--objective.mntp.enabled=true", f"--objective.mntp.mask_ratio={ratio}"])
+    assert str(err.value) == f"objective.mntp.mask_ratio must be in (0, 1], got {ratio}"
+
+
 def test_mntp_is_not_a_sentence_transformers_loss(minilm_path: Path) -> None:
     from sentence_transformers import SentenceTransformer
 

@@ -223,6 +223,14 @@ def test_a_paper_loss_takes_every_field_of_its_sections_under_its_key_path(
     )
     with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
         DCLLoss(model, temprature=0.1)
+    with pytest.raises(TypeError) as err:  # before: "paper_loss.<locals>.__init__() takes..."
+        DCLLoss(model, 0.05, 0.2)
+    assert str(err.value) == (
+        "DCLLoss() takes model and temperature by position and the rest by keyword (weight=, "
+        "dcl_temperature=, formulation=, eps=); got 1 more by position"
+    )
+    with pytest.raises(TypeError, match=r"^DCLLoss\.__init__\(\) got multiple values for argument"):
+        DCLLoss(model, 0.05, temperature=0.1)
 
 
 def test_caching_and_undefined_combinations_are_refused_with_a_reason(st_folder: Path) -> None:

@@ -276,7 +276,14 @@ def paper_loss(name: str, summary: str, *keys: str) -> type[CSELoss]:
             word = f.name if i == 0 and f.name not in top else f"{key}_{f.name}"
             params[word] = (key, f.name, f.default)
 
-    def __init__(self: CSELoss, model: nn.Module, temperature: float = _TAU, **kwargs: Any) -> None:
+    def __init__(
+        self: CSELoss, model: nn.Module, temperature: float = _TAU, *extra: Any, **kwargs: Any
+    ) -> None:
+        if extra:  # the keywords were once positional too: name them in their order
+            raise TypeError(
+                f"{name}() takes model and temperature by position and the rest by keyword "
+                f"({', '.join(f'{w}=' for w in params)}); got {len(extra)} more by position"
+            )
         values: dict[str, dict[str, Any]] = {key: {"enabled": True} for key in keys}
         for word in [w for w in kwargs if w in params]:
             key, field_name, _ = params[word]
@@ -292,6 +299,7 @@ def paper_loss(name: str, summary: str, *keys: str) -> type[CSELoss]:
             self, model, ObjectiveConfig(temperature=temperature, **sections), **kwargs
         )
 
+    __init__.__qualname__ = f"{name}.__init__"  # Python's own TypeErrors name the class
     kw = inspect.Parameter.KEYWORD_ONLY
     __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [

@@ -215,17 +215,6 @@ class Config:
                 "train.cache_chunk_size (GradCache) caches sentence vectors for in-batch "
                 "negatives; objective.mntp predicts tokens and has none: leave it null"
             )
-        mntp = self.objective.mntp
-        if mntp.enabled and mntp.mask_ratio * t.batch_size * m.max_seq_len < 1:
-            # fewer than one chosen token per batch on average: most steps score nothing and the
-            # adapters do not move (a ratio the validation of the section let through)
-            raise ConfigError(
-                f"objective.mntp.mask_ratio={mntp.mask_ratio:g} chooses "
-                f"{mntp.mask_ratio * t.batch_size * m.max_seq_len:.2g} tokens per batch of "
-                f"train.batch_size={t.batch_size} x model.max_seq_len={m.max_seq_len} tokens, "
-                "so MNTP has almost nothing to predict; use at least "
-                f"{1 / (t.batch_size * m.max_seq_len):.2g} (LLM2Vec: 0.2)"
-            )
         if t.save_merged and not m.lora.enabled:
             raise ConfigError(
                 "train.save_merged=true merges LoRA adapters, but model.lora.r is 0 (no adapters)"
@@ -253,6 +242,17 @@ class Config:
         # The kind of data as far as the config can tell (pairs or not; the hard negatives are
         # known once the file is read): impossible combinations fail here, naming the key.
         self.objective.validate(pairs=is_pairs_source(self.data.train_file, self.data.format))
+        mntp = self.objective.mntp
+        if mntp.enabled and mntp.mask_ratio * t.batch_size * m.max_seq_len < 1:
+            # fewer than one chosen token per batch on average: most steps score nothing and the
+            # adapters do not move (a ratio in the section's range, checked just above)
+            raise ConfigError(
+                f"objective.mntp.mask_ratio={mntp.mask_ratio:g} chooses "
+                f"{mntp.mask_ratio * t.batch_size * m.max_seq_len:.2g} tokens per batch of "
+                f"train.batch_size={t.batch_size} x model.max_seq_len={m.max_seq_len} tokens, "
+                "so MNTP has almost nothing to predict; use at least "
+                f"{1 / (t.batch_size * m.max_seq_len):.2g} (LLM2Vec: 0.2)"
+            )
         self.__dict__["_checked"] = _fingerprint(self)
         return self
 

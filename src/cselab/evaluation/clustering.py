@@ -58,7 +58,7 @@ def read_labelled_file(
     text, label = columns
     table = open_table(p)
     table.require((text, label), "name the columns text and label")
-    rows = [(row.text(text), row.text(label)) for row in table]
+    rows = [(row.text(text), row.key(label)) for row in table]  # a label may be an int
     labels = tuple(r[1] for r in rows)
     if len(set(labels)) < 2 or len(rows) <= len(set(labels)):
         raise DataFormatError(

@@ -71,6 +71,15 @@ def file_in_the_way(folder: str | os.PathLike[str]) -> Path | None:
     return None
 
 
+def refuse_file_in_the_way(folder: Path) -> None:
+    """Raise :class:`WriteError` naming the file that keeps ``folder`` from being made (itself,
+    or a parent: ``<file>/sub``), before a ``FileExistsError`` or ``NotADirectoryError`` deep
+    in a lock or a working folder's name."""
+    if (blocker := file_in_the_way(folder)) is not None:
+        where = "" if blocker == folder else f" is under {blocker}, which"
+        raise WriteError(f"{folder}{where} is a file, not a folder")
+
+
 #: Free bytes below which a short write without an ``errno`` is taken for a full disk.
 FULL_DISK_SLACK = 1 << 16
 

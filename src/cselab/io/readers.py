@@ -256,14 +256,6 @@ def is_beir_folder(path: str | os.PathLike[str]) -> bool:
     )
 
 
-def _beir_id(row: Row, column: str) -> str:
-    """An id as text: BEIR's ids are strings, but a JSON integer is taken as its digits."""
-    value = row.values.get(column, _ABSENT)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return row.text(column)
-
-
 def _beir_optional_text(row: Row, column: str) -> str:
     value = row.values.get(column)
     if value is None:
@@ -278,7 +270,7 @@ def _beir_rows(path: Path, columns: Sequence[str]) -> Iterator[Row]:
     table.require(columns, "a BEIR file has these columns")
     seen: dict[str, str] = {}
     for row in table:
-        key = _beir_id(row, columns[0])
+        key = row.key(columns[0])
         if key in seen:
             raise row.error(f"{columns[0]} '{key}' appears twice (first on {seen[key]})")
         seen[key] = f"line {row.line}" if row.index is None else f"row {row.index}"
@@ -328,11 +320,10 @@ def read_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirCollec
         text = (_beir_optional_text(row, "title") + " " + _beir_optional_text(row, "text")).strip()
         if not text:
             raise row.error("the document has no text (columns 'title' and 'text' are empty)")
-        doc_ids.append(_beir_id(row, "_id"))
+        doc_ids.append(row.key("_id"))
         doc_texts.append(text)
     queries = {
-        _beir_id(row, "_id"): row.text("text")
-        for row in _beir_rows(parts[BEIR_QUERIES], ("_id", "text"))
+        row.key("_id"): row.text("text") for row in _beir_rows(parts[BEIR_QUERIES], ("_id", "text"))
     }
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     query_index: dict[str, int] = {}
@@ -341,7 +332,7 @@ def read_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirCollec
     table = open_table(qrels_path)
     table.require(BEIR_QRELS_COLUMNS, "BEIR's qrels header is 'query-id<TAB>corpus-id<TAB>score'")
     for row in table:
-        qid, did = _beir_id(row, "query-id"), _beir_id(row, "corpus-id")
+        qid, did = row.key("query-id"), row.key("corpus-id")
         if qid not in queries:
             raise row.error(f"query-id '{qid}' is not in {parts[BEIR_QUERIES].name}")
         if did not in doc_index:

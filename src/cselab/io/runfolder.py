@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import RunFolderBusy
+from .files import refuse_file_in_the_way
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class RunFolder:
 
     def _acquire(self, name: str) -> int:
         """An open descriptor of the lock file, exclusively locked."""
+        refuse_file_in_the_way(self.path)
         while True:
             self.path.mkdir(parents=True, exist_ok=True)
             try:
@@ -201,6 +203,7 @@ def work_folder(base: Path, prefix: str) -> Iterator[Path]:
     stays). The one home of this rule: ``cselab mine``'s index, ``cselab merge``'s folder, the
     token cache's entry being written.
     """
+    refuse_file_in_the_way(base)  # names the user's folder, not the working folder's name
     for old in base.glob(prefix + "*"):
         if not old.is_dir() or old.is_symlink():
             continue

@@ -222,6 +222,15 @@ class Row:
                 ) from None
         return value
 
+    def key(self, column: str) -> str:
+        """The text in ``column`` as :meth:`text` reads it, or an integer as its digits: an id
+        (BEIR's are strings, often written as JSON integers) or a class label (a saved dataset's
+        ``ClassLabel`` column holds integers)."""
+        value = self.values.get(column, _ABSENT)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return self.text(column)
+
     def number(self, column: str) -> float:
         """The finite number in ``column`` (a JSON number, or text such as ``"3.5"``)."""
         raw = self.values.get(column)

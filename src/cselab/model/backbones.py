@@ -257,12 +257,14 @@ def is_decoder(config: Any) -> bool:
     )
 
 
-def default_pooler(config: Any) -> str:
+def default_pooler(config: Any, say: bool = True) -> str:
     """``model.pooler: null`` for this architecture: its row's ``default_pooler``; outside the
-    table ``avg`` for a decoder (its first token sees nothing) and SimCSE's ``cls`` otherwise."""
+    table ``avg`` for a decoder (its first token sees nothing) and SimCSE's ``cls`` otherwise.
+    ``say``: log the choice (a run resolving its pooler), not when a message only names it."""
     row = BACKBONES.get(str(getattr(config, "model_type", None)))
     kind = row.default_pooler if row is not None else "avg" if is_decoder(config) else "cls"
-    log.info("model.pooler: %s (the default of %s)", kind, getattr(config, "model_type", None))
+    if say:
+        log.info("model.pooler: %s (the default of %s)", kind, getattr(config, "model_type", None))
     return kind
 
 

@@ -142,10 +142,42 @@ def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) ->
         return _quietly(peft.get_peft_model, backbone, config)
     except ValueError as err:  # peft: "Target modules ... not found in the base model"
         model_type = getattr(backbone.config, "model_type", "?")
+        odd = _unadaptable(backbone, targets or [])
+        if odd:  # peft's own line quotes the module's repr, many lines for a container
+            raise ConfigError(
+                f"model.lora.target_modules: {', '.join(odd)} on this {model_type} model: LoRA "
+                "adapts linear, embedding and convolution layers only (e.g. "
+                f"{', '.join(_linear_names(backbone))})"
+            ) from None
         raise ConfigError(
             f"model.lora.target_modules: {targets or 'peft default'} on a {model_type} model: "
             f"{str(err).splitlines()[0]}"
         ) from None
+
+
+#: The layer types ``peft``'s LoRA replaces (by class name: transformers' GPT-2 ``Conv1D`` too)
+_ADAPTABLE = {"Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D", "MultiheadAttention"}
+
+
+def _unadaptable(backbone: nn.Module, targets: list[str]) -> list[str]:
+    """``"name (a Type)"`` for each target that matches a module LoRA cannot adapt."""
+    found: dict[str, str] = {}
+    for name, module in backbone.named_modules():
+        kind = type(module).__name__
+        for t in targets:
+            if t not in found and kind not in _ADAPTABLE and _matches(name, t):
+                found[t] = f"{t} (a {kind})"
+    return [found[t] for t in targets if t in found]
+
+
+def _linear_names(backbone: nn.Module) -> list[str]:
+    """The short names of ``backbone``'s linear layers (GPT-2's ``Conv1D`` is one), each once,
+    in model order."""
+    linear = _ADAPTABLE - {"Embedding"}
+    names = (
+        n.rpartition(".")[2] for n, m in backbone.named_modules() if type(m).__name__ in linear
+    )
+    return list(dict.fromkeys(names))
 
 
 def has_adapters(backbone: nn.Module) -> bool:
@@ -235,24 +267,90 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
     Raises:
         ModelFormatError: naming the weights file when it cannot be loaded: missing or damaged
             (:func:`check_adapter_weights`), or a pickle that holds code or objects (loaded as
-            tensors only, so nothing in it runs).
+            tensors only, so nothing in it runs); naming the config and the weights when they
+            do not belong together (other modules, another rank, another base model).
     """
+    import warnings
+
+    peft = _peft()
+    check_adapter_weights(folder)
+    config, weights = folder / ADAPTER_CONFIG, _weights_file(folder)
+    try:
+        with warnings.catch_warnings():
+            # peft only warns when the weights lack adapters the config names: those start at
+            # B = 0, and the "loaded" model is the base model
+            warnings.filterwarnings("error", message="Found missing adapter keys")
+            model = _quietly(
+                peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False
+            )
+    except Exception as err:
+        message = _refused_adapters(err, folder, backbone)
+        if message is None:
+            raise
+        raise ModelFormatError(message) from None
+    if _stored_adapter_tensors(weights) > sum("lora_" in n for n, _ in model.named_parameters()):
+        # peft leaves weights of modules the config does not name unused, without a word
+        raise ModelFormatError(
+            f"{weights}: holds adapters for more modules than {config} names (target_modules "
+            f"{_config_value(config, 'target_modules')}): the two files do not belong together"
+        )
+    return model
+
+
+def _refused_adapters(err: Exception, folder: Path, backbone: nn.Module) -> str | None:
+    """The one line for what ``peft`` raised loading the adapters of ``folder`` onto
+    ``backbone`` (``None``: not a fault of the folder's files)."""
     from safetensors import SafetensorError
 
     from .hub import pickled_weights_refused, unpickling_failed
 
-    peft = _peft()
-    check_adapter_weights(folder)
-    try:
-        return _quietly(peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False)
-    except SafetensorError as err:
-        raise ModelFormatError(
-            f"{folder / ADAPTER_WEIGHTS}: cannot be read ({str(err).splitlines()[0]})"
-        ) from None
-    except Exception as err:
-        if unpickling_failed(err):
-            raise ModelFormatError(pickled_weights_refused(folder, ADAPTER_PICKLE)) from None
-        raise
+    config, weights = folder / ADAPTER_CONFIG, _weights_file(folder)
+    text = str(err)
+    if unpickling_failed(err):
+        return pickled_weights_refused(folder, ADAPTER_PICKLE)
+    if isinstance(err, SafetensorError):
+        return f"{folder / ADAPTER_WEIGHTS}: cannot be read ({text.splitlines()[0]})"
+    if isinstance(err, UserWarning) and "Found missing adapter keys" in text:
+        return (
+            f"{weights}: holds no weights for some of the adapters {config} names "
+            f"(target_modules {_config_value(config, 'target_modules')}): the two files do not "
+            "belong together"
+        )
+    if isinstance(err, ValueError) and "not found in the base model" in text:
+        return (
+            f"{config}: target_modules {_config_value(config, 'target_modules')} match no module "
+            f"of the base model {adapter_base(folder)} ({backbone.config.model_type}): the "
+            "adapters belong to another model"
+        )
+    if isinstance(err, RuntimeError) and "size mismatch" in text:
+        return (
+            f"{weights}: its tensors' shapes differ from what {config} (r "
+            f"{_config_value(config, 'r')}) and the base model {adapter_base(folder)} make: the "
+            "adapters belong to another config or model"
+        )
+    return None
+
+
+def _stored_adapter_tensors(weights: Path) -> int:
+    """How many LoRA tensors a safetensors adapter file holds (its header; 0 for a pickle)."""
+    if weights.suffix != ".safetensors":
+        return 0
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:
+        return sum("lora_" in key for key in f.keys())  # noqa: SIM118 - not iterable itself
+
+
+def _weights_file(folder: Path) -> Path:
+    """The adapter weights file of ``folder``: the safetensors file, else the pickle."""
+    weights = folder / ADAPTER_WEIGHTS
+    return weights if weights.is_file() else folder / ADAPTER_PICKLE
+
+
+def _config_value(path: Path, key: str) -> Any:
+    """``key`` of the adapter config ``path`` (for a message; ``?`` where it is absent)."""
+    value = (read_json(path) or {}).get(key, "?")
+    return sorted(value) if isinstance(value, list) else value
 
 
 def merge_adapters(backbone: nn.Module) -> nn.Module:

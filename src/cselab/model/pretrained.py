@@ -178,11 +178,10 @@ def attention_and_pooler(
         and not bidirectional
         and pooler in ("cls", "cls_before_pooler")
     ):
-        row = backbones.BACKBONES.get(str(config.model_type))
-        default = row.default_pooler if row is not None else "avg"
         raise ConfigError(
             f"model.pooler={pooler}: {config.model_type} is a causal decoder, whose first "
-            f"token sees no other token; use pooler {default} (its default), last or "
+            f"token sees no other token; use pooler {backbones.default_pooler(config, say=False)} "
+            "(its default), last or "
             "weighted_mean, or bidirectional attention (model.pooler and model.bidirectional in "
             "a config; pooler= and bidirectional= in cselab.load)"
         )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core.errors import ModelFormatError
+from ..io.files import refuse_file_in_the_way
 from ..io.runfolder import RunFolder, work_folder
 from ..model.lora import is_adapter_folder
 from ..model.st_folder import CSELAB_FILE
@@ -30,13 +31,16 @@ def adapter_source(source: str | Path) -> Path:
     """
     path = Path(source)
     if not path.is_dir():
-        raise ModelFormatError(f"{path}: no such folder (a model folder of LoRA adapters)")
+        what = "is a file" if path.exists() else "no such folder"
+        raise ModelFormatError(f"{path}: {what} (a model folder of LoRA adapters)")
     if not (path / CSELAB_FILE).is_file() and RunFolder(path).best.is_dir():
         path = RunFolder(path).best
     if not is_adapter_folder(path):
+        plain = (path / "config.json").is_file()  # what transformers reads first in a model
         raise ModelFormatError(
             f"{path}: holds no LoRA adapters (no adapter_config.json), so there is nothing to "
-            "merge; it is a plain model folder already"
+            "merge; "
+            + ("it is a plain model folder already" if plain else "nor is it a model folder")
         )
     return path
 
@@ -55,6 +59,7 @@ def merge_folder(
     folder, target = adapter_source(source), Path(out)
     if target.exists():
         raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
+    refuse_file_in_the_way(target)  # before the model loads, naming OUT and the file above it
     encoder = load(str(folder), fast_path=False).merged()
     # a held working folder beside OUT (same disk for the rename), never a folder of the
     # user's; one a killed merge left is removed by the next (io.runfolder.work_folder)
