@@ -178,3 +178,19 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def aten_calls():  # noqa: ANN201 - a TorchDispatchMode, imported lazily (torch-free conftest)
+    """A context that records every aten call made inside it (``.names``: the operators)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.names.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    return Ops()

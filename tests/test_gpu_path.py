@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from conftest import aten_calls
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.unpad import padded_attention_mask
 
@@ -338,19 +339,9 @@ def test_a_gradcache_step_reads_nothing_back(tiny_bert: Path, tmp_path: Path) ->
 def test_an_encoder_s_key_mask_builds_no_position_tensors(tiny_bert: Path) -> None:
     """BERT's prepared mask is its key mask: no ``arange`` of positions, no ``(L, L)``
     comparisons (the causal, band and diagonal masks are built only where they are used)."""
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.names: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            self.names.append(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
-
     enc = padded_encoder(tiny_bert)
     mask = enc.tokenize(["a short one", "a much longer sentence than the other one is"])
-    with Ops() as ops:
+    with aten_calls() as ops:
         keys = padded_attention_mask(enc.backbone, mask["attention_mask"])
     assert keys.shape == (2, 1, 1, mask["attention_mask"].shape[1])
     assert "aten.arange" not in ops.names and "aten.eq" not in ops.names, ops.names

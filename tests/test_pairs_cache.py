@@ -243,7 +243,9 @@ def test_a_pairs_run_trains_on_the_cached_columns_and_resumes(
     sentences = wiki_file.read_text(encoding="utf-8").splitlines()[:200]
     train_file = _write_triplets(tmp_path / "train.csv", sentences, 64)
     whole = build_trainer(_pairs_config(tiny_bert, train_file, tmp_path / "whole"))
-    assert isinstance(whole.batches.corpus, TokenizedPairs) and whole.batches.corpus.num_negatives == 1
+    assert (
+        isinstance(whole.batches.corpus, TokenizedPairs) and whole.batches.corpus.num_negatives == 1
+    )
     assert isinstance(whole.batches.corpus.negatives[0].ids, np.memmap)
     assert whole.train()["steps"] == 6
     stopped = build_trainer(_pairs_config(tiny_bert, train_file, tmp_path / "part"))

@@ -4,31 +4,19 @@ per shape, offset and device; a one-term loss is its term; the views are checked
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from conftest import aten_calls
 from cselab.core.datakind import SENTENCES, DataKind
 from cselab.objectives import HardNegatives, InfoNCE, ObjectiveContext, Pair, total_loss
 from cselab.objectives.infonce import own_column_mask
 from cselab.training import views
 
 
-class Ops(TorchDispatchMode):
-    """Every aten call made inside the block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.names.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_diagonal_mask_is_made_once_per_shape_and_offset() -> None:
     sims = torch.randn(3, 6)
     first = own_column_mask(sims, 3)
     later = torch.randn(3, 6)  # the next step's similarities
-    with Ops() as ops:
+    with aten_calls() as ops:
         again = own_column_mask(later, 3)
     assert again is first and ops.names == []  # no operator: the step reuses it
     expected = torch.zeros(3, 6, dtype=torch.bool)
@@ -47,7 +35,7 @@ def test_a_step_s_objective_builds_no_index_and_a_one_term_loss_is_its_term() ->
     z = {k: torch.randn(8, 16, generator=g, requires_grad=True) for k in ("z1", "z2")}
     loss = InfoNCE(0.05)
     loss(z)  # the first step makes the constants
-    with Ops() as ops:
+    with aten_calls() as ops:
         terms = loss(z)
         total = total_loss(terms)
     assert total is terms["infonce"]
