@@ -5,7 +5,6 @@ missing dev set. Each is one line (``cselab CMD: error: ...``, exit 2) and loses
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -67,27 +66,6 @@ def test_resume_without_a_checkpoint_never_starts_over(
     assert message.startswith(f"cselab train: error: train.resume: {run.path} holds a run (")
     assert "but no checkpoint" in message and "--train.overwrite=true" in message
     assert tree_digest(run.path) == before
-
-
-def test_resume_of_a_finished_run_keeps_its_results(
-    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    """``--train.resume=true`` on a run that reached its steps: one line, before anything is
-    written (results.json kept its times, the cards and last/ their bytes). A run killed
-    while it ended (no results.json yet) still resumes and ends."""
-    argv = train_args(tiny_bert, tmp_path)
-    assert main(argv) == 0
-    run = RunFolder(tmp_path / "out")
-    before = tree_digest(run.path)
-    capsys.readouterr()
-    assert main([*argv, "--train.resume=true"]) == 2
-    message = one_line(capsys)
-    assert f"{run.path} holds a finished run (2 of 2 steps)" in message, message
-    assert f"name_or_path={run.last}" in message and "overwrite=true" in message
-    assert tree_digest(run.path) == before
-    run.results.unlink()
-    assert main([*argv, "--train.resume=true"]) == 0
-    assert json.loads(run.results.read_text())["steps"] == 2
 
 
 def test_resume_in_an_empty_folder_starts_the_run(tiny_bert: Path, tmp_path: Path) -> None:

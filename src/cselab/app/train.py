@@ -301,8 +301,6 @@ def assemble_trainer(
     broadcast_module(encoder)  # every rank starts from rank 0's weights (as DDP does)
     order = BatchOrder(len(corpus), tc.batch_size, tc.seed)
     total_steps = tc.max_steps or order.batches_per_epoch * tc.epochs
-    if tc.resume:  # a finished run keeps its results (before anything is written)
-        rundir.refuse_finished_resume(tc.output_dir, total_steps)
     if device.type == "cpu":
         retain_freed_memory()  # page faults are a tenth of a CPU step otherwise
     ctx = ObjectiveContext(

@@ -178,27 +178,6 @@ def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:
     return adopted
 
 
-def refuse_finished_resume(folder: str | Path, total_steps: int) -> None:
-    """On resume: refuse, in one line and before anything is written, a run folder whose run
-    has finished (its checkpoint at ``total_steps`` or past them, and its ``results.json``
-    written): resuming it would rewrite its results, cards and ``last/`` with an empty run's
-    times. A run killed while it ended (no ``results.json``) resumes and ends.
-
-    Raises:
-        ConfigError: naming ``train.resume`` and the ways on.
-    """
-    run = RunFolder(folder)
-    if not (run.checkpoint_file.is_file() and run.results.is_file()):
-        return
-    step = int(read_metadata(run.checkpoint_file)["step"])
-    if step >= total_steps:
-        raise ConfigError(
-            f"train.resume=true: {run.path} holds a finished run ({step} of {total_steps} steps); "
-            "nothing was changed. To train on from it, start a new run from its model "
-            f"(model.name_or_path={run.last}); to start it again, train.overwrite=true"
-        )
-
-
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else key
