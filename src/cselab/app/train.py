@@ -50,6 +50,7 @@ from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
 from ..model.devices import is_gpu
 from ..model.encoder import SentenceEncoder, compile_encoder
 from ..model.hub import DOWNLOADS, cache_root, resolve_train_file
+from ..model.lora import merge_first
 from ..objectives import (
     VIEW_POSITIVE,
     VIEW_TOKEN_LOGITS,
@@ -194,10 +195,7 @@ def build_trainer(
             model.name_or_path, model.fast_path, ", ".join(sorted(FAST_PATH_MODEL_TYPES)),
         )  # fmt: skip
     if encoder.has_adapters and not model.lora.enabled:  # frozen: nothing would train
-        raise ConfigError(
-            f"model.name_or_path={model.name_or_path} holds LoRA adapters; merge them "
-            "into the weights first (cselab merge FOLDER -o DIR) and train DIR"
-        )
+        raise ConfigError(merge_first(model.name_or_path))
     check_sequence_length(config, encoder, objective)
     if VIEW_POSITIVE in objective.required_views:  # MNTP has no dropout views
         check_dropout_noise(encoder, plan.kind, model.dropout)

@@ -229,6 +229,15 @@ def check_adapter_weights(folder: Path) -> None:
         ) from None
 
 
+def merge_first(name_or_path: str) -> str:
+    """The one refusal of a training run that starts from a folder of adapters (frozen, they
+    would not train; new adapters cannot go on top of them)."""
+    return (
+        f"model.name_or_path={name_or_path} holds LoRA adapters; merge them into the weights "
+        "first (cselab merge FOLDER -o DIR) and train DIR"
+    )
+
+
 def adapter_base(folder: Path, loading: bool = False) -> str:
     """The base model an adapter folder was trained on (``base_model_name_or_path`` of its
     ``adapter_config.json``). ``loading``: refuse, naming the file, a base folder (an absolute

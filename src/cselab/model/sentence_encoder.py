@@ -274,10 +274,7 @@ class SentenceEncoder(nn.Module):
         with ``settings`` (every one but the adapters and the revision applies to the base),
         then the adapters, frozen, and the folder's own tokenizer and inference settings."""
         if lora is not None and lora.enabled:
-            raise ModelFormatError(
-                f"{name_or_path} holds LoRA adapters; merge them first (cselab merge) to "
-                "train new adapters on top"
-            )
+            raise ModelFormatError(adapters.merge_first(name_or_path))
         base = adapters.adapter_base(folder, loading=True)
         encoder = cls.from_pretrained(base, **settings)
         encoder.backbone = adapters.load_adapters(encoder.backbone, folder)
