@@ -229,6 +229,7 @@ def cselab_trainer(
     t = cfg.train
     t.batch_size, t.max_steps, t.lr = batch, args.warmup + args.steps + 1, 3e-5
     t.precision, t.device, t.compile = args.precision, args.device, args.compile
+    t.compile_mode = args.compile_mode  # None: reduce-overhead on a GPU (CUDA graphs)
     t.eval_steps, t.log_steps, t.output_dir = 0, 10**9, str(out)
     t.cache_chunk_size = chunk
     seed_everything(0)
@@ -438,6 +439,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if present)")
     p.add_argument("--compile", action="store_true", help="torch.compile the cselab encoder")
+    p.add_argument(
+        "--compile-mode",
+        default=None,
+        choices=["default", "reduce-overhead", "max-autotune"],
+        help="with --compile (default: reduce-overhead on a GPU, as train.compile)",
+    )
     p.add_argument("--peer-compile", action="store_true", help="torch.compile the peer's model")
     p.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
     p.add_argument("--gradcache-chunks", default=None,

@@ -113,12 +113,15 @@ HEADLINE = (
     ("gradcache_test", "`test_gradcache_on_the_gpu_equals_the_plain_step`", "passes"),
     ("step64", "BERT-base bf16 step, batch 64 (`bench_gpu.py`, 32 tokens): ms, × the ST "
      "recipe's speed, MFU", "≤ 16 ms, ≥ 4×"),
-    ("real_step", "the real step on wiki batches (profile): ms; GPU idle; aten operators; "
-     "kernels; host syncs", "GPU idle ≤ 20%"),
+    ("real_step", "the real step on wiki batches of 64 (profile): ms; GPU idle; kernels; "
+     "aten operators and host syncs (eager)", "GPU idle ≤ 20%"),
     ("step512", "batch 512: ms, × the recipe, MFU", "MFU ≥ 45%, ≥ 2×"),
     ("gradcache512", "GradCache at batch 512, chunk 128 / 64: ms, × the uncached step",
      "≤ 1.5× / ≤ 2×"),
-    ("compile", "`--compile` (bench, cselab side): batch 64 / 512 ms", "faster than eager"),
+    ("compile", "the step in CUDA graphs (`train.compile: null` on a GPU; bench, cselab side): "
+     "batch 64 / 512 ms", "faster than eager"),
+    ("train", "`cselab train` at the defaults, wiki batches of 64, 250 steps: sent/s",
+     "faster than eager"),
     ("unpad_cuda", "`model.unpad_cuda` (varlen attention) vs padded, `cselab train` sent/s",
      "faster than padded"),
     ("dev_eval", "STS-B dev evaluation (the trainer's evaluator), seconds each", "≤ 0.1 s"),
@@ -315,16 +318,22 @@ def train_args(model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: 
 
 def step_train(
     model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool, quick: bool,
-    headline: dict[str, str],
+    headline: dict[str, str], unpad: bool = False,
 ) -> str:  # fmt: skip
+    """``cselab train`` as a user runs it: at the defaults (on a GPU: bf16, the encoder in CUDA
+    graphs), eagerly (``train.compile=false``), in fp32 (not ``quick``); with ``unpad``, the
+    varlen forward (``model.unpad_cuda``, eager: its token count changes every batch) against
+    the eager padded run timed just before."""
+    eager = ("eager (train.compile=false)", ["--train.compile=false"])
+    if unpad:
+        runs = [eager, ("model.unpad_cuda (varlen attention, eager)", ["--model.unpad_cuda=true"])]
+    else:
+        runs = [("defaults (precision auto; on a GPU, CUDA graphs)", [])]
+        if not quick:  # quick: the eager step is timed beside it in the profile
+            runs += [eager, ("fp32", ["--train.precision=fp32"])]
     rows = []
-    runs = [("defaults (precision auto)", [])]
-    if not quick:
-        runs.append(("fp32", ["--train.precision=fp32"]))
-        if not dry:  # the varlen forward (one index sync a forward, no padding computed)
-            runs.append(("model.unpad_cuda (varlen attention)", ["--model.unpad_cuda=true"]))
     for name, extra in runs:
-        out = work / f"train-{len(rows)}"
+        out = work / f"train-{'unpad-' if unpad else ''}{len(rows)}"
         cmd = [sys.executable, "-m", "cselab", "-q", "train",
                *train_args(model, wiki, data, out, plan, dry), *extra]  # fmt: skip
         code, tail, wall = run(cmd, timeout=900)
@@ -333,23 +342,26 @@ def step_train(
         r = json.loads((out / "results.json").read_text())
         outside = r["eval_time_s"] + r["checkpoint_time_s"]
         rows.append([
-            name, r["precision"], r["steps"], round(wall, 1), r["train_time_s"],
-            r["sentences_per_s"], r["eval_time_s"], r["checkpoint_time_s"],
+            name, r["precision"], r.get("compile_mode") or "eager", r["steps"], round(wall, 1),
+            r["train_time_s"], r["sentences_per_s"], r["eval_time_s"], r["checkpoint_time_s"],
             r["checkpoint_write_s"], r.get("best_write_s"),
             round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
             r.get(f"best_{r['dev']['name']}"),
         ])  # fmt: skip
-    if len(rows) == 3:
-        padded, varlen = rows[0][5], rows[2][5]
+    if unpad:
+        padded, varlen = rows[0][6], rows[1][6]
         headline["unpad_cuda"] = f"{varlen:.0f} vs {padded:.0f} sent/s ({varlen / padded:.2f}×)"
-    header = ["run", "precision", "steps", "process s", "train s", "sentences/s", "eval s",
-              "checkpoint copy s", "checkpoint write s (thread)", "best/ write s (thread)",
-              "eval+ckpt % of run",
-              "best dev"]  # fmt: skip
+    else:
+        headline["train"] = f"{rows[0][6]:.0f} sent/s ({rows[0][2]}, compiling included)" + (
+            f" vs {rows[1][6]:.0f} eager" if len(rows) > 1 else ""
+        )
+    header = ["run", "precision", "compile", "steps", "process s", "train s", "sentences/s",
+              "eval s", "checkpoint copy s", "checkpoint write s (thread)",
+              "best/ write s (thread)", "eval+ckpt % of run", "best dev"]  # fmt: skip
     return (
         f"`cselab train` on the wiki sample, batch {plan.batch}, {plan.steps} steps, STS-B dev "
-        f"every {plan.eval_steps}; a checkpoint at the end (the 10-minute cadence).\n\n"
-        + table(header, rows)
+        f"every {plan.eval_steps}; a checkpoint at the end (the 10-minute cadence). *train s* "
+        "includes compiling (a new width compiles once).\n\n" + table(header, rows)
     )
 
 
@@ -365,8 +377,8 @@ def step_peer(
     args = ["--smoke", "--batch-sizes", "8", "--steps", "2", "--warmup", "1"] if dry else []
     if quick and not dry:
         args += ["--steps", "10", "--warmup", "3"]
-    if compiled:
-        args += ["--compile", "--no-peer", "--gradcache-chunks", "none"]
+    if compiled:  # chunk 64 at 512: the batch-64 step's shape (its graphs are cached)
+        args += ["--compile", "--no-peer", "--gradcache-chunks", "8" if dry else "64"]
     code, out, _ = run(
         [sys.executable, "bench/bench_gpu.py", *args, "--markdown", str(md), "--out", str(js)],
         timeout=900,
@@ -392,10 +404,21 @@ def fill_step_headline(report: dict[str, Any], headline: dict[str, str], compile
     compiled step beside the eager one."""
     rows = report["results"]
     ms = {r["batch"]: 1000 * r["cselab"]["step_s"] for r in rows}
+    cache = {r["chunk"]: 1000 * r["step_s"] for r in report.get("gradcache") or []}
     if compiled:
         eager = headline.pop("_eager_ms", "")
         compiled_ms = " / ".join(f"{v:.1f}" for v in ms.values())
-        headline["compile"] = f"compiled {compiled_ms} ms; eager {eager or 'not run'} ms"
+        headline["compile"] = f"CUDA graphs {compiled_ms} ms; eager {eager or 'not run'} ms"
+        if cache.get(None):
+            cells = [
+                f"chunk {c}: {v:.0f} ms = {v / cache[None]:.2f}×" for c, v in cache.items() if c
+            ]
+            headline["gradcache512"] = (
+                headline.get("gradcache512", "eager not run")
+                + "; CUDA graphs: "
+                + "; ".join(cells)
+                + f" (uncached {cache[None]:.0f} ms)"
+            )
         return
     for key, row in zip(("step64", "step512"), (rows[0], rows[-1]), strict=True):
         if key == "step512" and len(rows) < 2:
@@ -405,7 +428,6 @@ def fill_step_headline(report: dict[str, Any], headline: dict[str, str], compile
         speed = f"{row['speedup']:.2f}× the recipe" if "speedup" in row else "no peer"
         headline[key] = f"batch {row['batch']}: {1000 * c['step_s']:.1f} ms, {speed}, {mfu}"
     headline["_eager_ms"] = " / ".join(f"{v:.1f}" for v in ms.values())
-    cache = {r["chunk"]: 1000 * r["step_s"] for r in report.get("gradcache") or []}
     if cache.get(None):
         base = cache[None]
         cells = [f"chunk {c}: {v:.0f} ms = {v / base:.2f}×" for c, v in cache.items() if c]
@@ -451,19 +473,19 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def step_profile(
-    model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool,
-    headline: dict[str, str],
-) -> str:  # fmt: skip
+def profile_variant(
+    model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: bool, extra: list[str]
+) -> tuple[Any, float, list[int], int, OpCounter | None, str, str]:
+    """The trainer of ``cselab train``'s settings (plus ``extra``) and its real step on wiki
+    batches: ``(trainer, step_s, lengths, widths, counter, kernels, idle)``. The operators and
+    host syncs are counted for an eager step only (``counter``, outside any timing; a compiled
+    one runs kernels the dispatcher does not see)."""
     from cselab.app.train import build_trainer
     from cselab.config import load_config
-    from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_gpu import bf16_peak
-
-    out = work / "profile"
-    trainer = build_trainer(load_config(None, train_args(model, wiki, data, out, plan, dry)))
+    trainer = build_trainer(
+        load_config(None, [*train_args(model, wiki, data, out, plan, dry), *extra])
+    )
     device, n = trainer.device, plan.profile_steps
     trainer.encoder.train()
 
@@ -472,19 +494,22 @@ def step_profile(
         trainer.optimizer_step()
         trainer.step += 1
 
-    for s in range(3):  # warm-up: allocator, autotuning
+    for s in range(8):  # warm-up: allocator, autotuning, compiling and recording each width
         one(s)
-    with OpCounter() as counter:  # outside any timing
-        one(3)
+    counter = None
+    if trainer.plan.compile_mode is None:
+        with OpCounter() as counter:  # outside any timing
+            one(8)
     sync(device)
+    first = 9
     lengths: list[int] = []
     widths = 0
-    for s in range(4, 4 + n):
+    for s in range(first, first + n):
         mask = trainer.batch_for(s).inputs.anchors["attention_mask"]
         lengths += mask.sum(1).tolist() * 2  # two dropout views of each row
         widths += 2 * mask.shape[0] * mask.shape[1]
     start = time.perf_counter()
-    for s in range(4, 4 + n):
+    for s in range(first, first + n):
         one(s)
     sync(device)
     step_s = (time.perf_counter() - start) / n
@@ -493,7 +518,7 @@ def step_profile(
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
-        for s in range(4 + n, 4 + 2 * n):
+        for s in range(first + n, first + 2 * n):
             one(s)
         sync(device)
     kernels, idle = "n/a (CPU)", "n/a (CPU)"
@@ -511,6 +536,28 @@ def step_profile(
         window = spans[-1][1] - spans[0][0] if spans else 0.0
         kernels = f"{len(events) / n:.0f}"
         idle = f"{100 * (1 - busy / window):.1f}%" if window else "n/a"
+    return trainer, step_s, lengths, widths, counter, kernels, idle
+
+
+def step_profile(
+    model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool,
+    headline: dict[str, str],
+) -> str:  # fmt: skip
+    """The real step at the defaults (on a GPU: the encoder in CUDA graphs) and eagerly, side
+    by side; the eager one's operators and host syncs; one checkpoint's cost; a dev evaluation."""
+    from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_gpu import bf16_peak
+
+    variants = [("defaults", []), ("eager", ["--train.compile=false"])]
+    measured = {
+        name: profile_variant(model, wiki, data, work / f"profile-{name}", plan, dry, extra)
+        for name, extra in variants
+    }
+    trainer, _, lengths, widths, counter, _, _ = measured["eager"]
+    assert counter is not None
+    device, n = trainer.device, plan.profile_steps
     peak, peak_src = bf16_peak(device, None)
     real = model_flops(plan.model, lengths) / n
     padded = model_flops(plan.model, [widths // (2 * plan.batch * n)] * (2 * plan.batch)) / 1
@@ -522,7 +569,6 @@ def step_profile(
     t0 = time.perf_counter()
     write_snapshot(work / "ckpt", snap)
     write_s = time.perf_counter() - t0
-    per_10min = 600 / step_s
     syncs = ", ".join(f"{k} {v}" for k, v in sorted(counter.syncs.items())) or "none"
     if device.type == "cpu" and trainer.encoder.unpad_training:
         syncs += " (the CPU's packed forward reads its token count; a GPU runs the padded one)"
@@ -532,33 +578,45 @@ def step_profile(
         else "n/a (CPU)"
     )
     dev_s, dev_n = time_dev_evaluation(trainer.encoder, data, plan, device)
+    default = measured["defaults"]
+    mode = default[0].plan.compile_mode or "eager"
     headline["real_step"] = (
-        f"{1000 * step_s:.1f} ms; GPU idle {idle}; {counter.ops} operators; {kernels} kernels; "
-        f"syncs: {syncs}"
+        f"{mode}: {1000 * default[1]:.1f} ms, GPU idle {default[6]}, {default[5]} kernels; "
+        f"eager: {1000 * measured['eager'][1]:.1f} ms, GPU idle {measured['eager'][6]}, "
+        f"{counter.ops} operators, {measured['eager'][5]} kernels, syncs: {syncs}"
     )
     headline["dev_eval"] = f"{dev_s:.3f} s ({dev_n} pairs)"
+
+    def per_variant(label: str, cell: Callable[[tuple[Any, ...]], str]) -> list[str]:
+        return [label, *(cell(measured[name]) for name, _ in variants)]
+
     rows = [
-        ["step time (mean of back-to-back steps)", f"{1000 * step_s:.2f} ms"],
-        ["sentences/s", f"{plan.batch / step_s:.0f}"],
-        ["operators per step (aten calls, backward included)", counter.ops],
-        ["host syncs per step (operators that read the device)", syncs],
-        ["CUDA kernels per step", kernels],
-        ["GPU idle within the profiled window", idle],
-        ["real tokens / padded tokens per step", f"{sum(lengths) / n:.0f} / {widths / n:.0f}"],
-        ["MFU on real tokens", f"{100 * real / step_s / peak:.1f}%" if peak else "n/a (no peak)"],
-        ["MFU counting padding", f"{100 * padded / step_s / peak:.1f}%" if peak else "n/a (no peak)"],
-        ["peak memory", mem],
-        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed)", f"{dev_s:.3f} s"],
-        ["checkpoint: host copy (the step waits)", f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
-        ["checkpoint: write (on a thread)", f"{write_s:.3f} s"],
-        ["checkpoint cost per step at the 10-minute cadence",
-         f"{1000 * copy_s / per_10min:.4f} ms ({100 * copy_s / 600:.3f}% of the run)"],
+        per_variant("compile mode", lambda m: m[0].plan.compile_mode or "eager"),
+        per_variant("step time (mean of back-to-back steps)", lambda m: f"{1000 * m[1]:.2f} ms"),
+        per_variant("sentences/s", lambda m: f"{plan.batch / m[1]:.0f}"),
+        per_variant("CUDA kernels per step", lambda m: m[5]),
+        per_variant("GPU idle within the profiled window", lambda m: m[6]),
+        per_variant("MFU on real tokens",
+                    lambda m: f"{100 * real / m[1] / peak:.1f}%" if peak else "n/a (no peak)"),
+        per_variant("MFU counting padding",
+                    lambda m: f"{100 * padded / m[1] / peak:.1f}%" if peak else "n/a (no peak)"),
+        ["operators per step (aten calls, backward included)", "n/a", str(counter.ops)],
+        ["host syncs per step (operators that read the device)", "n/a", syncs],
+        ["real tokens / padded tokens per step", "", f"{sum(lengths) / n:.0f} / {widths / n:.0f}"],
+        ["peak memory (both)", "", mem],
+        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed)", "", f"{dev_s:.3f} s"],
+        ["checkpoint: host copy (the step waits)", "",
+         f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
+        ["checkpoint: write (on a thread)", "", f"{write_s:.3f} s"],
+        ["checkpoint cost per step at the 10-minute cadence", "",
+         f"{1000 * copy_s / (600 / default[1]):.4f} ms ({100 * copy_s / 600:.3f}% of the run)"],
     ]  # fmt: skip
     return (
         f"{n} steps of the real trainer step (`batch_for`, `forward_backward`, "
         f"`optimizer_step`) on wiki batches of {plan.batch}, precision "
-        f"{trainer.amp_dtype or 'fp32'} on {device}; peak FLOP/s: {peak_src}.\n\n"
-        + table(["what", "value"], rows)
+        f"{trainer.amp_dtype or 'fp32'} on {device}, after 8 warm-up steps (compiling and "
+        f"recording each width); peak FLOP/s: {peak_src}.\n\n"
+        + table(["what", *(name for name, _ in variants)], rows)
     )
 
 
@@ -713,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
                    "gradcache/gpu tests, one cselab train, the peer at 64 and 512, compile on "
                    "and off, the profile, the LLM2Vec preset, the --device default")  # fmt: skip
     p.add_argument("--skip", default="", help="comma-separated sections to skip: "
-                   "pytest,train,peer,compile,profile,llm2vec,device,long")  # fmt: skip
+                   "pytest,peer,compile,profile,device,train,llm2vec,unpad,long")  # fmt: skip
     args = p.parse_args(argv)
     if args.prepare:
         prepare(args.prepare)
@@ -742,22 +800,25 @@ def main(argv: list[str] | None = None) -> int:
             f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
         )
         model = make_model(work / "model", data, plan.model)
+        # most decisive first: a run killed at the end of its slot keeps what finished
         sections: list[tuple[str, str, Callable[[], str]]] = [
             ("pytest", "Unit tests marked gpu", lambda: step_pytest(dry, quick, head)),
-            ("train", "cselab train end to end",
-             lambda: step_train(model, wiki, data, work, plan, dry, quick, head)),
-            ("peer", "Step throughput beside sentence-transformers",
+            ("peer", "Step throughput beside sentence-transformers (eager)",
              lambda: step_peer(dry, quick, work, head)),
-            ("compile", "The step compiled (train.compile)",
+            ("compile", "The step in CUDA graphs (train.compile: the GPU default)",
              lambda: step_peer(dry, quick, work, head, compiled=True)),
             ("profile", "Profile of the step",
              lambda: step_profile(model, wiki, data, work, plan, dry, head)),
+            ("device", "The commands' default device", lambda: step_device(model, work, head)),
+            ("train", "cselab train end to end",
+             lambda: step_train(model, wiki, data, work, plan, dry, quick, head)),
             ("llm2vec", "LLM2Vec preset on a Qwen2-0.5B shape",
              lambda: step_llm2vec(wiki, data, work, plan, dry, head)),
-            ("device", "The commands' default device", lambda: step_device(model, work, head)),
+            ("unpad", "Unpadded attention (model.unpad_cuda) against padded",
+             lambda: step_train(model, wiki, data, work, plan, dry, quick, head, unpad=True)),
         ]  # fmt: skip
-        if dry:  # compiling the CPU step takes minutes (test_compile.py covers it)
-            skip.add("compile")
+        if dry:  # compiling the CPU step takes minutes (test_compile.py covers it); no varlen
+            skip.update({"compile", "unpad"})
         for key, title, body in sections:
             if key not in skip:
                 report.section(title, body)

@@ -18,9 +18,13 @@ from test_trainer import assert_same_weights, tiny_config
 
 pytestmark = pytest.mark.gpu
 
+#: The tests of GradCache, resume and fp16 here are of the eager step (``train.compile: null``
+#: compiles on a GPU); the compiled default has its own test below.
+EAGER = "--train.compile=false"
+
 
 def test_auto_precision_on_the_gpu_is_bf16_or_tf32(tiny_bert: Path, tmp_path: Path) -> None:
-    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=4"))
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=4", EAGER))
     assert trainer.device.type == "cuda"
     results = trainer.train()
     expected = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
@@ -39,7 +43,7 @@ def test_gradcache_on_the_gpu_equals_the_plain_step(tiny_bert64: Path, tmp_path:
     tolerance separates the reordered sums from a bug, see ``adamw_weight_tolerance``)."""
     from safetensors.torch import load_file
 
-    args = ("--train.precision=fp32", "--train.max_steps=3", "--model.dropout=0.0")
+    args = ("--train.precision=fp32", "--train.max_steps=3", "--model.dropout=0.0", EAGER)
     build_trainer(tiny_config(tiny_bert64, tmp_path / "a", *args)).train()
     build_trainer(
         tiny_config(tiny_bert64, tmp_path / "b", *args, "--train.cache_chunk_size=3")
@@ -83,7 +87,7 @@ def test_resume_on_the_gpu_is_bit_exact(
     background-written checkpoint give the uninterrupted run's weights exactly."""
     from cselab.training.trainer import Trainer
 
-    args = (f"--train.precision={precision}", "--train.save_steps=3", "--model.dropout=0.1")
+    args = (f"--train.precision={precision}", "--train.save_steps=3", "--model.dropout=0.1", EAGER)
     build_trainer(tiny_config(tiny_bert, tmp_path / "ref", *args)).train()
     original = Trainer.train_step
 
@@ -104,7 +108,7 @@ def test_resume_on_the_gpu_is_bit_exact(
 
 
 def test_fp16_overflow_on_the_gpu_skips_the_step(tiny_bert: Path, tmp_path: Path) -> None:
-    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=fp16"))
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.precision=fp16", EAGER))
     trainer.optim.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**127)
     before = {k: v.clone() for k, v in trainer.encoder.state_dict().items()}
     trainer.forward_backward(trainer.batch_for(0))
@@ -116,7 +120,7 @@ def test_fp16_overflow_on_the_gpu_skips_the_step(tiny_bert: Path, tmp_path: Path
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_single_process_on_cuda_1_keeps_cuda_1s_rng(tiny_bert: Path, tmp_path: Path) -> None:
     trainer = build_trainer(
-        tiny_config(tiny_bert, tmp_path, "--train.device=cuda:1", "--train.max_steps=2")
+        tiny_config(tiny_bert, tmp_path, "--train.device=cuda:1", "--train.max_steps=2", EAGER)
     )
     trainer.train()
     tensors, _ = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
@@ -124,6 +128,61 @@ def test_a_single_process_on_cuda_1_keeps_cuda_1s_rng(tiny_bert: Path, tmp_path:
     assert torch.equal(tensors["rng.0.cuda"], torch.cuda.get_rng_state(1)) is False
     trainer.run.resume()
     assert torch.equal(tensors["rng.0.cuda"], torch.cuda.get_rng_state(1))
+
+
+def _loss_and_grads(trainer: Any, i: int) -> tuple[float, torch.Tensor]:
+    """Step ``i``'s loss and gradients (zeroed first; no update)."""
+    from cselab.objectives import total_loss
+
+    trainer.optim.optimizer.zero_grad(set_to_none=True)
+    loss = total_loss(trainer.forward_backward(trainer.batch_for(i))).item()
+    return loss, torch.cat(
+        [p.grad.flatten() for p in trainer.encoder.parameters() if p.grad is not None]
+    )
+
+
+def _assert_same_steps(a: Any, b: Any, steps: int) -> None:
+    """Each step's loss and gradients of ``a`` equal ``b``'s, ``‖Δ‖ / ‖ref‖`` far under fp32's
+    1e-4 (a stale graph input, an overwritten output or a wrong mask is off by order one)."""
+    for trainer in (a, b):
+        trainer.encoder.train()
+    for i in range(steps):
+        (loss_a, grad_a), (loss_b, grad_b) = _loss_and_grads(a, i), _loss_and_grads(b, i)
+        assert abs(loss_a - loss_b) <= 1e-4 * abs(loss_b), (i, loss_a, loss_b)
+        assert ((grad_a - grad_b).norm() / grad_b.norm()).item() <= 1e-4, i
+
+
+def test_the_default_step_on_the_gpu_is_captured_in_cuda_graphs_and_equals_the_eager_one(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``train.compile: null`` on CUDA: the encoder compiled with CUDA graphs
+    (``reduce-overhead``, widths bucketed to 16). Each of five steps (the first ones warm up
+    and record, the later ones replay the graphs on new batches) gives the eager step's loss
+    and gradients (fp32 without TF32, dropout off); the run then trains to its end."""
+    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0")
+    graphs = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args))
+    eager = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *args, EAGER))
+    assert graphs.plan.compile_mode == "reduce-overhead" and eager.plan.compile_mode is None
+    assert graphs.batches.width_multiple == 16 and eager.batches.width_multiple is None
+    assert not torch.backends.cuda.matmul.allow_tf32
+    _assert_same_steps(graphs, eager, 5)
+    results = build_trainer(tiny_config(tiny_bert, tmp_path / "c", *args)).train()
+    assert results["steps"] == 5 and results["compile_mode"] == "reduce-overhead"
+
+
+def test_gradcache_through_cuda_graphs_equals_the_plain_step(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """GradCache's chunk passes through the CUDA-graph encoder (chunks of 3, 3 and 2 rows: a
+    graph per chunk shape; the detached first-pass vectors kept while later chunks replay) give
+    the uncached step's loss and gradients, step after step (fp32, dropout off)."""
+    args = ("--train.precision=fp32", "--model.dropout=0.0")
+    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args))
+    cached = build_trainer(
+        tiny_config(tiny_bert, tmp_path / "b", *args, "--train.cache_chunk_size=3")
+    )
+    assert plain.plan.compile_mode == cached.plan.compile_mode == "reduce-overhead"
+    _assert_same_steps(cached, plain, 5)
 
 
 def test_unpad_cuda_forward_equals_the_padded_one(tiny_bert: Path) -> None:

@@ -167,7 +167,13 @@ def test_a_training_step_on_the_padded_path_reads_nothing_back(
     from test_trainer import tiny_config
 
     trainer = build_trainer(
-        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--model.dropout=0.1")
+        tiny_config(
+            tiny_bert,
+            tmp_path,
+            "--model.fast_path=false",
+            "--train.compile=false",
+            "--model.dropout=0.1",
+        )
     )
     trainer.forward_backward(trainer.batch_for(0))
     trainer.optimizer_step()
@@ -229,7 +235,7 @@ def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
         tiny_config(tiny_bert, tmp_path / "a", "--train.compile=true",
                     "--train.compile_mode=reduce-overhead")
     )  # fmt: skip
-    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "b"))
+    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "b", "--train.compile=false"))
     assert plain.batches.width_multiple is None and fixed.batches.width_multiple == 16
     for step in range(3):
         a, b = fixed.batch_for(step).inputs.anchors, plain.batch_for(step).inputs.anchors
@@ -252,7 +258,7 @@ def test_an_mntp_step_on_a_decoder_reads_nothing_back(tmp_path: Path) -> None:
     llama = make_tiny_decoder(tmp_path / "llama")  # with its LM head, which MNTP reads
     cfg = tiny_config(
         llama, tmp_path, "--model.pooler=avg", "--objective.mntp.enabled=true",
-        "--objective.mntp.mask_token=a", "--model.fast_path=false",
+        "--objective.mntp.mask_token=a", "--model.fast_path=false", "--train.compile=false",
     )  # fmt: skip
     trainer = build_trainer(cfg)
     trainer.forward_backward(trainer.batch_for(0))
@@ -275,6 +281,7 @@ def test_an_fp16_step_reads_the_device_once(tiny_bert: Path, tmp_path: Path) -> 
             tiny_bert,
             tmp_path,
             "--model.fast_path=false",
+            "--train.compile=false",
             "--model.dropout=0.1",
             "--train.precision=fp16",
             "--train.device=cpu",
@@ -324,7 +331,7 @@ def test_a_gradcache_step_reads_nothing_back(tiny_bert: Path, tmp_path: Path) ->
     from test_trainer import tiny_config
 
     trainer = build_trainer(
-        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--model.dropout=0.1",
+        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--train.compile=false", "--model.dropout=0.1",
                     "--train.cache_chunk_size=3")
     )  # fmt: skip
     trainer.forward_backward(trainer.batch_for(0))

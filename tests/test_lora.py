@@ -114,7 +114,9 @@ def test_merge_refuses_what_it_cannot_merge(tiny_bert: Path, tmp_path: Path) -> 
 def test_new_adapters_on_saved_adapters_are_refused(tiny_llama: Path, tmp_path: Path) -> None:
     enc = SentenceEncoder.from_pretrained(str(tiny_llama), pooler="avg", lora={"r": 2})
     enc.save(tmp_path / "adapters")
-    with pytest.raises(ModelFormatError, match="holds LoRA adapters; merge them into the weights first"):
+    with pytest.raises(
+        ModelFormatError, match="holds LoRA adapters; merge them into the weights first"
+    ):
         SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg", lora={"r": 2})
     again = SentenceEncoder.from_pretrained(str(tmp_path / "adapters"), pooler="avg")
     assert again.has_adapters and not any(p.requires_grad for p in again.parameters())

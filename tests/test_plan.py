@@ -262,3 +262,27 @@ def test_the_plan_s_pooler_and_width_are_those_the_load_resolves(
     encoder = SentenceEncoder.from_pretrained(str(folder))
     assert (pooler, width) == (encoder.pooler.kind, encoder.dim)
     assert pooler == {"bert": "cls", "modernbert": "avg", "llama": "avg"}[family]
+
+
+@pytest.mark.parametrize(
+    ("device", "argv", "expected"),
+    [
+        ("cpu", [], None),  # the CPU trains eagerly unless asked
+        ("cuda:0", [], "reduce-overhead"),  # a GPU: the encoder in CUDA graphs
+        ("cuda:0", ["--train.compile=false"], None),
+        ("cuda:0", ["--train.gradient_checkpointing=true"], None),  # unmeasured parts: eager
+        ("cuda:0", ["--model.lora.r=8"], None),
+        ("cuda:0", ["--model.unpad_cuda=true"], None),
+        ("cuda:0", ["--train.compile_mode=max-autotune"], "max-autotune"),
+        ("cpu", ["--train.compile=true"], "default"),
+        ("cuda:0", ["--train.compile=true", "--model.lora.r=8"], "reduce-overhead"),
+    ],
+)
+def test_the_plan_resolves_train_compile_for_the_device(
+    device: str, argv: list[str], expected: str | None
+) -> None:
+    """``train.compile``/``compile_mode: null``: CUDA graphs on a GPU where every part of the
+    run was measured through them, eager on the CPU; an explicit value is kept."""
+    from cselab.app.plan import compile_mode
+
+    assert compile_mode(load_config(None, argv), device) == expected

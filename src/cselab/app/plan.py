@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch
+
 from ..config import Config
 from ..config.devset import DevSet, resolve_dev_set
 from ..config.plan import RunPlan, as_lora_targets
@@ -51,6 +53,31 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
         pooler = recorded or default_pooler(SimpleNamespace(**data))
     width = data.get("hidden_size")
     return pooler, int(width) if isinstance(width, int) else None
+
+
+def compile_mode(config: Config, device: str) -> str | None:
+    """The ``torch.compile`` mode of the run's encoder, ``None`` for eager: ``train.compile``
+    and ``train.compile_mode`` with their ``null`` resolved for ``device``.
+
+    ``train.compile: null`` compiles on a CUDA GPU only, with CUDA graphs (``reduce-overhead``:
+    the step's kernels replayed without the host launching each, which is what the eager step
+    waits for, ``docs/results/gpu_benchmark.md``), and not where a part of the run has not
+    been measured through it (gradient checkpointing, LoRA adapters, ``model.unpad_cuda``'s
+    data-dependent token count, PromptBERT's template denoising). ``train.compile_mode: null``
+    is ``reduce-overhead`` on a GPU and ``default`` elsewhere.
+    """
+    tc, m = config.train, config.model
+    gpu = is_gpu(torch.device(device))
+    on = tc.compile
+    if on is None:
+        unmeasured = (
+            tc.gradient_checkpointing or m.lora.enabled or m.unpad_cuda
+            or (m.pooler == "prompt" and m.prompt.denoise)
+        )  # fmt: skip
+        on = gpu and not unmeasured
+    if not on:
+        return None
+    return tc.compile_mode or ("reduce-overhead" if gpu else "default")
 
 
 def resolve_dev(config: Config) -> DevSet | None:
@@ -103,6 +130,7 @@ def resolve(
         width=width,
         matryoshka_dims=tuple(config.objective.matryoshka.dims or ()),
         objective=config.objective,
+        compile_mode=compile_mode(config, str(device)),
     )
     return plan, source
 
@@ -127,4 +155,4 @@ def finish(plan: RunPlan, encoder: SentenceEncoder) -> RunPlan:
     return plan
 
 
-__all__ = ["finish", "model_facts", "resolve", "resolve_dev"]
+__all__ = ["compile_mode", "finish", "model_facts", "resolve", "resolve_dev"]

@@ -308,13 +308,11 @@ def assemble_trainer(
         offset=shard_bounds(tc.batch_size, dist.rank, dist.world_size)[0],
         generator=torch.Generator(device=device),
     )
-    fixed = tc.compile and tc.compile_mode == "reduce-overhead"
-    width_multiple = FIXED_SHAPE_MULTIPLE if fixed else None
+    mode = plan.compile_mode  # None: eager
+    width_multiple = FIXED_SHAPE_MULTIPLE if mode == "reduce-overhead" else None
     forward = encoder
-    if tc.compile:
-        options: dict[str, Any] = {}
-        if tc.compile_mode != "default":
-            options["mode"] = tc.compile_mode
+    if mode is not None:
+        options: dict[str, Any] = {} if mode == "default" else {"mode": mode}
         if width_multiple:
             options["dynamic"] = False
         forward = compile_encoder(encoder, **options)

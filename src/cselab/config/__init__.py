@@ -71,14 +71,19 @@ class TrainConfig:
             third more compute. Runs the plain padded forward (no CPU packing).
         compile: wrap the encoder in ``torch.compile``
             (:func:`cselab.model.encoder.compile_encoder`: the packed CPU forward, attention
-            operator included, is one graph, its backward another; dynamic shapes, so one
-            compile serves every batch). Off by default: it has not been measured
-            faster on every CPU kind (``bench/bench_compile.py``).
+            operator included, is one graph, its backward another). ``null`` (the default):
+            decided per run (:func:`cselab.app.plan.compile_mode`): on a CUDA GPU the encoder
+            is compiled with CUDA graphs (``reduce-overhead``), where the eager step waits for
+            the host to launch its kernels (``docs/results/gpu_benchmark.md``), except with
+            gradient checkpointing, LoRA adapters, ``model.unpad_cuda`` or PromptBERT's
+            template denoising; on the CPU it runs eagerly (compile has not been measured
+            faster on every CPU kind, ``bench/bench_compile.py``). ``true``/``false`` force it.
         compile_mode: ``torch.compile``'s mode with ``compile``: ``default``, ``max-autotune``
             or ``reduce-overhead`` (CUDA graphs: the step's kernels replayed in one launch, for
-            small batches where the GPU waits for the host to launch kernels). With
-            ``reduce-overhead`` the shapes are fixed: every batch is padded to a multiple of
-            16 tokens (few widths, each captured once) and the graph is compiled per shape.
+            small batches where the GPU waits for the host to launch kernels); ``null``:
+            ``reduce-overhead`` on a GPU, ``default`` elsewhere. With ``reduce-overhead`` the
+            shapes are fixed: every batch is padded to a multiple of 16 tokens (few widths,
+            each captured once) and the graph is compiled per shape.
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
@@ -114,8 +119,8 @@ class TrainConfig:
     overwrite: bool = False
     cache_chunk_size: int | None = None
     gradient_checkpointing: bool = False
-    compile: bool = False
-    compile_mode: CompileMode = "default"
+    compile: bool | None = None
+    compile_mode: CompileMode | None = None
     fused_adamw: bool = True
     push_to_hub: str | None = None
     dist_timeout_s: float = 7200.0

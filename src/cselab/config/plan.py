@@ -57,6 +57,9 @@ class RunPlan:
             no adapters).
         bidirectional: whether a decoder's causal mask is removed, as the load resolved
             ``model.bidirectional`` (``null``: the starting folder's record, else causal).
+        compile_mode: the ``torch.compile`` mode the encoder is trained through (``None``:
+            eagerly), ``train.compile``/``train.compile_mode: null`` resolved for the device
+            (:func:`cselab.app.plan.compile_mode`).
     """
 
     train_file: str
@@ -71,6 +74,7 @@ class RunPlan:
     objective: ObjectiveConfig
     lora_targets: tuple[str, ...] | None = None
     bidirectional: bool = False
+    compile_mode: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready values (what :meth:`save` writes)."""
@@ -98,6 +102,7 @@ class RunPlan:
             objective=from_dict(ObjectiveConfig, data["objective"], "objective"),
             lora_targets=as_lora_targets(data.get("lora_targets")),
             bidirectional=bool(data.get("bidirectional", False)),
+            compile_mode=data.get("compile_mode"),
         )
 
     def save(self, folder: str | Path) -> Path:

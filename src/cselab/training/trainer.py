@@ -245,6 +245,7 @@ class Trainer:
             **run.results(),
             "device": str(self.device),
             "precision": self.plan.precision,  # what ran: `auto` resolved
+            "compile_mode": self.plan.compile_mode,  # None: eager
             "world_size": self.dist.world_size,
             **extra,
         }
