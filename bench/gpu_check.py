@@ -118,10 +118,10 @@ HEADLINE = (
     ("step512", "batch 512: ms, × the recipe, MFU", "MFU ≥ 45%, ≥ 2×"),
     ("gradcache512", "GradCache at batch 512, chunk 128 / 64: ms, × the uncached step",
      "≤ 1.5× / ≤ 2×"),
-    ("compile", "the step in CUDA graphs (`train.compile: null` on a GPU; bench, cselab side): "
+    ("compile", "the step in CUDA graphs (`train.compile=true` on a GPU; bench, cselab side): "
      "batch 64 / 512 ms", "faster than eager"),
-    ("train", "`cselab train` at the defaults, wiki batches of 64, 250 steps: sent/s",
-     "faster than eager"),
+    ("train", "`cselab train`, wiki batches of 64, 250 steps: sent/s at the defaults and with "
+     "CUDA graphs (`train.compile=true`)", "graphs faster"),
     ("unpad_cuda", "`model.unpad_cuda` (varlen attention) vs padded, `cselab train` sent/s",
      "faster than padded"),
     ("dev_eval", "STS-B dev evaluation (the trainer's evaluator), seconds each", "≤ 0.1 s"),
@@ -256,17 +256,20 @@ def tail(text: str, lines: int = 15) -> str:
 GRADCACHE_TEST = "test_gradcache_on_the_gpu_equals_the_plain_step"
 
 
-def step_pytest(dry: bool, quick: bool, headline: dict[str, str]) -> str:
+def step_pytest(dry: bool, quick: bool, headline: dict[str, str], log: Path) -> str:
+    """The tests marked ``gpu``; their whole output goes to ``log`` (beside the report: a GPU
+    slot's failures are read afterwards, not rerun)."""
     import importlib.util
 
     if importlib.util.find_spec("pytest") is None:
         return "not run: pytest is not installed (the tests come with the dev install)"
     files = ["tests/test_gpu.py"] + ([] if quick else ["tests/test_gpu_path.py"])
     code, out, wall = run_full(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu or not slow",
+        [sys.executable, "-m", "pytest", "-q", "-rA", "--tb=short", "-m", "gpu or not slow",
          "-p", "no:cacheprovider", *files],
         timeout=420,
     )  # fmt: skip
+    log.write_text(out, encoding="utf-8")
     last = tail(out, 1)
     note = " (no CUDA here: the gpu tests skip)" if dry else ""
     if code not in (0, 1, 5):  # 1: some failed (reported); 5: nothing collected
@@ -281,8 +284,9 @@ def step_pytest(dry: bool, quick: bool, headline: dict[str, str]) -> str:
     )
     failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
     if code == 1:
-        raise RuntimeError(f"pytest: {last}\n" + "\n".join(failed))
-    return f"`pytest {' '.join(files)}`: {last}{note}; {wall:.0f} s."
+        errors = [line for line in out.splitlines() if line.startswith("E ")][:20]
+        raise RuntimeError(f"pytest: {last}\n" + "\n".join(failed + errors))
+    return f"`pytest {' '.join(files)}`: {last}{note}; {wall:.0f} s (output: `{log.name}`)."
 
 
 def small_dev(data: Path, pairs: int) -> Path:
@@ -328,9 +332,11 @@ def step_train(
     if unpad:
         runs = [eager, ("model.unpad_cuda (varlen attention, eager)", ["--model.unpad_cuda=true"])]
     else:
-        runs = [("defaults (precision auto; on a GPU, CUDA graphs)", [])]
-        if not quick:  # quick: the eager step is timed beside it in the profile
-            runs += [eager, ("fp32", ["--train.precision=fp32"])]
+        runs = [("defaults (precision auto)", [])]
+        if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
+            runs.append(("CUDA graphs (train.compile=true)", ["--train.compile=true"]))
+        if not quick:
+            runs.append(("fp32", ["--train.precision=fp32"]))
     rows = []
     for name, extra in runs:
         out = work / f"train-{'unpad-' if unpad else ''}{len(rows)}"
@@ -352,8 +358,8 @@ def step_train(
         padded, varlen = rows[0][6], rows[1][6]
         headline["unpad_cuda"] = f"{varlen:.0f} vs {padded:.0f} sent/s ({varlen / padded:.2f}×)"
     else:
-        headline["train"] = f"{rows[0][6]:.0f} sent/s ({rows[0][2]}, compiling included)" + (
-            f" vs {rows[1][6]:.0f} eager" if len(rows) > 1 else ""
+        headline["train"] = f"defaults ({rows[0][2]}): {rows[0][6]:.0f} sent/s" + (
+            f"; CUDA graphs: {rows[1][6]:.0f} sent/s (compiling included)" if not dry else ""
         )
     header = ["run", "precision", "compile", "steps", "process s", "train s", "sentences/s",
               "eval s", "checkpoint copy s", "checkpoint write s (thread)",
@@ -543,14 +549,16 @@ def step_profile(
     model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool,
     headline: dict[str, str],
 ) -> str:  # fmt: skip
-    """The real step at the defaults (on a GPU: the encoder in CUDA graphs) and eagerly, side
+    """The real step in CUDA graphs (on a GPU, ``train.compile=true``) and eagerly, side
     by side; the eager one's operators and host syncs; one checkpoint's cost; a dev evaluation."""
     from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_gpu import bf16_peak
 
-    variants = [("defaults", []), ("eager", ["--train.compile=false"])]
+    variants = [("eager", ["--train.compile=false"])]
+    if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
+        variants.insert(0, ("CUDA graphs", ["--train.compile=true"]))
     measured = {
         name: profile_variant(model, wiki, data, work / f"profile-{name}", plan, dry, extra)
         for name, extra in variants
@@ -578,13 +586,14 @@ def step_profile(
         else "n/a (CPU)"
     )
     dev_s, dev_n = time_dev_evaluation(trainer.encoder, data, plan, device)
-    default = measured["defaults"]
-    mode = default[0].plan.compile_mode or "eager"
+    eager = measured["eager"]
+    graphs = measured.get("CUDA graphs")
     headline["real_step"] = (
-        f"{mode}: {1000 * default[1]:.1f} ms, GPU idle {default[6]}, {default[5]} kernels; "
-        f"eager: {1000 * measured['eager'][1]:.1f} ms, GPU idle {measured['eager'][6]}, "
-        f"{counter.ops} operators, {measured['eager'][5]} kernels, syncs: {syncs}"
-    )
+        f"eager: {1000 * eager[1]:.1f} ms, GPU idle {eager[6]}, {counter.ops} operators, "
+        f"{eager[5]} kernels, syncs: {syncs}"
+        + (f"; CUDA graphs: {1000 * graphs[1]:.1f} ms, GPU idle {graphs[6]}, {graphs[5]} "
+           "kernels" if graphs else "")
+    )  # fmt: skip
     headline["dev_eval"] = f"{dev_s:.3f} s ({dev_n} pairs)"
 
     def per_variant(label: str, cell: Callable[[tuple[Any, ...]], str]) -> list[str]:
@@ -600,16 +609,19 @@ def step_profile(
                     lambda m: f"{100 * real / m[1] / peak:.1f}%" if peak else "n/a (no peak)"),
         per_variant("MFU counting padding",
                     lambda m: f"{100 * padded / m[1] / peak:.1f}%" if peak else "n/a (no peak)"),
-        ["operators per step (aten calls, backward included)", "n/a", str(counter.ops)],
-        ["host syncs per step (operators that read the device)", "n/a", syncs],
-        ["real tokens / padded tokens per step", "", f"{sum(lengths) / n:.0f} / {widths / n:.0f}"],
-        ["peak memory (both)", "", mem],
-        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed)", "", f"{dev_s:.3f} s"],
-        ["checkpoint: host copy (the step waits)", "",
+    ]  # fmt: skip
+    pad = [""] * (len(variants) - 1)  # the eager column is the last
+    rows += [
+        ["operators per step (aten calls, backward included)", *pad, str(counter.ops)],
+        ["host syncs per step (operators that read the device)", *pad, syncs],
+        ["real tokens / padded tokens per step", *pad, f"{sum(lengths) / n:.0f} / {widths / n:.0f}"],
+        ["peak memory (all)", *pad, mem],
+        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed)", *pad, f"{dev_s:.3f} s"],
+        ["checkpoint: host copy (the step waits)", *pad,
          f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
-        ["checkpoint: write (on a thread)", "", f"{write_s:.3f} s"],
-        ["checkpoint cost per step at the 10-minute cadence", "",
-         f"{1000 * copy_s / (600 / default[1]):.4f} ms ({100 * copy_s / 600:.3f}% of the run)"],
+        ["checkpoint: write (on a thread)", *pad, f"{write_s:.3f} s"],
+        ["checkpoint cost per step at the 10-minute cadence", *pad,
+         f"{1000 * copy_s / (600 / eager[1]):.4f} ms ({100 * copy_s / 600:.3f}% of the run)"],
     ]  # fmt: skip
     return (
         f"{n} steps of the real trainer step (`batch_for`, `forward_backward`, "
@@ -800,9 +812,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
         )
         model = make_model(work / "model", data, plan.model)
+        pytest_log = args.out.with_name("gpu_pytest.log")
         # most decisive first: a run killed at the end of its slot keeps what finished
         sections: list[tuple[str, str, Callable[[], str]]] = [
-            ("pytest", "Unit tests marked gpu", lambda: step_pytest(dry, quick, head)),
+            ("pytest", "Unit tests marked gpu", lambda: step_pytest(dry, quick, head, pytest_log)),
             ("peer", "Step throughput beside sentence-transformers (eager)",
              lambda: step_peer(dry, quick, work, head)),
             ("compile", "The step in CUDA graphs (train.compile: the GPU default)",

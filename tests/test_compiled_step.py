@@ -73,3 +73,27 @@ def test_the_inductor_compiled_step_equals_the_eager_step(
     models: dict[str, Path], tmp_path: Path, family: str
 ) -> None:
     check(models, tmp_path, family)
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_step_through_cuda_graphs_begins_a_generation_of_their_memory(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, graphs: bool
+) -> None:
+    """A task whose encoder replays CUDA graphs (``reduce-overhead``) marks each step's start
+    once, GradCache's chunks included (so no encoder call of the step overwrites another's
+    outputs); an eager task never does (the mark imports Inductor)."""
+    from types import SimpleNamespace
+
+    from cselab.training.step import forward_backward
+    from cselab.training.task import Batch, Task
+    from scaleout_helpers import SENTENCES, objective, tiny_encoder
+
+    marks: list[int] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    enc = tiny_encoder(tiny_bert, dropout=0.0)
+    task = Task(enc, objective("everything"), graphs=graphs)
+    batch = Batch(0, enc.tokenize(SENTENCES[:6]))
+    optim = SimpleNamespace(scale=lambda loss: loss)
+    forward_backward(task, optim, batch)  # type: ignore[arg-type]
+    forward_backward(task, optim, batch, chunk=2)  # type: ignore[arg-type]
+    assert len(marks) == (2 if graphs else 0)

@@ -18,9 +18,11 @@ from test_trainer import assert_same_weights, tiny_config
 
 pytestmark = pytest.mark.gpu
 
-#: The tests of GradCache, resume and fp16 here are of the eager step (``train.compile: null``
-#: compiles on a GPU); the compiled default has its own test below.
+#: The tests of GradCache, resume and fp16 here are of the eager step (whatever
+#: ``train.compile: null`` resolves to, ``cselab.app.plan.GRAPHS_BY_DEFAULT``); the step in CUDA
+#: graphs has its own tests below.
 EAGER = "--train.compile=false"
+GRAPHS = "--train.compile=true"
 
 
 def test_auto_precision_on_the_gpu_is_bf16_or_tf32(tiny_bert: Path, tmp_path: Path) -> None:
@@ -152,16 +154,15 @@ def _assert_same_steps(a: Any, b: Any, steps: int) -> None:
         assert ((grad_a - grad_b).norm() / grad_b.norm()).item() <= 1e-4, i
 
 
-def test_the_default_step_on_the_gpu_is_captured_in_cuda_graphs_and_equals_the_eager_one(
-    tiny_bert: Path, tmp_path: Path
-) -> None:
-    """``train.compile: null`` on CUDA: the encoder compiled with CUDA graphs
-    (``reduce-overhead``, widths bucketed to 16). Each of five steps (the first ones warm up
-    and record, the later ones replay the graphs on new batches) gives the eager step's loss
-    and gradients (fp32 without TF32, dropout off); the run then trains to its end."""
-    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0")
+def test_the_step_in_cuda_graphs_equals_the_eager_one(tiny_bert: Path, tmp_path: Path) -> None:
+    """``train.compile=true`` on CUDA (what ``train.compile: null`` is to become): the encoder
+    compiled with CUDA graphs (``reduce-overhead``, widths bucketed to 16). Each of five steps
+    (the first ones warm up and record, the later ones replay the graphs on new batches) gives
+    the eager step's loss and gradients (fp32 without TF32, dropout off); a run then trains to
+    its end."""
+    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0", GRAPHS)
     graphs = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args))
-    eager = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *args, EAGER))
+    eager = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *args[:-1], EAGER))
     assert graphs.plan.compile_mode == "reduce-overhead" and eager.plan.compile_mode is None
     assert graphs.batches.width_multiple == 16 and eager.batches.width_multiple is None
     assert not torch.backends.cuda.matmul.allow_tf32
@@ -175,13 +176,13 @@ def test_gradcache_through_cuda_graphs_equals_the_plain_step(
 ) -> None:
     """GradCache's chunk passes through the CUDA-graph encoder (chunks of 3, 3 and 2 rows: a
     graph per chunk shape; the detached first-pass vectors kept while later chunks replay) give
-    the uncached step's loss and gradients, step after step (fp32, dropout off)."""
+    the eager uncached step's loss and gradients, step after step (fp32, dropout off)."""
     args = ("--train.precision=fp32", "--model.dropout=0.0")
-    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args))
+    plain = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args, EAGER))
     cached = build_trainer(
-        tiny_config(tiny_bert, tmp_path / "b", *args, "--train.cache_chunk_size=3")
+        tiny_config(tiny_bert, tmp_path / "b", *args, GRAPHS, "--train.cache_chunk_size=3")
     )
-    assert plain.plan.compile_mode == cached.plan.compile_mode == "reduce-overhead"
+    assert cached.plan.compile_mode == "reduce-overhead" and cached.task.graphs
     _assert_same_steps(cached, plain, 5)
 
 

@@ -279,10 +279,16 @@ def test_the_plan_s_pooler_and_width_are_those_the_load_resolves(
     ],
 )
 def test_the_plan_resolves_train_compile_for_the_device(
-    device: str, argv: list[str], expected: str | None
+    device: str, argv: list[str], expected: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``train.compile``/``compile_mode: null``: CUDA graphs on a GPU where every part of the
-    run was measured through them, eager on the CPU; an explicit value is kept."""
-    from cselab.app.plan import compile_mode
+    """``train.compile``/``compile_mode: null`` with CUDA graphs by default on a GPU: graphs
+    where every part of the run was measured through them, eager on the CPU; an explicit value
+    is kept. Off by default (``GRAPHS_BY_DEFAULT``), a GPU trains eagerly unless asked."""
+    from cselab.app import plan
 
-    assert compile_mode(load_config(None, argv), device) == expected
+    config = load_config(None, argv)
+    monkeypatch.setattr(plan, "GRAPHS_BY_DEFAULT", True)
+    assert plan.compile_mode(config, device) == expected
+    monkeypatch.setattr(plan, "GRAPHS_BY_DEFAULT", False)
+    asked = any(a.startswith("--train.compile=true") for a in argv)
+    assert plan.compile_mode(config, device) == (expected if asked or device == "cpu" else None)

@@ -317,7 +317,10 @@ def assemble_trainer(
             options["dynamic"] = False
         forward = compile_encoder(encoder, **options)
     kind = plan.kind
-    task = Task(forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind)
+    task = Task(
+        forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind,
+        graphs=mode == "reduce-overhead",
+    )  # fmt: skip
     trainable = [p for p in encoder.parameters() if p.requires_grad]
     optim = Optimization(trainable, tc, total_steps, device, amp_dtype)
     selection = ModelSelection(evaluator, _unbound, dist.is_main)

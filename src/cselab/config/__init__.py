@@ -72,12 +72,11 @@ class TrainConfig:
         compile: wrap the encoder in ``torch.compile``
             (:func:`cselab.model.encoder.compile_encoder`: the packed CPU forward, attention
             operator included, is one graph, its backward another). ``null`` (the default):
-            decided per run (:func:`cselab.app.plan.compile_mode`): on a CUDA GPU the encoder
-            is compiled with CUDA graphs (``reduce-overhead``), where the eager step waits for
-            the host to launch its kernels (``docs/results/gpu_benchmark.md``), except with
-            gradient checkpointing, LoRA adapters, ``model.unpad_cuda`` or PromptBERT's
-            template denoising; on the CPU it runs eagerly (compile has not been measured
-            faster on every CPU kind, ``bench/bench_compile.py``). ``true``/``false`` force it.
+            decided per run (:func:`cselab.app.plan.compile_mode`): eager for now (on an H200
+            the encoder in CUDA graphs made the step 4.6x faster, but its equality with the
+            eager step is not yet shown on a GPU, ``docs/results/gpu_benchmark.md``). ``true``
+            compiles: on a GPU with CUDA graphs (``reduce-overhead``), the step for GPUs whose
+            eager step waits for the host to launch kernels.
         compile_mode: ``torch.compile``'s mode with ``compile``: ``default``, ``max-autotune``
             or ``reduce-overhead`` (CUDA graphs: the step's kernels replayed in one launch, for
             small batches where the GPU waits for the host to launch kernels); ``null``:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from ..objectives import LossTerms, total_loss
 from .gradcache import VERIFY_ENV, cached_forward_backward
 from .optim import Optimization
@@ -21,6 +23,11 @@ def forward_backward(task: Task, optim: Optimization, batch: Batch, chunk: int =
     """The loss terms of ``batch``, with their gradients accumulated into the parameters: in
     chunks of ``chunk`` rows through GradCache (its checks on with ``CSELAB_GRADCACHE_VERIFY``),
     else in one pass (the loss scaled for fp16)."""
+    if task.graphs:
+        # One generation of CUDA-graph memory per step, begun here: without the mark,
+        # torch.compile starts one at any encoder call with no backward pending, and GradCache's
+        # first-pass chunks (no backward of their own) would overwrite each other's outputs
+        torch.compiler.cudagraph_mark_step_begin()
     if chunk:
         verify = os.environ.get(VERIFY_ENV, "") not in ("", "0")
         return cached_forward_backward(task, batch, chunk, scale=optim.scale, verify=verify)

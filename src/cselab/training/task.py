@@ -91,6 +91,10 @@ class Task:
             objective runs outside autocast and upcasts half-precision views itself.
         kind: the kind of the training data (default: sentences), as the data layer decided it;
             the views the objective asks for are checked against it once, here.
+        graphs: ``encoder`` replays CUDA graphs (``torch.compile`` ``reduce-overhead``): each
+            step then starts a new generation of its graphs' memory explicitly
+            (:func:`~.step.forward_backward`), so every output of a step's encoder calls
+            (GradCache's chunks included) lives until the step ends.
     """
 
     def __init__(
@@ -102,9 +106,10 @@ class Task:
         seed: int | None = None,
         amp_dtype: torch.dtype | None = None,
         kind: DataKind = SENTENCES,
+        graphs: bool = False,
     ) -> None:
         check_views(objective.required_views, kind)
-        self.kind = kind
+        self.kind, self.graphs = kind, graphs
         self.encoder = encoder
         self.objective = objective
         self.ctx = ctx or ObjectiveContext()
