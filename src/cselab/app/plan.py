@@ -62,8 +62,8 @@ def compile_mode(config: Config, device: str) -> str | None:
     ``train.compile: null`` compiles on a CUDA GPU only, with CUDA graphs (``reduce-overhead``:
     the step's kernels replayed without the host launching each, which is what the eager step
     waits for, ``docs/results/gpu_benchmark.md``), and not where a part of the run has not
-    been measured through it (gradient checkpointing, LoRA adapters, ``model.unpad_cuda``'s
-    data-dependent token count, PromptBERT's template denoising). ``train.compile_mode: null``
+    been measured through it (gradient checkpointing, LoRA adapters, PromptBERT's template
+    denoising). ``train.compile_mode: null``
     is ``reduce-overhead`` on a GPU and ``default`` elsewhere.
     """
     tc, m = config.train, config.model
@@ -71,7 +71,7 @@ def compile_mode(config: Config, device: str) -> str | None:
     on = tc.compile
     if on is None:
         unmeasured = (
-            tc.gradient_checkpointing or m.lora.enabled or m.unpad_cuda
+            tc.gradient_checkpointing or m.lora.enabled
             or (m.pooler == "prompt" and m.prompt.denoise)
         )  # fmt: skip
         on = gpu and not unmeasured

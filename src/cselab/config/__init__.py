@@ -75,9 +75,9 @@ class TrainConfig:
             decided per run (:func:`cselab.app.plan.compile_mode`): on a CUDA GPU the encoder
             is compiled with CUDA graphs (``reduce-overhead``), where the eager step waits for
             the host to launch its kernels (``docs/results/gpu_benchmark.md``), except with
-            gradient checkpointing, LoRA adapters, ``model.unpad_cuda`` or PromptBERT's
-            template denoising; on the CPU it runs eagerly (compile has not been measured
-            faster on every CPU kind, ``bench/bench_compile.py``). ``true``/``false`` force it.
+            gradient checkpointing, LoRA adapters or PromptBERT's template denoising; on the
+            CPU it runs eagerly (compile has not been measured faster on every CPU kind,
+            ``bench/bench_compile.py``). ``true``/``false`` force it.
         compile_mode: ``torch.compile``'s mode with ``compile``: ``default``, ``max-autotune``
             or ``reduce-overhead`` (CUDA graphs: the step's kernels replayed in one launch, for
             small batches where the GPU waits for the host to launch kernels); ``null``:
