@@ -12,8 +12,8 @@ keeps what finished. The sections, in order:
    scaling on CUDA; and ``tests/test_gpu_path.py``, whose training step then runs on CUDA);
    needs pytest (the dev install), else "not run";
 2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``),
-   in plain fp32 and with ``model.unpad_cuda`` (varlen attention on the real tokens), each
-   timed end to end as a process, with results.json's split of the time;
+   eagerly and in plain fp32, each timed end to end as a process, with results.json's split
+   of the time;
 3. the step's throughput beside sentence-transformers' recipe on the same GPU
    (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512), then the
    same step with ``--compile``;
@@ -122,8 +122,6 @@ HEADLINE = (
      "batch 64 / 512 ms", "faster than eager"),
     ("train", "`cselab train`, wiki batches of 64, 250 steps: sent/s at the defaults and with "
      "CUDA graphs (`train.compile=true`)", "graphs faster"),
-    ("unpad_cuda", "`model.unpad_cuda` (varlen attention) vs padded, `cselab train` sent/s",
-     "faster than padded"),
     ("dev_eval", "STS-B dev evaluation (the trainer's evaluator), seconds each", "≤ 0.1 s"),
     ("llm2vec", "LLM2Vec preset, Qwen2-0.5B shape (LoRA r16, bidirectional, bf16, gradient "
      "checkpointing, 128 × 128): sent/s, MFU (6·N·tokens)", "≥ 40% MFU"),
@@ -322,24 +320,18 @@ def train_args(model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: 
 
 def step_train(
     model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool, quick: bool,
-    headline: dict[str, str], unpad: bool = False,
+    headline: dict[str, str],
 ) -> str:  # fmt: skip
-    """``cselab train`` as a user runs it: at the defaults (on a GPU: bf16, the encoder in CUDA
-    graphs), eagerly (``train.compile=false``), in fp32 (not ``quick``); with ``unpad``, the
-    varlen forward (``model.unpad_cuda``, eager: its token count changes every batch) against
-    the eager padded run timed just before."""
-    eager = ("eager (train.compile=false)", ["--train.compile=false"])
-    if unpad:
-        runs = [eager, ("model.unpad_cuda (varlen attention, eager)", ["--model.unpad_cuda=true"])]
-    else:
-        runs = [("defaults (precision auto)", [])]
-        if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
-            runs.append(("CUDA graphs (train.compile=true)", ["--train.compile=true"]))
-        if not quick:
-            runs.append(("fp32", ["--train.precision=fp32"]))
+    """``cselab train`` as a user runs it: at the defaults (on a GPU: bf16, eager), with CUDA
+    graphs (``train.compile=true``, GPU only), in fp32 (not ``quick``)."""
+    runs = [("defaults (precision auto)", [])]
+    if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
+        runs.append(("CUDA graphs (train.compile=true)", ["--train.compile=true"]))
+    if not quick:
+        runs.append(("fp32", ["--train.precision=fp32"]))
     rows = []
     for name, extra in runs:
-        out = work / f"train-{'unpad-' if unpad else ''}{len(rows)}"
+        out = work / f"train-{len(rows)}"
         cmd = [sys.executable, "-m", "cselab", "-q", "train",
                *train_args(model, wiki, data, out, plan, dry), *extra]  # fmt: skip
         code, tail, wall = run(cmd, timeout=900)
@@ -354,13 +346,9 @@ def step_train(
             round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
             r.get(f"best_{r['dev']['name']}"),
         ])  # fmt: skip
-    if unpad:
-        padded, varlen = rows[0][6], rows[1][6]
-        headline["unpad_cuda"] = f"{varlen:.0f} vs {padded:.0f} sent/s ({varlen / padded:.2f}×)"
-    else:
-        headline["train"] = f"defaults ({rows[0][2]}): {rows[0][6]:.0f} sent/s" + (
-            f"; CUDA graphs: {rows[1][6]:.0f} sent/s (compiling included)" if not dry else ""
-        )
+    headline["train"] = f"defaults ({rows[0][2]}): {rows[0][6]:.0f} sent/s" + (
+        f"; CUDA graphs: {rows[1][6]:.0f} sent/s (compiling included)" if not dry else ""
+    )
     header = ["run", "precision", "compile", "steps", "process s", "train s", "sentences/s",
               "eval s", "checkpoint copy s", "checkpoint write s (thread)",
               "best/ write s (thread)", "eval+ckpt % of run", "best dev"]  # fmt: skip
@@ -783,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
                    "gradcache/gpu tests, one cselab train, the peer at 64 and 512, compile on "
                    "and off, the profile, the LLM2Vec preset, the --device default")  # fmt: skip
     p.add_argument("--skip", default="", help="comma-separated sections to skip: "
-                   "pytest,peer,compile,profile,device,train,llm2vec,unpad,long")  # fmt: skip
+                   "pytest,peer,compile,profile,device,train,llm2vec,long")  # fmt: skip
     args = p.parse_args(argv)
     if args.prepare:
         prepare(args.prepare)
@@ -827,11 +815,9 @@ def main(argv: list[str] | None = None) -> int:
              lambda: step_train(model, wiki, data, work, plan, dry, quick, head)),
             ("llm2vec", "LLM2Vec preset on a Qwen2-0.5B shape",
              lambda: step_llm2vec(wiki, data, work, plan, dry, head)),
-            ("unpad", "Unpadded attention (model.unpad_cuda) against padded",
-             lambda: step_train(model, wiki, data, work, plan, dry, quick, head, unpad=True)),
         ]  # fmt: skip
-        if dry:  # compiling the CPU step takes minutes (test_compile.py covers it); no varlen
-            skip.update({"compile", "unpad"})
+        if dry:  # compiling the CPU step takes minutes (test_compile.py covers it)
+            skip.add("compile")
         for key, title, body in sections:
             if key not in skip:
                 report.section(title, body)

@@ -585,19 +585,6 @@ def test_a_plain_decoder_folder_loads_with_its_default_pooler(models: dict[str, 
     assert load(str(models["bert"])).pooler.kind == "cls_before_pooler"
 
 
-def test_unpad_cuda_on_a_model_without_the_fast_path_logs_one_line(
-    models: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    cfg = run_config(models["llama"], tmp_path, "--model.unpad_cuda=true", "--model.dropout=0.1")
-    with caplog.at_level(logging.INFO, logger="cselab"):
-        trainer = build_trainer(cfg)
-    assert not trainer.encoder.unpad_cuda
-    lines = [
-        r.getMessage() for r in caplog.records if r.getMessage().startswith("model.unpad_cuda")
-    ]
-    assert len(lines) == 1 and "runs the padded forward" in lines[0] and "bert" in lines[0]
-
-
 def test_negative_save_minutes_names_the_value() -> None:
     with pytest.raises(ConfigError, match=r"^train.save_minutes=-3.0 must be >= 0$"):
         load_config(None, ["--train.save_minutes=-3"])

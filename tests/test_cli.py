@@ -23,6 +23,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
         (["train", "--train.nosuch=1"], "unknown config key 'train.nosuch'"),
         (["train", "missing.yaml"], "config file not found: missing.yaml"),
         (["train", "--train.batch_size=x"], "train.batch_size: expected an integer"),
+        (["train", "--model.unpad_cuda=true"], "model.unpad_cuda was removed: varlen attention"),
     ],
 )
 def test_train_config_errors_are_one_line(

@@ -47,6 +47,25 @@ def test_bad_values_name_the_key(override: str, needle: str) -> None:
         load_config(None, [override])
 
 
+def test_a_removed_key_says_why_and_its_last_default_still_loads(tmp_path: Path) -> None:
+    """``model.unpad_cuda`` is gone: set to ``true`` it is refused with the reason; the
+    ``false`` that every config saved by an earlier cselab records loads as before."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text("model:\n  pooler: avg\n  unpad_cuda: false\ntrain:\n  lr: 1.0e-5\n")
+    c = load_config(saved)
+    assert c.model.pooler == "avg" and c.train.lr == 1e-5 and "unpad_cuda" not in c.to_dict()
+    for text in ("true", "1", "'false'"):
+        saved.write_text(f"model:\n  unpad_cuda: {text}\n")
+        with pytest.raises(ConfigError) as err:
+            load_config(saved)
+        assert str(err.value) == (
+            "model.unpad_cuda was removed: varlen attention was slower than padded on the "
+            "GPUs measured (docs/results/gpu_benchmark.md)"
+        )
+    with pytest.raises(ConfigError, match=r"model\.unpad_cuda was removed"):
+        load_config(None, ["--model.unpad_cuda=true"])
+
+
 def test_override_syntax_error() -> None:
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["--train.lr"])

@@ -184,20 +184,3 @@ def test_gradcache_through_cuda_graphs_equals_the_plain_step(
     )
     assert cached.plan.compile_mode == "reduce-overhead" and cached.task.graphs
     _assert_same_steps(cached, plain, 5)
-
-
-def test_unpad_cuda_forward_equals_the_padded_one(tiny_bert: Path) -> None:
-    """``model.unpad_cuda``: the forward on the real tokens with varlen attention gives the
-    padded forward's vectors (fp32, dropout off)."""
-    from cselab.model.encoder import SentenceEncoder
-
-    sentences = ["a short one", "a much longer sentence than the other one is", "b"]
-    varlen = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", unpad_cuda=True)
-    padded = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", fast_path=False)
-    vectors = []
-    for enc in (varlen, padded):
-        enc = enc.cuda().eval()
-        batch = {k: v.cuda() for k, v in enc.tokenize(sentences).items()}
-        with torch.no_grad():
-            vectors.append(enc(**batch))
-    torch.testing.assert_close(vectors[0], vectors[1], rtol=0, atol=1e-4)

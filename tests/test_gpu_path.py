@@ -183,40 +183,6 @@ def test_a_training_step_on_the_padded_path_reads_nothing_back(
     assert counter.syncs == []
 
 
-def test_varlen_attention_equals_the_padded_attention(tiny_bert: Path) -> None:
-    """PyTorch's jagged nested-tensor SDPA on the packed rows (the GPU branch of the packed
-    forward) computes the packed attention: outputs and the gradients of q, k, v, in float64
-    (the CPU runs its math path; a GPU its varlen kernels)."""
-    from cselab.model.attention import PackInfo, packed_attention, varlen_attention
-
-    g = torch.Generator().manual_seed(0)
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
-    pack = PackInfo.from_mask(mask)
-    t, h, d = int(mask.sum()), 2, 4
-    leaves = [torch.randn(1, h, t, d, generator=g, dtype=torch.float64) for _ in range(3)]
-
-    def run(fn):  # noqa: ANN001, ANN202
-        q, k, v = (x.clone().requires_grad_(True) for x in leaves)
-        out = fn(q, k, v, pack, 0.0, 0.5)
-        (out * torch.arange(out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
-        return out.detach(), [x.grad for x in (q, k, v)]
-
-    (a, ga), (b, gb) = run(varlen_attention), run(packed_attention)
-    assert a.shape == b.shape == (1, t, h, d)
-    torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
-    for x, y in zip(ga, gb, strict=True):
-        torch.testing.assert_close(x, y, rtol=0, atol=1e-12)
-
-
-def test_unpad_cuda_is_off_by_default_and_follows_the_fast_path(tiny_bert: Path) -> None:
-    """The CPU keeps its packed forward; a GPU runs it only with ``model.unpad_cuda`` (it costs
-    one index sync a forward), and only where the fast path applies."""
-    assert SentenceEncoder.from_pretrained(str(tiny_bert)).unpad_cuda is False
-    assert SentenceEncoder.from_pretrained(str(tiny_bert), unpad_cuda=True).unpad_cuda is True
-    off = SentenceEncoder.from_pretrained(str(tiny_bert), unpad_cuda=True, fast_path=False)
-    assert off.unpad_cuda is False
-
-
 def test_fixed_shape_batches_are_bucketed_and_encode_the_same(
     tiny_bert: Path, tmp_path: Path
 ) -> None:

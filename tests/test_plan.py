@@ -272,7 +272,6 @@ def test_the_plan_s_pooler_and_width_are_those_the_load_resolves(
         ("cuda:0", ["--train.compile=false"], None),
         ("cuda:0", ["--train.gradient_checkpointing=true"], None),  # unmeasured parts: eager
         ("cuda:0", ["--model.lora.r=8"], None),
-        ("cuda:0", ["--model.unpad_cuda=true"], None),
         ("cuda:0", ["--train.compile_mode=max-autotune"], "max-autotune"),
         ("cpu", ["--train.compile=true"], "default"),
         ("cuda:0", ["--train.compile=true", "--model.lora.r=8"], "reduce-overhead"),

@@ -71,8 +71,7 @@ def compile_mode(config: Config, device: str) -> str | None:
     :data:`GRAPHS_BY_DEFAULT` is off; with it on, a GPU run compiles with CUDA graphs
     (``reduce-overhead``: the step's kernels replayed without the host launching each, which is
     what the eager step waits for), except where a part of the run has not been measured
-    through them (gradient checkpointing, LoRA adapters, ``model.unpad_cuda``'s data-dependent
-    token count, PromptBERT's template denoising). ``train.compile_mode: null`` is
+    through them (gradient checkpointing, LoRA adapters, PromptBERT's template denoising). ``train.compile_mode: null`` is
     ``reduce-overhead`` on a GPU and ``default`` elsewhere.
     """
     tc, m = config.train, config.model
@@ -80,7 +79,7 @@ def compile_mode(config: Config, device: str) -> str | None:
     on = tc.compile
     if on is None:
         unmeasured = (
-            tc.gradient_checkpointing or m.lora.enabled or m.unpad_cuda
+            tc.gradient_checkpointing or m.lora.enabled
             or (m.pooler == "prompt" and m.prompt.denoise)
         )  # fmt: skip
         on = GRAPHS_BY_DEFAULT and gpu and not unmeasured

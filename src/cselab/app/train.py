@@ -46,7 +46,7 @@ from ..data.pairs import TokenizedPairs, evaluation_notes, source_digest
 from ..data.store import TokenizedCorpus
 from ..io.files import file_in_the_way
 from ..io.runfolder import RunFolder
-from ..model.backbones import FAST_PATH_MODEL_TYPES, noise_free
+from ..model.backbones import noise_free
 from ..model.devices import is_gpu
 from ..model.encoder import SentenceEncoder, compile_encoder
 from ..model.hub import DOWNLOADS, cache_root, resolve_train_file
@@ -188,12 +188,6 @@ def build_trainer(
     model = dataclasses.replace(config.model, pooler=plan.pooler, **saved_prompts(config, plan))
     encoder = SentenceEncoder.from_config(model, lm_head=lm_head)
     plan = finish(plan, encoder)
-    if model.unpad_cuda and not encoder.unpad_cuda:
-        log.info(
-            "model.unpad_cuda: %s has no forward on the real tokens (model.fast_path: %s; "
-            "the architectures with one: %s); it runs the padded forward",
-            model.name_or_path, model.fast_path, ", ".join(sorted(FAST_PATH_MODEL_TYPES)),
-        )  # fmt: skip
     if encoder.has_adapters and not model.lora.enabled:  # frozen: nothing would train
         raise ConfigError(merge_first(model.name_or_path))
     check_sequence_length(config, encoder, objective)

@@ -3,8 +3,9 @@
 The one loader behind every config section (:mod:`cselab.config` and
 :mod:`cselab.objectives.config`): unknown keys, wrong kinds (``true``/``false``, whole numbers,
 choices of a ``Literal``) and misspellings are a :class:`ConfigError` naming the full key, e.g.
-``objective.mixcse.partner: must be one of ['random', 'next'], got 'rand'``. It imports nothing
-from cselab, so every layer can use it.
+``objective.mixcse.partner: must be one of ['random', 'next'], got 'rand'``. A key a section
+has dropped is listed in its class attribute :data:`REMOVED` and refused with the reason. It
+imports nothing from cselab, so every layer can use it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ import typing
 from typing import Any, Literal
 
 from .errors import ConfigError  # noqa: F401 - re-exported
+
+#: The class attribute of a section that lists the keys it no longer has:
+#: ``{key: (its last default, why it was removed)}``. A config saved by an earlier cselab records
+#: every key, so the last default (which changes nothing) is dropped quietly; any other value is
+#: refused with the reason.
+REMOVED = "removed_keys"
 
 
 def check(ok: bool, message: str, value: object = dataclasses.MISSING) -> None:
@@ -102,9 +109,15 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types name the key."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
+    removed: dict[str, tuple[Any, str]] = getattr(cls, REMOVED, {})
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
+        if key in removed and key not in names:
+            default, reason = removed[key]
+            if type(value) is type(default) and value == default:
+                continue
+            raise ConfigError(f"{full} was removed: {reason}")
         if key not in names:
             raise ConfigError(f"unknown config key {full!r} (valid: {', '.join(sorted(names))})")
         kwargs[key] = _coerce(value, hints[key], full)

@@ -276,40 +276,6 @@ def packed_attention(
 _NO_SEED = torch.zeros((), dtype=torch.int64)
 
 
-def varlen_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    pack: PackInfo,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-) -> Tensor:
-    """:func:`packed_attention`'s function through PyTorch's own variable-length attention:
-    the packed rows become jagged nested tensors (``torch.nested``, layout ``jagged``: the
-    values and the sentences' offsets, no copy) and ``scaled_dot_product_attention`` runs on
-    them, which on a CUDA GPU dispatches to the FlashAttention or memory-efficient varlen
-    kernels: no padding is computed and no mask is materialised. The GPU branch of the packed
-    forward (``model.unpad_cuda``); on the CPU it runs too (math path), which is how its
-    equality with the padded SDPA is tested.
-
-    Args and returns as :func:`packed_attention`: ``(1, H, T, d)`` in, ``(1, T, H, d)`` out.
-    Dropout is SDPA's own (its random stream is the device generator's, not
-    :func:`~cselab.model.dropout.draw_seed`'s).
-    """
-    lengths = pack.keep.sum(1)
-    offsets = torch.nn.functional.pad(lengths.cumsum(0), (1, 0))
-
-    def nested(x: Tensor) -> Tensor:  # (1, H, T, d) -> (B, H, j, d)
-        rows = x[0].transpose(0, 1).contiguous()  # (T, H, d)
-        njt = torch.nested.nested_tensor_from_jagged(rows, offsets, max_seqlen=pack.width)
-        return njt.transpose(1, 2)
-
-    out = torch.nn.functional.scaled_dot_product_attention(
-        nested(q), nested(k), nested(v), dropout_p=dropout_p, scale=scale
-    )
-    return out.transpose(1, 2).values().unsqueeze(0)  # (1, T, H, d)
-
-
 def _inference() -> bool:
     """Whether no backward can follow: inference mode in eager; no grad in a compiled graph
     (Dynamo cannot read inference mode, and a compiled encoder's GradCache passes both run

@@ -7,7 +7,7 @@ takes the same defaults from here (one home).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..core.errors import ConfigError
 from .choices import PoolerName
@@ -170,13 +170,6 @@ class ModelConfig:
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
             It changes this model's backbone only (its dropout modules and its attention name);
             ``false`` runs the backbone exactly as ``transformers`` loads it.
-        unpad_cuda: with ``fast_path``, run that forward on the real tokens on a CUDA GPU too,
-            attention through PyTorch's variable-length kernels
-            (:func:`cselab.model.attention.varlen_attention`): no padding computed, at the
-            cost of one host sync per forward (the token index). Off by default until
-            ``bench/gpu_check.py`` has measured it against the padded forward. On a model
-            without the fast path (``fast_path: false``, or another architecture) the run logs
-            one line and runs the padded forward.
     """
 
     name_or_path: str = "bert-base-uncased"
@@ -190,12 +183,20 @@ class ModelConfig:
     trust_remote_code: bool = False
     revision: str | None = None
     fast_path: bool = True
-    unpad_cuda: bool = False
     prompt: PromptConfig = field(default_factory=PromptConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     pool_prompt: bool = True
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+
+    #: keys of earlier versions (:data:`cselab.core.schema.REMOVED`)
+    removed_keys: ClassVar[dict[str, tuple[object, str]]] = {
+        "unpad_cuda": (
+            False,
+            "varlen attention was slower than padded on the GPUs measured "
+            "(docs/results/gpu_benchmark.md)",
+        ),
+    }
 
     def validate_prompts(self) -> ModelConfig:
         """``prompts`` are ``{name: text}`` strings, ``default_prompt_name`` one of them, and

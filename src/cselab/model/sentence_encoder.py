@@ -104,8 +104,6 @@ class SentenceEncoder(nn.Module):
         self.fast_path = False
         self.unpad_training = False
         self.unpad_inference = False
-        # the same on a CUDA GPU (model.unpad_cuda): varlen attention, one index sync a forward
-        self.unpad_cuda = False
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
@@ -143,7 +141,6 @@ class SentenceEncoder(nn.Module):
         trust_remote_code: bool = ModelConfig.trust_remote_code,
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
-        unpad_cuda: bool = ModelConfig.unpad_cuda,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
         bidirectional: bool | None = ModelConfig.bidirectional,
         dtype: str = ModelConfig.dtype,
@@ -217,7 +214,7 @@ class SentenceEncoder(nn.Module):
                 Path(root), name_or_path, lora, pooler=pooler, mlp_only_train=mlp_only_train,
                 max_seq_len=max_seq_len, dropout=dropout, attn_implementation=attn_implementation,
                 trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
-                unpad_cuda=unpad_cuda, bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
+                bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
                 end_token=end_token, pool_prompt=pool_prompt, prompts=prompts,
                 default_prompt_name=default_prompt_name,
             )  # fmt: skip
@@ -256,7 +253,6 @@ class SentenceEncoder(nn.Module):
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
-            encoder.unpad_cuda = unpad_cuda and encoder.unpad_training
         if head_module is not None:
             encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
         if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
@@ -391,8 +387,9 @@ class SentenceEncoder(nn.Module):
             input_ids, attention_mask = spliced.input_ids, spliced.attention_mask
             token_type_ids = None  # one segment: the template's and the sentence's tokens
         if (
-            # on GPUs only when asked: the token index is a host sync per forward
-            (input_ids.device.type == "cpu" or self.unpad_cuda)
+            # the CPU only: on a GPU the token index is a host sync per forward, and varlen
+            # attention there was measured slower than the padded forward
+            input_ids.device.type == "cpu"
             and (self.unpad_training if self.training else self.unpad_inference)
             and not self.pooler.needs_hidden_states
             # one segment; read last: on a GPU this is a host sync, never reached

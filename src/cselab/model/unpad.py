@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from . import backbones
-from .attention import PackInfo, compute_dtype, packed_attention, varlen_attention
+from .attention import PackInfo, compute_dtype, packed_attention
 from .dropout import dropout
 
 #: cselab's private attention name; only backbones switched by :func:`enable` use it.
@@ -69,8 +69,6 @@ def _packed_sdpa(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    if query.device.type != "cpu":  # a GPU: PyTorch's varlen kernels (model.unpad_cuda)
-        return varlen_attention(query, key, value, cselab_unpad, dropout, scaling), None
     return packed_attention(query, key, value, cselab_unpad, dropout, scaling), None
 
 

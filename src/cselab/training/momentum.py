@@ -88,7 +88,6 @@ class MomentumEncoder:
         )
         self.shell.unpad_training = encoder.unpad_training
         self.shell.unpad_inference = encoder.unpad_inference
-        self.shell.unpad_cuda = encoder.unpad_cuda
 
     @torch.no_grad()
     def update(self) -> None:
