@@ -13,6 +13,8 @@ Lower is better for both.
 from __future__ import annotations
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from . import datasets
 from .embed import EmbeddingCache
@@ -20,39 +22,47 @@ from .embed import EmbeddingCache
 POSITIVE_THRESHOLD = 4.0
 
 
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero)."""
-    x = np.asarray(x, dtype=np.float64)
-    norm = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norm > 0, norm, 1.0)
+def _float64(x: np.ndarray | Tensor) -> Tensor:
+    """``x`` in float64 where it lives: an array on the host, a tensor on its device (the
+    trainer's dev vectors stay on the GPU: no copy of the ``N x N`` work to the host)."""
+    return torch.as_tensor(x).to(torch.float64)
 
 
-def alignment(x: np.ndarray, y: np.ndarray, alpha: float = 2.0) -> float:
+def l2_normalize(x: np.ndarray | Tensor) -> Tensor:
+    """Rows scaled to unit length (zero rows stay zero), float64, on ``x``'s device."""
+    x = _float64(x)
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    return x / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def alignment(x: np.ndarray | Tensor, y: np.ndarray | Tensor, alpha: float = 2.0) -> float:
     """Mean over rows of ``||x_i - y_i||_2 ** alpha`` (inputs already normalised)."""
-    d = np.linalg.norm(np.asarray(x, np.float64) - np.asarray(y, np.float64), axis=1)
-    return float(np.mean(d**alpha))
+    d = torch.linalg.vector_norm(_float64(x) - _float64(y), dim=1)
+    return float(torch.mean(d**alpha))
 
 
-def uniformity(x: np.ndarray, t: float = 2.0, block: int = 2048) -> float:
+def uniformity(x: np.ndarray | Tensor, t: float = 2.0, block: int = 2048) -> float:
     """``log`` of the mean of ``exp(-t ||x_i - x_j||^2)`` over pairs ``i < j`` (``torch.pdist``).
 
-    Computed block by block from the Gram matrix, so memory stays ``O(block * N)``.
+    Computed block by block from the Gram matrix in float64 on ``x``'s device, so memory stays
+    ``O(block * N)`` and a GPU's vectors are never copied; one host read at the end.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = _float64(x)
     n = len(x)
     if n < 2:
         return float("nan")
-    sq = np.einsum("ij,ij->i", x, x)
-    total = 0.0
+    sq = torch.einsum("ij,ij->i", x, x)
+    total = x.new_zeros(())
     for start in range(0, n, block):
         stop = min(start + block, n)
-        d2 = sq[start:stop, None] + sq[None, :] - 2.0 * (x[start:stop] @ x.T)
-        np.maximum(d2, 0.0, out=d2)
-        # keep j > i only: within the block, mask the lower triangle and diagonal
-        cols = np.arange(n)[None, :]
-        rows = np.arange(start, stop)[:, None]
-        total += float(np.exp(-t * d2)[cols > rows].sum())
-    return float(np.log(total / (n * (n - 1) / 2)))
+        # pairs j > i only: row r is sentence start + r and column c sentence start + 1 + c
+        # (no earlier sentence pairs with this block), so j > i is c >= r: the upper triangle
+        cols = x[start + 1 :]
+        d2 = torch.addmm(sq[start:stop, None] + sq[None, start + 1 :], x[start:stop], cols.T,
+                         alpha=-2.0)  # fmt: skip
+        e = d2.clamp_(min=0.0).mul_(-t).exp_()
+        total = total + e.triu_().sum()
+    return float(torch.log(total / (n * (n - 1) / 2)))
 
 
 def align_uniform(cache: EmbeddingCache, data_dir) -> dict[str, float]:

@@ -13,9 +13,12 @@ import contextlib
 import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 from ..model.choices import BATCH_SIZE
 
@@ -89,8 +92,14 @@ class RepeatedSentences:
         self._batches: Any = None
 
     def __call__(
-        self, encoder: EncoderLike, sentences: Sequence[str], batch_size: int
-    ) -> np.ndarray:
+        self,
+        encoder: EncoderLike,
+        sentences: Sequence[str],
+        batch_size: int,
+        on_device: bool = False,
+    ) -> np.ndarray | torch.Tensor:
+        """The vectors, on the host; ``on_device``: a SentenceEncoder's stay on its device
+        (any other encoder's are the host array it gives)."""
         if not _plain_sentence_encoder(encoder):
             return call_encoder(encoder, list(sentences), batch_size)
         from ..model.inference import batches_key, encode_batches, tokenized_batches
@@ -104,7 +113,7 @@ class RepeatedSentences:
             self._batches = tokenized_batches(encoder, sentences, batch_size)
             self._sentences = sentences
         with inference_mode(encoder):
-            return encode_batches(encoder, self._batches)
+            return encode_batches(encoder, self._batches, on_device=on_device)
 
 
 def _plain_sentence_encoder(encoder: object) -> bool:

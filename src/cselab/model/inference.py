@@ -132,13 +132,21 @@ def tokenized_batches(
 
 
 @torch.inference_mode()  # as ``SentenceEncoder.encode``: the same kernels, the same vectors
-def encode_batches(encoder: nn.Module, batches: Batches, normalize: bool = False) -> np.ndarray:
+def encode_batches(
+    encoder: nn.Module, batches: Batches, normalize: bool = False, on_device: bool = False
+) -> np.ndarray | torch.Tensor:
     """The fp32 vectors of tokenised ``batches`` in input order: what ``encoder.encode`` gives
     for the same sentences, batch size and length (the same batches, the same forward), with
-    one copy to the host at the end."""
+    one copy to the host at the end; ``on_device``: no copy, a tensor on the encoder's device
+    (a dev set's measures computed there)."""
     if batches_key(encoder, batches.key[3], None)[:2] != batches.key[:2]:
         raise ValueError("these batches were tokenised for another tokenizer or device")
     normalize = normalize or _folder_normalizes(encoder)
+    if on_device:
+        rows = _run(
+            encoder, batches.order, iter(batches.inputs), normalize, False, "fp32", None, True
+        )
+        return rows
     return _run(encoder, batches.order, iter(batches.inputs), normalize, False, "fp32")
 
 
@@ -215,12 +223,14 @@ def _run(
     show_progress: bool,
     precision: str,
     total: int | None = None,
-) -> np.ndarray:
+    on_device: bool = False,
+) -> np.ndarray | torch.Tensor:
     """Encode ``batches`` (the sorted rows ``order``); the vectors are gathered on the device
     and copied to the host every :data:`FLUSH_ROWS` rows and at the end, not batch by batch
-    (each copy waits for the device: one per batch would keep the host from queueing ahead)."""
+    (each copy waits for the device: one per batch would keep the host from queueing ahead).
+    ``on_device``: all kept on the device, returned there in input order (no host copy)."""
     n = len(order)
-    out = np.empty((n, encoder.dim), dtype=np.float32)
+    out = np.empty((0 if on_device else n, encoder.dim), dtype=np.float32)
     model = inference_copy(encoder, torch.bfloat16) if precision == "bf16" else encoder
     options = getattr(encoder, "inference_compile", None)
     forward = model if options is None else inference_graph(model, **options)
@@ -239,8 +249,12 @@ def _run(
                 vec = torch.nn.functional.normalize(vec, dim=-1)
             pending.append(vec)
             gathered += vec.shape[0]
-            if gathered - done >= FLUSH_ROWS:
+            if not on_device and gathered - done >= FLUSH_ROWS:
                 done = _flush(out, order, done, pending)
+        if on_device:
+            rows = torch.cat(pending) if pending else torch.zeros(0, encoder.dim)
+            inverse = torch.as_tensor(np.argsort(order, kind="stable"), device=rows.device)
+            return rows[inverse]  # sorted row k is input row order[k]
         _flush(out, order, done, pending)
     finally:
         encoder.train(was_training)
