@@ -75,6 +75,36 @@ def test_the_inductor_compiled_step_equals_the_eager_step(
     check(models, tmp_path, family)
 
 
+def test_gradcache_through_the_fixed_shape_compiled_step_equals_the_eager_step(
+    models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train.compile=true`` with ``reduce-overhead`` (what a GPU runs in CUDA graphs: widths
+    padded to 16, one graph per shape, each step marking its graphs' generation) under GradCache
+    (chunks of 3, 3 and 2 rows, both passes through the compiled encoder) gives the eager
+    uncached step's loss and gradients. The CPU has no CUDA graphs: the code generator is
+    ``aot_eager``, the shapes and the step's sequence are the GPU's."""
+    real = app_train.compile_encoder
+
+    def fixed(enc: torch.nn.Module, **opts: object) -> torch.nn.Module:
+        assert opts.pop("mode") == "reduce-overhead" and opts["dynamic"] is False
+        return real(enc, backend="aot_eager", **opts)
+
+    monkeypatch.setattr(app_train, "compile_encoder", fixed)
+    eager_loss, eager = step(models["bert"], tmp_path / "eager", "bert")
+    torch._dynamo.reset()
+    graphs = ("--train.compile=true", "--train.compile_mode=reduce-overhead")
+    loss, cached = step(models["bert"], tmp_path / "cached", "bert", *graphs,
+                        "--train.cache_chunk_size=3")  # fmt: skip
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(models["bert"]))
+    tol = float_tolerance(torch.float64, encoder_sum_terms(config, 16) * 8 * 16, 10.0)
+    torch.testing.assert_close(loss, eager_loss, rtol=0, atol=tol)
+    assert len(cached) == len(eager) > 0
+    for a, b in zip(cached, eager, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=tol)
+
+
 @pytest.mark.parametrize("graphs", [True, False])
 def test_a_step_through_cuda_graphs_begins_a_generation_of_their_memory(
     tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, graphs: bool
