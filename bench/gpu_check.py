@@ -6,30 +6,35 @@ uncased WordPiece vocabulary (the tokenizer of all-MiniLM-L6-v2, which is BERT's
 is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). The report
 (``--out``) leads with the headline table (:data:`HEADLINE`: each cell measured, or "not run")
 and is rewritten atomically as each section finishes, so a run killed at the end of its slot
-keeps what finished. The sections, in order:
+keeps what finished.
+
+The sections, most decisive first (a run killed at the end of its slot keeps what finished):
 
 1. the tests marked ``gpu`` (``tests/test_gpu.py``: the trainer, GradCache, resume, fp16 loss
-   scaling on CUDA; and ``tests/test_gpu_path.py``, whose training step then runs on CUDA);
-   needs pytest (the dev install), else "not run";
-2. ``cselab train`` for 250 steps on the wiki sentences, at the defaults (``precision: auto``),
-   eagerly and in plain fp32, each timed end to end as a process, with results.json's split
-   of the time;
-3. the step's throughput beside sentence-transformers' recipe on the same GPU
-   (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512), then the
-   same step with ``--compile``;
-4. a 20-step profile of the real step on wiki batches: kernels per step and GPU idle time
-   (``torch.profiler``), host syncs and operators per step (counted in a separate step, outside
-   any timing), model FLOP utilisation, a checkpoint's cost, and one dev evaluation as the
-   trainer runs it;
-5. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
-6. ``cselab encode`` without ``--device``: the device ``auto`` chose;
-7. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
+   scaling and the step in CUDA graphs on CUDA; and ``tests/test_gpu_path.py``, whose training
+   step then runs on CUDA); their whole output is written to ``gpu_pytest.log`` beside the
+   report; needs pytest (the dev install), else "not run";
+2. the step's throughput beside sentence-transformers' recipe on the same GPU
+   (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512);
+3. the same step in CUDA graphs (``--compile``: ``train.compile=true``, ``reduce-overhead``),
+   GradCache chunk 64 at 512 included;
+4. a 20-step profile of the real step on wiki batches, in CUDA graphs and eagerly: step time,
+   kernels per step and GPU idle time (``torch.profiler``), the eager step's host syncs and
+   operators (counted in a separate step, outside any timing), model FLOP utilisation, a
+   checkpoint's cost, and one dev evaluation as the trainer runs it;
+5. ``cselab encode`` without ``--device``: the device ``auto`` chose;
+6. ``cselab train`` for 250 steps on the wiki sentences at the defaults (``precision: auto``),
+   with CUDA graphs (``train.compile=true``) and (not ``--quick``) in plain fp32, each timed end
+   to end as a process, with results.json's split of the time;
+7. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
+8. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
    chunks, peak memory, and ``train.compile``.
 
-``--quick`` (about 5 minutes on an H100) runs ``tests/test_gpu.py`` only, one ``cselab train``
-(the defaults), fewer timed steps in the benchmark, and everything else but ``--long``.
-``--dry-run`` runs the sequence on the CPU with tiny shapes in about a minute and a half
-(``tests/test_gpu_check.py`` runs it, so the script keeps working between GPU sessions).
+``--quick`` (7.4 minutes on an H200, 2026-11-28) runs ``tests/test_gpu.py`` only, fewer timed
+steps in the benchmark (10 after 3 warm-up), and everything else but ``--long``.
+``--dry-run`` runs the sequence on the CPU with tiny shapes in under a minute, without the
+compiled sections (``tests/test_gpu_check.py`` runs it, so the script keeps working between
+GPU sessions).
 
 Usage::
 
