@@ -630,6 +630,8 @@ RESOLVED_KEYS = (
     "model.lora.target_modules",
     "train.precision",
     "train.device",
+    "train.compile",  # both: the plan's compile_mode
+    "train.compile_mode",
     "eval.dev",
     "eval.dev_metric",
     "eval.dev_columns",
@@ -717,3 +719,17 @@ def test_the_resolved_fact_check_can_fail() -> None:
     assert keys == [
         "model.pooler", "train.precision", "train.device", "eval.dev", "objective.mntp.enabled",
     ]  # fmt: skip
+
+
+def test_the_trainer_only_loops() -> None:
+    """Architecture step 4's bound on the loop: the trainer module at most 250 lines, its
+    constructor at most 8 parameters and none of them the config (it is handed its
+    collaborators, :func:`cselab.app.train.assemble_trainer` builds them)."""
+    import inspect
+
+    from cselab.training.trainer import Trainer
+
+    path = SRC / "cselab" / "training" / "trainer.py"
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 250
+    params = list(inspect.signature(Trainer.__init__).parameters)[1:]
+    assert len(params) <= 8 and "config" not in params, params

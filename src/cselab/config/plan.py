@@ -124,6 +124,11 @@ class RunPlan:
         except (KeyError, TypeError, ValueError) as err:
             raise DataFormatError(path, None, f"not a run plan ({err})") from None
 
+    def how_it_ran(self) -> dict[str, Any]:
+        """The resolved settings ``results.json`` reports: ``precision`` and ``compile_mode``
+        (``None``: eager)."""
+        return {"precision": self.precision, "compile_mode": self.compile_mode}
+
     def replace(self, **changes: Any) -> RunPlan:
         """A copy with ``changes`` (the frozen dataclass's ``replace``)."""
         return dataclasses.replace(self, **changes)

@@ -244,8 +244,7 @@ class Trainer:
             "checkpoint_time_s": round(self.checkpoint_seconds, 2),
             **run.results(),
             "device": str(self.device),
-            "precision": self.plan.precision,  # what ran: `auto` resolved
-            "compile_mode": self.plan.compile_mode,  # None: eager
+            **self.plan.how_it_ran(),  # precision and compile mode, `auto`/`null` resolved
             "world_size": self.dist.world_size,
             **extra,
         }
