@@ -237,3 +237,32 @@ def test_merge_and_push_edges_name_the_folder(tiny_llama: Path, tmp_path: Path) 
     message = str(err.value)
     assert "\n" not in message and message.startswith(str(tmp_path / "ad" / "adapter_config.json"))
     assert f"base_model_name_or_path {base.resolve()} does not exist" in message
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("--model.lora.alpha=32", "model.lora.alpha=32.0"),
+        ("--model.lora.target_modules=[q_proj]", "model.lora.target_modules=['q_proj']"),
+        ("--model.lora.dropout=0.1", "model.lora.dropout=0.1"),
+    ],
+)
+def test_a_lora_key_set_while_lora_is_off_is_refused(
+    override: str, key: str, tmp_path: Path
+) -> None:
+    """``model.lora.r=0`` with another LoRA key changed would train without adapters: one line
+    naming the key; a saved config (every key at its default, r 0) and the presets still load."""
+    from cselab.config import save_config
+    from cselab.config.presets import find_preset, packaged_presets, preset_names
+    from cselab.model.lora import settings_of
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["--model.lora.r=0", override])
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{key} is set while model.lora.r is 0")
+    with pytest.raises(ConfigError, match=r"model.lora.alpha=32\.0 is set while model.lora.r is 0"):
+        settings_of({"r": 0, "alpha": 32})  # SentenceEncoder.from_pretrained(lora=)
+    save_config(load_config(None, []), tmp_path / "config.yaml")
+    assert not load_config(tmp_path / "config.yaml", []).model.lora.enabled
+    for name in preset_names(packaged_presets()):
+        load_config(find_preset(name), [])
