@@ -7,7 +7,13 @@ import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.names import MODES, RETRIEVAL_K, STS_COLUMNS_HINT
+from ..evaluation.names import (
+    MODES,
+    RETRIEVAL_K,
+    RETRIEVAL_KIND,
+    STS_COLUMNS_HINT,
+    STS_FILE_KIND,
+)
 from ..model.choices import BATCH_SIZE
 from ..search.index import SEARCH_BACKENDS
 from ..search.settings import IndexSettings
@@ -310,7 +316,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     own_files = args.sts_file or args.clustering
     senteval = args.tasks is not None or own_files or not args.retrieval
     spec = args.tasks if args.tasks is not None or own_files else "sts"
-    tasks = api.parse_tasks(spec, args.mode) if spec is not None and senteval else None
+    from ..evaluation.clustering import KIND as CLUSTERING_KIND
+
+    # the kinds whose data is given: ``--tasks clustering`` then names no benchmark
+    given = {
+        kind
+        for kind, data in (
+            (STS_FILE_KIND, args.sts_file), (CLUSTERING_KIND, args.clustering),
+            (RETRIEVAL_KIND, args.retrieval),
+        )
+        if data
+    }  # fmt: skip
+    tasks = api.parse_tasks(spec, args.mode, given) if spec is not None and senteval else None
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.

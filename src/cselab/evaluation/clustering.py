@@ -123,6 +123,10 @@ class ClusteringTask(TaskKind):
     headline: ClassVar[str | None] = KIND
     panel: ClassVar[tuple[str, str] | None] = ("Your clustering files", "V-measure x 100")
     own_data: ClassVar[bool] = True
+    data_option: ClassVar[tuple[str, str] | None] = (
+        "--clustering PATH",
+        "your own labelled sentences, a table with text and label columns",
+    )
 
     @property
     def label(self) -> str:

@@ -146,6 +146,9 @@ class TaskKind:
     aliases: ClassVar[Mapping[str, str]] = {}
     #: its task names that have no dev split (refused in mode ``dev``, left out of the groups)
     test_only: ClassVar[tuple[str, ...]] = ()
+    #: a kind run on the user's own data: ``cselab evaluate``'s option that gives it, and what
+    #: that holds (``--tasks`` naming the kind without the option is told to give it)
+    data_option: ClassVar[tuple[str, str] | None] = None
 
     @classmethod
     def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
@@ -342,6 +345,10 @@ class STSFileTask(TaskKind):
     headline: ClassVar[str | None] = "sts_files"
     panel: ClassVar[tuple[str, str] | None] = ("Your STS files", "Spearman x 100")
     own_data: ClassVar[bool] = True
+    data_option: ClassVar[tuple[str, str] | None] = (
+        "--sts-file PATH",
+        "your own sentence pairs with a gold score",
+    )
 
     @classmethod
     def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
@@ -459,6 +466,10 @@ class RetrievalTask(TaskKind):
     document_prompt: str | None = None
     kind: ClassVar[str] = RETRIEVAL_KIND
     whole_encoder: ClassVar[bool] = True
+    data_option: ClassVar[tuple[str, str] | None] = (
+        "--retrieval FOLDER",
+        "a BEIR folder: corpus, queries and relevance judgements",
+    )
 
     @classmethod
     def entry_markdown(cls, out: Mapping[str, Any]) -> dict[str, str]:
