@@ -8,10 +8,13 @@ from pathlib import Path
 
 from ..core.schema import ConfigError
 from ..evaluation.names import (
+    CLUSTERING_HINT,
     MODES,
+    RETRIEVAL_HINT,
     RETRIEVAL_K,
     RETRIEVAL_KIND,
     STS_COLUMNS_HINT,
+    STS_FILE_HINT,
     STS_FILE_KIND,
 )
 from ..model.choices import BATCH_SIZE
@@ -22,6 +25,18 @@ from .options import (
     add_compile_flag,
     add_device_flag,
     add_pooler_flag,
+)
+
+#: what the files of the options that give the user's own data hold (their help, and what
+#: ``--tasks`` naming such a task without its option is told)
+STS_PAIRS = (
+    "your own sentence pairs with a gold score (.tsv/.csv with a header, .jsonl, or a "
+    "datasets save_to_disk folder)"
+)
+LABELLED_SENTENCES = "your own labelled sentences (a table with text and label columns)"
+BEIR_FOLDER = (
+    "a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv, or the same parts as "
+    "datasets folders)"
 )
 
 
@@ -49,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="PATH",
-        help="your own sentence pairs with a gold score (.tsv/.csv with a header, .jsonl, or a "
-        "datasets save_to_disk folder), scored like STS-B; repeatable",
+        help=f"{STS_PAIRS}, scored like STS-B; repeatable",
     )
     ev.add_argument(
         "--sts-columns",
@@ -63,8 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="PATH",
-        help="your own labelled sentences (a table with text and label columns): k-means with k "
-        "the number of labels, scored by V-measure against the labels (as MTEB); repeatable",
+        help=f"{LABELLED_SENTENCES}: k-means with k the number of labels, scored by V-measure "
+        "against the labels (as MTEB); repeatable",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
     add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
@@ -99,8 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument(
         "--retrieval",
         metavar="FOLDER",
-        help="evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv, "
-        "or the same parts as datasets folders): nDCG@k, MRR@k, Recall@1/k/100, MAP@100; "
+        help=f"evaluate retrieval on {BEIR_FOLDER}: nDCG@k, MRR@k, Recall@1/k/100, MAP@100; "
         "SentEval tasks then run only when --tasks or --sts-file asks for them",
     )
     ev.add_argument("--k", type=int, default=RETRIEVAL_K,
@@ -137,8 +150,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="task instructions: 'llm2vec' (LLM2Vec's MTEB table) or a YAML file of the same "
         "layout; with --mteb each task's, else the STS instruction before every STS sentence",
     )
-    # the library's hint names read_sts_file's `columns=`; this command's option is --sts-columns
-    hint = {STS_COLUMNS_HINT: "name the columns with --sts-columns S1,S2,SCORE"}
+    # the library's hints name Python arguments; this command's are its options
+    hint = {
+        STS_COLUMNS_HINT: "name the columns with --sts-columns S1,S2,SCORE",
+        STS_FILE_HINT: f"give it with --sts-file PATH ({STS_PAIRS})",
+        CLUSTERING_HINT: f"give it with --clustering PATH ({LABELLED_SENTENCES})",
+        RETRIEVAL_HINT: f"give it with --retrieval FOLDER ({BEIR_FOLDER})",
+    }
     ev.set_defaults(func=run_evaluate, flags_of=ev, flag_texts=hint)
 
     cmp_ = subparsers.add_parser(

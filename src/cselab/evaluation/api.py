@@ -42,7 +42,7 @@ TASK_GROUPS, _ALIASES = _spellings()
 #: the names with no dev split (refused in mode ``dev``, left out of the groups there)
 _TEST_ONLY = frozenset(n for k in TASK_KINDS.values() for n in k.test_only)
 #: the kinds run on the user's own data, by their name as ``--tasks`` would spell it
-_OWN_DATA = {k.kind.replace("-", ""): k for k in TASK_KINDS.values() if k.data_option}
+_OWN_DATA = {k.kind.replace("-", ""): k for k in TASK_KINDS.values() if k.data_hint}
 
 
 def parse_tasks(
@@ -77,9 +77,8 @@ def parse_tasks(
         elif key in _OWN_DATA:
             kind = _OWN_DATA[key]
             if kind.kind not in given:
-                option, holds = kind.data_option or ("", "")
                 raise ConfigError(
-                    f"task {item!r} runs on your own data: give it with {option} ({holds})"
+                    f"task {item!r} runs on your own data, not a benchmark: {kind.data_hint}"
                 )
             skipped = True
             continue
