@@ -152,6 +152,31 @@ def test_cselab_evaluate_clustering_reaches_json_tables_card_and_hub(
     )  # fmt: skip
 
 
+def test_tasks_clustering_without_its_file_says_to_give_it(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--tasks clustering`` names the option that gives the data (not "unknown task"); with
+    ``--clustering PATH`` it runs that file alone, as ``--clustering PATH`` without ``--tasks``."""
+    assert main(["evaluate", str(tiny_bert), "--tasks", "clustering"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "cselab evaluate: error: task 'clustering' runs on your own data, not a benchmark: give "
+        "it with --clustering PATH (your own labelled sentences (a table with text and label "
+        "columns))"
+    )
+    with pytest.raises(UserError) as err:  # the library names its own way to give the data
+        api.parse_tasks("sts,sts-file")
+    assert str(err.value) == (
+        "task 'sts-file' runs on your own data, not a benchmark: pass the file as sts_files=[PATH]"
+    )
+    path = labelled_file(tmp_path / "topics.tsv")
+    saved = tmp_path / "out.json"
+    argv = ["evaluate", str(tiny_bert), "--tasks", "clustering", "--clustering", str(path)]
+    assert main([*argv, "-o", str(saved)]) == 0
+    out = json.loads(saved.read_text())
+    assert out["tasks"] == [] and list(out["results"]) == ["topics.tsv"]
+
+
 def test_the_library_runs_the_task_object_as_the_cli(tiny_bert: Path, tmp_path: Path) -> None:
     path = labelled_file(tmp_path / "topics.tsv")
     out = api.evaluate(load(str(tiny_bert)), [ClusteringTask(read_labelled_file(path))])

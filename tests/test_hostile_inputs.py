@@ -395,6 +395,33 @@ def test_merge_into_a_folder_under_a_file_is_one_line(
     )
 
 
+def test_merge_into_the_model_folder_it_reads_is_one_line(
+    adapter_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An output inside the run's best/ or last/ (or best/ itself) would put the merge's working
+    folder and the merged model among the model's files: refused, naming both, nothing written."""
+    import shutil
+
+    run = tmp_path / "run"
+    best = shutil.copytree(adapter_folder, run / "best")
+    last = shutil.copytree(adapter_folder, run / "last")
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for out, model, where in (
+        (best / "sub", best, "is inside"),
+        (best, best, "is"),
+        (last / "merged", last, "is inside"),
+    ):
+        assert main(["merge", str(run), "-o", str(out)]) == 2
+        merged = " (the one being merged)" if model == best else ""
+        assert one_line(capsys) == (
+            f"cselab merge: error: {out} {where} the model folder {model}{merged}; choose an "
+            "output folder outside it"
+        )
+    assert main(["merge", str(best), "-o", str(best / "deeper" / "sub")]) == 2
+    assert f"is inside the model folder {best} (the one being merged)" in one_line(capsys)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
 # ------------------------------------------------------------------ what a user sees
 
 

@@ -237,3 +237,75 @@ def test_merge_and_push_edges_name_the_folder(tiny_llama: Path, tmp_path: Path) 
     message = str(err.value)
     assert "\n" not in message and message.startswith(str(tmp_path / "ad" / "adapter_config.json"))
     assert f"base_model_name_or_path {base.resolve()} does not exist" in message
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("--model.lora.alpha=32", "model.lora.alpha=32.0"),
+        ("--model.lora.target_modules=[q_proj]", "model.lora.target_modules=['q_proj']"),
+        ("--model.lora.dropout=0.1", "model.lora.dropout=0.1"),
+    ],
+)
+def test_a_lora_key_set_while_lora_is_off_is_refused(
+    override: str, key: str, tmp_path: Path
+) -> None:
+    """``model.lora.r=0`` with another LoRA key changed would train without adapters: one line
+    naming the key; a saved config (every key at its default, r 0) and the presets still load."""
+    from cselab.config import save_config
+    from cselab.config.presets import find_preset, packaged_presets, preset_names
+    from cselab.model.lora import settings_of
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["--model.lora.r=0", override])
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{key} is set while model.lora.r is 0")
+    with pytest.raises(ConfigError, match=r"model.lora.alpha=32\.0 is set while model.lora.r is 0"):
+        settings_of({"r": 0, "alpha": 32})  # SentenceEncoder.from_pretrained(lora=)
+    save_config(load_config(None, []), tmp_path / "config.yaml")
+    assert not load_config(tmp_path / "config.yaml", []).model.lora.enabled
+    for name in preset_names(packaged_presets()):
+        load_config(find_preset(name), [])
+
+
+@pytest.mark.parametrize("with_head", [False, True], ids=["base-model", "causal-lm"])
+def test_merge_of_a_plain_peft_folder_gives_the_vectors_its_load_gives(
+    with_head: bool, tiny_llama: Path, tmp_path: Path
+) -> None:
+    """A peft folder cselab did not write (``adapter_config.json`` + weights naming the base, no
+    ``cselab.json``), saved on the base model or, as most fine-tuning saves it, on the model
+    with its LM head (weight names under ``model.``): ``cselab merge`` records the pooler the
+    load used and causal attention (the load's default), so the merged folder gives the
+    adapters' vectors."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    auto = AutoModelForCausalLM if with_head else AutoModel
+    torch.manual_seed(1)
+    model = get_peft_model(
+        auto.from_pretrained(str(tiny_llama)),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]),
+    )
+    with torch.no_grad():  # B starts at 0: make the adapters change the vectors
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    plain = tmp_path / "plain"
+    model.save_pretrained(str(plain))
+    assert sorted(p.name for p in plain.iterdir()) == [
+        "README.md", "adapter_config.json", "adapter_model.safetensors",
+    ]  # fmt: skip
+    stored = load_file(str(plain / "adapter_model.safetensors"))
+    assert all(k.startswith("base_model.model.model." if with_head else "base_model.model.layers")
+               for k in stored)  # fmt: skip
+    adapters = load(str(plain))
+    want = adapters.encode(SENTENCES)
+    assert adapters.has_adapters and adapters.pooler.kind == "avg" and not adapters.bidirectional
+    base = load(str(tiny_llama)).encode(SENTENCES)
+    assert np.abs(want - base).max() > 1e-2
+    assert cli_main(["merge", str(plain), "-o", str(tmp_path / "merged")]) == 0
+    meta = json.loads((tmp_path / "merged/cselab.json").read_text())
+    assert meta["pooler"] == "avg" and not meta.get("bidirectional", False)
+    merged = load(str(tmp_path / "merged"))
+    assert not merged.has_adapters and not merged.bidirectional
+    np.testing.assert_allclose(merged.encode(SENTENCES), want, rtol=0, atol=1e-5)

@@ -103,6 +103,23 @@ def test_load_on_a_missing_device_names_the_keyword(tiny_bert: Path) -> None:
     assert load(str(tiny_bert), device="cpu").device.type == "cpu"
 
 
+@pytest.mark.parametrize("value", ["yes", "no", "false", 1, 0.0])
+def test_bidirectional_takes_true_false_or_none_only(tiny_bert: Path, value: object) -> None:
+    """A truthy string ("no") would remove a decoder's causal mask: one line naming the keyword
+    and the value, before any weight is read, from ``cselab.load`` and ``from_pretrained``."""
+    import cselab
+    from cselab.core.errors import ConfigSettingError, UserError
+    from cselab.model.encoder import SentenceEncoder
+
+    want = f"bidirectional={value!r}: expected True, False or None"
+    for call in (cselab.load, SentenceEncoder.from_pretrained):
+        with pytest.raises(ConfigSettingError) as err:
+            call(str(tiny_bert), bidirectional=value)
+        assert isinstance(err.value, UserError) and str(err.value).startswith(want)
+        assert "\n" not in str(err.value)
+    assert not cselab.load(str(tiny_bert), bidirectional=None).bidirectional
+
+
 ACCEPTED = ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:9999", "mps", "xpu:3", "hpu", "mtia", "xla",
             "npu", "privateuseone"]  # fmt: skip
 REFUSED = ["gpu:0", "cuda:01", "cuda:00", "cuda:99999999999999999999", "cuda:10000", "cuda:-1",

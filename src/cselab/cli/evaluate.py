@@ -7,7 +7,16 @@ import os
 from pathlib import Path
 
 from ..core.schema import ConfigError
-from ..evaluation.names import MODES, RETRIEVAL_K, STS_COLUMNS_HINT
+from ..evaluation.names import (
+    CLUSTERING_HINT,
+    MODES,
+    RETRIEVAL_HINT,
+    RETRIEVAL_K,
+    RETRIEVAL_KIND,
+    STS_COLUMNS_HINT,
+    STS_FILE_HINT,
+    STS_FILE_KIND,
+)
 from ..model.choices import BATCH_SIZE
 from ..search.index import SEARCH_BACKENDS
 from ..search.settings import IndexSettings
@@ -16,6 +25,18 @@ from .options import (
     add_compile_flag,
     add_device_flag,
     add_pooler_flag,
+)
+
+#: what the files of the options that give the user's own data hold (their help, and what
+#: ``--tasks`` naming such a task without its option is told)
+STS_PAIRS = (
+    "your own sentence pairs with a gold score (.tsv/.csv with a header, .jsonl, or a "
+    "datasets save_to_disk folder)"
+)
+LABELLED_SENTENCES = "your own labelled sentences (a table with text and label columns)"
+BEIR_FOLDER = (
+    "a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv, or the same parts as "
+    "datasets folders)"
 )
 
 
@@ -43,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="PATH",
-        help="your own sentence pairs with a gold score (.tsv/.csv with a header, .jsonl, or a "
-        "datasets save_to_disk folder), scored like STS-B; repeatable",
+        help=f"{STS_PAIRS}, scored like STS-B; repeatable",
     )
     ev.add_argument(
         "--sts-columns",
@@ -57,8 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="PATH",
-        help="your own labelled sentences (a table with text and label columns): k-means with k "
-        "the number of labels, scored by V-measure against the labels (as MTEB); repeatable",
+        help=f"{LABELLED_SENTENCES}: k-means with k the number of labels, scored by V-measure "
+        "against the labels (as MTEB); repeatable",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
     add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
@@ -93,8 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument(
         "--retrieval",
         metavar="FOLDER",
-        help="evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv, "
-        "or the same parts as datasets folders): nDCG@k, MRR@k, Recall@1/k/100, MAP@100; "
+        help=f"evaluate retrieval on {BEIR_FOLDER}: nDCG@k, MRR@k, Recall@1/k/100, MAP@100; "
         "SentEval tasks then run only when --tasks or --sts-file asks for them",
     )
     ev.add_argument("--k", type=int, default=RETRIEVAL_K,
@@ -131,8 +150,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="task instructions: 'llm2vec' (LLM2Vec's MTEB table) or a YAML file of the same "
         "layout; with --mteb each task's, else the STS instruction before every STS sentence",
     )
-    # the library's hint names read_sts_file's `columns=`; this command's option is --sts-columns
-    hint = {STS_COLUMNS_HINT: "name the columns with --sts-columns S1,S2,SCORE"}
+    # the library's hints name Python arguments; this command's are its options
+    hint = {
+        STS_COLUMNS_HINT: "name the columns with --sts-columns S1,S2,SCORE",
+        STS_FILE_HINT: f"give it with --sts-file PATH ({STS_PAIRS})",
+        CLUSTERING_HINT: f"give it with --clustering PATH ({LABELLED_SENTENCES})",
+        RETRIEVAL_HINT: f"give it with --retrieval FOLDER ({BEIR_FOLDER})",
+    }
     ev.set_defaults(func=run_evaluate, flags_of=ev, flag_texts=hint)
 
     cmp_ = subparsers.add_parser(
@@ -310,7 +334,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     own_files = args.sts_file or args.clustering
     senteval = args.tasks is not None or own_files or not args.retrieval
     spec = args.tasks if args.tasks is not None or own_files else "sts"
-    tasks = api.parse_tasks(spec, args.mode) if spec is not None and senteval else None
+    from ..evaluation.clustering import KIND as CLUSTERING_KIND
+
+    # the kinds whose data is given: ``--tasks clustering`` then names no benchmark
+    given = {
+        kind
+        for kind, data in (
+            (STS_FILE_KIND, args.sts_file), (CLUSTERING_KIND, args.clustering),
+            (RETRIEVAL_KIND, args.retrieval),
+        )
+        if data
+    }  # fmt: skip
+    tasks = api.parse_tasks(spec, args.mode, given) if spec is not None and senteval else None
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.

@@ -6,7 +6,7 @@ import datetime as _dt
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from . import custom, transfer
 from .datasets import ScoredPairs
 from .download import ensure_data
 from .embed import EmbeddingCache, EncoderLike, at_dimension
-from .names import ALIGN_UNIFORM, MODES  # noqa: F401 - re-exported by the package
+from .names import ALIGN_UNIFORM, MODES, STS_FILE_KIND  # noqa: F401 - re-exported by the package
 from .registry import TASK_KINDS, senteval_tasks
 from .report import headline
 from .tasks import EvalTask, TaskRun
@@ -41,17 +41,24 @@ def _spellings() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
 TASK_GROUPS, _ALIASES = _spellings()
 #: the names with no dev split (refused in mode ``dev``, left out of the groups there)
 _TEST_ONLY = frozenset(n for k in TASK_KINDS.values() for n in k.test_only)
+#: the kinds run on the user's own data, by their name as ``--tasks`` would spell it
+_OWN_DATA = {k.kind.replace("-", ""): k for k in TASK_KINDS.values() if k.data_hint}
 
 
-def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
+def parse_tasks(
+    spec: str | Iterable[str], mode: str = "test", given: Collection[str] = ()
+) -> list[str]:
     """``"sts"``, ``"transfer"``, ``"all"`` or names (``"STS12,STS-B,sick-r"``) -> task names,
     as the task kinds of :data:`~cselab.evaluation.registry.TASK_KINDS` spell them.
 
     In ``dev`` mode STS12-16 are left out of the groups (they have no dev split) and are an
-    error when named.
+    error when named. The kind of a task run on the user's own data (``clustering``) names no
+    benchmark: left out when its data is ``given`` (kinds), else an error naming the option
+    that gives the data.
     """
     items = [s for s in (spec.split(",") if isinstance(spec, str) else spec)]
     out: list[str] = []
+    skipped = False
     for item in (i.strip() for i in items):
         if not item:
             continue
@@ -67,11 +74,19 @@ def parse_tasks(spec: str | Iterable[str], mode: str = "test") -> list[str]:
                     "mode", "test", "{task} has no dev split; use {setting}",
                     values=("test", "fasttest"), task=names[0],
                 )  # fmt: skip
+        elif key in _OWN_DATA:
+            kind = _OWN_DATA[key]
+            if kind.kind not in given:
+                raise ConfigError(
+                    f"task {item!r} runs on your own data, not a benchmark: {kind.data_hint}"
+                )
+            skipped = True
+            continue
         else:
             known = ", ".join([*TASK_GROUPS, *TASK_GROUPS["all"]])
             raise ConfigError(f"unknown task {item!r}; expected one of {known}")
         out.extend(n for n in names if n not in out)
-    if not out:
+    if not out and not skipped:
         raise ConfigError("no task to evaluate")
     return out
 
@@ -177,7 +192,8 @@ def evaluate(
         f if isinstance(f, ScoredPairs) else custom.read_sts_file(f, sts_columns) for f in sts_files
     ]
     if isinstance(tasks, str) or named:
-        names = parse_tasks(tasks if isinstance(tasks, str) else named, mode)
+        kinds = {t.kind for t in objects} | ({STS_FILE_KIND} if files else set())
+        names = parse_tasks(tasks if isinstance(tasks, str) else named, mode, kinds)
     elif files or objects:
         names = []
     else:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..io.readers import open_table
 from .datasets import DataFormatError, MissingDataError
+from .names import CLUSTERING_HINT
 from .tasks import Row, TaskKind, TaskResult, TaskRun, hub_split, own_rows
 
 #: ``"kind"`` of a clustering result entry (and the key of its headline table)
@@ -123,6 +124,7 @@ class ClusteringTask(TaskKind):
     headline: ClassVar[str | None] = KIND
     panel: ClassVar[tuple[str, str] | None] = ("Your clustering files", "V-measure x 100")
     own_data: ClassVar[bool] = True
+    data_hint: ClassVar[str | None] = CLUSTERING_HINT
 
     @property
     def label(self) -> str:

@@ -27,6 +27,11 @@ RETRIEVAL_K = 10
 #: What a missing-column error of a user's STS file suggests (``cselab evaluate`` shows its
 #: ``--sts-columns`` for ``columns=``)
 STS_COLUMNS_HINT = "name the columns with eval.dev_columns or columns=(SENTENCE1, SENTENCE2, SCORE)"
+#: What ``--tasks``/``tasks=`` naming a kind run on the user's own data suggests instead
+#: (``cselab evaluate`` shows its option that gives the data)
+STS_FILE_HINT = "pass the file as sts_files=[PATH]"
+CLUSTERING_HINT = "pass ClusteringTask(read_labelled_file(PATH)) in tasks"
+RETRIEVAL_HINT = "pass a RetrievalTask of the BEIR folder in tasks"
 #: ``"kind"`` of a result entry for a user's STS file (the report gives such entries a table)
 STS_FILE_KIND = "sts-file"
 #: ``"kind"`` of a result entry for a retrieval evaluation on a BEIR folder

@@ -31,8 +31,10 @@ from .datasets import STS_YEARS, TASK_FILES, ScoredPairs
 from .embed import EmbeddingCache, EncoderLike
 from .names import (
     ALIGN_UNIFORM,
+    RETRIEVAL_HINT,
     RETRIEVAL_K,
     RETRIEVAL_KIND,
+    STS_FILE_HINT,
     STS_FILE_KIND,
     TRANSFER_COLUMNS,
     TRANSFER_TASKS,
@@ -146,6 +148,9 @@ class TaskKind:
     aliases: ClassVar[Mapping[str, str]] = {}
     #: its task names that have no dev split (refused in mode ``dev``, left out of the groups)
     test_only: ClassVar[tuple[str, ...]] = ()
+    #: a kind run on the user's own data: how to give that data (``--tasks`` naming the kind
+    #: without it is told so; ``cselab evaluate`` shows its option instead)
+    data_hint: ClassVar[str | None] = None
 
     @classmethod
     def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
@@ -342,6 +347,7 @@ class STSFileTask(TaskKind):
     headline: ClassVar[str | None] = "sts_files"
     panel: ClassVar[tuple[str, str] | None] = ("Your STS files", "Spearman x 100")
     own_data: ClassVar[bool] = True
+    data_hint: ClassVar[str | None] = STS_FILE_HINT
 
     @classmethod
     def requested(cls, names: Sequence[str], sts_files: Sequence[ScoredPairs]) -> list[EvalTask]:
@@ -459,6 +465,7 @@ class RetrievalTask(TaskKind):
     document_prompt: str | None = None
     kind: ClassVar[str] = RETRIEVAL_KIND
     whole_encoder: ClassVar[bool] = True
+    data_hint: ClassVar[str | None] = RETRIEVAL_HINT
 
     @classmethod
     def entry_markdown(cls, out: Mapping[str, Any]) -> dict[str, str]:

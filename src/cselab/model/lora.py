@@ -279,19 +279,32 @@ def load_adapters(backbone: nn.Module, folder: Path) -> nn.Module:
             tensors only, so nothing in it runs); naming the config and the weights when they
             do not belong together (other modules, another rank, another base model).
     """
+    import inspect
     import warnings
 
     peft = _peft()
     check_adapter_weights(folder)
     config, weights = folder / ADAPTER_CONFIG, _weights_file(folder)
+    prefix = _head_model_prefix(weights, backbone)
+    # adapters saved on the model with its head: their names without the head's prefix
+    mapping = {"key_mapping": {rf"^{prefix}\.": ""}} if prefix else {}
+    if (
+        mapping
+        and "key_mapping" not in inspect.signature(peft.PeftModel.from_pretrained).parameters
+    ):
+        raise ModelFormatError(
+            f"{weights}: adapters saved on the model with its head (names under {prefix}.) need "
+            f"a newer peft than {peft.__version__} to load: pip install -U peft"
+        )
     try:
         with warnings.catch_warnings():
             # peft only warns when the weights lack adapters the config names: those start at
             # B = 0, and the "loaded" model is the base model
             warnings.filterwarnings("error", message="Found missing adapter keys")
             model = _quietly(
-                peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False
-            )
+                peft.PeftModel.from_pretrained, backbone, str(folder), is_trainable=False,
+                **mapping,
+            )  # fmt: skip
     except Exception as err:
         message = _refused_adapters(err, folder, backbone)
         if message is None:
@@ -340,14 +353,32 @@ def _refused_adapters(err: Exception, folder: Path, backbone: nn.Module) -> str 
     return None
 
 
-def _stored_adapter_tensors(weights: Path) -> int:
-    """How many LoRA tensors a safetensors adapter file holds (its header; 0 for a pickle)."""
+def _stored_keys(weights: Path) -> list[str]:
+    """The tensor names of a safetensors adapter file (its header; none for a pickle)."""
     if weights.suffix != ".safetensors":
-        return 0
+        return []
     from safetensors import safe_open
 
     with safe_open(str(weights), framework="pt") as f:
-        return sum("lora_" in key for key in f.keys())  # noqa: SIM118 - not iterable itself
+        return list(f.keys())
+
+
+def _stored_adapter_tensors(weights: Path) -> int:
+    """How many LoRA tensors a safetensors adapter file holds (0 for a pickle)."""
+    return sum("lora_" in key for key in _stored_keys(weights))
+
+
+def _head_model_prefix(weights: Path, backbone: nn.Module) -> str | None:
+    """The base model's attribute (``model`` of a Llama) under which adapters saved on the
+    model with its head (``LlamaForCausalLM``, as most fine-tuning saves them: names
+    ``base_model.model.model.layers...``) sit, when ``backbone`` is the base model itself
+    (names ``base_model.model.layers...``); ``None`` when the names already fit."""
+    prefix = getattr(backbone, "base_model_prefix", "")
+    if not prefix or hasattr(backbone, prefix):
+        return None
+    keys = _stored_keys(weights)
+    lead = f"base_model.model.{prefix}."
+    return prefix if keys and all(k.startswith(lead) for k in keys) else None
 
 
 def _weights_file(folder: Path) -> Path:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..core.errors import ConfigError, ModelFormatError
+from ..core.errors import ConfigError, ConfigSettingError, ModelFormatError
 from ..core.prompts import resolve_prompt
 from ..core.schema import from_dict
 from . import backbones, unpad
@@ -205,6 +205,12 @@ class SentenceEncoder(nn.Module):
         :class:`~cselab.core.errors.ModelFormatError` and nothing in it runs.
         """
         unpad.check_attention(attn_implementation)  # one line, before any loading
+        if bidirectional is not None and not isinstance(bidirectional, bool):
+            # a string such as "no" is truthy: it would remove the causal mask
+            raise ConfigSettingError(
+                "bidirectional", bidirectional, "{setting}: expected True, False or None "
+                "(what the folder records, else causal)", key="model.bidirectional",
+            )  # fmt: skip
         root = resolve_model(name_or_path, revision)
         refuse_remote_code(Path(root), trust_remote_code)  # adapters: their base, below
         lora = adapters.settings_of(lora)

@@ -45,6 +45,29 @@ def adapter_source(source: str | Path) -> Path:
     return path
 
 
+def refuse_output_in_model(folder: Path, target: Path) -> None:
+    """Refuse a merge's output ``target`` that is the adapter ``folder`` it reads, or inside it
+    or inside the run's other model folder (``best/``, ``last/``): the merge would write into a
+    model folder (its working folder, then the output, beside the model's own files).
+
+    Raises:
+        ModelFormatError: one line naming both paths, before anything is written.
+    """
+    models = {folder}
+    if folder.name in (RunFolder.BEST, RunFolder.LAST):  # a run's model: its sibling too
+        run = RunFolder(folder.parent)
+        models |= {run.best, run.last}
+    out = target.resolve()
+    for model in models:
+        if out.is_relative_to(model.resolve()):
+            where = "is" if out == model.resolve() else "is inside"
+            raise ModelFormatError(
+                f"{target} {where} the model folder {model}"
+                + (" (the one being merged)" if model == folder else "")
+                + "; choose an output folder outside it"
+            )
+
+
 def merge_folder(
     source: str | Path, out: str | Path, describe: Callable[[Path], object] | None = None
 ) -> Path:
@@ -57,6 +80,7 @@ def merge_folder(
     from ..model.loader import load
 
     folder, target = adapter_source(source), Path(out)
+    refuse_output_in_model(folder, target)
     if target.exists():
         raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
     refuse_file_in_the_way(target)  # before the model loads, naming OUT and the file above it
