@@ -27,6 +27,7 @@ from .checkpoint import copy_model_folder
 from .distributed import barrier, broadcast_object, check_same_on_all_ranks
 from .metrics import LossWindow, MetricsLog, Progress
 from .optim import Optimization
+from .rundir import finished_results
 from .runstate import RunState
 from .runtime import precision_dtype
 from .step import forward_backward, train_step, update
@@ -151,6 +152,16 @@ class Trainer:
         if resumed is not None:
             self.step, self._elapsed_before = resumed
         check_same_on_all_ranks(self.step, "the step to resume from (do all ranks see the checkpoint?)")  # fmt: skip
+        # a finished run resumed (rundir's module doc): rank 0 reads the folder, all return
+        finished = (
+            finished_results(folder.path, self.step, loop.total_steps) if resumed and main else None
+        )
+        if loop.resume and broadcast_object(finished is not None):
+            if main:
+                log.info(
+                    "%s: run already finished at step %d; nothing to do", folder.path, self.step
+                )
+            return finished or {}  # nothing written: the first run's files stay as they were
         self._t0 = self._last_save = time.perf_counter()
         if main:
             save_config(run.config, folder.config)
