@@ -4,6 +4,7 @@ a run stopped after its last checkpoint but before ``results.json`` still writes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -79,3 +80,24 @@ def test_a_run_stopped_before_its_results_writes_them_on_resume(
     results = resumed.train()
     assert results["steps"] == 2 and json.loads(out.results.read_text(encoding="utf-8")) == results
     assert finished_lines(caplog) == []
+
+
+def test_the_times_of_a_resumed_run_cover_the_whole_run(tiny_bert: Path, tmp_path: Path) -> None:
+    """Stopped at its step-6 checkpoint and resumed to step 12: each checkpoint carries the
+    run's running totals, so the end counts the sentences of all 12 steps once and the training
+    time of both parts."""
+    from cselab.training import checkpoint as ckpt
+
+    extra = ("--train.save_steps=6", "--train.log_steps=1")
+    stopped = build_trainer(tiny_config(tiny_bert, tmp_path, *extra))
+    stopped.loop = dataclasses.replace(stopped.loop, total_steps=6)  # as a killed run would
+    stopped.train()
+    out = RunFolder(tmp_path / "out")
+    first = ckpt.read_metadata(out.checkpoint_file)["extra"]["times"]
+    assert first["sentences"] == 6 * 8
+    results = build_trainer(tiny_config(tiny_bert, tmp_path, *extra, "--train.resume=true")).train()
+    assert results["steps"] == 12 and results["train_time_s"] >= round(first["train_s"], 2)
+    rate, seconds = results["sentences_per_s"], results["train_time_s"]  # each rounded: 0.005
+    assert abs(rate * seconds - 12 * 8) <= 0.005 * (rate + seconds) + 1e-4
+    whole = ckpt.read_metadata(out.checkpoint_file)["extra"]["times"]
+    assert whole["sentences"] == 12 * 8 and whole["train_s"] >= first["train_s"]
