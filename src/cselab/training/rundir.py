@@ -20,6 +20,15 @@ at ``train.output_dir``:
   evaluation and save cadence, logging, paths, device) are allowed and reported. A checkpoint
   that cannot be read, or is not a cselab checkpoint of this format, is refused, naming it
   (:func:`~cselab.training.checkpoint.read_metadata`).
+
+A resume whose checkpoint is at the run's last step in a folder that holds ``results.json`` is
+of a run that already finished (a retry loop, a scheduler that reruns a job that had ended):
+:func:`finished_results` gives the first run's results, and the trainer returns them without
+writing anything (``results.json`` with its times, ``config.yaml``, ``plan.json``, the models
+and their cards stay byte for byte). A run stopped after its last checkpoint but before its
+``results.json`` is not finished: its resume writes the end of the run. A finished run cannot be
+made longer by a resume: ``train.max_steps`` and ``train.epochs`` are not :data:`RESUMABLE_KEYS`
+(the learning-rate schedule spans the run's steps, so every step would change).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from typing import Any
 
 from ..core.errors import UserError
 from ..core.schema import ConfigError
+from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from .checkpoint import read_metadata
 from .metrics import read_metrics
@@ -152,6 +162,16 @@ def prepare_output_dir(
         )
     _remove(folder, found)
     log.info("train.overwrite: removed the previous run in %s (%s)", folder, ", ".join(found))
+
+
+def finished_results(folder: Path, step: int, total_steps: int) -> dict[str, Any] | None:
+    """The results of the finished run in ``folder`` that a resume at ``step`` of a run of
+    ``total_steps`` steps would only repeat (see the module doc): its ``results.json``, or
+    ``None`` when there are steps left or the run never wrote it. An unreadable
+    ``results.json`` raises :class:`~cselab.core.errors.DataFormatError` naming it."""
+    if step < total_steps:
+        return None
+    return read_json(RunFolder(folder).results)
 
 
 def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ the precision it compares a checkpoint with are the run plan's
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +106,18 @@ class RunState:
         )
         return final
 
-    def save_checkpoint(self, step: int, elapsed: float, background: bool = False) -> None:
+    def save_checkpoint(
+        self,
+        step: int,
+        elapsed: float,
+        background: bool = False,
+        times: Mapping[str, float] | None = None,
+    ) -> None:
         """Collective: every rank contributes its RNG state; rank 0 copies the state to host
         memory and writes the file, in this thread or (``background``) on :attr:`writer`'s,
-        after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`)."""
+        after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`).
+        ``elapsed``: the run's wall time so far; ``times``: its other running totals (training
+        seconds, sentences, ...), which a resume carries on (:meth:`resume`)."""
         rng = all_gather_objects(RNGState.capture(self.rng_device, host=True).to_record())
         if not self.dist.is_main:
             return
@@ -119,6 +128,7 @@ class RunState:
             "selection": self.selection.state_dict(),
             "scaler": o.scaler.state_dict() if o.scaler is not None else None,
             "elapsed": elapsed,
+            "times": dict(times or {}),
             "precision": self.plan.precision,  # what `auto` resolved to
         }
         snapshot = snapshot_checkpoint(
@@ -130,9 +140,10 @@ class RunState:
             self.writer.wait()  # never two writers of one file
             write_snapshot(self.folder.checkpoint, snapshot)
 
-    def resume(self) -> tuple[int, float] | None:
-        """Continue from ``output_dir/checkpoint`` if it exists: ``(step, seconds trained
-        before)``, or ``None`` without a checkpoint."""
+    def resume(self) -> tuple[int, float, dict[str, float]] | None:
+        """Continue from ``output_dir/checkpoint`` if it exists: ``(step, wall seconds before,
+        the other running totals saved with it)`` (none from a checkpoint written before they
+        were kept), or ``None`` without a checkpoint."""
         path = self.folder.checkpoint_file
         if not path.is_file():
             return None
@@ -156,7 +167,7 @@ class RunState:
             o.scaler.load_state_dict(extra["scaler"])
         log.info("resumed from %s at step %d", path, step)
         self.check_resumed_precision(path, extra.get("precision"))
-        return step, float(extra["elapsed"])
+        return step, float(extra["elapsed"]), dict(extra.get("times") or {})
 
     def check_resumed_precision(self, path: Path, saved: str | None) -> None:
         """Warn, in one line, when the checkpoint trained in another precision than this run

@@ -27,6 +27,7 @@ from .checkpoint import copy_model_folder
 from .distributed import barrier, broadcast_object, check_same_on_all_ranks
 from .metrics import LossWindow, MetricsLog, Progress
 from .optim import Optimization
+from .rundir import finished_results
 from .runstate import RunState
 from .runtime import precision_dtype
 from .step import forward_backward, train_step, update
@@ -148,9 +149,20 @@ class Trainer:
         loop, main, run, folder = self.loop, self.dist.is_main, self.run, self.run.folder
         folder.path.mkdir(parents=True, exist_ok=True)
         resumed = run.resume() if loop.resume else None
+        carried: dict[str, float] = {}  # the running totals of the runs this one resumes
         if resumed is not None:
-            self.step, self._elapsed_before = resumed
+            self.step, self._elapsed_before, carried = resumed
         check_same_on_all_ranks(self.step, "the step to resume from (do all ranks see the checkpoint?)")  # fmt: skip
+        # a finished run resumed (rundir's module doc): rank 0 reads the folder, all return
+        finished = (
+            finished_results(folder.path, self.step, loop.total_steps) if resumed and main else None
+        )
+        if loop.resume and broadcast_object(finished is not None):
+            if main:
+                log.info(
+                    "%s: run already finished at step %d; nothing to do", folder.path, self.step
+                )
+            return finished or {}  # nothing written: the first run's files stay as they were
         self._t0 = self._last_save = time.perf_counter()
         if main:
             save_config(run.config, folder.config)
@@ -165,7 +177,10 @@ class Trainer:
                 metrics.write({"step": 0, **numbers})
                 self.callbacks.on_evaluate(0, numbers)
         self.encoder.train()
-        window, sentences, train_time = LossWindow(), 0, 0.0
+        window = LossWindow()
+        sentences, train_time = int(carried.get("sentences", 0)), carried.get("train_s", 0.0)
+        self.eval_seconds = carried.get("eval_s", 0.0)
+        self.checkpoint_seconds = carried.get("checkpoint_s", 0.0)
         batches = self.batches(self.step)
         while self.step < loop.total_steps:
             terms = self.train_step(next(batches))
@@ -206,7 +221,11 @@ class Trainer:
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
                 start = time.perf_counter()
-                run.save_checkpoint(self.step, self._elapsed(), True)  # collective: RNG states
+                totals = {
+                    "sentences": sentences, "train_s": train_time,
+                    "eval_s": self.eval_seconds, "checkpoint_s": self.checkpoint_seconds,
+                }  # fmt: skip
+                run.save_checkpoint(self.step, self._elapsed(), True, totals)  # collective
                 self.checkpoint_seconds += time.perf_counter() - start
                 self._last_save = time.perf_counter()
                 self.callbacks.on_save(self.step, folder.checkpoint)  # maybe still written
@@ -235,11 +254,15 @@ class Trainer:
             "dev": {"name": sel.name, "source": sel.source},
             "dev_history": sel.history,  # every evaluation: the score, alignment, uniformity
             "steps": self.step,
+            # the whole run's, across resumes (each checkpoint carries the totals; the steps a
+            # kill made redo count once): the wall time, and within it the training steps'
+            # time and rate, the evaluations' and the checkpoints' host copies
             "wall_time_s": round(self._elapsed(), 2),
             "train_time_s": round(train_time, 2),
             "sentences_per_s": round(sentences / train_time, 2) if train_time else None,
             # outside train_time: evaluations (with best/'s host copies) and the checkpoints'
-            # host copies; the *_write_s ran on the writer's thread, beside training
+            # host copies; the *_write_s (this process's) ran on the writer's thread, beside
+            # training
             "eval_time_s": round(self.eval_seconds, 2),
             "checkpoint_time_s": round(self.checkpoint_seconds, 2),
             **run.results(),

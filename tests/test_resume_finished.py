@@ -1,0 +1,103 @@
+"""A resume of a run that already finished (a retry loop, a scheduler rerunning a job that had
+ended): nothing to do, said in one line, the first run's files and results kept byte for byte;
+a run stopped after its last checkpoint but before ``results.json`` still writes its end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from cselab.app.train import build_trainer
+from cselab.cli import main
+from cselab.io.runfolder import RunFolder
+from test_hostile_inputs import train_args
+from test_trainer import tiny_config
+
+FINISHED = "run already finished at step"
+
+
+def folder_state(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder`` with its bytes and modification time (ns); the lock file is
+    the running process's, not part of the run."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != RunFolder.LOCK
+    }
+
+
+def finished_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if FINISHED in r.getMessage()]
+
+
+def test_resuming_a_finished_run_keeps_every_file_and_returns_its_results(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, one_thread: None
+) -> None:
+    extra = ("--train.max_steps=3", "--train.save_steps=2", "--train.log_steps=1")
+    first = build_trainer(tiny_config(tiny_bert, tmp_path, *extra)).train()
+    out = RunFolder(tmp_path / "out")
+    before = folder_state(out.path)
+    assert {RunFolder.RESULTS, RunFolder.CONFIG, RunFolder.PLAN, "last/README.md"} <= set(before)
+    saved = json.loads(out.results.read_text(encoding="utf-8"))
+    assert saved["steps"] == 3 and saved["train_time_s"] == first["train_time_s"]
+    caplog.set_level(logging.INFO, logger="cselab")
+    again = build_trainer(tiny_config(tiny_bert, tmp_path, *extra, "--train.resume=true"))
+    assert again.train() == saved  # the first run's results, its times included
+    assert folder_state(out.path) == before  # not one byte rewritten, not one file added
+    assert finished_lines(caplog) == [f"{out.path}: {FINISHED} 3; nothing to do"]
+
+
+def test_a_retried_command_on_a_finished_run_succeeds_and_writes_nothing(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
+) -> None:
+    """``cselab train ... --train.resume=true`` again (a bookkeeping change allowed, as a
+    resume allows it): exit 0, the same summary printed, the folder untouched."""
+    argv = [*train_args(tiny_bert, tmp_path), "--train.resume=true"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    out = tmp_path / "out"
+    before = folder_state(out)
+    for more in ([], ["--train.log_steps=2"]):
+        assert main([*argv, *more]) == 0
+        assert capsys.readouterr().out == first
+        assert folder_state(out) == before
+
+
+def test_a_run_stopped_before_its_results_writes_them_on_resume(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, one_thread: None
+) -> None:
+    """The checkpoint at the last step without ``results.json`` (stopped between the two) is
+    not a finished run: the resume writes the end of the run."""
+    build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=2")).train()
+    out = RunFolder(tmp_path / "out")
+    out.results.unlink()
+    caplog.set_level(logging.INFO, logger="cselab")
+    resumed = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=2", "--train.resume=true"))  # fmt: skip
+    results = resumed.train()
+    assert results["steps"] == 2 and json.loads(out.results.read_text(encoding="utf-8")) == results
+    assert finished_lines(caplog) == []
+
+
+def test_the_times_of_a_resumed_run_cover_the_whole_run(tiny_bert: Path, tmp_path: Path) -> None:
+    """Stopped at its step-6 checkpoint and resumed to step 12: each checkpoint carries the
+    run's running totals, so the end counts the sentences of all 12 steps once and the training
+    time of both parts."""
+    from cselab.training import checkpoint as ckpt
+
+    extra = ("--train.save_steps=6", "--train.log_steps=1")
+    stopped = build_trainer(tiny_config(tiny_bert, tmp_path, *extra))
+    stopped.loop = dataclasses.replace(stopped.loop, total_steps=6)  # as a killed run would
+    stopped.train()
+    out = RunFolder(tmp_path / "out")
+    first = ckpt.read_metadata(out.checkpoint_file)["extra"]["times"]
+    assert first["sentences"] == 6 * 8
+    results = build_trainer(tiny_config(tiny_bert, tmp_path, *extra, "--train.resume=true")).train()
+    assert results["steps"] == 12 and results["train_time_s"] >= round(first["train_s"], 2)
+    rate, seconds = results["sentences_per_s"], results["train_time_s"]  # each rounded: 0.005
+    assert abs(rate * seconds - 12 * 8) <= 0.005 * (rate + seconds) + 1e-4
+    whole = ckpt.read_metadata(out.checkpoint_file)["extra"]["times"]
+    assert whole["sentences"] == 12 * 8 and whole["train_s"] >= first["train_s"]
