@@ -10,8 +10,9 @@ the precision it compares a checkpoint with are the run plan's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,60 @@ from .checkpoint import (
     task_state,
     write_snapshot,
 )
-from .distributed import DistInfo, all_gather_objects
+from .distributed import DistInfo, all_gather_objects, broadcast_object
 from .optim import Optimization
 from .rng import RNGState, dropout_seed, seed_everything
+from .rundir import finished_results
 from .selection import ModelSelection
 from .task import Task
 
 log = logging.getLogger("cselab")
+
+
+@dataclass
+class RunTotals:
+    """A run's running totals, carried across resumes in every checkpoint so that
+    ``results.json``'s times are the whole run's (the steps a kill made redo count once).
+
+    Attributes:
+        wall_s: wall seconds of the runs this process resumes.
+        train_s, sentences: the training steps' seconds (timed after the device sync) and
+            sentences.
+        eval_s, checkpoint_s: seconds outside the training steps: evaluations (with
+            ``best/``'s host copies), the checkpoints' host copies.
+    """
+
+    wall_s: float = 0.0
+    train_s: float = 0.0
+    sentences: int = 0
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
+
+    def record(self, wall_s: float) -> dict[str, Any]:
+        """The checkpoint's entries at wall time ``wall_s`` (``elapsed`` as before)."""
+        times = {k: v for k, v in dataclasses.asdict(self).items() if k != "wall_s"}
+        return {"elapsed": wall_s, "times": times}
+
+    def results(self, wall_s: float) -> dict[str, Any]:
+        """``results.json``'s times at wall time ``wall_s``: the wall time, and within it the
+        training steps' time and rate, the evaluations' and the checkpoints' host copies."""
+        rate = round(self.sentences / self.train_s, 2) if self.train_s else None
+        return {
+            "wall_time_s": round(wall_s, 2),
+            "train_time_s": round(self.train_s, 2),
+            "sentences_per_s": rate,
+            "eval_time_s": round(self.eval_s, 2),
+            "checkpoint_time_s": round(self.checkpoint_s, 2),
+        }
+
+    @classmethod
+    def from_record(cls, extra: dict[str, Any]) -> RunTotals:
+        """The totals a checkpoint's ``extra`` holds (only the wall time from a checkpoint
+        written before the others were kept)."""
+        times = extra.get("times") or {}
+        return cls(float(extra["elapsed"]), float(times.get("train_s", 0.0)),
+                   int(times.get("sentences", 0)), float(times.get("eval_s", 0.0)),
+                   float(times.get("checkpoint_s", 0.0)))  # fmt: skip
 
 
 class RunState:
@@ -107,17 +155,13 @@ class RunState:
         return final
 
     def save_checkpoint(
-        self,
-        step: int,
-        elapsed: float,
-        background: bool = False,
-        times: Mapping[str, float] | None = None,
+        self, step: int, elapsed: float, totals: RunTotals | None = None, background: bool = False
     ) -> None:
         """Collective: every rank contributes its RNG state; rank 0 copies the state to host
         memory and writes the file, in this thread or (``background``) on :attr:`writer`'s,
         after the write in flight, if any (:class:`~.checkpoint.BackgroundWriter`).
-        ``elapsed``: the run's wall time so far; ``times``: its other running totals (training
-        seconds, sentences, ...), which a resume carries on (:meth:`resume`)."""
+        ``elapsed``: the run's wall time so far; ``totals``: its other running totals, which a
+        resume carries on (:meth:`resume`)."""
         rng = all_gather_objects(RNGState.capture(self.rng_device, host=True).to_record())
         if not self.dist.is_main:
             return
@@ -127,8 +171,7 @@ class RunState:
             "data_digest": self.data_digest,
             "selection": self.selection.state_dict(),
             "scaler": o.scaler.state_dict() if o.scaler is not None else None,
-            "elapsed": elapsed,
-            "times": dict(times or {}),
+            **(totals or RunTotals()).record(elapsed),
             "precision": self.plan.precision,  # what `auto` resolved to
         }
         snapshot = snapshot_checkpoint(
@@ -140,10 +183,9 @@ class RunState:
             self.writer.wait()  # never two writers of one file
             write_snapshot(self.folder.checkpoint, snapshot)
 
-    def resume(self) -> tuple[int, float, dict[str, float]] | None:
-        """Continue from ``output_dir/checkpoint`` if it exists: ``(step, wall seconds before,
-        the other running totals saved with it)`` (none from a checkpoint written before they
-        were kept), or ``None`` without a checkpoint."""
+    def resume(self) -> tuple[int, RunTotals] | None:
+        """Continue from ``output_dir/checkpoint`` if it exists: ``(step, the running totals
+        saved with it)``, or ``None`` without a checkpoint."""
         path = self.folder.checkpoint_file
         if not path.is_file():
             return None
@@ -167,7 +209,19 @@ class RunState:
             o.scaler.load_state_dict(extra["scaler"])
         log.info("resumed from %s at step %d", path, step)
         self.check_resumed_precision(path, extra.get("precision"))
-        return step, float(extra["elapsed"]), dict(extra.get("times") or {})
+        return step, RunTotals.from_record(extra)
+
+    def finished(self, step: int, total_steps: int) -> dict[str, Any] | None:
+        """Collective: the results of the run in this folder if a resume at ``step`` finds it
+        finished (:func:`~.rundir.finished_results`: its checkpoint at the last step and its
+        ``results.json`` written; rank 0 reads them, ``{}`` on the other ranks), logged in
+        one line; else ``None``. A finished run's resume writes nothing."""
+        found = finished_results(self.folder.path, step, total_steps) if self.dist.is_main else None
+        if not broadcast_object(found is not None):
+            return None
+        if self.dist.is_main:
+            log.info("%s: run already finished at step %d; nothing to do", self.folder.path, step)
+        return found or {}
 
     def check_resumed_precision(self, path: Path, saved: str | None) -> None:
         """Warn, in one line, when the checkpoint trained in another precision than this run
@@ -200,11 +254,12 @@ class RunState:
         )
 
     def results(self) -> dict[str, Any]:
-        """What the writes cost, for ``results.json`` (the writer waited for)."""
+        """What the writes cost, for ``results.json`` (the writer waited for; this process's,
+        not carried across resumes)."""
         return {
             "checkpoint_write_s": round(self.writer.write_seconds, 2),
             "best_write_s": round(self.writer.seconds.get(MODEL_WRITE, 0.0), 2),
         }
 
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "RunTotals"]

@@ -27,8 +27,7 @@ from .checkpoint import copy_model_folder
 from .distributed import barrier, broadcast_object, check_same_on_all_ranks
 from .metrics import LossWindow, MetricsLog, Progress
 from .optim import Optimization
-from .rundir import finished_results
-from .runstate import RunState
+from .runstate import RunState, RunTotals
 from .runtime import precision_dtype
 from .step import forward_backward, train_step, update
 from .task import Batch, Task
@@ -94,10 +93,8 @@ class Trainer:
         self.encoder, self.selection, self.dist = run.encoder, run.selection, run.dist
         self.selection.save_best = lambda: run.save_model(RunFolder.BEST, self.step, True)
         self.device, self.amp_dtype = torch.device(plan.device), precision_dtype(plan.precision)
-        self.step, self._elapsed_before = 0, 0.0  # wall time of the runs this one resumes
+        self.step, self.totals = 0, RunTotals()  # the totals of the runs this one resumes
         self._t0: float | None = None  # when train() started its loop
-        #: seconds outside training steps: evaluations, the checkpoints' host copies
-        self.eval_seconds = self.checkpoint_seconds = 0.0
 
     def batch_for(self, step: int) -> Batch:  # the first that batches(step) gives
         with closing(self.batches(step)) as batches:  # a prefetching thread stops
@@ -116,7 +113,7 @@ class Trainer:
 
     def _elapsed(self) -> float:
         since = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
-        return self._elapsed_before + since
+        return self.totals.wall_s + since
 
     def _checkpoint_due(self, logged: bool, last: bool) -> bool:
         """Whether this step writes a checkpoint: every ``save_steps`` steps, else when
@@ -149,20 +146,12 @@ class Trainer:
         loop, main, run, folder = self.loop, self.dist.is_main, self.run, self.run.folder
         folder.path.mkdir(parents=True, exist_ok=True)
         resumed = run.resume() if loop.resume else None
-        carried: dict[str, float] = {}  # the running totals of the runs this one resumes
         if resumed is not None:
-            self.step, self._elapsed_before, carried = resumed
+            self.step, self.totals = resumed
         check_same_on_all_ranks(self.step, "the step to resume from (do all ranks see the checkpoint?)")  # fmt: skip
-        # a finished run resumed (rundir's module doc): rank 0 reads the folder, all return
-        finished = (
-            finished_results(folder.path, self.step, loop.total_steps) if resumed and main else None
-        )
-        if loop.resume and broadcast_object(finished is not None):
-            if main:
-                log.info(
-                    "%s: run already finished at step %d; nothing to do", folder.path, self.step
-                )
-            return finished or {}  # nothing written: the first run's files stay as they were
+        finished = run.finished(self.step, loop.total_steps) if loop.resume else None
+        if finished is not None:
+            return finished  # nothing written: the first run's files stay as they were
         self._t0 = self._last_save = time.perf_counter()
         if main:
             save_config(run.config, folder.config)
@@ -177,10 +166,7 @@ class Trainer:
                 metrics.write({"step": 0, **numbers})
                 self.callbacks.on_evaluate(0, numbers)
         self.encoder.train()
-        window = LossWindow()
-        sentences, train_time = int(carried.get("sentences", 0)), carried.get("train_s", 0.0)
-        self.eval_seconds = carried.get("eval_s", 0.0)
-        self.checkpoint_seconds = carried.get("checkpoint_s", 0.0)
+        window, totals = LossWindow(), self.totals
         batches = self.batches(self.step)
         while self.step < loop.total_steps:
             terms = self.train_step(next(batches))
@@ -196,7 +182,7 @@ class Trainer:
             means = window.flush(run.divergence_note)  # the loop's only host sync
             # timed after the sync: the device has finished the window's steps
             elapsed = time.perf_counter() - start
-            sentences, train_time = sentences + n, train_time + elapsed
+            totals.sentences, totals.train_s = totals.sentences + n, totals.train_s + elapsed
             run.writer.check()  # a failed background write stops the run here
             row = {
                 "step": self.step,
@@ -209,7 +195,7 @@ class Trainer:
             if at_eval and self.selection.enabled:
                 start = time.perf_counter()
                 row.update(self.selection.evaluate(self.encoder, self.step))
-                self.eval_seconds += time.perf_counter() - start
+                totals.eval_s += time.perf_counter() - start
                 self.encoder.train()
             if main:
                 metrics.write(row)
@@ -221,24 +207,20 @@ class Trainer:
                 progress.update(self.step, {k: row[k] for k in shown if k in row})
             if at_save:
                 start = time.perf_counter()
-                totals = {
-                    "sentences": sentences, "train_s": train_time,
-                    "eval_s": self.eval_seconds, "checkpoint_s": self.checkpoint_seconds,
-                }  # fmt: skip
-                run.save_checkpoint(self.step, self._elapsed(), True, totals)  # collective
-                self.checkpoint_seconds += time.perf_counter() - start
+                run.save_checkpoint(self.step, self._elapsed(), totals, True)  # collective
+                totals.checkpoint_s += time.perf_counter() - start
                 self._last_save = time.perf_counter()
                 self.callbacks.on_save(self.step, folder.checkpoint)  # maybe still written
             barrier()
             window.start = time.perf_counter()  # evaluation and saving are not training time
         progress.close()
         batches.close()  # a prefetching thread stops here
-        results = self._results(sentences, train_time) if main else {}
+        results = self._results() if main else {}
         self.callbacks.on_end(results)  # an empty list on the other ranks
         barrier()
         return results
 
-    def _results(self, sentences: int, train_time: float) -> dict[str, Any]:
+    def _results(self) -> dict[str, Any]:
         run, sel = self.run, self.selection
         run.save_model(RunFolder.LAST, self.step)  # while the last checkpoint is written
         run.writer.wait()
@@ -254,17 +236,7 @@ class Trainer:
             "dev": {"name": sel.name, "source": sel.source},
             "dev_history": sel.history,  # every evaluation: the score, alignment, uniformity
             "steps": self.step,
-            # the whole run's, across resumes (each checkpoint carries the totals; the steps a
-            # kill made redo count once): the wall time, and within it the training steps'
-            # time and rate, the evaluations' and the checkpoints' host copies
-            "wall_time_s": round(self._elapsed(), 2),
-            "train_time_s": round(train_time, 2),
-            "sentences_per_s": round(sentences / train_time, 2) if train_time else None,
-            # outside train_time: evaluations (with best/'s host copies) and the checkpoints'
-            # host copies; the *_write_s (this process's) ran on the writer's thread, beside
-            # training
-            "eval_time_s": round(self.eval_seconds, 2),
-            "checkpoint_time_s": round(self.checkpoint_seconds, 2),
+            **self.totals.results(self._elapsed()),  # the whole run's, across resumes
             **run.results(),
             "device": str(self.device),
             **self.plan.how_it_ran(),  # precision and compile mode, `auto`/`null` resolved
