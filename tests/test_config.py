@@ -94,3 +94,19 @@ def test_simcse_presets_match_the_paper() -> None:
     for name, (batch, lr) in expected.items():
         c = load_config(REPO / "src/cselab/presets" / f"simcse-{name}.yaml")
         assert (c.train.batch_size, c.train.lr) == (batch, lr), name
+
+
+def test_a_run_saved_with_a_removed_key_resumes_and_compares_as_today_s() -> None:
+    """A checkpoint (or a sweep cell's ``config.yaml``) written by an earlier cselab records
+    ``model.unpad_cuda: false``: a resume's check sees no difference from today's config, and
+    a sweep's settings are the same; a removed key set to anything else still differs."""
+    from cselab.config import Config
+    from cselab.training.rundir import check_resumable, saved_settings
+
+    today = Config().to_dict()
+    earlier = {**today, "model": {**today["model"], "unpad_cuda": False}}
+    assert check_resumable(earlier, today, Path("ck.pt")) == []
+    assert saved_settings(earlier) == saved_settings(today)
+    other = {**today, "model": {**today["model"], "unpad_cuda": True}}
+    with pytest.raises(ConfigError, match="model.unpad_cuda"):
+        check_resumable(other, today, Path("ck.pt"))

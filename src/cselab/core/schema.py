@@ -105,6 +105,31 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def _removed_default(cls: type, key: str, value: Any) -> bool:
+    """Whether ``key`` is one ``cls`` has dropped (:data:`REMOVED`) and ``value`` its last
+    default, which changes nothing."""
+    removed: dict[str, tuple[Any, str]] = getattr(cls, REMOVED, {})
+    if key not in removed:
+        return False
+    default = removed[key][0]
+    return type(value) is type(default) and value == default
+
+
+def drop_removed(cls: type, data: Any) -> Any:
+    """A saved config ``data`` of dataclass ``cls`` (nested sections followed) without the
+    removed keys at their last default: what a config saved by an earlier cselab compares as
+    (a resume's check, a sweep's settings). Any other value is left for :func:`from_dict` to
+    refuse."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    hints = typing.get_type_hints(cls)
+    return {
+        key: drop_removed(hints[key], value) if key in hints else value
+        for key, value in data.items()
+        if not _removed_default(cls, key, value)
+    }
+
+
 def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types name the key."""
     hints = typing.get_type_hints(cls)
@@ -114,10 +139,9 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key in removed and key not in names:
-            default, reason = removed[key]
-            if type(value) is type(default) and value == default:
+            if _removed_default(cls, key, value):
                 continue
-            raise ConfigError(f"{full} was removed: {reason}")
+            raise ConfigError(f"{full} was removed: {removed[key][1]}")
         if key not in names:
             raise ConfigError(f"unknown config key {full!r} (valid: {', '.join(sorted(names))})")
         kwargs[key] = _coerce(value, hints[key], full)

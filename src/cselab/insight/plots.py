@@ -27,7 +27,7 @@ from ..evaluation.custom import DEV_SCORE_NAMES, EVAL_COLUMNS
 from ..io.files import atomic_path
 from ..io.runfolder import RunFolder
 from ..training.metrics import read_metrics
-from ..training.rundir import _flatten
+from ..training.rundir import saved_settings
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -116,7 +116,7 @@ def run_labels(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
         if len(set(cells)) == len(cells):
             return cells
     try:
-        flat = [dict(_flatten(load_yaml(RunFolder(f).config))) for f in folders]
+        flat = [saved_settings(load_yaml(RunFolder(f).config)) for f in folders]
     except (UserError, AttributeError, TypeError):
         flat = []
     if flat:

@@ -37,7 +37,7 @@ from ..evaluation.report import markdown_table
 from ..io.files import write_text_atomic
 from ..io.readers import read_json
 from ..io.runfolder import RunFolder
-from ..training.rundir import RESUMABLE_KEYS, _flatten
+from ..training.rundir import RESUMABLE_KEYS, saved_settings
 from .stats import MIN_SEEDS, PairedDifference, mean_std, paired_difference
 from .sweep import SWEEP_FILE, cell_dirs
 
@@ -167,7 +167,7 @@ def cell_settings(cell_dir: Path) -> dict[str, Any] | None:
     path = RunFolder(cell_dir).config
     if not path.is_file():
         return None
-    flat = dict(_flatten(load_yaml(path)))
+    flat = saved_settings(load_yaml(path))
     return {k: v for k, v in flat.items() if k not in RESUMABLE_KEYS and k != "train.seed"}
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UserError
-from ..core.schema import ConfigError
+from ..core.schema import ConfigError, drop_removed
 from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from .checkpoint import read_metadata
@@ -184,7 +184,7 @@ def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:
     checkpoint = RunFolder(folder).checkpoint_file
     if not checkpoint.is_file():
         return {}
-    saved = dict(_flatten(read_metadata(checkpoint)["extra"]["config"]))
+    saved = saved_settings(read_metadata(checkpoint)["extra"]["config"])
     adopted = {}
     for key, unresolved in RESOLVED_ON_LOAD.items():
         *path, name = key.split(".")
@@ -207,6 +207,16 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, A
             yield full, value
 
 
+def saved_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config (``config.yaml``, a checkpoint's) flattened to ``key -> value`` as this
+    cselab compares it: the keys a section has dropped, at their last default, left out
+    (:func:`~cselab.core.schema.drop_removed`), so a run saved by an earlier version resumes
+    and pools with today's."""
+    from ..config import Config
+
+    return dict(_flatten(drop_removed(Config, dict(data))))
+
+
 def check_resumable(
     saved: Mapping[str, Any], current: Mapping[str, Any], checkpoint: Path
 ) -> list[str]:
@@ -215,7 +225,7 @@ def check_resumable(
     checkpoint's value, as :func:`adopt_resolved_on_load` makes it before the run resolves it).
     Raises :class:`ConfigError` naming every run-changing key that differs; returns
     ``key: old -> new`` for the allowed differences."""
-    old, new = dict(_flatten(saved)), dict(_flatten(current))
+    old, new = saved_settings(saved), dict(_flatten(current))
     for key, unresolved in RESOLVED_ON_LOAD.items():  # "resolve it": as the checkpoint's run
         if new.get(key) == unresolved and key in old:
             new[key] = old[key]
