@@ -229,7 +229,7 @@ def cselab_trainer(
     t = cfg.train
     t.batch_size, t.max_steps, t.lr = batch, args.warmup + args.steps + 1, 3e-5
     t.precision, t.device, t.compile = args.precision, args.device, args.compile
-    t.compile_mode = args.compile_mode  # None: reduce-overhead on a GPU (CUDA graphs)
+    t.compile_mode = args.compile_mode  # None: train.compile_mode's null
     t.eval_steps, t.log_steps, t.output_dir = 0, 10**9, str(out)
     t.cache_chunk_size = chunk
     seed_everything(0)

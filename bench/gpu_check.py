@@ -16,16 +16,16 @@ The sections, most decisive first (a run killed at the end of its slot keeps wha
    report; needs pytest (the dev install), else "not run";
 2. the step's throughput beside sentence-transformers' recipe on the same GPU
    (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512);
-3. the same step in CUDA graphs (``--compile``: ``train.compile=true``, ``reduce-overhead``),
-   GradCache chunk 64 at 512 included;
+3. the same step in CUDA graphs (``--compile --compile-mode reduce-overhead``: the trainer's
+   ``train.compile_mode=reduce-overhead``), GradCache chunk 64 at 512 included;
 4. a 20-step profile of the real step on wiki batches, in CUDA graphs and eagerly: step time,
    kernels per step and GPU idle time (``torch.profiler``), the eager step's host syncs and
    operators (counted in a separate step, outside any timing), model FLOP utilisation, a
    checkpoint's cost, and one dev evaluation as the trainer runs it;
 5. ``cselab encode`` without ``--device``: the device ``auto`` chose;
 6. ``cselab train`` for 250 steps on the wiki sentences at the defaults (``precision: auto``),
-   with CUDA graphs (``train.compile=true``) and (not ``--quick``) in plain fp32, each timed end
-   to end as a process, with results.json's split of the time;
+   with CUDA graphs (``train.compile_mode=reduce-overhead``) and (not ``--quick``) in plain
+   fp32, each timed end to end as a process, with results.json's split of the time;
 7. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
 8. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
    chunks, peak memory, and ``train.compile``.
@@ -123,15 +123,19 @@ HEADLINE = (
     ("step512", "batch 512: ms, × the recipe, MFU", "MFU ≥ 45%, ≥ 2×"),
     ("gradcache512", "GradCache at batch 512, chunk 128 / 64: ms, × the uncached step",
      "≤ 1.5× / ≤ 2×"),
-    ("compile", "the step in CUDA graphs (`train.compile=true` on a GPU; bench, cselab side): "
-     "batch 64 / 512 ms", "faster than eager"),
+    ("compile", "the step in CUDA graphs (`train.compile_mode=reduce-overhead`; bench, cselab "
+     "side): batch 64 / 512 ms", "faster than eager"),
     ("train", "`cselab train`, wiki batches of 64, 250 steps: sent/s at the defaults and with "
-     "CUDA graphs (`train.compile=true`)", "graphs faster"),
+     "CUDA graphs (`train.compile_mode=reduce-overhead`)", "graphs faster"),
     ("dev_eval", "STS-B dev evaluation (the trainer's evaluator), seconds each", "≤ 0.1 s"),
     ("llm2vec", "LLM2Vec preset, Qwen2-0.5B shape (LoRA r16, bidirectional, bf16, gradient "
      "checkpointing, 128 × 128): sent/s, MFU (6·N·tokens)", "≥ 40% MFU"),
     ("device_default", "`cselab encode` without `--device`", "the GPU"),
 )  # fmt: skip
+
+
+#: ``cselab train``'s options for the encoder in CUDA graphs
+GRAPHS = ["--train.compile=true", "--train.compile_mode=reduce-overhead"]
 
 
 # --------------------------------------------------------------------------------------- data
@@ -328,10 +332,10 @@ def step_train(
     headline: dict[str, str],
 ) -> str:  # fmt: skip
     """``cselab train`` as a user runs it: at the defaults (on a GPU: bf16, eager), with CUDA
-    graphs (``train.compile=true``, GPU only), in fp32 (not ``quick``)."""
+    graphs (``train.compile_mode=reduce-overhead``, GPU only), in fp32 (not ``quick``)."""
     runs = [("defaults (precision auto)", [])]
     if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
-        runs.append(("CUDA graphs (train.compile=true)", ["--train.compile=true"]))
+        runs.append(("CUDA graphs (train.compile_mode=reduce-overhead)", GRAPHS))
     if not quick:
         runs.append(("fp32", ["--train.precision=fp32"]))
     rows = []
@@ -377,7 +381,8 @@ def step_peer(
     if quick and not dry:
         args += ["--steps", "10", "--warmup", "3"]
     if compiled:  # chunk 64 at 512: the batch-64 step's shape (its graphs are cached)
-        args += ["--compile", "--no-peer", "--gradcache-chunks", "8" if dry else "64"]
+        args += ["--compile", "--compile-mode", "reduce-overhead", "--no-peer",
+                 "--gradcache-chunks", "8" if dry else "64"]  # fmt: skip
     code, out, _ = run(
         [sys.executable, "bench/bench_gpu.py", *args, "--markdown", str(md), "--out", str(js)],
         timeout=900,
@@ -542,7 +547,8 @@ def step_profile(
     model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool,
     headline: dict[str, str],
 ) -> str:  # fmt: skip
-    """The real step in CUDA graphs (on a GPU, ``train.compile=true``) and eagerly, side
+    """The real step in CUDA graphs (on a GPU, ``train.compile_mode=reduce-overhead``) and
+    eagerly, side
     by side; the eager one's operators and host syncs; one checkpoint's cost; a dev evaluation."""
     from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
 
@@ -551,7 +557,7 @@ def step_profile(
 
     variants = [("eager", ["--train.compile=false"])]
     if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
-        variants.insert(0, ("CUDA graphs", ["--train.compile=true"]))
+        variants.insert(0, ("CUDA graphs", GRAPHS))
     measured = {
         name: profile_variant(model, wiki, data, work / f"profile-{name}", plan, dry, extra)
         for name, extra in variants

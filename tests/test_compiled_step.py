@@ -78,8 +78,8 @@ def test_the_inductor_compiled_step_equals_the_eager_step(
 def test_gradcache_through_the_fixed_shape_compiled_step_equals_the_eager_step(
     models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``train.compile=true`` with ``reduce-overhead`` (what a GPU runs in CUDA graphs: widths
-    padded to 16, one graph per shape, each step marking its graphs' generation) under GradCache
+    """``train.compile_mode=reduce-overhead`` (what a GPU runs in CUDA graphs: widths padded to
+    16, one graph per shape) under GradCache
     (chunks of 3, 3 and 2 rows, both passes through the compiled encoder) gives the eager
     uncached step's loss and gradients. The CPU has no CUDA graphs: the code generator is
     ``aot_eager``, the shapes and the step's sequence are the GPU's."""
@@ -109,21 +109,26 @@ def test_gradcache_through_the_fixed_shape_compiled_step_equals_the_eager_step(
 def test_a_step_through_cuda_graphs_begins_a_generation_of_their_memory(
     tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, graphs: bool
 ) -> None:
-    """A task whose encoder replays CUDA graphs (``reduce-overhead``) marks each step's start
-    once, GradCache's chunks included (so no encoder call of the step overwrites another's
-    outputs); an eager task never does (the mark imports Inductor)."""
+    """A task whose encoder replays CUDA graphs (``reduce-overhead`` on a GPU) marks each
+    step's start once, before the step's first encoder call, GradCache's chunks included (so
+    no encoder call of the step overwrites another's outputs); an eager task never does (the
+    mark imports Inductor)."""
     from types import SimpleNamespace
 
     from cselab.training.step import forward_backward
     from cselab.training.task import Batch, Task
     from scaleout_helpers import SENTENCES, objective, tiny_encoder
 
-    marks: list[int] = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    events: list[str] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: events.append("mark"))
     enc = tiny_encoder(tiny_bert, dropout=0.0)
+    enc.register_forward_pre_hook(lambda *_: events.append("encode"))
     task = Task(enc, objective("everything"), graphs=graphs)
     batch = Batch(0, enc.tokenize(SENTENCES[:6]))
     optim = SimpleNamespace(scale=lambda loss: loss)
-    forward_backward(task, optim, batch)  # type: ignore[arg-type]
-    forward_backward(task, optim, batch, chunk=2)  # type: ignore[arg-type]
-    assert len(marks) == (2 if graphs else 0)
+    for chunk in (0, 2):  # the plain step, then GradCache's chunks of 2
+        events.clear()
+        forward_backward(task, optim, batch, chunk=chunk)  # type: ignore[arg-type]
+        assert events.count("encode") >= (1 if chunk == 0 else 6), events
+        assert events.count("mark") == (1 if graphs else 0), events
+        assert not graphs or events[0] == "mark", events

@@ -71,3 +71,18 @@ def test_align_uniform_on_stsb_dev_fixture(tmp_path):
     x = np.stack([n[k] for k in "abcd"])
     assert res["uniformity"] == pytest.approx(au.uniformity(x))
     ds.clear_cache()
+
+
+def test_any_array_layout_is_taken() -> None:
+    """A reversed (negative-stride) or read-only array gives the numbers of its contiguous
+    copy, as the numpy code before did, with no warning."""
+    import warnings
+
+    x = np.random.default_rng(3).standard_normal((9, 4))
+    frozen = x.copy()
+    frozen.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert au.uniformity(x[::-1]) == pytest.approx(au.uniformity(x[::-1].copy()), rel=1e-12)
+        assert au.uniformity(frozen) == pytest.approx(au.uniformity(x), rel=1e-12)
+        assert au.alignment(x[::-1], frozen[::-1]) == pytest.approx(0.0)

@@ -312,3 +312,22 @@ def test_the_dev_set_is_tokenised_once_and_scores_as_before(
         "uniform": uniformity(unit),
     }  # fmt: skip
     assert got == [expected, expected]
+
+
+def test_vectors_kept_on_the_device_come_in_input_order(tiny_bert: Path) -> None:
+    """``encode_batches(on_device=True)`` (the dev set's vectors for measures computed on the
+    device) gives the host copy's rows, in the input order, for sentences the batching sorts
+    by length (a permutation that is not its own inverse)."""
+    import torch
+
+    from cselab.model.encoder import load
+    from cselab.model.inference import encode_batches, tokenized_batches
+
+    encoder = load(str(tiny_bert))
+    sentences = ["a b", "a much longer sentence than the others", "c", "of middle length", "x y"]
+    batches = tokenized_batches(encoder, sentences, 2)
+    host = encode_batches(encoder, batches)
+    kept = encode_batches(encoder, batches, on_device=True)
+    assert isinstance(kept, torch.Tensor) and kept.device == encoder.device
+    np.testing.assert_array_equal(kept.cpu().numpy(), host)
+    np.testing.assert_array_equal(host, encoder.encode(sentences, batch_size=2))

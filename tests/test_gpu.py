@@ -22,7 +22,7 @@ pytestmark = pytest.mark.gpu
 #: ``train.compile: null`` resolves to, ``cselab.app.plan.GRAPHS_BY_DEFAULT``); the step in CUDA
 #: graphs has its own tests below.
 EAGER = "--train.compile=false"
-GRAPHS = "--train.compile=true"
+GRAPHS = ("--train.compile=true", "--train.compile_mode=reduce-overhead")
 
 
 def test_auto_precision_on_the_gpu_is_bf16_or_tf32(tiny_bert: Path, tmp_path: Path) -> None:
@@ -143,6 +143,25 @@ def _loss_and_grads(trainer: Any, i: int) -> tuple[float, torch.Tensor]:
     )
 
 
+def _graph_trainer(config: Any) -> Any:
+    """A trainer whose encoder is compiled afresh (no earlier test's graphs or recompile
+    count carried over)."""
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    return build_trainer(config)
+
+
+def _assert_graphs_replayed() -> None:
+    """Inductor captured the encoder in CUDA graphs (it skips them silently otherwise, and the
+    comparison would be of eager with eager)."""
+    from torch._dynamo.utils import counters
+
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+    assert counters["stats"]["unique_graphs"] > 0, dict(counters["stats"])  # it compiled
+
+
 def _assert_same_steps(a: Any, b: Any, steps: int) -> None:
     """Each step's loss and gradients of ``a`` equal ``b``'s, ``‖Δ‖ / ‖ref‖`` far under fp32's
     1e-4 (a stale graph input, an overwritten output or a wrong mask is off by order one)."""
@@ -155,19 +174,21 @@ def _assert_same_steps(a: Any, b: Any, steps: int) -> None:
 
 
 def test_the_step_in_cuda_graphs_equals_the_eager_one(tiny_bert: Path, tmp_path: Path) -> None:
-    """``train.compile=true`` on CUDA (what ``train.compile: null`` is to become): the encoder
+    """``train.compile_mode=reduce-overhead`` on CUDA (what ``train.compile: null`` is to
+    become): the encoder
     compiled with CUDA graphs (``reduce-overhead``, widths bucketed to 16). Each of five steps
     (the first ones warm up and record, the later ones replay the graphs on new batches) gives
     the eager step's loss and gradients (fp32 without TF32, dropout off); a run then trains to
     its end."""
-    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0", GRAPHS)
-    graphs = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args))
-    eager = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *args[:-1], EAGER))
+    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0")
+    graphs = _graph_trainer(tiny_config(tiny_bert, tmp_path / "a", *args, *GRAPHS))
+    eager = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *args, EAGER))
     assert graphs.plan.compile_mode == "reduce-overhead" and eager.plan.compile_mode is None
     assert graphs.batches.width_multiple == 16 and eager.batches.width_multiple is None
     assert not torch.backends.cuda.matmul.allow_tf32
     _assert_same_steps(graphs, eager, 5)
-    results = build_trainer(tiny_config(tiny_bert, tmp_path / "c", *args)).train()
+    _assert_graphs_replayed()
+    results = build_trainer(tiny_config(tiny_bert, tmp_path / "c", *args, *GRAPHS)).train()
     assert results["steps"] == 5 and results["compile_mode"] == "reduce-overhead"
 
 
@@ -179,8 +200,26 @@ def test_gradcache_through_cuda_graphs_equals_the_plain_step(
     the eager uncached step's loss and gradients, step after step (fp32, dropout off)."""
     args = ("--train.precision=fp32", "--model.dropout=0.0")
     plain = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *args, EAGER))
-    cached = build_trainer(
-        tiny_config(tiny_bert, tmp_path / "b", *args, GRAPHS, "--train.cache_chunk_size=3")
+    cached = _graph_trainer(
+        tiny_config(tiny_bert, tmp_path / "b", *args, *GRAPHS, "--train.cache_chunk_size=3")
     )
     assert cached.plan.compile_mode == "reduce-overhead" and cached.task.graphs
     _assert_same_steps(cached, plain, 5)
+    _assert_graphs_replayed()
+
+
+def test_gradcache_through_cuda_graphs_replays_the_dropout_masks(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropout on (0.1) under GradCache through the CUDA-graph encoder: each chunk's second pass
+    restores the first pass's random state and must draw the same masks inside the replayed
+    graphs (``CSELAB_GRADCACHE_VERIFY`` compares every re-encoded chunk with its cached vectors
+    and raises ``ReplayMismatch`` otherwise), step after step."""
+    from cselab.training.gradcache import VERIFY_ENV
+
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    args = ("--model.dropout=0.1", "--train.max_steps=5", "--train.cache_chunk_size=3", *GRAPHS)
+    trainer = _graph_trainer(tiny_config(tiny_bert, tmp_path, *args))
+    assert trainer.task.graphs
+    assert trainer.train()["steps"] == 5
+    _assert_graphs_replayed()

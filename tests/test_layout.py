@@ -722,7 +722,7 @@ def test_the_resolved_fact_check_can_fail() -> None:
 
 
 def test_the_trainer_only_loops() -> None:
-    """Architecture step 4's bound on the loop: the trainer module at most 250 lines, its
+    """The loop's bound: the trainer module at most 250 lines, its
     constructor at most 8 parameters and none of them the config (it is handed its
     collaborators, :func:`cselab.app.train.assemble_trainer` builds them)."""
     import inspect

@@ -265,29 +265,38 @@ def test_the_plan_s_pooler_and_width_are_those_the_load_resolves(
 
 
 @pytest.mark.parametrize(
-    ("device", "argv", "expected"),
+    ("device", "argv", "graphs", "eager_default"),
     [
-        ("cpu", [], None),  # the CPU trains eagerly unless asked
-        ("cuda:0", [], "reduce-overhead"),  # a GPU: the encoder in CUDA graphs
-        ("cuda:0", ["--train.compile=false"], None),
-        ("cuda:0", ["--train.gradient_checkpointing=true"], None),  # unmeasured parts: eager
-        ("cuda:0", ["--model.lora.r=8"], None),
-        ("cuda:0", ["--train.compile_mode=max-autotune"], "max-autotune"),
-        ("cpu", ["--train.compile=true"], "default"),
-        ("cuda:0", ["--train.compile=true", "--model.lora.r=8"], "reduce-overhead"),
+        ("cpu", [], None, None),  # the CPU trains eagerly unless asked
+        ("cuda:0", [], "reduce-overhead", None),  # a GPU: the encoder in CUDA graphs
+        ("cuda:0", ["--train.compile=false"], None, None),
+        ("cuda:0", ["--train.gradient_checkpointing=true"], None, None),  # unmeasured: eager
+        ("cuda:0", ["--model.lora.r=8"], None, None),
+        ("cuda:0", ["--model.pooler=prompt"], None, None),  # PromptBERT's denoising
+        ("cuda:0", ["--train.compile_mode=max-autotune"], "max-autotune", None),
+        ("cpu", ["--train.compile=true"], "default", "default"),
+        ("cuda:0", ["--train.compile=true"], "reduce-overhead", "default"),
+        ("cuda:0", ["--train.compile=true", "--train.compile_mode=reduce-overhead"],
+         "reduce-overhead", "reduce-overhead"),
+        ("cuda:0", ["--train.compile=true", "--model.lora.r=8"], "reduce-overhead", "default"),
     ],
-)
+)  # fmt: skip
 def test_the_plan_resolves_train_compile_for_the_device(
-    device: str, argv: list[str], expected: str | None, monkeypatch: pytest.MonkeyPatch
+    device: str,
+    argv: list[str],
+    graphs: str | None,
+    eager_default: str | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``train.compile``/``compile_mode: null`` with CUDA graphs by default on a GPU: graphs
-    where every part of the run was measured through them, eager on the CPU; an explicit value
-    is kept. Off by default (``GRAPHS_BY_DEFAULT``), a GPU trains eagerly unless asked."""
+    """``train.compile``/``compile_mode: null``: with CUDA graphs by default
+    (``GRAPHS_BY_DEFAULT``), graphs on a GPU where every part of the run was measured through
+    them, eager on the CPU; without (today), eager everywhere and ``compile=true`` Inductor's
+    default mode, the graphs only when ``compile_mode=reduce-overhead`` asks. An explicit
+    value is kept."""
     from cselab.app import plan
 
     config = load_config(None, argv)
     monkeypatch.setattr(plan, "GRAPHS_BY_DEFAULT", True)
-    assert plan.compile_mode(config, device) == expected
+    assert plan.compile_mode(config, device) == graphs
     monkeypatch.setattr(plan, "GRAPHS_BY_DEFAULT", False)
-    asked = any(a.startswith("--train.compile=true") for a in argv)
-    assert plan.compile_mode(config, device) == (expected if asked or device == "cpu" else None)
+    assert plan.compile_mode(config, device) == eager_default

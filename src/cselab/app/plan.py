@@ -55,37 +55,36 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
     return pooler, int(width) if isinstance(width, int) else None
 
 
-#: Whether ``train.compile: null`` captures the encoder in CUDA graphs on a GPU. Off until the
-#: GPU tests of the graph step (``tests/test_gpu.py``: its loss and gradients equal the eager
-#: step's, alone and under GradCache) pass on a GPU: on an H200 the graph step was 4.6x faster
-#: than the eager one (14.1 vs 65.0 ms on wiki batches of 64), but both tests failed there
-#: (``docs/results/gpu_benchmark.md``).
+#: Whether ``train.compile``'s ``null``s capture the encoder in CUDA graphs on a GPU. Off until
+#: the GPU tests of the graph step (``tests/test_gpu.py``: its loss and gradients equal the
+#: eager step's, alone and under GradCache) pass on a GPU; measured so far:
+#: ``docs/results/gpu_benchmark.md``.
 GRAPHS_BY_DEFAULT = False
 
 
-def compile_mode(config: Config, device: str) -> str | None:
+def compile_mode(config: Config, device: str, pooler: str | None = None) -> str | None:
     """The ``torch.compile`` mode of the run's encoder, ``None`` for eager: ``train.compile``
-    and ``train.compile_mode`` with their ``null`` resolved for ``device``.
+    and ``train.compile_mode`` with their ``null`` resolved for ``device`` (``pooler``: the
+    run's, resolved; default the config's).
 
-    ``train.compile: null`` runs eagerly on the CPU, and on a CUDA GPU where
-    :data:`GRAPHS_BY_DEFAULT` is off; with it on, a GPU run compiles with CUDA graphs
-    (``reduce-overhead``: the step's kernels replayed without the host launching each, which is
-    what the eager step waits for), except where a part of the run has not been measured
-    through them (gradient checkpointing, LoRA adapters, PromptBERT's template denoising). ``train.compile_mode: null`` is
-    ``reduce-overhead`` on a GPU and ``default`` elsewhere.
+    ``train.compile: null`` is eager on the CPU, and on a GPU unless :data:`GRAPHS_BY_DEFAULT`
+    is on: then a GPU run compiles with CUDA graphs (``reduce-overhead``: the step's kernels
+    replayed without the host launching each, which is what the eager step waits for), except
+    where a part of the run has not been measured through them (gradient checkpointing, LoRA
+    adapters, PromptBERT's template denoising). ``train.compile_mode: null`` is that
+    ``reduce-overhead`` where :data:`GRAPHS_BY_DEFAULT` is on and the device a GPU, else
+    ``default`` (Inductor, dynamic shapes); ``train.compile_mode=reduce-overhead`` asks for
+    the graphs explicitly.
     """
     tc, m = config.train, config.model
-    gpu = is_gpu(torch.device(device))
+    graphs = GRAPHS_BY_DEFAULT and is_gpu(torch.device(device))
     on = tc.compile
     if on is None:
-        unmeasured = (
-            tc.gradient_checkpointing or m.lora.enabled
-            or (m.pooler == "prompt" and m.prompt.denoise)
-        )  # fmt: skip
-        on = GRAPHS_BY_DEFAULT and gpu and not unmeasured
+        denoise = (pooler or m.pooler) == "prompt" and m.prompt.denoise
+        on = graphs and not (tc.gradient_checkpointing or m.lora.enabled or denoise)
     if not on:
         return None
-    return tc.compile_mode or ("reduce-overhead" if gpu else "default")
+    return tc.compile_mode or ("reduce-overhead" if graphs else "default")
 
 
 def resolve_dev(config: Config) -> DevSet | None:
@@ -138,7 +137,7 @@ def resolve(
         width=width,
         matryoshka_dims=tuple(config.objective.matryoshka.dims or ()),
         objective=config.objective,
-        compile_mode=compile_mode(config, str(device)),
+        compile_mode=compile_mode(config, str(device), pooler),
     )
     return plan, source
 

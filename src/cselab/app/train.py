@@ -313,7 +313,7 @@ def assemble_trainer(
     kind = plan.kind
     task = Task(
         forward, objective.to(device), ctx, seed=tc.seed, amp_dtype=amp_dtype, kind=kind,
-        graphs=mode == "reduce-overhead",
+        graphs=mode == "reduce-overhead" and is_gpu(device),
     )  # fmt: skip
     trainable = [p for p in encoder.parameters() if p.requires_grad]
     optim = Optimization(trainable, tc, total_steps, device, amp_dtype)

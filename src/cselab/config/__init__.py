@@ -72,17 +72,15 @@ class TrainConfig:
         compile: wrap the encoder in ``torch.compile``
             (:func:`cselab.model.encoder.compile_encoder`: the packed CPU forward, attention
             operator included, is one graph, its backward another). ``null`` (the default):
-            decided per run (:func:`cselab.app.plan.compile_mode`): eager for now (on an H200
-            the encoder in CUDA graphs made the step 4.6x faster, but its equality with the
-            eager step is not yet shown on a GPU, ``docs/results/gpu_benchmark.md``). ``true``
-            compiles: on a GPU with CUDA graphs (``reduce-overhead``), the step for GPUs whose
-            eager step waits for the host to launch kernels.
-        compile_mode: ``torch.compile``'s mode with ``compile``: ``default``, ``max-autotune``
-            or ``reduce-overhead`` (CUDA graphs: the step's kernels replayed in one launch, for
-            small batches where the GPU waits for the host to launch kernels); ``null``:
-            ``reduce-overhead`` on a GPU, ``default`` elsewhere. With ``reduce-overhead`` the
-            shapes are fixed: every batch is padded to a multiple of 16 tokens (few widths,
-            each captured once) and the graph is compiled per shape.
+            decided per run (:func:`cselab.app.plan.compile_mode`): eager for now, on the CPU
+            and on GPUs (the encoder in CUDA graphs is to become a GPU's default once its
+            equality with the eager step is shown on a GPU: ``docs/results/gpu_benchmark.md``).
+        compile_mode: ``torch.compile``'s mode with ``compile``: ``default`` (Inductor, dynamic
+            shapes: one compile for every batch shape), ``max-autotune`` or ``reduce-overhead``
+            (CUDA graphs: the step's kernels replayed without the host launching each, for
+            GPUs whose eager step waits for the host). With ``reduce-overhead`` the shapes are
+            fixed: every batch is padded to a multiple of 16 tokens (few widths, each captured
+            once) and the graph is compiled per shape. ``null``: ``default``.
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).

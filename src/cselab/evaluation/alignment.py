@@ -23,13 +23,17 @@ POSITIVE_THRESHOLD = 4.0
 
 
 def _float64(x: np.ndarray | Tensor) -> Tensor:
-    """``x`` in float64 where it lives: an array on the host, a tensor on its device (the
-    trainer's dev vectors stay on the GPU: no copy of the ``N x N`` work to the host)."""
-    return torch.as_tensor(x).to(torch.float64)
+    """``x`` in float64 where it lives: an array on the host (any strides, read-only too), a
+    tensor on its device (the trainer's dev vectors stay on the GPU: no copy of the ``N x N``
+    work to the host)."""
+    if isinstance(x, Tensor):
+        return x.to(torch.float64)
+    return torch.from_numpy(np.array(x, dtype=np.float64))  # a copy: contiguous, writable
 
 
 def l2_normalize(x: np.ndarray | Tensor) -> Tensor:
-    """Rows scaled to unit length (zero rows stay zero), float64, on ``x``'s device."""
+    """Rows scaled to unit length (zero rows stay zero): a float64 tensor on ``x``'s device
+    (the host's for an array)."""
     x = _float64(x)
     norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
     return x / torch.where(norm > 0, norm, torch.ones_like(norm))

@@ -205,7 +205,7 @@ def stsb_dev_measures(
     unique, i1, i2, gold = _stsb_dev_plan(root)
     if repeated is None:
         kept = vectors = call_encoder(encoder, list(unique), batch_size)
-    else:  # the N x N uniformity where the vectors are (a GPU's: 0.3 s of host float64 saved)
+    else:  # the N x N uniformity where the vectors are: a GPU's, not the host's float64
         kept = repeated(encoder, unique, batch_size, on_device=True)
         vectors = kept if isinstance(kept, np.ndarray) else kept.cpu().numpy()
     corr = correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)

@@ -142,12 +142,8 @@ def encode_batches(
     if batches_key(encoder, batches.key[3], None)[:2] != batches.key[:2]:
         raise ValueError("these batches were tokenised for another tokenizer or device")
     normalize = normalize or _folder_normalizes(encoder)
-    if on_device:
-        rows = _run(
-            encoder, batches.order, iter(batches.inputs), normalize, False, "fp32", None, True
-        )
-        return rows
-    return _run(encoder, batches.order, iter(batches.inputs), normalize, False, "fp32")
+    inputs = iter(batches.inputs)
+    return _run(encoder, batches.order, inputs, normalize, False, "fp32", None, on_device)
 
 
 def _limit(encoder: nn.Module, max_seq_len: int | None) -> int:
@@ -230,7 +226,7 @@ def _run(
     (each copy waits for the device: one per batch would keep the host from queueing ahead).
     ``on_device``: all kept on the device, returned there in input order (no host copy)."""
     n = len(order)
-    out = np.empty((0 if on_device else n, encoder.dim), dtype=np.float32)
+    out = np.empty((n, encoder.dim), dtype=np.float32) if not on_device else None
     model = inference_copy(encoder, torch.bfloat16) if precision == "bf16" else encoder
     options = getattr(encoder, "inference_compile", None)
     forward = model if options is None else inference_graph(model, **options)

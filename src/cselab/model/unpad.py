@@ -49,6 +49,8 @@ ATTENTION_NAME = "cselab_unpad_sdpa"
 FAST_PATH_MODEL_TYPES = backbones.FAST_PATH_MODEL_TYPES
 
 _registered = False
+#: Dynamo's recompile limit for a fixed-shape compiled encoder (one graph per batch shape)
+FIXED_SHAPE_RECOMPILE_LIMIT = 64
 
 
 def _packed_sdpa(
@@ -212,6 +214,11 @@ def compile_encoder(encoder: nn.Module, **options: Any) -> nn.Module:
     """
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
     options.setdefault("dynamic", True)  # False: the fixed-shape (CUDA graph) step
+    if options["dynamic"] is False:
+        # one compile per (rows, width) shape: widths of 16 tokens up to max_seq_len, times the
+        # step's and GradCache's chunks' rows; past Dynamo's limit (8) it would run eagerly
+        config = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, FIXED_SHAPE_RECOMPILE_LIMIT)
     return torch.compile(encoder, **options)
 
 

@@ -91,10 +91,13 @@ class Task:
             objective runs outside autocast and upcasts half-precision views itself.
         kind: the kind of the training data (default: sentences), as the data layer decided it;
             the views the objective asks for are checked against it once, here.
-        graphs: ``encoder`` replays CUDA graphs (``torch.compile`` ``reduce-overhead``): each
-            step then starts a new generation of its graphs' memory explicitly
+        graphs: ``encoder`` replays CUDA graphs (``torch.compile`` ``reduce-overhead`` on a
+            GPU): each step then starts a new generation of its graphs' memory explicitly
             (:func:`~.step.forward_backward`), so every output of a step's encoder calls
-            (GradCache's chunks included) lives until the step ends.
+            (GradCache's chunks included) lives until the step ends. The mark is
+            process-wide: from the first one on, torch no longer starts generations by
+            itself, so another ``reduce-overhead`` model in the same process must call
+            ``torch.compiler.cudagraph_mark_step_begin()`` itself.
     """
 
     def __init__(
