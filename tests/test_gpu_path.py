@@ -37,6 +37,16 @@ def padded_encoder(tiny_bert: Path) -> SentenceEncoder:
     return SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", fast_path=False)
 
 
+def padded_trainer(tiny_bert: Path, tmp_path: Path, *extra: str):  # noqa: ANN201
+    """The trainer of the step a GPU runs eagerly: the padded forward, dropout 0.1, no compile
+    (whatever ``train.compile: null`` resolves to)."""
+    from cselab.app.train import build_trainer
+    from test_trainer import tiny_config
+
+    args = ("--model.fast_path=false", "--train.compile=false", "--model.dropout=0.1", *extra)
+    return build_trainer(tiny_config(tiny_bert, tmp_path, *args))
+
+
 def test_the_padded_forward_reads_nothing_back(tiny_bert: Path) -> None:
     """A padded batch's forward hands BERT a 4D mask, so transformers' ``padding_mask.all()``
     (a host sync every forward) is not reached: no sync operator runs."""
@@ -163,18 +173,8 @@ def test_a_training_step_on_the_padded_path_reads_nothing_back(
     """The whole step as it runs on a GPU (the padded forward, dropout, InfoNCE, backward,
     clipping, fused AdamW, the schedule): no operator reads a device value back. The logged
     steps' loss check (``LossWindow.flush``) is the loop's one sync, outside the step."""
-    from cselab.app.train import build_trainer
-    from test_trainer import tiny_config
 
-    trainer = build_trainer(
-        tiny_config(
-            tiny_bert,
-            tmp_path,
-            "--model.fast_path=false",
-            "--train.compile=false",
-            "--model.dropout=0.1",
-        )
-    )
+    trainer = padded_trainer(tiny_bert, tmp_path)
     trainer.forward_backward(trainer.batch_for(0))
     trainer.optimizer_step()
     with SyncCounter() as counter:
@@ -239,20 +239,8 @@ def test_an_mntp_step_on_a_decoder_reads_nothing_back(tmp_path: Path) -> None:
 def test_an_fp16_step_reads_the_device_once(tiny_bert: Path, tmp_path: Path) -> None:
     """fp16 (``GradScaler``, fused AdamW): the step reads back one value, whether the scale fell
     (the update was skipped, so the schedule must not advance); not the scale itself twice."""
-    from cselab.app.train import build_trainer
-    from test_trainer import tiny_config
 
-    trainer = build_trainer(
-        tiny_config(
-            tiny_bert,
-            tmp_path,
-            "--model.fast_path=false",
-            "--train.compile=false",
-            "--model.dropout=0.1",
-            "--train.precision=fp16",
-            "--train.device=cpu",
-        )  # fmt: skip
-    )
+    trainer = padded_trainer(tiny_bert, tmp_path, "--train.precision=fp16", "--train.device=cpu")
     assert trainer.optim.scaler is not None
     trainer.forward_backward(trainer.batch_for(0))
     trainer.optimizer_step()
@@ -293,13 +281,8 @@ def test_a_gradcache_step_reads_nothing_back(tiny_bert: Path, tmp_path: Path) ->
     """GradCache on the padded path with dropout (chunks of 3, 3 and 2 rows): the random-state
     snapshots and their replay are host-side generator states, the cached embeddings and their
     gradients stay on the model's device, so no operator of the step reads a device value."""
-    from cselab.app.train import build_trainer
-    from test_trainer import tiny_config
 
-    trainer = build_trainer(
-        tiny_config(tiny_bert, tmp_path, "--model.fast_path=false", "--train.compile=false", "--model.dropout=0.1",
-                    "--train.cache_chunk_size=3")
-    )  # fmt: skip
+    trainer = padded_trainer(tiny_bert, tmp_path, "--train.cache_chunk_size=3")
     trainer.forward_backward(trainer.batch_for(0))
     trainer.optimizer_step()
     batch = trainer.batch_for(1)
