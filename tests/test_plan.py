@@ -273,7 +273,9 @@ def test_the_plan_s_pooler_and_width_are_those_the_load_resolves(
         ("cuda:0", ["--train.gradient_checkpointing=true"], None, None),  # unmeasured: eager
         ("cuda:0", ["--model.lora.r=8"], None, None),
         ("cuda:0", ["--model.pooler=prompt"], None, None),  # PromptBERT's denoising
-        ("cuda:0", ["--train.compile_mode=max-autotune"], "max-autotune", None),
+        ("cuda:0", ["--train.compile_mode=max-autotune"], "max-autotune", "max-autotune"),
+        ("cuda:0", ["--train.compile_mode=reduce-overhead"], "reduce-overhead", "reduce-overhead"),
+        ("cuda:0", ["--train.compile=false", "--train.compile_mode=default"], None, None),
         ("cpu", ["--train.compile=true"], "default", "default"),
         ("cuda:0", ["--train.compile=true"], "reduce-overhead", "default"),
         ("cuda:0", ["--train.compile=true", "--train.compile_mode=reduce-overhead"],

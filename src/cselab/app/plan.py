@@ -74,12 +74,15 @@ def compile_mode(config: Config, device: str, pooler: str | None = None) -> str 
     adapters, PromptBERT's template denoising). ``train.compile_mode: null`` is that
     ``reduce-overhead`` where :data:`GRAPHS_BY_DEFAULT` is on and the device a GPU, else
     ``default`` (Inductor, dynamic shapes); ``train.compile_mode=reduce-overhead`` asks for
-    the graphs explicitly.
+    the graphs explicitly (a mode given with ``train.compile: null`` compiles; with ``false``,
+    as configs saved by earlier versions record, it does not).
     """
     tc, m = config.train, config.model
     graphs = GRAPHS_BY_DEFAULT and is_gpu(torch.device(device))
     on = tc.compile
-    if on is None:
+    if on is None and tc.compile_mode is not None:
+        on = True  # a mode asked for is a compile asked for
+    elif on is None:
         denoise = (pooler or m.pooler) == "prompt" and m.prompt.denoise
         on = graphs and not (tc.gradient_checkpointing or m.lora.enabled or denoise)
     if not on:

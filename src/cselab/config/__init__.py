@@ -80,7 +80,8 @@ class TrainConfig:
             (CUDA graphs: the step's kernels replayed without the host launching each, for
             GPUs whose eager step waits for the host). With ``reduce-overhead`` the shapes are
             fixed: every batch is padded to a multiple of 16 tokens (few widths, each captured
-            once) and the graph is compiled per shape. ``null``: ``default``.
+            once) and the graph is compiled per shape. ``null``: ``default``. A mode given
+            with ``compile: null`` compiles.
         fused_adamw: use the fused AdamW kernel where available.
         push_to_hub: a Hugging Face Hub repo id; at the end of training the best model is
             uploaded there (:mod:`cselab.publish`; ``HF_TOKEN`` and ``HF_ENDPOINT`` honoured).
