@@ -101,3 +101,32 @@ def test_the_times_of_a_resumed_run_cover_the_whole_run(tiny_bert: Path, tmp_pat
     assert abs(rate * seconds - 12 * 8) <= 0.005 * (rate + seconds) + 1e-4
     whole = ckpt.read_metadata(out.checkpoint_file)["extra"]["times"]
     assert whole["sentences"] == 12 * 8 and whole["train_s"] >= first["train_s"]
+
+
+def test_a_run_killed_while_it_merges_is_finished_by_its_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    """``results.json`` is written last, after the cards and the LoRA merge: a run killed while
+    it merges into ``merged/`` (minutes for a large model) has no ``results.json``, so its
+    resume writes the end again (the merge included) instead of finding it finished."""
+    import cselab.training.finish as finish
+    from backbone_models import make_tiny_decoder
+    from test_lora import lora_config
+
+    tiny_llama = make_tiny_decoder(tmp_path / "llama")
+
+    args = ("--train.save_merged=true", "--train.save_steps=2")
+    real = finish.merge_folder
+
+    def killed(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt  # the job's time limit, mid-merge
+
+    monkeypatch.setattr(finish, "merge_folder", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(lora_config(tiny_llama, tmp_path, *args)).train()
+    out = RunFolder(tmp_path / "out")
+    assert not out.results.exists() and not out.merged.exists()
+    monkeypatch.setattr(finish, "merge_folder", real)
+    results = build_trainer(lora_config(tiny_llama, tmp_path, *args, "--train.resume=true")).train()
+    assert out.results.is_file() and (out.merged / "config.json").is_file()
+    assert json.loads(out.results.read_text())["steps"] == results["steps"]

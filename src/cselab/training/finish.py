@@ -68,34 +68,34 @@ class EvaluationNotes(Callback):
 
 
 class RunOutputs(Callback):
-    """``results.json``, then the cards of ``best/`` and ``last/`` again, now with the times
-    (``listeners``' :meth:`~.callbacks.Callback.on_model_save`), then with ``merge`` a LoRA
-    run's adapters folded into ``merged/`` (a resumed run that had finished once: the new best
-    replaces it). First among the callbacks, so the others' ``on_end`` (the Hub upload) see
-    the final folders."""
+    """The cards of ``best/`` and ``last/`` again, now with the times (``listeners``'
+    :meth:`~.callbacks.Callback.on_model_save`), then with ``merge`` a LoRA run's adapters
+    folded into ``merged/``, and ``results.json`` last: its presence marks a run whose end
+    was written whole, which a resume then leaves alone (:func:`~.rundir.finished_results`;
+    a kill during the merge leaves a run a resume finishes). First among the callbacks, so the
+    others' ``on_end`` (the Hub upload) see the final folders."""
 
     def __init__(self, run: RunState, listeners: CallbackList, merge: bool) -> None:
         self.run, self.listeners, self.merge = run, listeners, merge
 
     def on_end(self, results: Mapping[str, Any]) -> None:
         folder, tell = self.run.folder, self.listeners.on_model_save
-        write_results(folder.path, dict(results))
         best = int(results["best_step"])
         for name, step in ((RunFolder.BEST, best), (RunFolder.LAST, int(results["steps"]))):
             tell(SavedModel(folder.model(name), step, folder.metrics, results=results))
-        if not (self.merge and self.run.encoder.has_adapters):
-            return
-        if folder.merged.exists():
-            shutil.rmtree(folder.merged)
-        merge_folder(
-            folder.best, folder.merged,
-            lambda tmp: tell(
-                SavedModel(
-                    tmp, best, folder.metrics, model_id=str(folder.merged.resolve()),
-                    results=results,
-                )  # the card names the folder, not its temporary name
-            ),
-        )  # fmt: skip
+        if self.merge and self.run.encoder.has_adapters:
+            if folder.merged.exists():  # a run killed while it merged: the merge again
+                shutil.rmtree(folder.merged)
+            merge_folder(
+                folder.best, folder.merged,
+                lambda tmp: tell(
+                    SavedModel(
+                        tmp, best, folder.metrics, model_id=str(folder.merged.resolve()),
+                        results=results,
+                    )  # the card names the folder, not its temporary name
+                ),
+            )  # fmt: skip
+        write_results(folder.path, dict(results))
 
 
 __all__ = ["EvaluationNotes", "MatryoshkaScores", "RunOutputs"]
