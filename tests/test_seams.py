@@ -51,8 +51,14 @@ def test_compiled_training_with_template_denoising_is_refused(tmp_path: Path) ->
     from cselab.config import load_config
     from cselab.core.errors import ConfigError
 
+    for asked in ("--train.compile=true", "--train.compile_mode=default"):  # a mode asks too
+        with pytest.raises(ConfigError, match="train.compile=true does not support"):
+            load_config(None, ["--model.pooler=prompt", asked])
+    # the prompt pooler a saved folder records (model.pooler: null): refused by the plan
+    from cselab.app.plan import compile_mode
+
     with pytest.raises(ConfigError, match="train.compile=true does not support"):
-        load_config(None, ["--model.pooler=prompt", "--train.compile=true"])
+        compile_mode(load_config(None, ["--train.compile=true"]), "cpu", pooler="prompt")
     # without denoising the prompt pooler compiles as one graph
     load_config(
         None, ["--model.pooler=prompt", "--train.compile=true", "--model.prompt.denoise=false"]

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ..config import Config
+from ..config import Config, compile_with_denoising
 from ..config.devset import DevSet, resolve_dev_set
 from ..config.plan import RunPlan, as_lora_targets
 from ..data.source import TrainingSource
@@ -79,14 +79,14 @@ def compile_mode(config: Config, device: str, pooler: str | None = None) -> str 
     """
     tc, m = config.train, config.model
     graphs = GRAPHS_BY_DEFAULT and is_gpu(torch.device(device))
-    on = tc.compile
-    if on is None and tc.compile_mode is not None:
-        on = True  # a mode asked for is a compile asked for
-    elif on is None:
-        denoise = (pooler or m.pooler) == "prompt" and m.prompt.denoise
+    denoise = (pooler or m.pooler) == "prompt" and m.prompt.denoise
+    on = tc.compile_asked
+    if on is None:
         on = graphs and not (tc.gradient_checkpointing or m.lora.enabled or denoise)
     if not on:
         return None
+    if denoise:  # the prompt pooler a saved folder records (the config check saw null)
+        raise compile_with_denoising()
     return tc.compile_mode or ("reduce-overhead" if graphs else "default")
 
 

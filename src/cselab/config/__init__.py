@@ -125,6 +125,15 @@ class TrainConfig:
     report_to: list[ReportTo] | None = None
     save_merged: bool = False
 
+    @property
+    def compile_asked(self) -> bool | None:
+        """``compile`` as asked: ``True``/``False``, or ``None`` (``null`` with no mode
+        given), which the run decides (:func:`cselab.app.plan.compile_mode`). A
+        ``compile_mode`` given with ``compile: null`` asks for a compile."""
+        if self.compile is None and self.compile_mode is not None:
+            return True
+        return self.compile
+
 
 @dataclass
 class EvalConfig:
@@ -152,6 +161,17 @@ class EvalConfig:
     dev: str = STSB
     dev_metric: str | None = None
     dev_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2", "score"])
+
+
+def compile_with_denoising() -> ConfigError:
+    """The refusal of a compiled run with PromptBERT's template denoising: the template-alone
+    pass groups the batch's rows by their template id (a value read from the data), which
+    ``torch.compile`` cannot trace as one graph."""
+    return ConfigError(
+        "train.compile=true does not support model.pooler=prompt with "
+        "model.prompt.denoise=true (template denoising reads the batch's template ids); "
+        "train eagerly (train.compile=false) or set model.prompt.denoise=false"
+    )
 
 
 @dataclass
@@ -230,14 +250,8 @@ class Config:
                     "head is used in training only (the authors' unsupervised recipe), and "
                     "sentence-transformers and the transformers recipe read the [MASK] state alone"
                 )
-            if t.compile and m.prompt.denoise:
-                # The template-alone pass groups the batch's rows by their template id (a value
-                # read from the data), which torch.compile cannot trace as one graph.
-                raise ConfigError(
-                    "train.compile=true does not support model.pooler=prompt with "
-                    "model.prompt.denoise=true (template denoising reads the batch's template ids); "
-                    "train eagerly (train.compile=false) or set model.prompt.denoise=false"
-                )
+            if t.compile_asked and m.prompt.denoise:
+                raise compile_with_denoising()
         dev_metric_for(self.eval.dev, self.eval.dev_metric)  # None stays: resolved where used
         _check_device(t.device)
         if t.device != "auto":  # auto is resolved, and checked, when the run starts
