@@ -247,25 +247,26 @@ def test_merge_and_push_edges_name_the_folder(tiny_llama: Path, tmp_path: Path) 
         ("--model.lora.dropout=0.1", "model.lora.dropout=0.1"),
     ],
 )
-def test_a_lora_key_set_while_lora_is_off_is_refused(
-    override: str, key: str, tmp_path: Path
+def test_a_lora_key_set_while_lora_is_off_is_said_once(
+    override: str, key: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``model.lora.r=0`` with another LoRA key changed would train without adapters: one line
-    naming the key; a saved config (every key at its default, r 0) and the presets still load."""
-    from cselab.config import save_config
-    from cselab.config.presets import find_preset, packaged_presets, preset_names
-    from cselab.model.lora import settings_of
+    """``model.lora.r=0`` with another LoRA key changed trains without adapters: the run's plan
+    says so in one line naming the key. Not refused: a sweep's ``r: [0, 16]`` on a base that
+    names its modules and runs saved so load, resume and pool."""
+    import logging
 
-    with pytest.raises(ConfigError) as err:
-        load_config(None, ["--model.lora.r=0", override])
-    message = str(err.value)
-    assert "\n" not in message and message.startswith(f"{key} is set while model.lora.r is 0")
-    with pytest.raises(ConfigError, match=r"model.lora.alpha=32\.0 is set while model.lora.r is 0"):
-        settings_of({"r": 0, "alpha": 32})  # SentenceEncoder.from_pretrained(lora=)
-    save_config(load_config(None, []), tmp_path / "config.yaml")
-    assert not load_config(tmp_path / "config.yaml", []).model.lora.enabled
-    for name in preset_names(packaged_presets()):
-        load_config(find_preset(name), [])
+    from cselab.app.plan import resolve
+    from cselab.training.distributed import DistInfo
+
+    config = load_config(None, ["--model.lora.r=0", override])
+    assert config.model.lora.unused() == [key] and not config.model.lora.enabled
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a sentence\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        resolve(config, corpus, DistInfo())
+    said = [r.getMessage() for r in caplog.records if "model.lora.r is 0" in r.getMessage()]
+    assert said == [f"{key} set while model.lora.r is 0 (LoRA off): no effect"]
+    assert load_config(None, []).model.lora.unused() == []  # every key at its default
 
 
 @pytest.mark.parametrize("with_head", [False, True], ids=["base-model", "causal-lm"])

@@ -15,6 +15,7 @@ facts to the trainer, model selection and the model card, and saves it in the ru
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,6 +34,8 @@ from ..model.lora import adapter_settings, is_adapter_folder
 from ..model.st_folder import recorded_settings, transformer_folder
 from ..training.distributed import DistInfo
 from ..training.runtime import autocast_dtype, pick_device, precision_name
+
+log = logging.getLogger("cselab")
 
 
 def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int | None]:
@@ -118,6 +121,8 @@ def resolve(
             here, from its header, before the model loads).
     """
     tc = config.train
+    if unused := config.model.lora.unused():
+        log.warning("%s set while model.lora.r is 0 (LoRA off): no effect", ", ".join(unused))
     source = TrainingSource(train_file, config.data)
     device = pick_device(tc.device, dist)
     # The rank's own GPU answers whether it has bf16 (cuda:LOCAL_RANK; the process group, which

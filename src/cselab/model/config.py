@@ -107,21 +107,24 @@ class LoRAConfig:
         """``alpha``, or ``2 · r`` when unset."""
         return float(self.alpha) if self.alpha is not None else 2.0 * self.r
 
+    def unused(self, prefix: str = "model.lora") -> list[str]:
+        """``key=value`` of each key changed from its default while ``r`` is 0 (LoRA off, so
+        it does nothing). Not refused: a sweep compares ``r: [0, 16]`` on one base, a preset
+        names its modules, and runs saved so must still resume; a run logs them once
+        (:func:`cselab.app.plan.resolve`)."""
+        if self.r != 0:
+            return []
+        default = LoRAConfig()
+        return [
+            f"{prefix}.{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name != "r" and getattr(self, f.name) != getattr(default, f.name)
+        ]
+
     def validate(self, prefix: str = "model.lora") -> LoRAConfig:
-        """Ranges of the keys, and no key changed from its default while ``r`` is 0 (LoRA
-        off, the key unused); raises :class:`ConfigError` naming the key."""
+        """Ranges of the keys; raises :class:`ConfigError` naming the key."""
         if self.r < 0:
             raise ConfigError(f"{prefix}.r must be >= 0 (0: no LoRA), got {self.r}")
-        if self.r == 0:
-            # a saved config records every key at its default: only a changed key was asked for
-            default = LoRAConfig()
-            for f in fields(self):
-                if f.name != "r" and getattr(self, f.name) != getattr(default, f.name):
-                    raise ConfigError(
-                        f"{prefix}.{f.name}={getattr(self, f.name)!r} is set while {prefix}.r "
-                        "is 0 (LoRA off), so it would do nothing; set a rank "
-                        f"({prefix}.r=16, LLM2Vec's) or drop {prefix}.{f.name}"
-                    )
         if self.alpha is not None and not self.alpha > 0:
             raise ConfigError(f"{prefix}.alpha must be > 0 or null (2 * r), got {self.alpha}")
         if not 0 <= self.dropout < 1:
