@@ -396,7 +396,10 @@ def test_merge_into_a_folder_under_a_file_is_one_line(
 
 
 def test_merge_into_the_model_folder_it_reads_is_one_line(
-    adapter_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    adapter_folder: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An output inside the run's best/ or last/ (or best/ itself) would put the merge's working
     folder and the merged model among the model's files: refused, naming both, nothing written."""
@@ -419,6 +422,13 @@ def test_merge_into_the_model_folder_it_reads_is_one_line(
         )
     assert main(["merge", str(best), "-o", str(best / "deeper" / "sub")]) == 2
     assert f"is inside the model folder {best} (the one being merged)" in one_line(capsys)
+    # the source as `.` from inside best/, and a link to best/: the folders as followed
+    link = tmp_path / "link"
+    link.symlink_to(best)
+    monkeypatch.chdir(best)
+    for source in (".", str(link)):
+        assert main(["merge", source, "-o", str(last / "m")]) == 2
+        assert f"{last / 'm'} is inside the model folder {last}" in one_line(capsys)
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
 
 

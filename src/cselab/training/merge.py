@@ -53,17 +53,18 @@ def refuse_output_in_model(folder: Path, target: Path) -> None:
     Raises:
         ModelFormatError: one line naming both paths, before anything is written.
     """
-    models = {folder}
-    if folder.name in (RunFolder.BEST, RunFolder.LAST):  # a run's model: its sibling too
-        run = RunFolder(folder.parent)
-        models |= {run.best, run.last}
+    source = folder.resolve()  # `.`, `..` and links as the merge would follow them
+    models = {source}
+    if source.name in (RunFolder.BEST, RunFolder.LAST):  # a run's model: its sibling too
+        run = RunFolder(source.parent)
+        models |= {run.best.resolve(), run.last.resolve()}
     out = target.resolve()
-    for model in models:
-        if out.is_relative_to(model.resolve()):
-            where = "is" if out == model.resolve() else "is inside"
+    for model in sorted(models, key=lambda m: m != source):  # the one being merged first
+        if out.is_relative_to(model):
+            where = "is" if out == model else "is inside"
             raise ModelFormatError(
-                f"{target} {where} the model folder {model}"
-                + (" (the one being merged)" if model == folder else "")
+                f"{out} {where} the model folder {model}"
+                + (" (the one being merged)" if model == source else "")
                 + "; choose an output folder outside it"
             )
 
