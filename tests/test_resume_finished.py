@@ -130,3 +130,42 @@ def test_a_run_killed_while_it_merges_is_finished_by_its_resume(
     results = build_trainer(lora_config(tiny_llama, tmp_path, *args, "--train.resume=true")).train()
     assert out.results.is_file() and (out.merged / "config.json").is_file()
     assert json.loads(out.results.read_text())["steps"] == results["steps"]
+
+
+def test_a_finished_run_names_the_end_it_does_not_redo_and_its_unreadable_results(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, one_thread: None
+) -> None:
+    """Resumed with ``train.push_to_hub`` now set, a finished run uploads nothing and says which
+    command does; with its ``results.json`` cut, the resume stops in one line saying how to
+    write the end again (on every rank: the error is broadcast, not raised on rank 0 alone)."""
+    from cselab.core.errors import UserError
+
+    extra = ("--train.max_steps=3", "--train.save_steps=3")
+    build_trainer(tiny_config(tiny_bert, tmp_path, *extra)).train()
+    out = tmp_path / "out"
+    again = (*extra, "--train.resume=true", "--train.push_to_hub=someone/model")
+    with caplog.at_level(logging.INFO, logger="cselab"):
+        build_trainer(tiny_config(tiny_bert, tmp_path, *again)).train()
+    said = [
+        r.getMessage() for r in caplog.records if "does not run its end again" in r.getMessage()
+    ]
+    assert said == [
+        f"a finished run does not run its end again; for that: cselab push {out / 'best'} "
+        "someone/model"
+    ]
+    RunFolder(out).results.write_text('{"steps": 3, "best', encoding="utf-8")
+    with pytest.raises(UserError, match="remove it and resume again to write the run's end"):
+        build_trainer(tiny_config(tiny_bert, tmp_path, *extra, "--train.resume=true")).train()
+
+
+def test_a_checkpoint_carries_every_running_total() -> None:
+    """What a checkpoint records of the run's totals is what a resume reads back (the wall
+    time as ``elapsed``, the others under ``times``); a checkpoint written before the totals
+    were kept resumes with its wall time and the rest from zero. A checkpoint's own host copy
+    is counted from the next one on (it is timed once written)."""
+    from cselab.training.runstate import RunTotals
+
+    totals = RunTotals(wall_s=1.5, train_s=2.25, sentences=96, eval_s=0.5, checkpoint_s=0.125)
+    record = totals.record(7.0)
+    assert RunTotals.from_record(record) == dataclasses.replace(totals, wall_s=7.0)
+    assert RunTotals.from_record({"elapsed": 3.0}) == RunTotals(wall_s=3.0)

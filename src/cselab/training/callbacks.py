@@ -13,7 +13,8 @@ A :class:`Callback` is told what the trainer did, with the numbers it logged:
   to ``model.folder`` (the model card: :class:`cselab.publish.callbacks.ModelCardCallback`). At
   the end of training it is called once more for ``best/`` and ``last/`` with the run's results;
 - ``on_end(results)``: training finished; ``results`` is what ``results.json`` holds (the Hub
-  upload of ``train.push_to_hub`` is :class:`cselab.publish.callbacks.PushCallback`).
+  upload of ``train.push_to_hub`` is :class:`cselab.publish.callbacks.PushCallback`). A resume
+  of a run that had finished trains nothing and calls no callback.
 
 Callbacks run on the main process only. The loggers (TensorBoard, Weights & Biases, MLflow) are
 callbacks whose failures do not stop training: the first error of a logger is logged once as a

@@ -20,6 +20,7 @@ import torch
 
 from ..config import Config
 from ..config.plan import RunPlan
+from ..core.errors import DataFormatError, UserError
 from ..io.runfolder import RunFolder
 from ..model.devices import is_gpu
 from ..model.encoder import SentenceEncoder
@@ -215,12 +216,30 @@ class RunState:
         """Collective: the results of the run in this folder if a resume at ``step`` finds it
         finished (:func:`~.rundir.finished_results`: its checkpoint at the last step and its
         ``results.json`` written; rank 0 reads them, ``{}`` on the other ranks), logged in
-        one line; else ``None``. A finished run's resume writes nothing."""
-        found = finished_results(self.folder.path, step, total_steps) if self.dist.is_main else None
-        if not broadcast_object(found is not None):
+        one line; else ``None``. A finished run's resume writes nothing: an upload or a merge
+        asked for now is named as the command that does it. An unreadable ``results.json``
+        stops every rank with one line saying how to write the end again.
+        """
+        found, error = None, None
+        if self.dist.is_main:
+            try:
+                found = finished_results(self.folder.path, step, total_steps)
+            except DataFormatError as err:
+                error = f"{err}; remove it and resume again to write the run's end"
+        done, error = broadcast_object((found is not None, error))
+        if error:
+            raise UserError(error)  # on every rank: none waits in a collective for rank 0
+        if not done:
             return None
         if self.dist.is_main:
             log.info("%s: run already finished at step %d; nothing to do", self.folder.path, step)
+            tc, run, wanted = self.config.train, self.folder.path, []
+            if tc.push_to_hub:
+                wanted.append(f"cselab push {run / RunFolder.BEST} {tc.push_to_hub}")
+            if tc.save_merged and not self.folder.merged.exists():
+                wanted.append(f"cselab merge {run} -o {self.folder.merged}")
+            for command in wanted:
+                log.warning("a finished run does not run its end again; for that: %s", command)
         return found or {}
 
     def check_resumed_precision(self, path: Path, saved: str | None) -> None:
