@@ -56,7 +56,11 @@ class RunTotals:
         train_s, sentences: the training steps' seconds (timed after the device sync) and
             sentences.
         eval_s, checkpoint_s: seconds outside the training steps: evaluations (with
-            ``best/``'s host copies), the checkpoints' host copies.
+            ``best/``'s host copies), the checkpoints' host copies (a checkpoint's own copy is
+            timed once it is written, so the next checkpoint carries it).
+
+    A checkpoint written before the totals were kept gives its wall time only: the resumed
+    run's training time and rate then count its own steps.
     """
 
     wall_s: float = 0.0
