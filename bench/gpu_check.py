@@ -435,7 +435,7 @@ def fill_step_headline(report: dict[str, Any], headline: dict[str, str], compile
     if cache.get(None):
         base = cache[None]
         cells = [f"chunk {c}: {v:.0f} ms = {v / base:.2f}×" for c, v in cache.items() if c]
-        headline["gradcache512"] = "; ".join(cells) + f" (uncached {base:.0f} ms)"
+        headline["gradcache512"] = "eager: " + "; ".join(cells) + f" (uncached {base:.0f} ms)"
 
 
 class OpCounter:
