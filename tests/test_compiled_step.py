@@ -75,11 +75,12 @@ def test_the_inductor_compiled_step_equals_the_eager_step(
     check(models, tmp_path, family)
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_gradcache_through_the_fixed_shape_compiled_step_equals_the_eager_step(
-    models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str
 ) -> None:
     """``train.compile_mode=reduce-overhead`` (what a GPU runs in CUDA graphs: widths padded to
-    16, one graph per shape) under GradCache
+    16, one graph per shape) under GradCache, on BERT, ModernBERT and Llama
     (chunks of 3, 3 and 2 rows, both passes through the compiled encoder) gives the eager
     uncached step's loss and gradients. The CPU has no CUDA graphs: the code generator is
     ``aot_eager``, the shapes and the step's sequence are the GPU's."""
@@ -90,14 +91,14 @@ def test_gradcache_through_the_fixed_shape_compiled_step_equals_the_eager_step(
         return real(enc, backend="aot_eager", **opts)
 
     monkeypatch.setattr(app_train, "compile_encoder", fixed)
-    eager_loss, eager = step(models["bert"], tmp_path / "eager", "bert")
+    eager_loss, eager = step(models[family], tmp_path / "eager", family)
     torch._dynamo.reset()
     graphs = ("--train.compile=true", "--train.compile_mode=reduce-overhead")
-    loss, cached = step(models["bert"], tmp_path / "cached", "bert", *graphs,
+    loss, cached = step(models[family], tmp_path / "cached", family, *graphs,
                         "--train.cache_chunk_size=3")  # fmt: skip
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(models["bert"]))
+    config = AutoConfig.from_pretrained(str(models[family]))
     tol = float_tolerance(torch.float64, encoder_sum_terms(config, 16) * 8 * 16, 10.0)
     torch.testing.assert_close(loss, eager_loss, rtol=0, atol=tol)
     assert len(cached) == len(eager) > 0

@@ -74,15 +74,20 @@ def test_align_uniform_on_stsb_dev_fixture(tmp_path):
 
 
 def test_any_array_layout_is_taken() -> None:
-    """A reversed (negative-stride) or read-only array gives the numbers of its contiguous
-    copy, as the numpy code before did, with no warning."""
+    """Every other row (a strided view), a Fortran-ordered and a read-only array give the
+    numbers of their contiguous copies, as the numpy code before did, with no warning."""
     import warnings
 
-    x = np.random.default_rng(3).standard_normal((9, 4))
-    frozen = x.copy()
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((9, 4)), rng.standard_normal((9, 4))
+    frozen = y.copy()
     frozen.setflags(write=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert au.uniformity(x[::-1]) == pytest.approx(au.uniformity(x[::-1].copy()), rel=1e-12)
-        assert au.uniformity(frozen) == pytest.approx(au.uniformity(x), rel=1e-12)
-        assert au.alignment(x[::-1], frozen[::-1]) == pytest.approx(0.0)
+        for view in (x[::2], np.asfortranarray(x), x[::-1, ::-1]):
+            copy = np.ascontiguousarray(view)
+            assert au.uniformity(view) == pytest.approx(au.uniformity(copy), rel=1e-12)
+            assert au.alignment(view[:4], frozen[:4]) == pytest.approx(
+                au.alignment(copy[:4], y[:4]), rel=1e-12
+            )
+        assert au.uniformity(x[::2]) != pytest.approx(au.uniformity(x), rel=1e-6)  # other rows

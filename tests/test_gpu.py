@@ -163,8 +163,10 @@ def _assert_graphs_replayed() -> None:
 
 
 def _assert_same_steps(a: Any, b: Any, steps: int) -> None:
-    """Each step's loss and gradients of ``a`` equal ``b``'s, ``‖Δ‖ / ‖ref‖`` far under fp32's
-    1e-4 (a stale graph input, an overwritten output or a wrong mask is off by order one)."""
+    """Each step's loss and gradients of ``a`` equal ``b``'s, from the same weights (no update
+    between: AdamW would turn roundoff into differences of its learning rate), on a new batch
+    each step, ``‖Δ‖ / ‖ref‖`` far under fp32's 1e-4 (a stale graph input, an overwritten
+    output or a wrong mask is off by order one)."""
     for trainer in (a, b):
         trainer.encoder.train()
     for i in range(steps):
@@ -173,22 +175,29 @@ def _assert_same_steps(a: Any, b: Any, steps: int) -> None:
         assert ((grad_a - grad_b).norm() / grad_b.norm()).item() <= 1e-4, i
 
 
-def test_the_step_in_cuda_graphs_equals_the_eager_one(tiny_bert: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_the_step_in_cuda_graphs_equals_the_eager_one(
+    tiny_bert: Path, tmp_path: Path, family: str
+) -> None:
     """``train.compile_mode=reduce-overhead`` on CUDA (what ``train.compile: null`` is to
     become): the encoder
     compiled with CUDA graphs (``reduce-overhead``, widths bucketed to 16). Each of five steps
     (the first ones warm up and record, the later ones replay the graphs on new batches) gives
     the eager step's loss and gradients (fp32 without TF32, dropout off); a run then trains to
     its end."""
-    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0")
-    graphs = _graph_trainer(tiny_config(tiny_bert, tmp_path / "a", *args, *GRAPHS))
-    eager = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *args, EAGER))
+    from backbone_models import make_tiny_decoder
+
+    model = tiny_bert if family == "bert" else make_tiny_decoder(tmp_path / "llama")
+    pooler = () if family == "bert" else ("--model.pooler=avg",)  # a decoder's padding side
+    args = ("--train.precision=fp32", "--train.max_steps=5", "--model.dropout=0.0", *pooler)
+    graphs = _graph_trainer(tiny_config(model, tmp_path / "a", *args, *GRAPHS))
+    eager = build_trainer(tiny_config(model, tmp_path / "b", *args, EAGER))
     assert graphs.plan.compile_mode == "reduce-overhead" and eager.plan.compile_mode is None
     assert graphs.batches.width_multiple == 16 and eager.batches.width_multiple is None
     assert not torch.backends.cuda.matmul.allow_tf32
     _assert_same_steps(graphs, eager, 5)
     _assert_graphs_replayed()
-    results = build_trainer(tiny_config(tiny_bert, tmp_path / "c", *args, *GRAPHS)).train()
+    results = build_trainer(tiny_config(model, tmp_path / "c", *args, *GRAPHS)).train()
     assert results["steps"] == 5 and results["compile_mode"] == "reduce-overhead"
 
 

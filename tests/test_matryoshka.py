@@ -9,6 +9,7 @@ every test of ``test_gradcache.py`` and ``test_distributed.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -320,9 +321,9 @@ def test_a_run_resumes_bit_exactly_and_the_card_has_a_row_per_dimension(
 
     whole = trainer(tmp_path / "whole").train()
     stopped = trainer(tmp_path / "part")
-    stopped.total_steps = 3  # stop at a checkpoint, as a killed run would
+    stopped.loop = dataclasses.replace(stopped.loop, total_steps=3)  # a killed run stops so
     stopped.train()
-    trainer(tmp_path / "part", "--train.resume=true").train()
+    assert trainer(tmp_path / "part", "--train.resume=true").train()["steps"] == 6  # not a no-op
     a = load_file(str(RunFolder(tmp_path / "whole" / "out").last / "model.safetensors"))
     b = load_file(str(RunFolder(tmp_path / "part" / "out").last / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

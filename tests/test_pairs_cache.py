@@ -5,6 +5,7 @@ and a pairs run trains and resumes on the cached columns."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from pathlib import Path
 
@@ -249,7 +250,7 @@ def test_a_pairs_run_trains_on_the_cached_columns_and_resumes(
     assert isinstance(whole.batches.corpus.negatives[0].ids, np.memmap)
     assert whole.train()["steps"] == 6
     stopped = build_trainer(_pairs_config(tiny_bert, train_file, tmp_path / "part"))
-    stopped.total_steps = 3  # stop at a checkpoint, as a killed run would
+    stopped.loop = dataclasses.replace(stopped.loop, total_steps=3)  # a killed run stops so
     stopped.train()
     resumed = build_trainer(
         _pairs_config(tiny_bert, train_file, tmp_path / "part", "--train.resume=true")

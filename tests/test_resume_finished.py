@@ -137,7 +137,7 @@ def test_a_finished_run_names_the_end_it_does_not_redo_and_its_unreadable_result
 ) -> None:
     """Resumed with ``train.push_to_hub`` now set, a finished run uploads nothing and says which
     command does; with its ``results.json`` cut, the resume stops in one line saying how to
-    write the end again (on every rank: the error is broadcast, not raised on rank 0 alone)."""
+    write the end again (one process here; the error is broadcast to every rank)."""
     from cselab.core.errors import UserError
 
     extra = ("--train.max_steps=3", "--train.save_steps=3")

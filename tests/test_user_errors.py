@@ -106,7 +106,7 @@ def test_load_on_a_missing_device_names_the_keyword(tiny_bert: Path) -> None:
 @pytest.mark.parametrize("value", ["yes", "no", "false", 1, 0.0])
 def test_bidirectional_takes_true_false_or_none_only(tiny_bert: Path, value: object) -> None:
     """A truthy string ("no") would remove a decoder's causal mask: one line naming the keyword
-    and the value, before any weight is read, from ``cselab.load`` and ``from_pretrained``."""
+    and the value, from ``cselab.load`` and ``from_pretrained``."""
     import cselab
     from cselab.core.errors import ConfigSettingError, UserError
     from cselab.model.encoder import SentenceEncoder

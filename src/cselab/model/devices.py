@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from ..core.devices import AUTO, GPU_TYPE, SCALER_TYPES, is_gpu_type
-from ..core.devices import pins_memory as _pins_memory
 from ..core.errors import ConfigSettingError
 
 log = logging.getLogger("cselab")
@@ -167,11 +166,6 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
-
-
-def pins_memory(device: torch.device) -> bool:
-    """Whether a copy to ``device`` goes through pinned host memory (asynchronous: a GPU)."""
-    return _pins_memory(device.type)
 
 
 def has_grad_scaler(device: torch.device) -> bool:

@@ -43,7 +43,7 @@ from ..model.config import ModelConfig
 from ..model.hub import cache_root, resolve_train_file
 from ..model.lora import adapter_base, is_adapter_folder
 from ..model.prompt import model_papers
-from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE, recorded_settings
+from ..model.st_folder import ADAPTER_LAYERS_NOT_REPRODUCED, CSELAB_FILE
 from ..objectives import (
     Objective,
     build_objective,
@@ -409,9 +409,8 @@ def write_model_card(
     data = data or data_of_config(config, plan=plan)
     # the facts the card states are the plan's (model.pooler: null as the load resolved it)
     plan = card_plan(out, config, data.path, data.kind, plan)
-    # the model as trained: its attention as the folder's load recorded it (cselab.json)
-    bidirectional = recorded_settings(out).get("bidirectional", plan.bidirectional)
-    model = dataclasses.replace(config.model, pooler=plan.pooler, bidirectional=bidirectional)
+    # the model as trained: its pooler and attention as the folder records them (card_plan)
+    model = dataclasses.replace(config.model, pooler=plan.pooler, bidirectional=plan.bidirectional)
     rows = read_metrics(metrics_csv, metrics_before)
     dev = dev_score(plan)
     if selection_score is None and step is not None:

@@ -79,7 +79,8 @@ def card_plan(
 ) -> RunPlan:
     """The facts a card of the model folder ``folder`` states: ``plan`` (the run's, handed
     over or :func:`run_plan_of`'s), completed from the folder's ``cselab.json`` where it left
-    the pooler or the LoRA targets to the load (a plan of an older cselab); without one, the
+    the pooler or the LoRA targets to the load (a plan of an older cselab), with the attention
+    that file records; without one, the
     plan of what ``folder`` records and its saved ``config`` asked (``train_file`` and
     ``kind`` as the card's data section found them; device and precision as asked, which the
     run's ``results.json``, when there is one, overrides in the card)."""
@@ -89,7 +90,7 @@ def card_plan(
         ec, tc = config.eval, config.train
         plan = RunPlan(
             train_file=str(train_file), kind=kind,
-            dev=resolve_dev_set(ec.dev, ec.dev_metric), device=tc.device,
+            dev=resolve_dev_set(ec.dev, ec.dev_metric, ec.dev_columns), device=tc.device,
             precision=tc.precision, world_size=1, pooler=config.model.pooler, width=None,
             matryoshka_dims=tuple(config.objective.matryoshka.dims or ()),
             objective=config.objective,
@@ -98,7 +99,9 @@ def card_plan(
     if pooler is None:
         raise ValueError(f"{folder}: write_model_card needs the resolved model.pooler")
     targets = plan.lora_targets or as_lora_targets(lora.get("target_modules"))
-    return plan.replace(pooler=pooler, lora_targets=targets)
+    # the attention as the folder's load recorded it (a folder cselab saved: its cselab.json)
+    bidirectional = bool(meta.get("bidirectional", False)) if meta else plan.bidirectional
+    return plan.replace(pooler=pooler, lora_targets=targets, bidirectional=bidirectional)
 
 
 __all__ = ["card_plan", "run_plan_of", "trained_on"]
