@@ -584,7 +584,11 @@ def step_profile(
         if device.type == "cuda"
         else "n/a (CPU)"
     )
-    dev_s, dev_n = time_dev_evaluation(trainer.encoder, data, plan, device)
+    run_plan = trainer.plan
+    dev_s, dev_n = time_dev_evaluation(
+        trainer.encoder, data, plan, device, run_plan.eval_batch_size, run_plan.eval_precision
+    )
+    fp32_s, _ = time_dev_evaluation(trainer.encoder, data, plan, device, 128, "fp32")
     eager = measured["eager"]
     graphs = measured.get("CUDA graphs")
     headline["real_step"] = (
@@ -593,7 +597,10 @@ def step_profile(
         + (f"; CUDA graphs: {1000 * graphs[1]:.1f} ms, GPU idle {graphs[6]}, {graphs[5]} "
            "kernels" if graphs else "")
     )  # fmt: skip
-    headline["dev_eval"] = f"{dev_s:.3f} s ({dev_n} pairs)"
+    headline["dev_eval"] = (
+        f"{dev_s:.3f} s ({dev_n} pairs; batches of {run_plan.eval_batch_size}, "
+        f"{run_plan.eval_precision}); batches of 128 in fp32: {fp32_s:.3f} s"
+    )
 
     def per_variant(label: str, cell: Callable[[tuple[Any, ...]], str]) -> list[str]:
         return [label, *(cell(measured[name]) for name, _ in variants)]
@@ -615,7 +622,10 @@ def step_profile(
         ["host syncs per step (operators that read the device)", *pad, syncs],
         ["real tokens / padded tokens per step", *pad, f"{sum(lengths) / n:.0f} / {widths / n:.0f}"],
         ["peak memory (all)", *pad, mem],
-        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed)", *pad, f"{dev_s:.3f} s"],
+        [f"dev evaluation ({dev_n} pairs; tokenised once, then timed), as the plan encodes "
+         f"it: batches of {run_plan.eval_batch_size}, {run_plan.eval_precision}", *pad,
+         f"{dev_s:.3f} s"],
+        ["dev evaluation in batches of 128, fp32", *pad, f"{fp32_s:.3f} s"],
         ["checkpoint: host copy (the step waits)", *pad,
          f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
         ["checkpoint: write (on a thread)", *pad, f"{write_s:.3f} s"],
@@ -632,16 +642,24 @@ def step_profile(
 
 
 def time_dev_evaluation(
-    encoder: torch.nn.Module, data: Path, plan: Plan, device: torch.device
+    encoder: torch.nn.Module,
+    data: Path,
+    plan: Plan,
+    device: torch.device,
+    batch_size: int,
+    precision: str,
 ) -> tuple[float, int]:
     """Seconds of one dev evaluation as the trainer runs it (the dev set tokenised at the first
-    call and kept on the device; the mean of three later calls), and the pairs scored."""
+    call and kept on the device; the mean of three later calls) in batches of ``batch_size``
+    under ``precision``'s autocast (a run plan's ``eval_batch_size``, ``eval_precision``), and
+    the pairs scored."""
     from cselab.evaluation.custom import dev_evaluator
     from cselab.evaluation.datasets import read_stsb
 
     dev = str(small_dev(data, plan.dev_pairs)) if plan.dev_pairs else "stsb"
     evaluator = dev_evaluator(dev, data_dir=data / "senteval")
     assert evaluator is not None
+    evaluator.encode_with(batch_size, precision)
     evaluator(encoder)  # tokenising, allocator
     sync(device)
     start = time.perf_counter()

@@ -364,13 +364,16 @@ def test_a_snapshot_of_the_encoder_is_detached_from_training(
     assert all((a is b) != a.requires_grad for a, b in pairs)  # frozen shared, trainable copied
 
 
+@pytest.mark.parametrize("failure", ["quick", "slow"])
 def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_best(
-    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
     """A dev score that rises at every evaluation writes ``best/`` on the writer's thread each
     time; the disk filling up during the second write reaches the training loop as the one-line
     :class:`~.checkpoint.CheckpointWriteError` (the run stops, no ``last/``), and the first
-    ``best/`` is kept whole."""
+    ``best/`` is kept whole. Whether the failure is met at a logged step (``quick``) or only
+    when the next ``best/`` is submitted (``slow``: the write outlasts two steps), the selection
+    records the same best step: the one whose write failed is the last it knows of."""
     from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.model.encoder import SentenceEncoder, load
@@ -391,6 +394,8 @@ def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_bes
             first["weights"] = weights.read_bytes()
             return
         weights.write_bytes(b"trunc")
+        if failure == "slow":
+            time.sleep(1.5)  # the next evaluation's submit waits for this write
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(SentenceEncoder, "save", disk_full_the_second_time)

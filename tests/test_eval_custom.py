@@ -331,3 +331,52 @@ def test_vectors_kept_on_the_device_come_in_input_order(tiny_bert: Path) -> None
     assert isinstance(kept, torch.Tensor) and kept.device == encoder.device
     np.testing.assert_array_equal(kept.cpu().numpy(), host)
     np.testing.assert_array_equal(host, encoder.encode(sentences, batch_size=2))
+
+
+def test_dev_vectors_under_the_run_s_autocast(tiny_bert: Path) -> None:
+    """``encode_batches(precision="bf16")`` runs the forward under bf16 autocast (the run plan's
+    ``eval_precision`` on a GPU): float32 vectors close to the fp32 ones but not equal to them,
+    and the fp32 default still ``encode()``'s. The weights are not copied or cast."""
+    import torch
+
+    from cselab.model.encoder import load
+    from cselab.model.inference import encode_batches, tokenized_batches
+
+    encoder = load(str(tiny_bert))
+    sentences = ["a b", "a much longer sentence than the others", "c", "of middle length"]
+    batches = tokenized_batches(encoder, sentences, 2)
+    full = encode_batches(encoder, batches)
+    low = encode_batches(encoder, batches, precision="bf16")
+    assert low.dtype == np.float32 and low.shape == full.shape
+    assert not np.array_equal(low, full)
+    cos = (low * full).sum(1) / np.linalg.norm(low, axis=1) / np.linalg.norm(full, axis=1)
+    assert cos.min() > 0.99  # bf16 keeps ~3 significant digits
+    assert all(p.dtype == torch.float32 for p in encoder.parameters())
+    np.testing.assert_array_equal(full, encoder.encode(sentences, batch_size=2))
+
+
+def test_the_dev_evaluator_encodes_as_the_plan_says(tiny_bert: Path, tmp_path: Path) -> None:
+    """``DevEvaluator.encode_with`` (the run plan's ``eval_batch_size`` and ``eval_precision``)
+    reaches the scorer of a pairs file: its batches are made at that size and encoded under
+    that autocast."""
+    from cselab.config.devset import resolve_dev_set
+    from cselab.evaluation.custom import DevEvaluator
+    from cselab.model.encoder import load
+
+    path = tmp_path / "dev.tsv"
+    rows = ["sentence1\tsentence2\tscore"] + [
+        f"a man plays {i}\tsomeone plays {'a flute' if i % 2 else 'music'} {i}\t{i % 5}"
+        for i in range(12)
+    ]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    encoder = load(str(tiny_bert))
+    evaluator = DevEvaluator(resolve_dev_set(str(path)))
+    fp32 = evaluator(encoder)
+    assert evaluator._scorer.repeated._batches.key[3] == 128
+    evaluator.encode_with(5, "bf16")
+    bf16 = evaluator(encoder)
+    scorer = evaluator._scorer
+    assert (scorer.batch_size, scorer.precision) == (5, "bf16")
+    assert scorer.repeated._batches.key[3] == 5  # batched again at the new size
+    assert len(scorer.repeated._batches.inputs) == -(-len(scorer.unique) // 5)
+    assert isinstance(bf16, float) and abs(bf16 - fp32) < 20

@@ -80,6 +80,7 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     assert saved["kind"] == {"pairs": True, "negatives": 1}
     assert plan.kind == DataKind(pairs=True, negatives=1) == trainer.plan.kind
     assert (plan.device, plan.precision, plan.world_size) == ("cpu", "fp32", 1)
+    assert (plan.eval_batch_size, plan.eval_precision) == (128, "fp32")  # the CPU's
     assert plan.pooler == "cls" and config.model.pooler is None  # the config is never changed
     hidden = json.loads((tiny_bert / "config.json").read_text(encoding="utf-8"))["hidden_size"]
     assert plan.width == hidden
@@ -302,3 +303,39 @@ def test_the_plan_resolves_train_compile_for_the_device(
     assert plan.compile_mode(config, device) == graphs
     monkeypatch.setattr(plan, "GRAPHS_BY_DEFAULT", False)
     assert plan.compile_mode(config, device) == eager_default
+
+
+@pytest.mark.parametrize(
+    ("asked", "device", "precision", "expected"),
+    [
+        (None, "cpu", "fp32", (128, "fp32")),
+        (None, "cpu", "bf16", (128, "fp32")),  # the CPU's dev vectors are encode()'s
+        (None, "cuda:0", "bf16", (1024, "bf16")),  # a few large batches, the step's autocast
+        (None, "cuda:1", "fp32", (1024, "fp32")),
+        (32, "cuda:0", "fp16", (32, "fp16")),  # an explicit eval.batch_size is kept
+        (256, "cpu", "bf16", (256, "fp32")),
+    ],
+)
+def test_the_plan_resolves_how_the_dev_set_is_encoded(
+    asked: int | None, device: str, precision: str, expected: tuple[int, str]
+) -> None:
+    """``eval.batch_size: null`` is 128 on the CPU and 1024 on a GPU; on a GPU the dev set is
+    encoded in the run's precision, on the CPU in fp32."""
+    from cselab.app.plan import dev_encoding
+
+    assert dev_encoding(asked, device, precision) == expected
+
+
+def test_a_plan_saved_before_the_dev_encoding_was_resolved_loads_with_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """A ``plan.json`` without ``eval_batch_size``/``eval_precision`` (runs of earlier
+    versions) reads as the encoding those runs used: batches of 128 in fp32."""
+    plan = RunPlan(
+        "/data/train.txt", DataKind(pairs=False, negatives=0), None, "cuda:0", "bf16", 1,
+        "cls", 32, (), ObjectiveConfig(), eval_batch_size=1024, eval_precision="bf16",
+    )  # fmt: skip
+    old = {k: v for k, v in plan.to_dict().items() if not k.startswith("eval_")}
+    loaded = RunPlan.from_dict(old)
+    assert (loaded.eval_batch_size, loaded.eval_precision) == (128, "fp32")
+    assert RunPlan.from_dict(plan.to_dict()) == plan

@@ -72,7 +72,7 @@ def check_config(run: typing.Callable[[], Config]) -> None:
         return
     assert isinstance(config, Config)
     assert config.validate() is config  # what the loader returns passes validation again
-    assert config.eval.batch_size >= 1 and config.train.batch_size >= 2
+    assert (config.eval.batch_size or 1) >= 1 and config.train.batch_size >= 2  # null: resolved
 
 
 @SETTINGS

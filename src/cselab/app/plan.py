@@ -28,6 +28,7 @@ from ..config.plan import RunPlan, as_lora_targets
 from ..data.source import TrainingSource
 from ..io.readers import read_json
 from ..model.backbones import default_pooler
+from ..model.choices import BATCH_SIZE
 from ..model.devices import gpu, is_gpu
 from ..model.encoder import SentenceEncoder
 from ..model.lora import adapter_settings, is_adapter_folder
@@ -63,6 +64,26 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
 #: eager step's, alone and under GradCache) pass on a GPU; measured so far:
 #: ``docs/results/gpu_benchmark.md``.
 GRAPHS_BY_DEFAULT = False
+
+#: the dev set's encoding batch on a GPU where ``eval.batch_size`` is ``null``: STS-B dev's
+#: 3,000 sentences in three forwards, where batches of 128 left the GPU waiting for the host
+#: to launch 24 forwards' kernels (``docs/results/gpu_benchmark.md``)
+GPU_EVAL_BATCH_SIZE = 1024
+
+
+def dev_encoding(batch_size: int | None, device: str, precision: str) -> tuple[int, str]:
+    """How model selection encodes the dev set on ``device`` for a run trained in
+    ``precision``: ``(batch size, precision)``.
+
+    ``eval.batch_size: null`` is :data:`~cselab.model.choices.BATCH_SIZE` on the CPU and
+    :data:`GPU_EVAL_BATCH_SIZE` on a GPU. On a GPU the dev set is encoded under the step's
+    autocast (bf16 where the run trains in bf16, as Hugging Face's Trainer evaluates under
+    ``bf16=True``): in fp32 without TF32 a BERT-base forward of STS-B dev is compute-bound at
+    a quarter of a second. On the CPU it stays fp32, the vectors ``encode()`` gives.
+    """
+    gpu_run = is_gpu(torch.device(device))
+    size = batch_size or (GPU_EVAL_BATCH_SIZE if gpu_run else BATCH_SIZE)
+    return size, precision if gpu_run else "fp32"
 
 
 def compile_mode(config: Config, device: str, pooler: str | None = None) -> str | None:
@@ -133,6 +154,7 @@ def resolve(
     pooler, width = model_facts(config.model.name_or_path, asked)
     if dev is None:
         dev = resolve_dev(config)
+    eval_batch_size, eval_precision = dev_encoding(config.eval.batch_size, str(device), precision)
     plan = RunPlan(
         # absolute: a card written later from another working directory hashes the same file
         train_file=os.path.abspath(source.path),
@@ -146,6 +168,8 @@ def resolve(
         matryoshka_dims=tuple(config.objective.matryoshka.dims or ()),
         objective=config.objective,
         compile_mode=compile_mode(config, str(device), pooler),
+        eval_batch_size=eval_batch_size,
+        eval_precision=eval_precision,
     )
     return plan, source
 

@@ -318,13 +318,19 @@ def assemble_trainer(
     trainable = [p for p in encoder.parameters() if p.requires_grad]
     optim = Optimization(trainable, tc, total_steps, device, amp_dtype)
     selection = ModelSelection(evaluator, _unbound, dist.is_main)
+    if selection.evaluator is not None:
+        selection.evaluator.encode_with(plan.eval_batch_size, plan.eval_precision)
+        log.info(
+            "the dev set is encoded in batches of %d, %s, on %s",
+            plan.eval_batch_size, plan.eval_precision, plan.device,
+        )  # fmt: skip
     listeners = CallbackList()
     run = RunState(written, plan, encoder, task, optim, selection, dist, listeners, data_digest)
     if dist.is_main:
         loggers = report_callbacks(tc.report_to, tc.output_dir, written.to_dict())
         ending = [
             MatryoshkaScores(
-                run, plan.matryoshka_dims, config.eval.batch_size, config.model.fast_path
+                run, plan.matryoshka_dims, plan.eval_batch_size, config.model.fast_path
             ),
             EvaluationNotes(notes),
             RunOutputs(run, listeners, merge=tc.save_merged),

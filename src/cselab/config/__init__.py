@@ -22,7 +22,6 @@ from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
 from ..io.readers import parse_yaml
-from ..model.choices import BATCH_SIZE
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
@@ -141,7 +140,9 @@ class EvalConfig:
 
     Attributes:
         data_dir: SentEval ``data/downstream`` folder (default: ``$CSELAB_DATA`` or user cache).
-        batch_size: encoding batch size for the dev set.
+        batch_size: encoding batch size for the dev set; ``null`` (the default): 128 on the
+            CPU, 1024 on a GPU (a GPU's dev evaluation waits on the host launching each batch's
+            kernels: a few large batches; :func:`cselab.app.plan.dev_encoding`).
         enabled: evaluate during training (STS-B dev Spearman, ×100; best checkpoint kept).
         dev: what model selection scores: ``stsb`` (STS-B dev, as SimCSE), the path of your own
             STS-format pairs (``.tsv``/``.csv`` with a header, ``.jsonl``, or a ``datasets``
@@ -156,7 +157,7 @@ class EvalConfig:
     """
 
     data_dir: str | None = None
-    batch_size: int = BATCH_SIZE
+    batch_size: int | None = None
     enabled: bool = True
     dev: str = STSB
     dev_metric: str | None = None
@@ -209,7 +210,10 @@ class Config:
             ),
             (m.max_seq_len >= 2, "model.max_seq_len must be >= 2"),
             (m.dropout is None or 0 <= m.dropout < 1, "model.dropout must be in [0, 1)"),
-            (self.eval.batch_size >= 1, "eval.batch_size must be >= 1"),
+            (
+                self.eval.batch_size is None or self.eval.batch_size >= 1,
+                "eval.batch_size must be >= 1",
+            ),
             (
                 len(self.eval.dev_columns) == 3 and len(set(self.eval.dev_columns)) == 3,
                 "eval.dev_columns must be three distinct names: sentence 1, sentence 2, score",

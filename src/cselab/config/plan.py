@@ -24,6 +24,7 @@ from ..core.schema import ConfigError, from_dict
 from ..io.files import write_json_atomic
 from ..io.readers import read_json
 from ..io.runfolder import RunFolder
+from ..model.choices import BATCH_SIZE
 from ..objectives.config import ObjectiveConfig
 from .devset import DevSet
 
@@ -60,6 +61,10 @@ class RunPlan:
         compile_mode: the ``torch.compile`` mode the encoder is trained through (``None``:
             eagerly), ``train.compile``/``train.compile_mode: null`` resolved for the device
             (:func:`cselab.app.plan.compile_mode`).
+        eval_batch_size: the dev set's encoding batch, ``eval.batch_size: null`` resolved for
+            the device (:func:`cselab.app.plan.dev_encoding`).
+        eval_precision: the precision the dev set is encoded in: the run's on a GPU, ``fp32``
+            on the CPU (:func:`cselab.app.plan.dev_encoding`).
     """
 
     train_file: str
@@ -75,6 +80,8 @@ class RunPlan:
     lora_targets: tuple[str, ...] | None = None
     bidirectional: bool = False
     compile_mode: str | None = None
+    eval_batch_size: int = BATCH_SIZE
+    eval_precision: str = "fp32"
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready values (what :meth:`save` writes)."""
@@ -103,6 +110,8 @@ class RunPlan:
             lora_targets=as_lora_targets(data.get("lora_targets")),
             bidirectional=bool(data.get("bidirectional", False)),
             compile_mode=data.get("compile_mode"),
+            eval_batch_size=int(data.get("eval_batch_size", BATCH_SIZE)),
+            eval_precision=str(data.get("eval_precision", "fp32")),
         )
 
     def save(self, folder: str | Path) -> Path:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from .datasets import DataFormatError, MissingDataError, ScoredPairs, _cached  #
 from .embed import EmbeddingCache, EncoderLike, RepeatedSentences
 from .names import STS_COLUMNS_HINT, STS_FILE_KIND
 from .sts import correlations, cosine_similarity
+
+if TYPE_CHECKING:  # the retrieval module loads only for a BEIR dev folder
+    from .retrieval import RetrievalScorer
 
 DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
 #: Fewer pairs than this give no meaningful correlation.
@@ -121,13 +124,18 @@ class PairsScorer:
     """
 
     def __init__(
-        self, pairs: ScoredPairs, metric: str = "spearman", batch_size: int = BATCH_SIZE
+        self,
+        pairs: ScoredPairs,
+        metric: str = "spearman",
+        batch_size: int = BATCH_SIZE,
+        precision: str = "fp32",
     ) -> None:
         if metric not in METRICS:
             raise ConfigError(
                 f"unknown dev metric {metric!r}; expected one of {', '.join(METRICS)}"
             )
         self.pairs, self.metric, self.batch_size = pairs, metric, batch_size
+        self.precision = precision  # a cselab encoder's autocast (RepeatedSentences)
         # longest first: batches of similar length pad less
         self.unique = sorted(dict.fromkeys(pairs.sent1 + pairs.sent2), key=len, reverse=True)
         index = {s: i for i, s in enumerate(self.unique)}
@@ -136,7 +144,7 @@ class PairsScorer:
         self.repeated = RepeatedSentences()  # tokenised once, kept on the model's device
 
     def __call__(self, encoder: EncoderLike) -> float:
-        vectors = self.repeated(encoder, self.unique, self.batch_size)
+        vectors = self.repeated(encoder, self.unique, self.batch_size, precision=self.precision)
         system = cosine_similarity(vectors[self.i1], vectors[self.i2])
         return 100.0 * correlations(system, self.pairs.scores)[self.metric]
 
@@ -147,7 +155,8 @@ class DevEvaluator:
     :attr:`name` (STS-B dev also gives ``align`` and ``uniform``,
     :func:`~cselab.evaluation.sts.stsb_dev_measures`, logged next to the score).
 
-    A dev file or BEIR folder is read and validated here, before training.
+    A dev file or BEIR folder is read and validated here, before training; the run's plan
+    then says how its sentences are encoded (:meth:`encode_with`).
     """
 
     def __init__(
@@ -158,16 +167,28 @@ class DevEvaluator:
     ) -> None:
         self.dev = dev
         self.data_dir = data_dir
-        self.batch_size = batch_size
+        self.batch_size, self.precision = batch_size, "fp32"
         self._repeated = RepeatedSentences()  # STS-B dev tokenised once, kept on the device
         self._score: Callable[[EncoderLike], float | dict[str, float]]
+        self._scorer: PairsScorer | RetrievalScorer | None = None
         if dev.kind == "retrieval":
             self._score = self._retrieval()
         elif dev.kind == STSB:
             self._score = self._stsb
         else:
-            scorer = PairsScorer(read_sts_file(dev.path, dev.columns), dev.metric, batch_size)
-            self._score = scorer
+            self._scorer = PairsScorer(read_sts_file(dev.path, dev.columns), dev.metric, batch_size)
+            self._score = self._scorer
+
+    def encode_with(self, batch_size: int, precision: str) -> None:
+        """Encode the dev sentences in batches of ``batch_size`` and, for a cselab encoder
+        on its device, under the autocast of ``precision`` (``fp32``: none): the run plan's
+        ``eval_batch_size`` and ``eval_precision``. A BEIR folder's texts are encoded through
+        ``encode()`` in fp32 whatever ``precision`` says."""
+        self.batch_size, self.precision = batch_size, precision
+        if self._scorer is not None:
+            self._scorer.batch_size = batch_size
+        if isinstance(self._scorer, PairsScorer):
+            self._scorer.precision = precision
 
     @classmethod
     def from_function(
@@ -177,7 +198,8 @@ class DevEvaluator:
         default name (``stsb_dev``) with no known source."""
         evaluator = cls.__new__(cls)
         evaluator.dev = DevSet(STSB, STSB, "dev", "spearman", dev_score_name(STSB), None)
-        evaluator.data_dir, evaluator.batch_size, evaluator._score = None, 128, score
+        evaluator.data_dir, evaluator.batch_size, evaluator._score = None, BATCH_SIZE, score
+        evaluator.precision, evaluator._scorer = "fp32", None  # the function encodes as it will
         return evaluator
 
     @property
@@ -200,7 +222,7 @@ class DevEvaluator:
         ensure_stsb_dev(self.data_dir, option="--eval.data_dir=DIR")
         # One encoding serves the score and alignment/uniformity (SimCSE Fig. 2).
         out = stsb_dev_measures(
-            encoder, self.data_dir, batch_size=self.batch_size, repeated=self._repeated
+            encoder, self.data_dir, self.batch_size, self._repeated, self.precision
         )
         return {self.name: out[self.dev.metric], "align": out["align"], "uniform": out["uniform"]}
 
@@ -217,6 +239,7 @@ class DevEvaluator:
                 dev.path, dev.split,
             )  # fmt: skip
         scorer = RetrievalScorer(dev.path, dev.split, [dev.metric], batch_size=self.batch_size)
+        self._scorer = scorer
         return lambda encoder: {self.name: scorer(encoder)[dev.metric]}
 
 

@@ -97,9 +97,12 @@ class RepeatedSentences:
         sentences: Sequence[str],
         batch_size: int,
         on_device: bool = False,
+        precision: str = "fp32",
     ) -> np.ndarray | torch.Tensor:
         """The vectors, on the host; ``on_device``: a SentenceEncoder's stay on its device
-        (any other encoder's are the host array it gives)."""
+        (any other encoder's are the host array it gives). ``precision``: a SentenceEncoder
+        runs under that autocast (``fp32``: none; the vectors are float32 either way); any
+        other encoder is called as it is."""
         if not _plain_sentence_encoder(encoder):
             return call_encoder(encoder, list(sentences), batch_size)
         from ..model.inference import batches_key, encode_batches, tokenized_batches
@@ -113,7 +116,7 @@ class RepeatedSentences:
             self._batches = tokenized_batches(encoder, sentences, batch_size)
             self._sentences = sentences
         with inference_mode(encoder):
-            return encode_batches(encoder, self._batches, on_device=on_device)
+            return encode_batches(encoder, self._batches, on_device=on_device, precision=precision)
 
 
 def _plain_sentence_encoder(encoder: object) -> bool:

@@ -185,6 +185,7 @@ def stsb_dev_measures(
     data_dir: str | os.PathLike[str] | None = None,
     batch_size: int = BATCH_SIZE,
     repeated: RepeatedSentences | None = None,
+    precision: str = "fp32",
 ) -> dict[str, float]:
     """One encoding of STS-B dev, every number training looks at: ``spearman`` and ``pearson``
     (cosine vs gold, x 100; ``spearman`` is SimCSE's ``eval_stsb_spearman`` x 100) and
@@ -197,7 +198,8 @@ def stsb_dev_measures(
     distinct sentences once. An ``nn.Module`` encoder is put in eval mode for the call and its
     train/eval state restored afterwards. ``repeated``: the sentences tokenised once and kept
     on the device across calls (:class:`~cselab.evaluation.embed.RepeatedSentences`, the
-    trainer's evaluator), the same numbers.
+    trainer's evaluator), the same numbers; ``precision`` (with ``repeated``): the autocast a
+    cselab encoder runs under (the run plan's ``eval_precision``).
     """
     from .alignment import POSITIVE_THRESHOLD, alignment, l2_normalize, uniformity
 
@@ -206,7 +208,7 @@ def stsb_dev_measures(
     if repeated is None:
         kept = vectors = call_encoder(encoder, list(unique), batch_size)
     else:  # the N x N uniformity where the vectors are: a GPU's, not the host's float64
-        kept = repeated(encoder, unique, batch_size, on_device=True)
+        kept = repeated(encoder, unique, batch_size, on_device=True, precision=precision)
         vectors = kept if isinstance(kept, np.ndarray) else kept.cpu().numpy()
     corr = correlations(cosine_similarity(vectors[i1], vectors[i2]), gold)
     unit = l2_normalize(kept)

@@ -161,6 +161,21 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: the precision names of runs and plans (``train.precision`` resolved) and their autocast
+#: dtypes (``None``: full fp32)
+PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def precision_name(amp_dtype: torch.dtype | None) -> str:
+    """The precision a run really trains in (``auto`` resolved): ``fp32``, ``bf16`` or ``fp16``."""
+    return PRECISION_NAMES[amp_dtype]
+
+
+def precision_dtype(name: str) -> torch.dtype | None:
+    """The autocast dtype of a resolved precision (``fp32``: ``None``), as a run plan keeps it."""
+    return {v: k for k, v in PRECISION_NAMES.items()}[name]
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     """Autocast to ``dtype`` on ``device`` (``None``: full precision, no context)."""
     if dtype is None:

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..core.prompts import exclude_prompt, prompt_length
 from .choices import BATCH_SIZE, PRECISIONS
+from .devices import autocast, precision_dtype
 from .similarity import check_prefix, truncate_rows
 
 #: where :func:`inference_graph` keeps a module's compiled forward: in the module's ``__dict__``,
@@ -133,17 +134,24 @@ def tokenized_batches(
 
 @torch.inference_mode()  # as ``SentenceEncoder.encode``: the same kernels, the same vectors
 def encode_batches(
-    encoder: nn.Module, batches: Batches, normalize: bool = False, on_device: bool = False
+    encoder: nn.Module,
+    batches: Batches,
+    normalize: bool = False,
+    on_device: bool = False,
+    precision: str = "fp32",
 ) -> np.ndarray | torch.Tensor:
-    """The fp32 vectors of tokenised ``batches`` in input order: what ``encoder.encode`` gives
-    for the same sentences, batch size and length (the same batches, the same forward), with
-    one copy to the host at the end; ``on_device``: no copy, a tensor on the encoder's device
-    (a dev set's measures computed there)."""
+    """The float32 vectors of tokenised ``batches`` in input order: what ``encoder.encode``
+    gives for the same sentences, batch size and length (the same batches, the same forward),
+    with one copy to the host at the end; ``on_device``: no copy, a tensor on the encoder's
+    device (a dev set's measures computed there). ``precision``: the forward under that
+    autocast (``bf16``, ``fp16``; a training run's dev set on a GPU: the weights stay as they
+    train, no inference copy), ``fp32``: none."""
     if batches_key(encoder, batches.key[3], None)[:2] != batches.key[:2]:
         raise ValueError("these batches were tokenised for another tokenizer or device")
     normalize = normalize or _folder_normalizes(encoder)
     inputs = iter(batches.inputs)
-    return _run(encoder, batches.order, inputs, normalize, False, "fp32", None, on_device)
+    with autocast(torch.device(encoder.device), precision_dtype(precision)):
+        return _run(encoder, batches.order, inputs, normalize, False, "fp32", None, on_device)
 
 
 def _limit(encoder: nn.Module, max_seq_len: int | None) -> int:

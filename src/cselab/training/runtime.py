@@ -10,7 +10,15 @@ import sys
 import torch
 
 from ..config import check_precision
-from ..model.devices import auto_device, available_device, bf16_native, is_gpu, set_tf32
+from ..model.devices import (
+    auto_device,
+    available_device,
+    bf16_native,
+    is_gpu,
+    precision_dtype,
+    precision_name,
+    set_tf32,
+)
 from .distributed import DistInfo
 
 log = logging.getLogger("cselab")
@@ -62,21 +70,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             "PyTorch falls back to slow bf16 kernels and training is several times slower than "
             "fp32; prefer train.precision=fp32 on this machine"
         )
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-#: ``train.precision`` of each autocast dtype (``None``: full fp32).
-PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
-def precision_name(amp_dtype: torch.dtype | None) -> str:
-    """The precision a run really trains in (``auto`` resolved): ``fp32``, ``bf16`` or ``fp16``."""
-    return PRECISION_NAMES[amp_dtype]
-
-
-def precision_dtype(name: str) -> torch.dtype | None:
-    """The autocast dtype of a resolved precision (``fp32``: ``None``), as a run plan keeps it."""
-    return {v: k for k, v in PRECISION_NAMES.items()}[name]
+    return precision_dtype(precision)
 
 
 def cpu_has_native_bf16() -> bool:

@@ -109,8 +109,13 @@ class ModelSelection:
         if step == 0:
             self.initial_score = score
         if score > self.best_score:
-            self.best_score, self.best_step = score, step
-            self.save_best()
+            before = self.best_score, self.best_step
+            self.best_score, self.best_step = score, step  # save_best's card reads them
+            try:
+                self.save_best()
+            except BaseException:  # an earlier write's failure: this step was never saved
+                self.best_score, self.best_step = before
+                raise
         barrier()
         return numbers
 
