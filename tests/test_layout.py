@@ -635,6 +635,7 @@ RESOLVED_KEYS = (
     "eval.dev",
     "eval.dev_metric",
     "eval.dev_columns",
+    "eval.batch_size",  # the plan's eval_batch_size
     "objective",
 )
 #: what names the raw config in code: ``config``, ``cfg``, ``self.config``, ...

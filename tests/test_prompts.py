@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -457,3 +458,99 @@ def test_mining_encodes_queries_and_corpus_with_their_prompts(
     assert mine_hard_negatives(enc, pairs, settings=MineSettings(num_negatives=2)).rows == got
     plain = MineSettings(num_negatives=2, query_prompt="", document_prompt="")
     assert plain.prompts(enc) == ("", "")
+
+
+def _subword_tokenizer(kind: str) -> Any:
+    """A small trained subword tokenizer of the kind decoders ship: byte-level BPE (GPT-2,
+    Llama 3, Qwen; a space is ``Ġ``) or SentencePiece-style BPE (Llama 2, Mistral; ``▁``),
+    with ``<s>`` put before each text as their BOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [
+        "query: a man plays the guitar", "passage: the cat sleeps on the mat",
+        "Instruct: retrieve passages; that answer the question", "the quick brown fox",
+    ] * 20  # fmt: skip
+    specials = ["<unk>", "<s>", "</s>"]
+    if kind == "bytelevel":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        alphabet = []
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=alphabet
+    )
+    tok.train_from_iterator(texts, trainer)
+    bos = ("<s>", tok.token_to_id("<s>"))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[bos])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+@pytest.mark.parametrize("kind", ["bytelevel", "metaspace", "wordpiece"])
+@pytest.mark.parametrize(
+    "prompt", ["query: ", "passage: ", "query:", "Instruct: retrieve passages; "]
+)
+def test_the_prompt_s_tokens_are_those_before_the_text_s(
+    kind: str, prompt: str, minilm_path: Path
+) -> None:
+    """In a prompted row the first :func:`prompt_length` tokens are the prompt's and the rest
+    are the sentence's, also where a subword tokenizer makes the prompt's trailing space a token
+    of its own when the prompt is tokenised alone (``Ġ``, ``▁``) but part of the first word in
+    the row (``Ġthe``): the old count, the prompt's tokens alone, pooled one word too few."""
+    from transformers import AutoTokenizer
+
+    tok = (
+        AutoTokenizer.from_pretrained(str(minilm_path))
+        if kind == "wordpiece"
+        else _subword_tokenizer(kind)
+    )
+    n = prompt_length(tok, prompt)
+    for sentence in ["the cat sleeps", "a man plays the guitar", "quick brown fox"]:
+        row = tok(prompt + sentence, add_special_tokens=True)["input_ids"]
+        tokens = tok.convert_ids_to_tokens(row)
+        text = tok.decode(row[n:], skip_special_tokens=True)
+        assert _letters(text) == _letters(sentence), (tokens, n)
+        assert _letters(tok.decode(row[:n], skip_special_tokens=True)) == _letters(prompt)
+
+
+def _letters(text: str) -> str:
+    """``text`` as a tokenizer's decode can give it back: lowercased, spaces dropped
+    (WordPiece decodes ``query:`` as ``query :``)."""
+    return "".join(text.lower().split())
+
+
+def test_retrieval_mining_and_mteb_choose_prompts_alike_through_a_view() -> None:
+    """One rule for every command that encodes queries and documents: a prompt given is used
+    (``""``: none), else the model's saved ``query`` / ``document`` prompt, also through a view
+    of the model (a Matryoshka prefix, a prompted encoder), which mining and MTEB did not see
+    through before."""
+    from cselab.evaluation.embed import at_dimension, query_document_prompts, with_prompt
+    from cselab.evaluation.mteb import MTEBEncoder
+    from cselab.evaluation.retrieval import RetrievalScorer
+    from cselab.search.mine import MineSettings
+
+    class Model:
+        prompts = {"query": "query: ", "document": "passage: "}  # noqa: RUF012
+        dim = 8
+
+        def encode(self, sentences: list[str], batch_size: int = 8) -> np.ndarray:
+            return np.zeros((len(sentences), self.dim), dtype=np.float32)
+
+    for view in (Model(), at_dimension(Model(), 4), with_prompt(at_dimension(Model(), 4), "x: ")):
+        assert query_document_prompts(view, None, None) == ("query: ", "passage: ")
+        assert query_document_prompts(view, "", "doc: ") == ("", "doc: ")
+        assert MineSettings().prompts(view) == ("query: ", "passage: ")
+        assert MineSettings(query_prompt="q: ").prompts(view) == ("q: ", "passage: ")
+        scorer = RetrievalScorer.__new__(RetrievalScorer)
+        scorer.query_prompt, scorer.document_prompt = None, ""
+        assert scorer.prompts(view) == ("query: ", "")
+        pytest.importorskip("mteb")
+        assert MTEBEncoder(view).model_prompts == Model.prompts
+    assert query_document_prompts(object(), None, None) == ("", "")

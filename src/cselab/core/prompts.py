@@ -80,23 +80,40 @@ def resolve_prompt(
     return prompts[name]
 
 
-def prompt_length(tokenizer: Any, prompt: str | None) -> int:
-    """How many tokens at the start of a prompted row are the prompt's: the prompt tokenised
-    alone with the tokenizer's special tokens, less a trailing special token (BERT's
-    ``[SEP]``, an appended EOS). The count includes a leading ``[CLS]``/BOS: a prompt-free
-    pooling leaves it out too, as sentence-transformers' ``Pooling(include_prompt=False)``
-    does. 0 without a prompt.
+#: words put after a prompt to see which of its tokens a following text leaves as they are
+#: (:func:`prompt_length`); the fewest any of them leaves is the count, so one word that the
+#: vocabulary joins to a space is enough
+_PROBES = ("the", "The", "a", "x", "1")
 
-    The count is exact when the tokenizer splits the prompt from the text at their boundary
-    (a prompt ending in a space or a colon, as all common prompts do); sentence-transformers
-    and LLM2Vec make the same assumption.
+
+def prompt_length(tokenizer: Any, prompt: str | None) -> int:
+    """How many tokens at the start of a prompted row are the prompt's, with the tokenizer's
+    special tokens: a leading ``[CLS]``/BOS is counted (a prompt-free pooling leaves it out
+    too, as sentence-transformers' ``Pooling(include_prompt=False)`` does), a trailing one
+    (BERT's ``[SEP]``, an appended EOS) is not. 0 without a prompt.
+
+    The prompt's tokens are those it shares with the prompt followed by a word: tokenised
+    alone, a prompt's trailing space is a token of its own in byte-level BPE (GPT-2, Llama 3,
+    Qwen: ``Ġ``) and SentencePiece-style tokenizers (Llama 2, Mistral: ``▁``), but in a row it
+    is part of the text's first word (``Ġthe``), which counting the prompt alone would leave
+    out of the pooling. The count is exact when the tokenizer splits the prompt from the text
+    at their boundary (a prompt ending in a space or a colon, as common prompts do).
     """
     if not prompt:
         return 0
-    ids = list(tokenizer(prompt)["input_ids"])
-    if ids and ids[-1] in set(getattr(tokenizer, "all_special_ids", ())):
-        ids.pop()
-    return len(ids)
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+
+    def ids(text: str) -> list[int]:
+        out = list(tokenizer(text)["input_ids"])
+        return out[:-1] if out and out[-1] in special else out
+
+    alone = ids(prompt)
+    kept = len(alone)
+    for probe in _PROBES:
+        row = ids(prompt + probe)
+        pairs = enumerate(zip(alone, row, strict=False))
+        kept = min(kept, next((i for i, (a, b) in pairs if a != b), len(row)))
+    return kept
 
 
 def exclude_prompt(attention_mask: Any, prompt_length: Any) -> Any:

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..core.prompts import DOCUMENT, QUERY
+from ..model.choices import BATCH_SIZE
+
 if TYPE_CHECKING:
     import torch
-
-from ..model.choices import BATCH_SIZE
 
 
 @runtime_checkable
@@ -199,14 +200,31 @@ def with_prompt(encoder: EncoderLike, prompt: str | None) -> EncoderLike:
     return Prompted(encoder, prompt)
 
 
-def saved_prompt(encoder: object, name: str) -> str | None:
-    """The model's saved prompt ``name`` (``query``, ``document``), or ``None`` (an encoder
-    without saved prompts, or a view of one: :class:`AtDimension`, :class:`Prompted`)."""
+def saved_prompts(encoder: object) -> dict[str, str]:
+    """The model's saved prompts by name (``query``, ``document``, ...), also through a view of
+    it (:class:`AtDimension`, :class:`Prompted`); ``{}``: none."""
     inner = getattr(encoder, "encoder", None)
     if isinstance(encoder, AtDimension | Prompted) and inner is not None:
-        return saved_prompt(inner, name)
+        return saved_prompts(inner)
     prompts = getattr(encoder, "prompts", None)
-    return prompts.get(name) if isinstance(prompts, dict) else None
+    return dict(prompts) if isinstance(prompts, dict) else {}
+
+
+def saved_prompt(encoder: object, name: str) -> str | None:
+    """The model's saved prompt ``name`` (``query``, ``document``), or ``None``
+    (:func:`saved_prompts`)."""
+    return saved_prompts(encoder).get(name)
+
+
+def query_document_prompts(
+    encoder: object, query_prompt: str | None, document_prompt: str | None
+) -> tuple[str, str]:
+    """The prompts put before queries and before documents (``""``: none): each one given, else
+    the model's saved ``query`` / ``document`` prompt (``docs/prompts.md``). Retrieval and
+    mining choose them here."""
+    q = query_prompt if query_prompt is not None else saved_prompt(encoder, QUERY)
+    d = document_prompt if document_prompt is not None else saved_prompt(encoder, DOCUMENT)
+    return q or "", d or ""
 
 
 class EmbeddingCache:

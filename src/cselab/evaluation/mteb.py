@@ -52,7 +52,7 @@ from ..core.schema import ConfigError
 from ..io.files import write_text_atomic
 from ..model.choices import BATCH_SIZE
 from . import datasets
-from .embed import with_prompt
+from .embed import saved_prompts, with_prompt
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,7 @@ class MTEBEncoder(AbsEncoder):
         prompts: dict[str, str] | None = None,
     ):
         self.model = encoder
-        saved = getattr(encoder, "prompts", None)
-        self.model_prompts = {**(saved if isinstance(saved, dict) else {}), **(prompts or {})}
+        self.model_prompts = {**saved_prompts(encoder), **(prompts or {})}
         source = name or str(getattr(encoder, "source", None) or "model")
         pooler = getattr(getattr(encoder, "pooler", None), "kind", None)
         self.mteb_model_meta = ModelMeta.create_empty(

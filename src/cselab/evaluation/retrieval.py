@@ -65,7 +65,7 @@ from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
 from ..model.choices import BATCH_SIZE
 from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
-from .embed import EmbeddingCache, EncoderLike, saved_prompt, with_prompt
+from .embed import EmbeddingCache, EncoderLike, query_document_prompts, with_prompt
 from .names import RETRIEVAL_K, RETRIEVAL_KIND
 from .table import markdown_table
 
@@ -261,10 +261,7 @@ class RetrievalScorer:
 
     def prompts(self, encoder: EncoderLike) -> tuple[str, str]:
         """The query and document prompts used for ``encoder`` (``""``: none)."""
-        q = self.query_prompt if self.query_prompt is not None else saved_prompt(encoder, QUERY)
-        d = self.document_prompt
-        d = d if d is not None else saved_prompt(encoder, DOCUMENT)
-        return q or "", d or ""
+        return query_document_prompts(encoder, self.query_prompt, self.document_prompt)
 
     def score_vectors(
         self, docs: np.ndarray, queries: np.ndarray, dim: int | None = None

@@ -58,7 +58,7 @@ import numpy as np
 from ..core.errors import ConfigError, ConfigSettingError, CorpusError
 from ..core.prompts import DOCUMENT, QUERY
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
-from ..evaluation.embed import with_prompt
+from ..evaluation.embed import query_document_prompts, with_prompt
 from ..io.files import TABLE_WRITE_SUFFIXES, write_json_atomic, write_table
 from ..io.readers import Lines, open_table, reraise_as
 from ..io.runfolder import work_folder
@@ -127,10 +127,7 @@ class MineSettings:
 
     def prompts(self, encoder: Any) -> tuple[str, str]:
         """The anchors' and the corpus' prompts for ``encoder`` (``""``: none)."""
-        saved = getattr(encoder, "prompts", None) or {}
-        q = self.query_prompt if self.query_prompt is not None else saved.get(QUERY)
-        d = self.document_prompt if self.document_prompt is not None else saved.get(DOCUMENT)
-        return q or "", d or ""
+        return query_document_prompts(encoder, self.query_prompt, self.document_prompt)
 
     def validate(self) -> None:
         """Refuse a setting that makes no sense, naming it (one line)."""

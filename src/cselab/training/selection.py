@@ -40,7 +40,7 @@ def make_dev_evaluator(ec: EvalConfig, eval_steps: int, dev: DevSet | None) -> E
     """
     if not ec.enabled or dev is None:
         return None
-    evaluator = DevEvaluator(dev, ec.data_dir, ec.batch_size)
+    evaluator = DevEvaluator(dev, ec.data_dir)  # encoded as the plan says: encode_with
     return evaluator if eval_steps else None
 
 
