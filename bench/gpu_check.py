@@ -30,8 +30,12 @@ The sections, most decisive first (a run killed at the end of its slot keeps wha
 8. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
    chunks, peak memory, and ``train.compile``.
 
-``--quick`` (7.4 minutes on an H200, 2026-11-28) runs ``tests/test_gpu.py`` only, fewer timed
-steps in the benchmark (10 after 3 warm-up), and everything else but ``--long``.
+``--quick`` runs ``tests/test_gpu.py`` only, fewer timed steps in the benchmark (10 after 3
+warm-up), and everything else but ``--long``: 7.4 minutes on an H200 at 53be2d1 (2026-11-28),
+before the graph tests grew to two minutes and the compiled section compiled instead of failing;
+expect 9 or more. ``--budget SECONDS`` fits the check to a slot (:class:`Budget`): no section
+runs past it and the ones it leaves out are named, so ``--quick --budget 280`` is the
+five-minute check, with the sections cut in the order above.
 ``--dry-run`` runs the sequence on the CPU with tiny shapes in under a minute, without the
 compiled sections (``tests/test_gpu_check.py`` runs it, so the script keeps working between
 GPU sessions).
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -184,6 +189,39 @@ def wiki_file(data: Path, work: Path, lines: int | None) -> Path:
     return short
 
 
+# ------------------------------------------------------------------------------------- budget
+class Budget:
+    """The check's wall-clock budget (``--budget SECONDS``): a GPU slot's minutes, shared by
+    the sections in order. No subprocess runs past it (its timeout is capped at what is left,
+    and one stopped there is reported with the last lines it printed), and a section whose
+    least time (:data:`LEAST_SECONDS`) no longer fits is not started, so the report says
+    which sections the slot left out instead of the slot ending inside one."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.deadline = None if seconds is None else time.perf_counter() + seconds
+
+    def left(self) -> float:
+        """Seconds left (``inf`` without a budget)."""
+        return math.inf if self.deadline is None else self.deadline - time.perf_counter()
+
+    def cap(self, timeout: float) -> float:
+        """A subprocess's ``timeout``, cut to what is left (at least a second)."""
+        return max(1.0, min(timeout, self.left()))
+
+
+#: the least seconds each section takes on an H200 (the 2026-11-28 runs: the gpu tests 123 s,
+#: the peer 38 s, the profile 45 s, the two cselab train runs 75 s, the LLM2Vec preset 43 s;
+#: compiling BERT-base's step for CUDA graphs at two batch shapes took over 90 s), below which
+#: :class:`Budget` does not start it
+LEAST_SECONDS = {
+    "pytest": 60.0, "peer": 30.0, "compile": 90.0, "profile": 40.0, "device": 15.0,
+    "train": 60.0, "llm2vec": 40.0, "long": 600.0,
+}  # fmt: skip
+
+#: the budget of this check (``--budget``; none by default)
+BUDGET = Budget()
+
+
 # ------------------------------------------------------------------------------------- report
 class Report:
     """The markdown report, section by section, rewritten (atomically) as each section finishes:
@@ -196,13 +234,26 @@ class Report:
         self.title, self.path = title, path
         self.parts: list[str] = []
         self.failures: list[str] = []
+        #: the sections :data:`BUDGET` left no time for
+        self.left_out: list[str] = []
         self.headline: dict[str, str] = {}
 
     def add(self, text: str) -> None:
         self.parts.append(text.rstrip() + "\n")
         self.write()
 
-    def section(self, title: str, body: Callable[[], str]) -> None:
+    def section(self, title: str, body: Callable[[], str], least: float = 0.0) -> None:
+        """Run one section and add its text; ``least``: the seconds it needs at the least (not
+        started when :data:`BUDGET` has less left)."""
+        if BUDGET.left() < least:
+            self.left_out.append(title)
+            left = max(0.0, BUDGET.left())
+            print(f"== {title}: not run ({left:.0f} s of the budget left)", flush=True)
+            self.add(
+                f"## {title}\n\nnot run: {left:.0f} s of the check's budget (`--budget`) "
+                f"left, and it needs about {least:.0f} s\n"
+            )
+            return
         print(f"== {title}", flush=True)
         start = time.perf_counter()
         try:
@@ -247,12 +298,27 @@ def run(
 def run_full(
     cmd: list[str], timeout: float, env: dict[str, str] | None = None
 ) -> tuple[int, str, float]:
-    """``(return code, the whole output, wall seconds)`` of a subprocess."""
-    start = time.perf_counter()
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env or os.environ.copy()
-    )
+    """``(return code, the whole output, wall seconds)`` of a subprocess; one that outlasts
+    ``timeout`` or the check's :data:`BUDGET` is stopped, raising :class:`TimeoutError` with the
+    last lines it printed."""
+    start, limit = time.perf_counter(), BUDGET.cap(timeout)
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=limit, cwd=ROOT,
+            env=env or os.environ.copy(),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as err:
+        printed = "".join(_text(part) for part in (err.stdout, err.stderr))
+        why = "the check's budget (--budget)" if limit < timeout else "its time limit"
+        raise TimeoutError(f"stopped after {limit:.0f} s, {why}:\n{tail(printed)}") from None
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
+
+
+def _text(output: str | bytes | None) -> str:
+    """A stopped subprocess's output (``TimeoutExpired`` may hold bytes even in text mode)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
 
 
 def tail(text: str, lines: int = 15) -> str:
@@ -796,12 +862,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("gpu_check.md"), help="the markdown report")
     p.add_argument("--dry-run", action="store_true", help="the whole sequence on the CPU, tiny")
     p.add_argument("--long", action="store_true", help="add the ~30-minute BERT-large part")
-    p.add_argument("--quick", action="store_true", help="about 5 minutes on an H100: the "
-                   "gradcache/gpu tests, one cselab train, the peer at 64 and 512, compile on "
-                   "and off, the profile, the LLM2Vec preset, the --device default")  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="the gpu tests, the peer at 64 and "
+                   "512, compile on and off, the profile, the --device default, cselab train, "
+                   "the LLM2Vec preset (about 9 minutes on an H200; --budget fits it to less)")  # fmt: skip
     p.add_argument("--skip", default="", help="comma-separated sections to skip: "
                    "pytest,peer,compile,profile,device,train,llm2vec,long")  # fmt: skip
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock seconds for the whole check (a GPU slot's, less the "
+                   "install): no section runs past it, and one that no longer fits is left "
+                   "out and named in the report")  # fmt: skip
     args = p.parse_args(argv)
+    global BUDGET
+    BUDGET = Budget(args.budget)
     if args.prepare:
         prepare(args.prepare)
         return 0
@@ -849,16 +921,21 @@ def main(argv: list[str] | None = None) -> int:
             skip.add("compile")
         for key, title, body in sections:
             if key not in skip:
-                report.section(title, body)
+                report.section(title, body, LEAST_SECONDS[key])
         if args.long and "long" not in skip:
             large = make_model(work / "model-large", data, plan.long_model)
             report.section(
                 "Long: BERT-large at a large batch",
                 lambda: step_long(large, wiki, data, work, plan, dry),
+                LEAST_SECONDS["long"],
             )
         took = time.perf_counter() - started
         failed = ", ".join(report.failures) or "none"
-        report.add(f"---\nTotal {took / 60:.1f} min. Failed sections: {failed}.")
+        left_out = ", ".join(report.left_out)
+        report.add(
+            f"---\nTotal {took / 60:.1f} min. Failed sections: {failed}."
+            + (f" Left out for the budget: {left_out}." if left_out else "")
+        )
     print(f"wrote {args.out} ({took:.0f} s; failed sections: {failed})")
     return 1 if report.failures else 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,33 @@ def test_dry_run_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "report.md"
     assert check.main(["--dry-run", "--out", str(out), "--skip", "pytest,peer"]) == 0
     _check_report(out.read_text())
+
+
+def test_a_budget_stops_the_section_it_runs_out_in_and_names_those_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--budget``: the subprocess running when the budget ends is stopped (its section
+    reported with what it printed) and the sections that no longer fit are not started but
+    named, in the report and its last line; the report is whole."""
+    check = load_check()
+    out = tmp_path / "report.md"
+    # a gpu-test section that outlasts the budget: a subprocess that sleeps
+    slow = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    monkeypatch.setattr(check, "step_pytest", lambda *a, **k: check.run_full(slow, timeout=600)[1])
+    monkeypatch.setitem(check.LEAST_SECONDS, "pytest", 0.0)  # started whatever is left
+    start = time.perf_counter()
+    code = check.main(["--dry-run", "--out", str(out), "--budget", "10", "--skip", "peer"])
+    assert time.perf_counter() - start < 45  # not the 60 s sleep nor the other sections
+    assert code == 1  # the stopped section failed
+    text = out.read_text()
+    unit = text.split("## Unit tests marked gpu")[1].split("\n## ")[0]
+    assert "stopped after" in unit and "the check's budget (--budget)" in unit
+    assert "started" in unit  # what it printed before the stop
+    for title in ("Profile of the step", "cselab train end to end", "LLM2Vec preset"):
+        assert f"## {title}" in text
+        section = text.split(f"## {title}")[1].split("\n## ")[0]
+        assert "not run: 0 s of the check's budget (`--budget`) left" in section, section
+    assert "Left out for the budget: Profile of the step" in text.splitlines()[-1]
 
 
 @pytest.mark.slow
