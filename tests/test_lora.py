@@ -310,3 +310,39 @@ def test_merge_of_a_plain_peft_folder_gives_the_vectors_its_load_gives(
     merged = load(str(tmp_path / "merged"))
     assert not merged.has_adapters and not merged.bidirectional
     np.testing.assert_allclose(merged.encode(SENTENCES), want, rtol=0, atol=1e-5)
+
+
+def test_merge_of_llm2vec_style_adapters_keeps_them_bidirectional(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    """Adapters trained without the causal mask (LLM2Vec's, a plain peft folder that records
+    nothing of it): ``cselab merge --bidirectional`` writes a folder that records bidirectional
+    attention and gives the vectors of the adapters loaded with ``bidirectional=True``; without
+    the flag the merge is causal, as the load's default."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModel
+
+    torch.manual_seed(2)
+    model = get_peft_model(
+        AutoModel.from_pretrained(str(tiny_llama)),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]),
+    )
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    plain = tmp_path / "plain"
+    model.save_pretrained(str(plain))
+    want = load(str(plain), bidirectional=True).encode(SENTENCES)
+    causal = load(str(plain)).encode(SENTENCES)
+    assert np.abs(want - causal).max() > 1e-2  # the mask matters for these weights
+    assert cli_main(["merge", str(plain), "-o", str(tmp_path / "bi"), "--bidirectional"]) == 0
+    meta = json.loads((tmp_path / "bi/cselab.json").read_text())
+    assert meta["bidirectional"] is True
+    merged = load(str(tmp_path / "bi"))
+    assert merged.bidirectional and not merged.has_adapters
+    np.testing.assert_allclose(merged.encode(SENTENCES), want, rtol=0, atol=1e-5)
+    assert cli_main(["merge", str(plain), "-o", str(tmp_path / "causal")]) == 0
+    np.testing.assert_allclose(
+        load(str(tmp_path / "causal")).encode(SENTENCES), causal, rtol=0, atol=1e-5
+    )

@@ -17,6 +17,12 @@ def register_merge(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", help="a run folder or a model folder holding adapters")
     p.add_argument("-o", "--output", required=True, help="the new folder (must not exist)")
+    p.add_argument(
+        "--bidirectional", action=argparse.BooleanOptionalAction, default=None,
+        help="a decoder's attention in the merged model: --bidirectional for adapters trained "
+        "without the causal mask (LLM2Vec's); default: what the folder records (cselab.json), "
+        "else causal",
+    )  # fmt: skip
     p.set_defaults(func=cmd_merge)
 
 
@@ -42,7 +48,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from ..training.merge import merge_folder
 
     final = str(Path(args.output).resolve())  # what the card's snippets load
-    out = merge_folder(args.source, args.output, lambda tmp: write_merged_card(tmp, final))
+    out = merge_folder(
+        args.source, args.output, lambda tmp: write_merged_card(tmp, final), args.bidirectional
+    )
     print(f"wrote the merged model (LoRA adapters folded into the weights) to {out}")
     return 0
 

@@ -25,7 +25,7 @@ from typing import Any
 from ..core.errors import CorpusError, WriteError
 from ..io.files import file_digest, write_error, write_json_atomic
 from ..io.runfolder import work_folder
-from .config import DataFormat, PairColumns
+from .config import DataFormat, PairColumns, pair_prompts
 from .corpus import CorpusStats, SentenceStream
 from .pairs import (
     ROWS_VERSION,
@@ -468,7 +468,7 @@ def _prompted_rows(
     if not prompts:
         yield from rows
         return
-    a, p, n = (prompts.get(k, "") for k in ("anchor", "positive", "negative"))
+    a, p, n = pair_prompts(prompts, "")
     for anchor, positive, *negatives in rows:
         yield (a + anchor, p + positive, *(n + x for x in negatives))
 
@@ -477,7 +477,7 @@ def _prompted_records(records: PairRecords, prompts: dict[str, str] | None) -> P
     """Pairs read whole, with each column's prompt before its text (:func:`_prompted_rows`)."""
     if not prompts:
         return records
-    a, p, n = (prompts.get(k, "") for k in ("anchor", "positive", "negative"))
+    a, p, n = pair_prompts(prompts, "")
     anchors = [a + t for t in records.anchors]
     positives = [p + t for t in records.positives]
     negatives = [[n + t for t in column] for column in records.negatives]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 #: File endings read as pairs by ``data.format: auto`` (anything else is one sentence a line).
 PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -18,6 +18,15 @@ DEFAULT_NEGATIVE_COLUMN = "negative"
 #: the columns ``data.prompts`` may name: a pairs file's roles, or a sentence corpus's one
 PAIR_PROMPT_COLUMNS = ("anchor", "positive", "negative")
 SENTENCE_PROMPT_COLUMN = "text"
+
+
+def pair_prompts(values: dict[str, Any] | None, default: Any) -> tuple[Any, Any, Any]:
+    """``values`` of ``data.prompts`` (prompts, or their token counts) for a pairs file's
+    anchor, positive and every hard negative (:data:`PAIR_PROMPT_COLUMNS`), ``default`` for a
+    role not named."""
+    values = values or {}
+    anchor, positive, negative = (values.get(role, default) for role in PAIR_PROMPT_COLUMNS)
+    return anchor, positive, negative
 
 
 @dataclass

@@ -46,6 +46,7 @@ from .config import (  # noqa: F401
     DataFormat,
     PairColumns,
     is_pairs_source,
+    pair_prompts,
 )
 from .inputs import StepInputs
 from .order import collate
@@ -335,10 +336,10 @@ class TokenizedPairs:
     def exclude_prompts(self, lengths: dict[str, int]) -> None:
         """Leave each column's prompt (``lengths``: tokens per role, ``anchor``, ``positive``,
         ``negative``; a role not named has none) out of the pooling of every column."""
-        for role, column in (("anchor", self.anchors), ("positive", self.positives)):
-            column.prompt_length = lengths.get(role, 0)
+        anchor, positive, negative = pair_prompts(lengths, 0)
+        self.anchors.prompt_length, self.positives.prompt_length = anchor, positive
         for column in self.negatives:
-            column.prompt_length = lengths.get("negative", 0)
+            column.prompt_length = negative
 
     @property
     def num_negatives(self) -> int:

@@ -70,13 +70,18 @@ def refuse_output_in_model(folder: Path, target: Path) -> None:
 
 
 def merge_folder(
-    source: str | Path, out: str | Path, describe: Callable[[Path], object] | None = None
+    source: str | Path,
+    out: str | Path,
+    describe: Callable[[Path], object] | None = None,
+    bidirectional: bool | None = None,
 ) -> Path:
     """Write ``out``: ``source``'s model (see :func:`adapter_source`) with its adapters merged.
 
     ``out`` is published atomically and must not exist yet (nothing of the user's is replaced);
     the source's run config (``cselab_config.yaml``) is copied along; ``describe(tmp)`` adds
-    files (the model card) before the folder is published.
+    files (the model card) before the folder is published. ``bidirectional``: a decoder's
+    attention, as :func:`~cselab.model.loader.load` takes it (``None``: what the folder
+    records, else causal); the merged folder records it.
     """
     from ..model.loader import load
 
@@ -85,7 +90,8 @@ def merge_folder(
     if target.exists():
         raise ModelFormatError(f"{target} exists; choose a new folder for the merged model")
     refuse_file_in_the_way(target)  # before the model loads, naming OUT and the file above it
-    encoder = load(str(folder), fast_path=False).merged()
+    attention = {} if bidirectional is None else {"bidirectional": bidirectional}
+    encoder = load(str(folder), fast_path=False, **attention).merged()
     # a held working folder beside OUT (same disk for the rename), never a folder of the
     # user's; one a killed merge left is removed by the next (io.runfolder.work_folder)
     with work_folder(target.parent, MERGE_WORK_PREFIX) as work:
