@@ -102,9 +102,9 @@ def test_collection_under_a_file_is_one_line(tmp_path: Path, capsys: pytest.Capt
     blocker.write_text("a file, not a folder")
     assert main(["collection", str(blocker / "beir"), "--no-download"]) == 2
     assert one_line(capsys) == (
-        f"cselab collection: error: {blocker / 'beir'}: is under {blocker}, which is a file; the "
-        "collection is a folder"
-    )
+        f"cselab collection: error: {blocker / 'beir'} is under {blocker}, which is a file, not "
+        "a folder"
+    )  # the words of every setting that names a folder
 
 
 @pytest.mark.parametrize("value", ["nan", "inf"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -217,6 +218,12 @@ def test_collection_from_sts(tmp_path: Path) -> None:
     assert c.query_texts == ("a b",) and "a b" not in c.doc_texts
     assert sorted(c.doc_texts[d] for _, d, _ in c.qrels) == ["x y", "z z"]
     assert set(c.doc_texts) == {"x y", "c d", "z z", "e f", "g h", "i j"}
+    # a file where the collection's folder would go: one line naming it, as other settings are
+    (tmp_path / "taken").write_text("x", encoding="utf-8")
+    for where, blocker in ((tmp_path / "taken", ""), (tmp_path / "taken/c", "taken")):
+        said = f"{where} is under {tmp_path / blocker}, which" if blocker else f"{where}"
+        with pytest.raises(ConfigError, match=re.escape(f"{said} is a file, not a folder")):
+            retrieval.collection_from_sts(pairs, where)
 
 
 # ----------------------------------------------------------------------- with an encoder

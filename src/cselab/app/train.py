@@ -44,7 +44,7 @@ from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, evaluation_notes, source_digest
 from ..data.store import TokenizedCorpus
-from ..io.files import file_in_the_way
+from ..io.files import refuse_file_in_the_way
 from ..io.runfolder import RunFolder
 from ..model.backbones import noise_free
 from ..model.devices import is_gpu
@@ -156,9 +156,8 @@ def build_trainer(
     dev = resolve_dev(config)
     evaluator = make_dev_evaluator(config.eval, tc.eval_steps, dev)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
-    if (blocker := file_in_the_way(cache)) is not None:  # not a NotADirectoryError deep down
-        where = "" if blocker == cache else f" is under {blocker}, which"
-        raise ConfigError(f"data.cache_dir={cache}{where} is a file, not a folder")
+    # one line, not a NotADirectoryError deep down
+    refuse_file_in_the_way(cache, f"data.cache_dir={cache}", ConfigError)
     if here.is_main and hold is not None:  # first: no other process can start a run here
         hold.enter_context(RunFolder(tc.output_dir).lock())
     previous = None

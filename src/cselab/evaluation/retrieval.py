@@ -60,7 +60,7 @@ from ..core.errors import ConfigError, ConfigSettingError
 from ..core.metrics import retrieval_metric
 from ..core.prompts import DOCUMENT, QUERY
 from ..core.schema import finite
-from ..io.files import file_in_the_way, write_table
+from ..io.files import refuse_file_in_the_way, write_table
 from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
 from ..model.choices import BATCH_SIZE
 from ..model.similarity import TopK, exact_topk, truncate_rows
@@ -350,9 +350,7 @@ def check_collection_output(folder: str | os.PathLike[str], threshold: float) ->
             "{setting} is refused: the least gold score must be a finite number",
         )
     root = Path(folder)
-    if (blocker := file_in_the_way(root)) is not None:
-        where = "is a file" if blocker == root else f"is under {blocker}, which is a file"
-        raise ConfigError(f"{root}: {where}; the collection is a folder")
+    refuse_file_in_the_way(root, error=ConfigError)  # the collection is a folder
     if root.is_dir() and any(root.iterdir()):
         raise ConfigError(
             f"{root}: is not empty; write the collection into a new or empty folder (nothing "

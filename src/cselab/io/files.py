@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +71,16 @@ def file_in_the_way(folder: str | os.PathLike[str]) -> Path | None:
     return None
 
 
-def refuse_file_in_the_way(folder: Path) -> None:
-    """Raise :class:`WriteError` naming the file that keeps ``folder`` from being made (itself,
-    or a parent: ``<file>/sub``), before a ``FileExistsError`` or ``NotADirectoryError`` deep
-    in a lock or a working folder's name."""
+def refuse_file_in_the_way(
+    folder: Path, label: str | None = None, error: Callable[[str], Exception] = WriteError
+) -> None:
+    """Raise ``error`` (:class:`WriteError`; a setting's: a ``ConfigError``) naming the file
+    that keeps ``folder`` from being made (itself, or a parent: ``<file>/sub``), before a
+    ``FileExistsError`` or ``NotADirectoryError`` deep in a lock or a working folder's name.
+    ``label``: how the line names the folder (``data.cache_dir=DIR``; default its path)."""
     if (blocker := file_in_the_way(folder)) is not None:
         where = "" if blocker == folder else f" is under {blocker}, which"
-        raise WriteError(f"{folder}{where} is a file, not a folder")
+        raise error(f"{label or folder}{where} is a file, not a folder")
 
 
 #: Free bytes below which a short write without an ``errno`` is taken for a full disk.
