@@ -66,6 +66,21 @@ def test_a_removed_key_says_why_and_its_last_default_still_loads(tmp_path: Path)
         load_config(None, ["--model.unpad_cuda=true"])
 
 
+def test_a_removed_keyword_of_load_says_why(tiny_bert: Path) -> None:
+    """``cselab.load(..., unpad_cuda=True)`` (code written for an earlier cselab) is refused
+    with the reason, not a ``TypeError`` from deep in ``from_pretrained``; ``False``, which
+    changed nothing, still loads."""
+    import cselab
+
+    with pytest.raises(ConfigError) as err:
+        cselab.load(str(tiny_bert), unpad_cuda=True)
+    assert str(err.value) == (
+        "cselab.load: unpad_cuda=True: unpad_cuda was removed: varlen attention was slower "
+        "than padded on the GPUs measured (docs/results/gpu_benchmark.md)"
+    )
+    assert cselab.load(str(tiny_bert), unpad_cuda=False).encode(["a b"]).shape[0] == 1
+
+
 def test_override_syntax_error() -> None:
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["--train.lr"])

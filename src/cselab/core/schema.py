@@ -115,6 +115,17 @@ def _removed_default(cls: type, key: str, value: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
+def without_removed(cls: type, options: dict[str, Any], where: str) -> dict[str, Any]:
+    """Keyword ``options`` named as ``cls``'s keys (``cselab.load(..., unpad_cuda=False)``)
+    without the removed ones at their last default, which change nothing; another value of a
+    removed one is a :class:`ConfigError` naming ``where`` and the reason it went."""
+    removed: dict[str, tuple[Any, str]] = getattr(cls, REMOVED, {})
+    for key, value in options.items():
+        if key in removed and not _removed_default(cls, key, value):
+            raise ConfigError(f"{where}: {key}={value!r}: {key} was removed: {removed[key][1]}")
+    return {k: v for k, v in options.items() if k not in removed}
+
+
 def drop_removed(cls: type, data: Any) -> Any:
     """A saved config ``data`` of dataclass ``cls`` (nested sections followed) without the
     removed keys at their last default: what a config saved by an earlier cselab compares as

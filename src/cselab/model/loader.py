@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..core.errors import ModelFormatError
+from ..core.schema import without_removed
 from ..io.readers import read_json
 from . import backbones
 from .config import ModelConfig
@@ -77,6 +78,7 @@ def load(
     compiled graph (:meth:`SentenceEncoder.compile_inference`). Other ``kwargs`` go to
     ``from_pretrained``.
     """
+    kwargs = without_removed(ModelConfig, kwargs, "cselab.load")
     if device is not None:
         device = resolve_device(device)
     local = Path(resolve_model(path, kwargs.pop("revision", None)))
