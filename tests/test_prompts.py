@@ -554,3 +554,51 @@ def test_retrieval_mining_and_mteb_choose_prompts_alike_through_a_view() -> None
         pytest.importorskip("mteb")
         assert MTEBEncoder(view).model_prompts == Model.prompts
     assert query_document_prompts(object(), None, None) == ("", "")
+
+
+@pytest.mark.parametrize("kind", ["avg", "weighted_mean"])
+def test_a_decoder_with_a_subword_tokenizer_in_sentence_transformers(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Llama saved with a byte-level BPE tokenizer (BOS, no EOS: Llama 3's layout) and its
+    prompts left out of the pooling. cselab leaves out ``<s> query :`` and pools the text from
+    ``Ġthe`` on; sentence-transformers 6 counts the prompt alone, ``<s> query : Ġ``, and so also
+    drops the text's first token. The saved folder says so (``cselab.json`` and a warning), and
+    the two differ by that count only: cselab with sentence-transformers' count gives its
+    vectors."""
+    import logging
+
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    import cselab.model.inference as inference
+    from backbone_models import tiny_config
+    from cselab.core.prompts import prompt_alone_length
+
+    tok = _subword_tokenizer("bytelevel")
+    tok.pad_token = "<unk>"
+    folder = tmp_path / "llama"
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("llama", len(tok))).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    enc = SentenceEncoder.from_pretrained(
+        str(folder), pooler=kind, pool_prompt=False, prompts=PROMPTS
+    )
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        enc.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "cselab.json").read_text())
+    for name, text in PROMPTS.items():
+        said = f"sentence-transformers counts prompt {name!r} ({text!r}) as 4 tokens"
+        assert said in meta["sentence_transformers"]
+        assert any(said in r.getMessage() for r in caplog.records)
+    st = SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    texts = ["the cat sleeps on the mat", "a man plays the guitar"]
+    ours = {name: enc.encode(texts, prompt_name=name) for name in PROMPTS}
+    theirs = {name: st.encode(texts, prompt_name=name) for name in PROMPTS}
+    monkeypatch.setattr(
+        inference, "_prompt_tokens", lambda e, p: prompt_alone_length(e.tokenizer, p)
+    )
+    for name in PROMPTS:
+        assert np.abs(ours[name] - theirs[name]).max() > 1e-3  # the first word pooled or not
+        counted_alone = enc.encode(texts, prompt_name=name)
+        np.testing.assert_allclose(counted_alone, theirs[name], rtol=0, atol=1e-5)

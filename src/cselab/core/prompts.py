@@ -101,19 +101,29 @@ def prompt_length(tokenizer: Any, prompt: str | None) -> int:
     """
     if not prompt:
         return 0
-    special = set(getattr(tokenizer, "all_special_ids", ()))
-
-    def ids(text: str) -> list[int]:
-        out = list(tokenizer(text)["input_ids"])
-        return out[:-1] if out and out[-1] in special else out
-
-    alone = ids(prompt)
+    alone = _ids(tokenizer, prompt)
     kept = len(alone)
     for probe in _PROBES:
-        row = ids(prompt + probe)
+        row = _ids(tokenizer, prompt + probe)
         pairs = enumerate(zip(alone, row, strict=False))
         kept = min(kept, next((i for i, (a, b) in pairs if a != b), len(row)))
     return kept
+
+
+def prompt_alone_length(tokenizer: Any, prompt: str | None) -> int:
+    """The tokens of ``prompt`` tokenised alone, less a trailing special token: what
+    sentence-transformers (6.x, ``Transformer._get_prompt_length``) leaves out of a
+    ``Pooling(include_prompt=False)``. One more than :func:`prompt_length` where the prompt's
+    trailing space is a token of its own alone but not in a row (subword tokenizers of
+    decoders): there sentence-transformers leaves the text's first token out too."""
+    return len(_ids(tokenizer, prompt)) if prompt else 0
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    """``text``'s token ids with the tokenizer's special tokens, less a trailing one."""
+    out = list(tokenizer(text)["input_ids"])
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+    return out[:-1] if out and out[-1] in special else out
 
 
 def exclude_prompt(attention_mask: Any, prompt_length: Any) -> Any:

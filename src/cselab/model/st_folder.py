@@ -24,6 +24,7 @@ meant.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,11 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..core.errors import ModelFormatError, ModelSettingError
+from ..core.prompts import prompt_alone_length, prompt_length
 from ..io.files import write_json_atomic
 from .pooling import LAST_LAYER, POOLER_MEANINGS, Pooler, inference_pooler_name
+
+log = logging.getLogger("cselab")
 
 #: cselab's pooler settings of a saved folder (its presence makes a folder a cselab folder)
 CSELAB_FILE = "cselab.json"
@@ -233,6 +237,26 @@ def _write_json(path: Path, data: Any) -> None:
     write_json_atomic(path, data, indent=2)
 
 
+def prompt_count_notes(tokenizer: Any, prompts: dict[str, str]) -> list[str]:
+    """For a model whose pooling leaves its prompts out: a note (logged as a warning too) for
+    each prompt that sentence-transformers counts differently from cselab
+    (:func:`~cselab.core.prompts.prompt_alone_length` against
+    :func:`~cselab.core.prompts.prompt_length`: a subword tokenizer's trailing space), whose
+    vectors then differ in sentence-transformers."""
+    notes = []
+    for name, text in prompts.items():
+        theirs, ours = prompt_alone_length(tokenizer, text), prompt_length(tokenizer, text)
+        if theirs != ours:
+            notes.append(
+                f"sentence-transformers counts prompt {name!r} ({text!r}) as {theirs} tokens, "
+                f"the prompt tokenised alone, where a row gives it {ours}: with "
+                f"include_prompt=False it leaves the text's first {theirs - ours} token(s) out "
+                "of the pooling too, so its vectors with that prompt differ from cselab's"
+            )
+            log.warning("%s", notes[-1])
+    return notes
+
+
 def write_model_folder(
     out: Path,
     *,
@@ -258,6 +282,8 @@ def write_model_folder(
     layers = POOLER_MEANINGS[inference_pooler_name(pooler.kind, pooler.mlp_only_train)].layers
     if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
         notes.append(ADAPTER_LAYERS_NOT_REPRODUCED)
+    if not pooler.include_prompt:
+        notes += prompt_count_notes(tokenizer, prompts[0])
     if notes:
         meta = {**meta, "sentence_transformers": "; ".join(notes)}
     _write_json(out / CSELAB_FILE, meta)
