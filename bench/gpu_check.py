@@ -416,8 +416,10 @@ def step_train(
         outside = r["eval_time_s"] + r["checkpoint_time_s"]
         rows.append([
             name, r["precision"], r.get("compile_mode") or "eager", r["steps"], round(wall, 1),
-            r["train_time_s"], r["sentences_per_s"], r["eval_time_s"], r["checkpoint_time_s"],
-            r["checkpoint_write_s"], r.get("best_write_s"),
+            r["train_time_s"], r["sentences_per_s"],
+            None if r["padding"] is None else f"{100 * r['padding']:.1f}%",
+            r["eval_time_s"], r["checkpoint_time_s"], r["checkpoint_write_s"],
+            r.get("best_write_s"),
             round(100 * outside / max(r["wall_time_s"], 1e-9), 1),
             r.get(f"best_{r['dev']['name']}"),
         ])  # fmt: skip
@@ -425,7 +427,7 @@ def step_train(
         f"; CUDA graphs: {rows[1][6]:.0f} sent/s (compiling included)" if not dry else ""
     )
     header = ["run", "precision", "compile", "steps", "process s", "train s", "sentences/s",
-              "eval s", "checkpoint copy s", "checkpoint write s (thread)",
+              "padding", "eval s", "checkpoint copy s", "checkpoint write s (thread)",
               "best/ write s (thread)", "eval+ckpt % of run", "best dev"]  # fmt: skip
     return (
         f"`cselab train` on the wiki sample, batch {plan.batch}, {plan.steps} steps, STS-B dev "
@@ -754,8 +756,10 @@ def step_llm2vec(
 ) -> str:
     """The LLM2Vec SimCSE preset as a user runs it, on a random decoder of ``plan.llm_model``'s
     shape: sentences/s and MFU = 6 · N · tokens/s over the peak, N the non-embedding weights,
-    tokens the two views of each row at ``max_seq_len`` (128: the padded width the preset
-    computes; LoRA computes no gradient of the frozen weights, so this overstates the work)."""
+    tokens the real tokens of the two views of each row (``results.json``'s ``tokens_per_s``
+    of the rows, twice); and counting the padded positions the batches held (its
+    ``padding``). LoRA computes no gradient of the frozen weights, so 6·N overstates the work
+    a little; gradient checkpointing adds a forward that it does not count."""
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_gpu import bf16_peak
 
@@ -775,18 +779,27 @@ def step_llm2vec(
     d, i, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
     kv = d // shape["num_attention_heads"] * shape["num_key_value_heads"]
     n = layers * (2 * d * d + 2 * d * kv + 3 * d * i)
-    sps = r["sentences_per_s"]
+    sps, tps, padding = r["sentences_per_s"], r["tokens_per_s"] or 0.0, r["padding"] or 0.0
     device = torch.device("cuda" if torch.cuda.is_available() and not dry else "cpu")
     peak, peak_src = bf16_peak(device, None)
-    flops = 6 * n * 2 * 128 * sps
-    mfu = f"{100 * flops / peak:.1f}%" if peak else "n/a (no peak)"
-    headline["llm2vec"] = f"{sps:.0f} sent/s, MFU {mfu}"
+    flops = 6 * n * 2 * tps  # two dropout views of every row
+
+    def mfu(f: float) -> str:
+        return f"{100 * f / peak:.1f}%" if peak else "n/a (no peak)"
+
+    headline["llm2vec"] = (
+        f"{sps:.0f} sent/s, MFU {mfu(flops)} on real tokens "
+        f"({mfu(flops / (1 - padding))} counting padding, {100 * padding:.0f}% of it)"
+    )
     rows = [
         ["non-embedding parameters", f"{n / 1e6:.0f} M"],
         ["steps × batch", f"{r['steps']} × {plan.llm_batch}"],
         ["process s / train s", f"{wall:.0f} / {r['train_time_s']:.1f}"],
         ["sentences/s", f"{sps:.1f}"],
-        ["MFU (6·N·tokens)", mfu],
+        ["real tokens/s (each row once)", f"{tps:.0f}"],
+        ["padding (share of the batches' positions)", f"{100 * padding:.1f}%"],
+        ["MFU on real tokens (6·N·tokens, two views)", mfu(flops)],
+        ["MFU counting padding", mfu(flops / (1 - padding))],
         ["precision", r["precision"]],
     ]
     return (

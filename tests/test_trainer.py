@@ -67,6 +67,50 @@ def test_same_seed_same_weights_and_logs(tiny_bert: Path, tmp_path: Path) -> Non
         assert_same_weights(tmp_path / "a/out/last", tmp_path / "c/out/last")
 
 
+@pytest.mark.parametrize("data", ["sentences", "pairs"])
+def test_results_count_the_tokens_and_the_padding_trained_on(
+    tiny_bert: Path, tmp_path: Path, data: str
+) -> None:
+    """``results.json``'s ``tokens_per_s`` and ``padding`` are those of the batches the run
+    trained on: every sentence column's real tokens (anchors, positives, hard negatives, each
+    once) over the training time, and the share of their padded positions that held padding,
+    a resumed run's included (carried in its checkpoint)."""
+    extra = []
+    if data == "pairs":
+        pairs = tmp_path / "pairs.csv"
+        rows = ["anchor,positive,negative"] + [
+            f"a man plays {'the guitar ' * (i % 4)}{i},someone plays {i},a cat sleeps {i}"
+            for i in range(40)
+        ]
+        pairs.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        extra = [f"--data.train_file={pairs}"]
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path / "a", *extra))
+    real = padded = 0
+    for step in range(12):
+        counts = trainer.batch_for(step).inputs.token_counts()
+        real, padded = real + counts[0], padded + counts[1]
+    assert 0 < real < padded  # batches of different lengths pad
+    results = trainer.train()
+    totals = trainer.totals
+    assert (totals.tokens, totals.padded_tokens) == (real, padded)
+    assert results["padding"] == round(1 - real / padded, 4)
+    assert results["tokens_per_s"] == round(real / totals.counted_s, 1)
+    assert 0 < totals.counted_s == totals.train_s
+    # stopped at step 6, as a killed run would be, and resumed: the same totals in the end
+    stopped = build_trainer(tiny_config(tiny_bert, tmp_path / "b", *extra, "--train.save_steps=3"))
+    stopped.loop = dataclasses.replace(stopped.loop, total_steps=6)
+    stopped.train()
+    assert stopped.totals.tokens < real
+    resumed = build_trainer(
+        tiny_config(
+            tiny_bert, tmp_path / "b", *extra, "--train.save_steps=3", "--train.resume=true"
+        )
+    )
+    again = resumed.train()
+    assert (resumed.totals.tokens, resumed.totals.padded_tokens) == (real, padded)
+    assert again["padding"] == results["padding"]
+
+
 #: Objectives with state across steps (ESimCSE's queue and momentum encoder, Wu et al. 2022):
 #: their state travels in the checkpoint, so a resume stays bit-exact.
 STATEFUL_OBJECTIVES = {

@@ -135,6 +135,17 @@ class StepInputs:
             tokens(self.anchors), tokens(self.positives), tokens(self.negatives), masked
         )  # type: ignore[arg-type]
 
+    def token_counts(self) -> tuple[int, int]:
+        """``(real, padded)``: the tokens of the step's sentence columns (:meth:`columns`; a
+        SimCSE view's second pass and MNTP's copy are not counted again) and the positions
+        their padded widths hold. Read on the host, before the copy to a GPU (on a device it
+        would wait for it)."""
+        real = padded = 0
+        for column in self.columns():
+            mask = column["attention_mask"]
+            real, padded = real + int(mask.sum()), padded + mask.numel()
+        return real, padded
+
     def columns(self) -> Iterator[Tokens]:
         """The sentence columns of one forward pass, in row order: anchors, positives (if
         any), then the ``K`` negatives of every row as ``(B·K, L'')`` (row ``i``'s at

@@ -57,7 +57,8 @@ class StepBatches:
         inputs = self.task.prepare(Batch(step, inputs)).inputs
         if self.width_multiple:  # a few fixed shapes for the compiled (CUDA graph) step
             inputs = inputs.pad_to_width(self.width_multiple, self.pad_id)
-        return Batch(step, inputs.to(self.device), prepared=True)
+        tokens = inputs.token_counts()  # on the host: the step reads nothing back for it
+        return Batch(step, inputs.to(self.device), prepared=True, tokens=tokens)
 
     def __call__(self, start: int) -> Iterator[Batch]:
         """The batches of steps ``start``, ``start + 1``, ... (as many as asked for; close the

@@ -50,11 +50,17 @@ class LossWindow:
     def __init__(self) -> None:
         self.steps: list[int] = []
         self.terms: list[dict[str, torch.Tensor]] = []
+        #: ``(real, padded)`` tokens of the window's batches (host counts; ``Batch.tokens``)
+        self.tokens = (0, 0)
         self.start = time.perf_counter()
 
-    def add(self, step: int, terms: dict[str, torch.Tensor]) -> None:
+    def add(
+        self, step: int, terms: dict[str, torch.Tensor], tokens: tuple[int, int] | None = None
+    ) -> None:
         self.steps.append(step)
         self.terms.append({k: v.detach() for k, v in terms.items()})
+        if tokens is not None:
+            self.tokens = (self.tokens[0] + tokens[0], self.tokens[1] + tokens[1])
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -82,7 +88,7 @@ class LossWindow:
                 f"{self.steps[row]}; {note}"
             )
         means = dict(zip(names, values.mean(0).tolist(), strict=True))
-        self.steps, self.terms = [], []
+        self.steps, self.terms, self.tokens = [], [], (0, 0)
         self.start = time.perf_counter()
         return means
 

@@ -55,6 +55,10 @@ class RunTotals:
         wall_s: wall seconds of the runs this process resumes.
         train_s, sentences: the training steps' seconds (timed after the device sync) and
             sentences.
+        tokens, padded_tokens, counted_s: the real tokens of those steps' sentence columns,
+            the positions their padded batches held (rank 0's counts times the number of
+            ranks) and the training seconds they were counted in (a checkpoint written before
+            tokens were counted carries none).
         eval_s, checkpoint_s: seconds outside the training steps: evaluations (with
             ``best/``'s host copies), the checkpoints' host copies (a checkpoint's own copy is
             timed once it is written, so the next checkpoint carries it).
@@ -68,6 +72,19 @@ class RunTotals:
     sentences: int = 0
     eval_s: float = 0.0
     checkpoint_s: float = 0.0
+    tokens: int = 0
+    padded_tokens: int = 0
+    counted_s: float = 0.0
+
+    def add(self, sentences: int, tokens: tuple[int, int], ranks: int, seconds: float) -> None:
+        """Count a window of training steps: ``sentences`` (the global batches'), this rank's
+        ``(real, padded)`` tokens (scaled by ``ranks``: each rank takes an equal slice of the
+        rows) and their ``seconds``."""
+        self.sentences, self.train_s = self.sentences + sentences, self.train_s + seconds
+        if tokens[1]:
+            self.tokens += tokens[0] * ranks
+            self.padded_tokens += tokens[1] * ranks
+            self.counted_s += seconds
 
     def record(self, wall_s: float) -> dict[str, Any]:
         """The checkpoint's entries at wall time ``wall_s`` (``elapsed`` as before)."""
@@ -76,12 +93,18 @@ class RunTotals:
 
     def results(self, wall_s: float) -> dict[str, Any]:
         """``results.json``'s times at wall time ``wall_s``: the wall time, and within it the
-        training steps' time and rate, the evaluations' and the checkpoints' host copies."""
+        training steps' time and rate (sentences, and real tokens of the sentence columns, each
+        counted once however many views encode it), the share of the padded batches' positions
+        that held padding, the evaluations' and the checkpoints' host copies."""
         rate = round(self.sentences / self.train_s, 2) if self.train_s else None
+        tokens = round(self.tokens / self.counted_s, 1) if self.counted_s else None
+        padding = 1 - self.tokens / self.padded_tokens if self.padded_tokens else None
         return {
             "wall_time_s": round(wall_s, 2),
             "train_time_s": round(self.train_s, 2),
             "sentences_per_s": rate,
+            "tokens_per_s": tokens,
+            "padding": None if padding is None else round(padding, 4),
             "eval_time_s": round(self.eval_s, 2),
             "checkpoint_time_s": round(self.checkpoint_s, 2),
         }
@@ -93,7 +116,9 @@ class RunTotals:
         times = extra.get("times") or {}
         return cls(float(extra["elapsed"]), float(times.get("train_s", 0.0)),
                    int(times.get("sentences", 0)), float(times.get("eval_s", 0.0)),
-                   float(times.get("checkpoint_s", 0.0)))  # fmt: skip
+                   float(times.get("checkpoint_s", 0.0)), int(times.get("tokens", 0)),
+                   int(times.get("padded_tokens", 0)),
+                   float(times.get("counted_s", 0.0)))  # fmt: skip
 
 
 class RunState:

@@ -60,11 +60,14 @@ class Batch:
             token dict (``input_ids``, ``attention_mask``, ... ``(B, L)``) is taken as a
             sentence batch.
         prepared: whether :meth:`Task.prepare` has run on it (it runs once per step).
+        tokens: ``(real, padded)`` tokens of its columns, counted on the host before the copy
+            (:meth:`~cselab.data.inputs.StepInputs.token_counts`); ``None``: not counted.
     """
 
     step: int
     inputs: StepInputs
     prepared: bool = False
+    tokens: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         self.inputs = as_step_inputs(self.inputs)

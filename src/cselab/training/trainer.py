@@ -169,20 +169,21 @@ class Trainer:
         window, totals = LossWindow(), self.totals
         batches = self.batches(self.step)
         while self.step < loop.total_steps:
-            terms = self.train_step(next(batches))
+            batch = next(batches)
+            terms = self.train_step(batch)
             self.step += 1
-            window.add(self.step, terms)
+            window.add(self.step, terms, batch.tokens)
             last = self.step == loop.total_steps
             at_eval = bool(loop.eval_steps) and (self.step % loop.eval_steps == 0 or last)
             logged = self.step % loop.log_steps == 0
             at_save = self._checkpoint_due(logged, last)
             if not (logged or at_eval or at_save):
                 continue
-            n, start = len(window) * loop.batch_size, window.start
+            n, start, tokens = len(window) * loop.batch_size, window.start, window.tokens
             means = window.flush(run.divergence_note)  # the loop's only host sync
             # timed after the sync: the device has finished the window's steps
             elapsed = time.perf_counter() - start
-            totals.sentences, totals.train_s = totals.sentences + n, totals.train_s + elapsed
+            totals.add(n, tokens, self.dist.world_size, elapsed)
             run.writer.check()  # a failed background write stops the run here
             row = {
                 "step": self.step,
