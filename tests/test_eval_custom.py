@@ -334,7 +334,7 @@ def test_vectors_kept_on_the_device_come_in_input_order(tiny_bert: Path) -> None
 
 
 def test_dev_vectors_under_the_run_s_autocast(tiny_bert: Path) -> None:
-    """``encode_batches(precision="bf16")`` runs the forward under bf16 autocast (the run plan's
+    """``encode_batches(autocast="bf16")`` runs the forward under bf16 autocast (the run plan's
     ``eval_precision`` on a GPU): float32 vectors close to the fp32 ones but not equal to them,
     and the fp32 default still ``encode()``'s. The weights are not copied or cast."""
     import torch
@@ -346,7 +346,7 @@ def test_dev_vectors_under_the_run_s_autocast(tiny_bert: Path) -> None:
     sentences = ["a b", "a much longer sentence than the others", "c", "of middle length"]
     batches = tokenized_batches(encoder, sentences, 2)
     full = encode_batches(encoder, batches)
-    low = encode_batches(encoder, batches, precision="bf16")
+    low = encode_batches(encoder, batches, autocast="bf16")
     assert low.dtype == np.float32 and low.shape == full.shape
     assert not np.array_equal(low, full)
     cos = (low * full).sum(1) / np.linalg.norm(low, axis=1) / np.linalg.norm(full, axis=1)
@@ -355,13 +355,25 @@ def test_dev_vectors_under_the_run_s_autocast(tiny_bert: Path) -> None:
     np.testing.assert_array_equal(full, encoder.encode(sentences, batch_size=2))
 
 
-def test_the_dev_evaluator_encodes_as_the_plan_says(tiny_bert: Path, tmp_path: Path) -> None:
+def test_the_dev_evaluator_encodes_as_the_plan_says(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``DevEvaluator.encode_with`` (the run plan's ``eval_batch_size`` and ``eval_precision``)
     reaches the scorer of a pairs file: its batches are made at that size and encoded under
     that autocast."""
+    import cselab.model.inference as inference
     from cselab.config.devset import resolve_dev_set
     from cselab.evaluation.custom import DevEvaluator
     from cselab.model.encoder import load
+
+    asked: list[str] = []
+    real = inference.encode_batches
+
+    def spy(*args, autocast: str = "fp32", **kwargs):  # noqa: ANN002, ANN003, ANN202
+        asked.append(autocast)
+        return real(*args, autocast=autocast, **kwargs)
+
+    monkeypatch.setattr(inference, "encode_batches", spy)
 
     path = tmp_path / "dev.tsv"
     rows = ["sentence1\tsentence2\tscore"] + [
@@ -379,4 +391,5 @@ def test_the_dev_evaluator_encodes_as_the_plan_says(tiny_bert: Path, tmp_path: P
     assert (scorer.batch_size, scorer.precision) == (5, "bf16")
     assert scorer.repeated._batches.key[3] == 5  # batched again at the new size
     assert len(scorer.repeated._batches.inputs) == -(-len(scorer.unique) // 5)
-    assert isinstance(bf16, float) and abs(bf16 - fp32) < 20
+    assert isinstance(bf16, float) and isinstance(fp32, float)
+    assert asked == ["fp32", "bf16"]

@@ -306,24 +306,58 @@ def test_the_plan_resolves_train_compile_for_the_device(
 
 
 @pytest.mark.parametrize(
-    ("asked", "device", "precision", "expected"),
+    ("asked", "device", "precision", "dev", "expected"),
     [
-        (None, "cpu", "fp32", (128, "fp32")),
-        (None, "cpu", "bf16", (128, "fp32")),  # the CPU's dev vectors are encode()'s
-        (None, "cuda:0", "bf16", (1024, "bf16")),  # a few large batches, the step's autocast
-        (None, "cuda:1", "fp32", (1024, "fp32")),
-        (32, "cuda:0", "fp16", (32, "fp16")),  # an explicit eval.batch_size is kept
-        (256, "cpu", "bf16", (256, "fp32")),
+        (None, "cpu", "fp32", "stsb", (128, "fp32")),
+        (None, "cpu", "bf16", "stsb", (128, "fp32")),  # the CPU's dev vectors are encode()'s
+        (None, "cuda:0", "bf16", "stsb", (1024, "bf16")),  # a few large batches, autocast
+        (None, "cuda:1", "fp32", "stsb", (1024, "fp32")),
+        (32, "cuda:0", "fp16", "stsb", (32, "fp16")),  # an explicit eval.batch_size is kept
+        (256, "cpu", "bf16", "stsb", (256, "fp32")),
+        (None, "cuda:0", "bf16", "file", (128, "bf16")),  # a file's texts may be long
+        (None, "cuda:0", "bf16", "beir", (128, "fp32")),  # encoded through encode()
+        (None, "cuda:0", "bf16", "none", (128, "fp32")),
     ],
 )
 def test_the_plan_resolves_how_the_dev_set_is_encoded(
-    asked: int | None, device: str, precision: str, expected: tuple[int, str]
+    asked: int | None,
+    device: str,
+    precision: str,
+    dev: str,
+    expected: tuple[int, str],
+    tmp_path: Path,
 ) -> None:
-    """``eval.batch_size: null`` is 128 on the CPU and 1024 on a GPU; on a GPU the dev set is
-    encoded in the run's precision, on the CPU in fp32."""
+    """``eval.batch_size: null`` is 1024 for STS-B dev on a GPU, else 128; on a GPU the STS
+    pairs are encoded in the run's precision, a BEIR folder and anything on the CPU in fp32."""
     from cselab.app.plan import dev_encoding
+    from cselab.config.devset import DevSet
 
-    assert dev_encoding(asked, device, precision) == expected
+    kinds = {"stsb": "stsb", "file": "sts-file", "beir": "retrieval"}
+    dev_set = None if dev == "none" else DevSet(kinds[dev], "x", "dev", "spearman", "d", None)
+    assert dev_encoding(asked, device, precision, dev_set) == expected
+
+
+def test_a_resume_keeps_the_dev_encoding_its_scores_were_measured_with() -> None:
+    """A resumed run's plan (``previous``) gives the precision, and with ``eval.batch_size:
+    null`` the batch size, that its scores so far were measured with: a run begun before the
+    encoding was resolved (128, fp32) is not switched to 1024 and bf16 on a GPU."""
+    from cselab.app.plan import dev_encoding
+    from cselab.config.devset import resolve_dev_set
+
+    old = RunPlan.from_dict(
+        {k: v for k, v in _plan().to_dict().items() if not k.startswith("eval_")}
+    )
+    stsb = resolve_dev_set("stsb")
+    assert dev_encoding(None, "cuda:0", "bf16", stsb, old) == (128, "fp32")
+    assert dev_encoding(64, "cuda:0", "bf16", stsb, old) == (64, "fp32")
+    assert dev_encoding(None, "cuda:0", "bf16", stsb) == (1024, "bf16")
+
+
+def _plan() -> RunPlan:
+    return RunPlan(
+        "/data/train.txt", DataKind(pairs=False, negatives=0), None, "cuda:0", "bf16", 1,
+        "cls", 32, (), ObjectiveConfig(), eval_batch_size=1024, eval_precision="bf16",
+    )  # fmt: skip
 
 
 def test_a_plan_saved_before_the_dev_encoding_was_resolved_loads_with_the_old_one(
@@ -331,11 +365,29 @@ def test_a_plan_saved_before_the_dev_encoding_was_resolved_loads_with_the_old_on
 ) -> None:
     """A ``plan.json`` without ``eval_batch_size``/``eval_precision`` (runs of earlier
     versions) reads as the encoding those runs used: batches of 128 in fp32."""
-    plan = RunPlan(
-        "/data/train.txt", DataKind(pairs=False, negatives=0), None, "cuda:0", "bf16", 1,
-        "cls", 32, (), ObjectiveConfig(), eval_batch_size=1024, eval_precision="bf16",
-    )  # fmt: skip
+    plan = _plan()
     old = {k: v for k, v in plan.to_dict().items() if not k.startswith("eval_")}
     loaded = RunPlan.from_dict(old)
     assert (loaded.eval_batch_size, loaded.eval_precision) == (128, "fp32")
     assert RunPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_the_trainer_s_evaluator_encodes_as_its_plan_says(
+    tiny_bert: Path, tmp_path: Path, one_thread
+) -> None:
+    """The run plan's ``eval_batch_size`` (``eval.batch_size=7``) reaches model selection's
+    evaluator, which batches the dev sentences at that size."""
+    dev = tmp_path / "dev.tsv"
+    rows = [f"a man plays {i}\tsomeone plays {i}\t{i % 5}" for i in range(20)]
+    dev.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    config = load_config(None, [
+        f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs_file(tmp_path / 'p.csv')}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=2", "--train.eval_steps=2",
+        "--train.device=cpu", f"--eval.dev={dev}", "--eval.batch_size=7",
+    ])  # fmt: skip
+    trainer = build_trainer(config)
+    assert (trainer.plan.eval_batch_size, trainer.plan.eval_precision) == (7, "fp32")
+    trainer.train()
+    scorer = trainer.selection.evaluator._scorer
+    assert scorer.batch_size == 7 and scorer.repeated._batches.key[3] == 7

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import torch
 
 from ..config import Config, compile_with_denoising
-from ..config.devset import DevSet, resolve_dev_set
+from ..config.devset import STSB, DevSet, resolve_dev_set
 from ..config.plan import RunPlan, as_lora_targets
 from ..data.source import TrainingSource
 from ..io.readers import read_json
@@ -65,25 +65,39 @@ def model_facts(name_or_path: str, pooler: str | None) -> tuple[str | None, int 
 #: ``docs/results/gpu_benchmark.md``.
 GRAPHS_BY_DEFAULT = False
 
-#: the dev set's encoding batch on a GPU where ``eval.batch_size`` is ``null``: STS-B dev's
-#: 3,000 sentences in three forwards, where batches of 128 left the GPU waiting for the host
-#: to launch 24 forwards' kernels (``docs/results/gpu_benchmark.md``)
+#: STS-B dev's encoding batch on a GPU where ``eval.batch_size`` is ``null``: its 3,000 short
+#: sentences in three forwards, where batches of 128 left the GPU waiting for the host to
+#: launch 24 forwards' kernels (``docs/results/gpu_benchmark.md``). Other dev sets, whose
+#: texts may be long, keep :data:`~cselab.model.choices.BATCH_SIZE`.
 GPU_EVAL_BATCH_SIZE = 1024
 
 
-def dev_encoding(batch_size: int | None, device: str, precision: str) -> tuple[int, str]:
-    """How model selection encodes the dev set on ``device`` for a run trained in
+def dev_encoding(
+    batch_size: int | None,
+    device: str,
+    precision: str,
+    dev: DevSet | None,
+    previous: RunPlan | None = None,
+) -> tuple[int, str]:
+    """How model selection encodes the dev set ``dev`` on ``device`` for a run trained in
     ``precision``: ``(batch size, precision)``.
 
-    ``eval.batch_size: null`` is :data:`~cselab.model.choices.BATCH_SIZE` on the CPU and
-    :data:`GPU_EVAL_BATCH_SIZE` on a GPU. On a GPU the dev set is encoded under the step's
-    autocast (bf16 where the run trains in bf16, as Hugging Face's Trainer evaluates under
-    ``bf16=True``): in fp32 without TF32 a BERT-base forward of STS-B dev is compute-bound at
-    a quarter of a second. On the CPU it stays fp32, the vectors ``encode()`` gives.
+    ``eval.batch_size: null`` is :data:`GPU_EVAL_BATCH_SIZE` for STS-B dev on a GPU, else
+    :data:`~cselab.model.choices.BATCH_SIZE`. On a GPU the STS pairs (STS-B dev, a file of
+    pairs) are encoded under the step's autocast (bf16 where the run trains in bf16, as
+    Hugging Face's Trainer evaluates under ``bf16=True``): in fp32 without TF32 a BERT-base
+    forward of STS-B dev is compute-bound at a quarter of a second. On the CPU, and for a BEIR
+    folder (encoded through ``encode()``), it stays fp32. A resumed run (``previous``, its
+    plan) keeps the precision its scores so far were measured in, and its batch size where
+    ``eval.batch_size`` is ``null`` (a plan saved before the encoding was resolved: 128, fp32).
     """
+    if previous is not None:
+        return batch_size or previous.eval_batch_size, previous.eval_precision
     gpu_run = is_gpu(torch.device(device))
-    size = batch_size or (GPU_EVAL_BATCH_SIZE if gpu_run else BATCH_SIZE)
-    return size, precision if gpu_run else "fp32"
+    stsb = dev is not None and dev.kind == STSB
+    size = batch_size or (GPU_EVAL_BATCH_SIZE if gpu_run and stsb else BATCH_SIZE)
+    pairs = dev is not None and dev.kind != "retrieval"
+    return size, precision if gpu_run and pairs else "fp32"
 
 
 def compile_mode(config: Config, device: str, pooler: str | None = None) -> str | None:
@@ -154,7 +168,9 @@ def resolve(
     pooler, width = model_facts(config.model.name_or_path, asked)
     if dev is None:
         dev = resolve_dev(config)
-    eval_batch_size, eval_precision = dev_encoding(config.eval.batch_size, str(device), precision)
+    eval_batch_size, eval_precision = dev_encoding(
+        config.eval.batch_size, str(device), precision, dev, previous
+    )
     plan = RunPlan(
         # absolute: a card written later from another working directory hashes the same file
         train_file=os.path.abspath(source.path),

@@ -319,10 +319,11 @@ def assemble_trainer(
     selection = ModelSelection(evaluator, _unbound, dist.is_main)
     if selection.evaluator is not None:
         selection.evaluator.encode_with(plan.eval_batch_size, plan.eval_precision)
-        log.info(
-            "the dev set is encoded in batches of %d, %s, on %s",
-            plan.eval_batch_size, plan.eval_precision, plan.device,
-        )  # fmt: skip
+        if dist.is_main:
+            log.info(
+                "the dev set is encoded in batches of %d, %s, on %s",
+                plan.eval_batch_size, plan.eval_precision, plan.device,
+            )  # fmt: skip
     listeners = CallbackList()
     run = RunState(written, plan, encoder, task, optim, selection, dist, listeners, data_digest)
     if dist.is_main:

@@ -110,8 +110,9 @@ class RunPlan:
             lora_targets=as_lora_targets(data.get("lora_targets")),
             bidirectional=bool(data.get("bidirectional", False)),
             compile_mode=data.get("compile_mode"),
-            eval_batch_size=int(data.get("eval_batch_size", BATCH_SIZE)),
-            eval_precision=str(data.get("eval_precision", "fp32")),
+            # a plan saved before the dev encoding was resolved: the encoding it used
+            eval_batch_size=int(data.get("eval_batch_size", cls.eval_batch_size)),
+            eval_precision=str(data.get("eval_precision", cls.eval_precision)),
         )
 
     def save(self, folder: str | Path) -> Path:
@@ -134,9 +135,13 @@ class RunPlan:
             raise DataFormatError(path, None, f"not a run plan ({err})") from None
 
     def how_it_ran(self) -> dict[str, Any]:
-        """The resolved settings ``results.json`` reports: ``precision`` and ``compile_mode``
-        (``None``: eager)."""
-        return {"precision": self.precision, "compile_mode": self.compile_mode}
+        """The resolved settings ``results.json`` reports: ``precision``, ``compile_mode``
+        (``None``: eager) and ``eval_precision`` (the dev scores')."""
+        return {
+            "precision": self.precision,
+            "compile_mode": self.compile_mode,
+            "eval_precision": self.eval_precision,
+        }
 
     def replace(self, **changes: Any) -> RunPlan:
         """A copy with ``changes`` (the frozen dataclass's ``replace``)."""

@@ -117,7 +117,7 @@ class RepeatedSentences:
             self._batches = tokenized_batches(encoder, sentences, batch_size)
             self._sentences = sentences
         with inference_mode(encoder):
-            return encode_batches(encoder, self._batches, on_device=on_device, precision=precision)
+            return encode_batches(encoder, self._batches, on_device=on_device, autocast=precision)
 
 
 def _plain_sentence_encoder(encoder: object) -> bool:

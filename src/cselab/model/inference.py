@@ -22,7 +22,8 @@ from torch import nn
 
 from ..core.prompts import exclude_prompt, prompt_length
 from .choices import BATCH_SIZE, PRECISIONS
-from .devices import autocast, precision_dtype
+from .devices import PRECISION_NAMES, precision_dtype
+from .devices import autocast as autocast_to
 from .similarity import check_prefix, truncate_rows
 
 #: where :func:`inference_graph` keeps a module's compiled forward: in the module's ``__dict__``,
@@ -138,19 +139,22 @@ def encode_batches(
     batches: Batches,
     normalize: bool = False,
     on_device: bool = False,
-    precision: str = "fp32",
+    autocast: str = "fp32",
 ) -> np.ndarray | torch.Tensor:
     """The float32 vectors of tokenised ``batches`` in input order: what ``encoder.encode``
     gives for the same sentences, batch size and length (the same batches, the same forward),
     with one copy to the host at the end; ``on_device``: no copy, a tensor on the encoder's
-    device (a dev set's measures computed there). ``precision``: the forward under that
-    autocast (``bf16``, ``fp16``; a training run's dev set on a GPU: the weights stay as they
-    train, no inference copy), ``fp32``: none."""
+    device (a dev set's measures computed there). ``autocast``: the forward under that
+    precision's autocast (``bf16``, ``fp16``: a training run's dev set on a GPU, the weights as
+    they train, not ``encode(precision=)``'s cast copy), ``fp32``: none."""
     if batches_key(encoder, batches.key[3], None)[:2] != batches.key[:2]:
         raise ValueError("these batches were tokenised for another tokenizer or device")
+    if autocast not in PRECISION_NAMES.values():
+        names = ", ".join(PRECISION_NAMES.values())
+        raise ValueError(f"autocast must be one of {names}, got {autocast!r}")
     normalize = normalize or _folder_normalizes(encoder)
     inputs = iter(batches.inputs)
-    with autocast(torch.device(encoder.device), precision_dtype(precision)):
+    with autocast_to(torch.device(encoder.device), precision_dtype(autocast)):
         return _run(encoder, batches.order, inputs, normalize, False, "fp32", None, on_device)
 
 
