@@ -564,25 +564,16 @@ def test_a_decoder_with_a_subword_tokenizer_in_sentence_transformers(
     prompts left out of the pooling. cselab leaves out ``<s> query :`` and pools the text from
     ``Ġthe`` on; sentence-transformers 6 counts the prompt alone, ``<s> query : Ġ``, and so also
     drops the text's first token. The saved folder says so (``cselab.json`` and a warning), and
-    the two differ by that count only: cselab with sentence-transformers' count gives its
-    vectors."""
+    the two differ by that count only: cselab counting the prompt alone gives its vectors."""
     import logging
 
     from sentence_transformers import SentenceTransformer
-    from transformers import AutoModel
 
-    import cselab.model.inference as inference
-    from backbone_models import tiny_config
-    from cselab.core.prompts import prompt_alone_length
+    import cselab.model.st_folder as st_folder
 
-    tok = _subword_tokenizer("bytelevel")
-    tok.pad_token = "<unk>"
-    folder = tmp_path / "llama"
-    torch.manual_seed(0)
-    AutoModel.from_config(tiny_config("llama", len(tok))).save_pretrained(folder)
-    tok.save_pretrained(folder)
+    monkeypatch.setattr(st_folder, "_WARNED", set())  # each note is logged once a process
     enc = SentenceEncoder.from_pretrained(
-        str(folder), pooler=kind, pool_prompt=False, prompts=PROMPTS
+        str(_bpe_llama(tmp_path)), pooler=kind, pool_prompt=False, prompts=PROMPTS
     )
     with caplog.at_level(logging.WARNING, logger="cselab"):
         enc.save(tmp_path / "m")
@@ -594,11 +585,59 @@ def test_a_decoder_with_a_subword_tokenizer_in_sentence_transformers(
     st = SentenceTransformer(str(tmp_path / "m"), device="cpu")
     texts = ["the cat sleeps on the mat", "a man plays the guitar"]
     ours = {name: enc.encode(texts, prompt_name=name) for name in PROMPTS}
-    theirs = {name: st.encode(texts, prompt_name=name) for name in PROMPTS}
-    monkeypatch.setattr(
-        inference, "_prompt_tokens", lambda e, p: prompt_alone_length(e.tokenizer, p)
-    )
+    enc.prompt_count = "alone"
     for name in PROMPTS:
-        assert np.abs(ours[name] - theirs[name]).max() > 1e-3  # the first word pooled or not
-        counted_alone = enc.encode(texts, prompt_name=name)
-        np.testing.assert_allclose(counted_alone, theirs[name], rtol=0, atol=1e-5)
+        theirs = st.encode(texts, prompt_name=name)
+        assert np.abs(ours[name] - theirs).max() > 1e-3  # the first word pooled or not
+        np.testing.assert_allclose(enc.encode(texts, prompt_name=name), theirs, atol=1e-5)
+
+
+def _bpe_llama(tmp_path: Path) -> Path:
+    """A random tiny Llama with :func:`_subword_tokenizer`'s byte-level BPE (BOS, no EOS)."""
+    from transformers import AutoModel
+
+    from backbone_models import tiny_config
+
+    tok = _subword_tokenizer("bytelevel")
+    tok.pad_token = "<unk>"
+    folder = tmp_path / "llama"
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("llama", len(tok))).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("origin", ["cselab-before", "sentence-transformers"])
+def test_a_model_trained_with_the_prompt_counted_alone_is_encoded_so(
+    tmp_path: Path, origin: str
+) -> None:
+    """Where the pooling leaves the prompts out, a model is encoded with the count it was
+    trained with: a folder cselab saves records ``prompt_count: row``; one saved by an earlier
+    cselab (``pool_prompt: false`` without the record) or by sentence-transformers
+    (``include_prompt: false``) counted the prompt alone, and loads with that count, giving
+    sentence-transformers' vectors."""
+    from sentence_transformers import SentenceTransformer
+
+    enc = SentenceEncoder.from_pretrained(
+        str(_bpe_llama(tmp_path)), pooler="avg", pool_prompt=False, prompts=PROMPTS
+    )
+    folder = tmp_path / "m"
+    enc.save(folder)
+    meta_file = folder / "cselab.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["prompt_count"] == "row" and load(str(folder)).prompt_count == "row"
+    if origin == "cselab-before":
+        del meta["prompt_count"]
+        meta_file.write_text(json.dumps(meta))
+    else:
+        meta_file.unlink()
+    loaded = load(str(folder))
+    assert loaded.prompt_count == "alone" and not loaded.pooler.include_prompt
+    st = SentenceTransformer(str(folder), device="cpu")
+    texts = ["the cat sleeps on the mat", "a man plays the guitar"]
+    for name in PROMPTS:
+        theirs = st.encode(texts, prompt_name=name)
+        np.testing.assert_allclose(loaded.encode(texts, prompt_name=name), theirs, atol=1e-5)
+        assert np.abs(enc.encode(texts, prompt_name=name) - theirs).max() > 1e-3
+    loaded.save(tmp_path / "again")  # kept as it was trained
+    assert json.loads((tmp_path / "again" / "cselab.json").read_text())["prompt_count"] == "alone"

@@ -197,7 +197,7 @@ def build_trainer(
     # the first rank tokenises, under the entry's lock; the others then read its entry
     corpus, data = source.tokenize(
         encoder.tokenizer, model.max_seq_len, cache_dir=cache / "tokens",
-        pool_prompt=model.pool_prompt,
+        pool_prompt=model.pool_prompt, prompt_count=encoder.prompt_count,
     )  # fmt: skip
     dist_info = init_distributed(plan.device, timeout_s=tc.dist_timeout_s)
     if dist_info.is_main:

@@ -97,7 +97,9 @@ def prompt_length(tokenizer: Any, prompt: str | None) -> int:
     Qwen: ``Ġ``) and SentencePiece-style tokenizers (Llama 2, Mistral: ``▁``), but in a row it
     is part of the text's first word (``Ġthe``), which counting the prompt alone would leave
     out of the pooling. The count is exact when the tokenizer splits the prompt from the text
-    at their boundary (a prompt ending in a space or a colon, as common prompts do).
+    at their boundary (a prompt ending in a space or a colon, as common prompts do), and the
+    text's first token takes the space in (a text that begins with a digit, which Llama 3's
+    tokenizer splits from the space, pools the space's token too).
     """
     if not prompt:
         return 0
@@ -108,6 +110,24 @@ def prompt_length(tokenizer: Any, prompt: str | None) -> int:
         pairs = enumerate(zip(alone, row, strict=False))
         kept = min(kept, next((i for i, (a, b) in pairs if a != b), len(row)))
     return kept
+
+
+#: how a model counts its prompts' tokens when its pooling leaves them out: ``row``, what a
+#: row gives the prompt (:func:`prompt_length`; models cselab trains), or ``alone``, the prompt
+#: tokenised alone (:func:`prompt_alone_length`; sentence-transformers' count, and cselab's
+#: before it counted rows): a model is encoded with the count it was trained with
+PROMPT_COUNTS = ("row", "alone")
+
+
+def count_prompt(tokenizer: Any, prompt: str | None, rule: str = "row") -> int:
+    """The tokens of ``prompt`` at the start of a row by ``rule`` (:data:`PROMPT_COUNTS`)."""
+    if rule not in PROMPT_COUNTS:
+        raise ValueError(f"prompt count rule {rule!r}: expected one of {', '.join(PROMPT_COUNTS)}")
+    return (
+        prompt_length(tokenizer, prompt)
+        if rule == "row"
+        else prompt_alone_length(tokenizer, prompt)
+    )
 
 
 def prompt_alone_length(tokenizer: Any, prompt: str | None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.datakind import DataKind
-from ..core.prompts import prompt_length
+from ..core.prompts import count_prompt
 from .cache import tokenize_corpus, tokenize_pairs
 from .config import SENTENCE_PROMPT_COLUMN, DataConfig, is_pairs_source
 from .corpus import CorpusStats
@@ -69,13 +69,15 @@ class TrainingSource:
         max_seq_len: int,
         cache_dir: str | Path | None = None,
         pool_prompt: bool = True,
+        prompt_count: str = "row",
     ) -> tuple[TokenizedCorpus | TokenizedPairs, TrainingData]:
         """The token ids of every row (sentences and pairs alike through the token cache in
         ``cache_dir``), each column's ``data.prompts`` text before its own, and what the run
         says about its data. ``pool_prompt=False`` (``model.pool_prompt``): the batches carry
-        a ``pool_mask`` without the prompts' tokens."""
+        a ``pool_mask`` without the prompts' tokens, counted by ``prompt_count`` (the model's,
+        :data:`~cselab.core.prompts.PROMPT_COUNTS`)."""
         prompts = self.config.check_prompts(self.kind.pairs)
-        lengths = {k: prompt_length(tokenizer, v) for k, v in prompts.items()}
+        lengths = {k: count_prompt(tokenizer, v, prompt_count) for k, v in prompts.items()}
         if self.kind.pairs:
             c = self.config
             pairs, digest = tokenize_pairs(

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.prompts import exclude_prompt, prompt_length
+from ..core.prompts import count_prompt, exclude_prompt
 from .choices import BATCH_SIZE, PRECISIONS
 from .devices import PRECISION_NAMES, precision_dtype
 from .devices import autocast as autocast_to
@@ -280,8 +280,10 @@ def _flush(out: np.ndarray, order: np.ndarray, done: int, pending: list[torch.Te
 
 
 def _prompt_tokens(encoder: nn.Module, prompt: str) -> int:
-    """The tokens of ``prompt`` at the start of a row (:func:`~cselab.core.prompts.prompt_length`),
-    lowercased first where the encoder lowercases its text."""
+    """The tokens of ``prompt`` at the start of a row, counted as the model was trained
+    (``encoder.prompt_count``, :func:`~cselab.core.prompts.count_prompt`), lowercased first
+    where the encoder lowercases its text."""
     settings = getattr(encoder, "folder_settings", None)
     lower = bool(getattr(settings, "do_lower_case", False))
-    return prompt_length(encoder.tokenizer, prompt.lower() if lower else prompt)
+    rule = getattr(encoder, "prompt_count", "row")
+    return count_prompt(encoder.tokenizer, prompt.lower() if lower else prompt, rule)

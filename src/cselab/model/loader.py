@@ -65,7 +65,10 @@ def load(
 
     The folder's named prompts (``config_sentence_transformers.json``) are the model's
     :attr:`~SentenceEncoder.prompts` (``encode(prompt_name="query")``), and its ``include_prompt``
-    (or ``cselab.json``'s ``pool_prompt``) says whether the pooler reads their tokens.
+    (or ``cselab.json``'s ``pool_prompt``) says whether the pooler reads their tokens; where it
+    does not, their tokens are counted as the model was trained (``cselab.json``'s
+    ``prompt_count``; a sentence-transformers folder, or a cselab one saved before the count was
+    recorded: the prompt tokenised alone, :data:`~cselab.core.prompts.PROMPT_COUNTS`).
 
     ``bidirectional``: remove a decoder's causal mask (LLM2Vec); default: what ``cselab.json``
     records, else ``False``.
@@ -95,6 +98,10 @@ def load(
         # prompt on a cls folder) reads its own vector without it, as at inference after
         # mlp_only_train training
         mlp_only_train = bool(meta.get("mlp_only_train", False)) or kind != meta["pooler"]
+        # a folder that left its prompts out before cselab counted them as rows give them
+        # counted them alone: it is encoded as it was trained
+        pooled = meta.get("pool_prompt", True) is not False
+        kwargs.setdefault("prompt_count", meta.get("prompt_count", "row" if pooled else "alone"))
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, mlp_only_train=mlp_only_train,
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
@@ -119,6 +126,8 @@ def load(
             raise ModelFormatError(f"unknown pooler {kind!r}; choose one of {', '.join(POOLERS)}")
         # a folder's lasttoken mode reads the last token as tokenised, as sentence-transformers
         kwargs.setdefault("pool_prompt", settings.include_prompt or kind not in PROMPT_EXCLUDING)
+        # a sentence-transformers folder that leaves its prompts out was trained with its count
+        kwargs.setdefault("prompt_count", "row" if settings.include_prompt else "alone")
         encoder = SentenceEncoder.from_pretrained(
             str(local), pooler=kind, end_token=pooler is not None, **kwargs
         )

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.errors import ConfigError, ConfigSettingError, ModelFormatError
-from ..core.prompts import resolve_prompt
+from ..core.prompts import PROMPT_COUNTS, resolve_prompt
 from ..core.schema import from_dict
 from . import backbones, unpad
 from . import lora as adapters
@@ -92,6 +92,9 @@ class SentenceEncoder(nn.Module):
         # the user's named prompts (docs/prompts.md; not PromptBERT's template, ``prompt``)
         self.prompts: dict[str, str] = {}
         self.default_prompt_name: str | None = None
+        # how the prompts' tokens are counted where the pooling leaves them out: the count the
+        # model was trained with (cselab.core.prompts.PROMPT_COUNTS)
+        self.prompt_count = "row"
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooler = pooler
@@ -150,6 +153,7 @@ class SentenceEncoder(nn.Module):
         pool_prompt: bool = ModelConfig.pool_prompt,
         prompts: Mapping[str, str] | None = None,
         default_prompt_name: str | None = None,
+        prompt_count: str = "row",
     ) -> SentenceEncoder:
         """Load a backbone by Hub name or folder and attach a fresh pooler.
 
@@ -197,7 +201,8 @@ class SentenceEncoder(nn.Module):
 
         ``pool_prompt``, ``prompts``, ``default_prompt_name``: the user's prompts and whether
         the pooler reads their tokens (:class:`~cselab.model.config.ModelConfig`; checked by
-        its ``validate_prompts``).
+        its ``validate_prompts``); ``prompt_count``: how their tokens are counted where it does
+        not (:data:`~cselab.core.prompts.PROMPT_COUNTS`; ``row`` for a model trained now).
 
         A sentence-transformers folder's ``max_seq_length``, ``do_lower_case`` and ``Normalize``
         are read into :attr:`folder_settings`. Pickled weights (``pytorch_model.bin``) are
@@ -222,7 +227,7 @@ class SentenceEncoder(nn.Module):
                 trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
                 bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
                 end_token=end_token, pool_prompt=pool_prompt, prompts=prompts,
-                default_prompt_name=default_prompt_name,
+                default_prompt_name=default_prompt_name, prompt_count=prompt_count,
             )  # fmt: skip
         # the backbone of an older sentence-transformers folder sits in 0_Transformer/
         path = str(transformer_folder(Path(root)))
@@ -252,6 +257,7 @@ class SentenceEncoder(nn.Module):
             templates = Prompt(prompt or PromptConfig(), tokenizer)
         encoder = cls(backbone, tokenizer, head, max_seq_len, templates, end_token=end_token)
         encoder.prompts, encoder.default_prompt_name = settings.prompts, default_prompt_name
+        encoder.prompt_count = check_prompt_count(prompt_count)
         encoder.bidirectional = bool(bidirectional) and backbones.is_decoder(config)
         encoder.source = name_or_path
         encoder.folder_settings = read_folder_settings(Path(root))
@@ -544,6 +550,7 @@ class SentenceEncoder(nn.Module):
             meta["prompt"] = dataclasses.asdict(self.prompt.config)
         if not self.pooler.include_prompt:
             meta["pool_prompt"] = False
+            meta["prompt_count"] = self.prompt_count
         if self.has_adapters:
             meta["lora"] = {**adapters.adapter_settings(self.backbone), "base": self.lora_base}
         settings = dataclasses.replace(self.folder_settings, max_seq_length=self.inference_max_len)
@@ -563,3 +570,13 @@ class SentenceEncoder(nn.Module):
         finally:
             if causal is not None:
                 self.backbone.config.is_causal = causal
+
+
+def check_prompt_count(rule: str) -> str:
+    """``rule`` if it is one of :data:`~cselab.core.prompts.PROMPT_COUNTS`, else a
+    :class:`~cselab.core.errors.ConfigSettingError` naming it."""
+    if rule not in PROMPT_COUNTS:
+        raise ConfigSettingError(
+            "prompt_count", rule, f"{{setting}}: expected one of {', '.join(PROMPT_COUNTS)}"
+        )
+    return rule

@@ -253,8 +253,14 @@ def prompt_count_notes(tokenizer: Any, prompts: dict[str, str]) -> list[str]:
                 f"include_prompt=False it leaves the text's first {theirs - ours} token(s) out "
                 "of the pooling too, so its vectors with that prompt differ from cselab's"
             )
-            log.warning("%s", notes[-1])
+            if notes[-1] not in _WARNED:  # best/ is written again at every better score
+                _WARNED.add(notes[-1])
+                log.warning("%s", notes[-1])
     return notes
+
+
+#: the notes :func:`prompt_count_notes` has logged in this process
+_WARNED: set[str] = set()
 
 
 def write_model_folder(
@@ -282,7 +288,10 @@ def write_model_folder(
     layers = POOLER_MEANINGS[inference_pooler_name(pooler.kind, pooler.mlp_only_train)].layers
     if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
         notes.append(ADAPTER_LAYERS_NOT_REPRODUCED)
-    if not pooler.include_prompt:
+    # sentence-transformers' Pooling leaves the prompts out by its own count: said where that
+    # differs ("alone" is that count; its last token and cselab's own module are unaffected)
+    st_pooling = pooler.meaning.token in ("mean", "weightedmean") and not meta.get("bidirectional")
+    if st_pooling and not pooler.include_prompt and meta.get("prompt_count", "row") == "row":
         notes += prompt_count_notes(tokenizer, prompts[0])
     if notes:
         meta = {**meta, "sentence_transformers": "; ".join(notes)}
