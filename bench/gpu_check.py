@@ -1,6 +1,6 @@
-"""One command for a session that has a GPU: what cselab's training path does on it, in one report.
+"""One command for a machine that has a GPU: what cselab's training path does on it, in one report.
 
-Most sessions have no GPU, so the minutes of one that does must count. This script needs no
+GPU machines are lent for minutes, so the minutes must count. This script needs no
 network: the model is a random BERT (base, or large with ``--long``) built here with the real
 uncased WordPiece vocabulary (the tokenizer of all-MiniLM-L6-v2, which is BERT's), and the data
 is a folder made by ``--prepare`` (the wiki sample and STS-B, well under 64 MiB). The report
@@ -33,7 +33,7 @@ The sections, most decisive first (a run killed at the end of its slot keeps wha
 ``--quick`` runs ``tests/test_gpu.py`` only, fewer timed steps in the benchmark (10 after 3
 warm-up), and everything else but ``--long``: 7.4 minutes on an H200 at 53be2d1 (2026-11-28),
 before the graph tests grew to two minutes and the compiled section compiled instead of failing;
-expect 9 or more. ``--budget SECONDS`` fits the check to a slot (:class:`Budget`): no section
+expect 9 or more. ``--budget SECONDS`` fits the check to a machine's time (:class:`Budget`): no section
 runs past it and the ones it leaves out are named, so ``--quick --budget 280`` is the
 five-minute check, with the sections cut in the order above.
 ``--dry-run`` runs the sequence on the CPU with tiny shapes in under a minute, without the
@@ -58,6 +58,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from cselab.model.choices import BATCH_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -191,11 +194,13 @@ def wiki_file(data: Path, work: Path, lines: int | None) -> Path:
 
 # ------------------------------------------------------------------------------------- budget
 class Budget:
-    """The check's wall-clock budget (``--budget SECONDS``): a GPU slot's minutes, shared by
-    the sections in order. No subprocess runs past it (its timeout is capped at what is left,
-    and one stopped there is reported with the last lines it printed), and a section whose
-    least time (:data:`LEAST_SECONDS`) no longer fits is not started, so the report says
-    which sections the slot left out instead of the slot ending inside one."""
+    """The check's wall-clock budget (``--budget SECONDS``): a GPU machine's minutes, shared
+    by the sections in order. No subprocess runs past it (its timeout is capped at what is
+    left; one stopped there, with its own children, is reported with the last lines it
+    printed), and a section whose least time (:data:`LEAST_SECONDS`) no longer fits is not
+    started, so the report names the sections left out instead of the machine's time limit
+    ending inside one. The profile runs in this process and is not stopped once started: its
+    least time is what it took."""
 
     def __init__(self, seconds: float | None = None) -> None:
         self.deadline = None if seconds is None else time.perf_counter() + seconds
@@ -209,13 +214,13 @@ class Budget:
         return max(1.0, min(timeout, self.left()))
 
 
-#: the least seconds each section takes on an H200 (the 2026-11-28 runs: the gpu tests 123 s,
-#: the peer 38 s, the profile 45 s, the two cselab train runs 75 s, the LLM2Vec preset 43 s;
-#: compiling BERT-base's step for CUDA graphs at two batch shapes took over 90 s), below which
-#: :class:`Budget` does not start it
+#: the seconds each section took on an H200 (the 2026-11-28 runs: the gpu tests 123 s, the
+#: peer 38 s, the profile 45 s, the commands' device 16 s, the two cselab train runs 75 s, the
+#: LLM2Vec preset 43 s; the compiled step was still compiling after 240 s), below which
+#: :class:`Budget` does not start a section
 LEAST_SECONDS = {
-    "pytest": 60.0, "peer": 30.0, "compile": 90.0, "profile": 40.0, "device": 15.0,
-    "train": 60.0, "llm2vec": 40.0, "long": 600.0,
+    "pytest": 125.0, "peer": 40.0, "compile": 240.0, "profile": 50.0, "device": 20.0,
+    "train": 80.0, "llm2vec": 45.0, "long": 600.0,
 }  # fmt: skip
 
 #: the budget of this check (``--budget``; none by default)
@@ -302,16 +307,20 @@ def run_full(
     ``timeout`` or the check's :data:`BUDGET` is stopped, raising :class:`TimeoutError` with the
     last lines it printed."""
     start, limit = time.perf_counter(), BUDGET.cap(timeout)
+    # a session of its own: a stop ends its children too (pytest's, a cselab run's workers)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=env or os.environ.copy(), start_new_session=True,
+    )  # fmt: skip
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=limit, cwd=ROOT,
-            env=env or os.environ.copy(),
-        )  # fmt: skip
-    except subprocess.TimeoutExpired as err:
-        printed = "".join(_text(part) for part in (err.stdout, err.stderr))
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        printed = _text(out) + _text(err)
         why = "the check's budget (--budget)" if limit < timeout else "its time limit"
         raise TimeoutError(f"stopped after {limit:.0f} s, {why}:\n{tail(printed)}") from None
-    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
+    return proc.returncode, out + err, time.perf_counter() - start
 
 
 def _text(output: str | bytes | None) -> str:
@@ -656,7 +665,7 @@ def step_profile(
     dev_s, dev_n = time_dev_evaluation(
         trainer.encoder, data, plan, device, run_plan.eval_batch_size, run_plan.eval_precision
     )
-    fp32_s, _ = time_dev_evaluation(trainer.encoder, data, plan, device, 128, "fp32")
+    fp32_s, _ = time_dev_evaluation(trainer.encoder, data, plan, device, BATCH_SIZE, "fp32")
     eager = measured["eager"]
     graphs = measured.get("CUDA graphs")
     headline["real_step"] = (
@@ -667,7 +676,7 @@ def step_profile(
     )  # fmt: skip
     headline["dev_eval"] = (
         f"{dev_s:.3f} s ({dev_n} pairs; batches of {run_plan.eval_batch_size}, "
-        f"{run_plan.eval_precision}); batches of 128 in fp32: {fp32_s:.3f} s"
+        f"{run_plan.eval_precision}); batches of {BATCH_SIZE} in fp32: {fp32_s:.3f} s"
     )
 
     def per_variant(label: str, cell: Callable[[tuple[Any, ...]], str]) -> list[str]:
@@ -693,7 +702,7 @@ def step_profile(
         [f"dev evaluation ({dev_n} pairs; tokenised once, then timed), as the plan encodes "
          f"it: batches of {run_plan.eval_batch_size}, {run_plan.eval_precision}", *pad,
          f"{dev_s:.3f} s"],
-        ["dev evaluation in batches of 128, fp32", *pad, f"{fp32_s:.3f} s"],
+        [f"dev evaluation in batches of {BATCH_SIZE}, fp32", *pad, f"{fp32_s:.3f} s"],
         ["checkpoint: host copy (the step waits)", *pad,
          f"{copy_s:.3f} s ({snap.nbytes / 2**20:.0f} MiB)"],
         ["checkpoint: write (on a thread)", *pad, f"{write_s:.3f} s"],
@@ -881,7 +890,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", default="", help="comma-separated sections to skip: "
                    "pytest,peer,compile,profile,device,train,llm2vec,long")  # fmt: skip
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="wall-clock seconds for the whole check (a GPU slot's, less the "
+                   help="wall-clock seconds for the whole check (a GPU machine's, less the "
                    "install): no section runs past it, and one that no longer fits is left "
                    "out and named in the report")  # fmt: skip
     args = p.parse_args(argv)

@@ -371,9 +371,12 @@ def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_bes
     """A dev score that rises at every evaluation writes ``best/`` on the writer's thread each
     time; the disk filling up during the second write reaches the training loop as the one-line
     :class:`~.checkpoint.CheckpointWriteError` (the run stops, no ``last/``), and the first
-    ``best/`` is kept whole. Whether the failure is met at a logged step (``quick``) or only
-    when the next ``best/`` is submitted (``slow``: the write outlasts two steps), the selection
-    records the same best step: the one whose write failed is the last it knows of."""
+    ``best/`` is kept whole. Whether the failure is met at the next logged step (``quick``: the
+    write is over by then) or only when the next ``best/`` is submitted (``slow``: the write
+    lasts until the next evaluation has begun), the selection records the same best step: the
+    one whose write failed is the last it knows of (the next one's is rolled back)."""
+    import threading
+
     from cselab.app.train import build_trainer
     from cselab.config import load_config
     from cselab.model.encoder import SentenceEncoder, load
@@ -383,8 +386,15 @@ def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_bes
         "--eval.enabled=false", "--train.log_steps=1", "--train.report_to=[]",
     ]  # fmt: skip
     trainer = build_trainer(load_config(None, args))
-    scores = iter(range(100))
-    trainer.selection.evaluator = lambda encoder: float(next(scores))  # every one improves
+    scores, third = iter(range(100)), threading.Event()
+
+    def rising(encoder: object) -> float:  # every evaluation improves: steps 0, 2, 4, ...
+        score = float(next(scores))
+        if score == 2:  # step 4's, after step 2's best/ was submitted
+            third.set()
+        return score
+
+    trainer.selection.evaluator = rising
     real_save, first = SentenceEncoder.save, {}
 
     def disk_full_the_second_time(self, path):  # noqa: ANN001, ANN202
@@ -395,10 +405,19 @@ def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_bes
             return
         weights.write_bytes(b"trunc")
         if failure == "slow":
-            time.sleep(1.5)  # the next evaluation's submit waits for this write
+            assert third.wait(60)  # step 4's submit now waits for this write, and meets it
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(SentenceEncoder, "save", disk_full_the_second_time)
+    step = trainer.train_step
+
+    def after_the_write(batch):  # noqa: ANN001, ANN202
+        if failure == "quick" and trainer.step == 2:  # step 3 begins: step 2's write is over
+            while trainer.run.writer.busy:
+                time.sleep(0.01)
+        return step(batch)
+
+    monkeypatch.setattr(trainer, "train_step", after_the_write)
     out = tmp_path / "out"
     with pytest.raises(ckpt.CheckpointWriteError) as info:
         trainer.train()
@@ -407,5 +426,6 @@ def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_bes
         "the previous one is kept"
     )
     assert trainer.selection.best_step == 2 and not (out / "last").exists()
+    assert trainer.step == (3 if failure == "quick" else 4)  # where the failure was met
     assert (out / "best" / "model.safetensors").read_bytes() == first["weights"]
     load(str(out / "best")).encode(["a sentence"])  # whole: it loads

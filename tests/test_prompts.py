@@ -531,6 +531,7 @@ def test_retrieval_mining_and_mteb_choose_prompts_alike_through_a_view() -> None
     (``""``: none), else the model's saved ``query`` / ``document`` prompt, also through a view
     of the model (a Matryoshka prefix, a prompted encoder), which mining and MTEB did not see
     through before."""
+    pytest.importorskip("mteb")
     from cselab.evaluation.embed import at_dimension, query_document_prompts, with_prompt
     from cselab.evaluation.mteb import MTEBEncoder
     from cselab.evaluation.retrieval import RetrievalScorer
@@ -551,7 +552,6 @@ def test_retrieval_mining_and_mteb_choose_prompts_alike_through_a_view() -> None
         scorer = RetrievalScorer.__new__(RetrievalScorer)
         scorer.query_prompt, scorer.document_prompt = None, ""
         assert scorer.prompts(view) == ("query: ", "")
-        pytest.importorskip("mteb")
         assert MTEBEncoder(view).model_prompts == Model.prompts
     assert query_document_prompts(object(), None, None) == ("", "")
 
