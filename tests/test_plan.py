@@ -115,6 +115,13 @@ def test_a_run_saves_its_plan_and_runs_on_it(
     text = write_model_card(best, saved_config).read_text(encoding="utf-8")
     assert "every hard negative of the batch (1 per pair)" in text
     assert "| pairs |" in text
+    # a GPU run's dev scores are encoded under its autocast: the card says so by the score
+    assert "(cosine, ×100) is **81.50**" in write_model_card(
+        best, saved_config, plan=plan, selection_score=81.5, step=2
+    ).read_text(encoding="utf-8")
+    gpu = plan.replace(eval_precision="bf16")
+    text = write_model_card(best, saved_config, plan=gpu, selection_score=81.5, step=2)
+    assert "(cosine, ×100, encoded in bf16) is **81.50**" in text.read_text(encoding="utf-8")
 
 
 def test_a_resume_keeps_the_pooler_the_run_trained(tmp_path: Path, one_thread) -> None:

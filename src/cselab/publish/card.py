@@ -435,8 +435,10 @@ def write_model_card(
         else "No dev scores were logged (`train.eval_steps: 0` or evaluation disabled)."
     )
     at = f" at step {step}" if step is not None else ""
+    # a GPU run's dev set is encoded under the step's autocast (RunPlan.eval_precision)
+    encoded = "" if plan.eval_precision == "fp32" else f", encoded in {plan.eval_precision}"
     score = (
-        f" Its {dev.dataset} {dev.metric} (cosine, ×100) is **{selection_score:.2f}**."
+        f" Its {dev.dataset} {dev.metric} (cosine, ×100{encoded}) is **{selection_score:.2f}**."
         if selection_score is not None and math.isfinite(selection_score)
         else ""
     )
