@@ -37,7 +37,7 @@ import numpy as np
 DEFAULT_OUT = harness.RESULTS / "encode_benchmark.md"
 SIDES = ("peer fp32", "cselab fp32", "cselab-compiled fp32", "cselab-frozen fp32", "peer bf16",
          "cselab bf16")  # fmt: skip
-TARGET_FP32 = 1.8  # cselab / peer sentences/s in fp32 (issue 23)
+TARGET_FP32 = 1.8  # cselab / peer sentences/s in fp32 (the encoding target)
 
 
 def worker(args: argparse.Namespace, side: str, out: Path) -> dict[str, Any]:

@@ -44,7 +44,7 @@ DEFAULT_OUT = harness.RESULTS / "senteval_benchmark.md"
 SIDES = ("cselab", "senteval")
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 YEARS = STS_TASKS[:5]
-TARGET = 5.0  # SentEval's wall time / cselab's (issue 23)
+TARGET = 5.0  # SentEval's wall time / cselab's (the evaluation target)
 
 
 def senteval_worker(args: argparse.Namespace) -> None:

@@ -69,7 +69,7 @@ from harness import make_smoke_assets  # also imported from here by bench_corpus
 
 DEFAULT_OUT = harness.RESULTS / "train_benchmark.md"
 TARGETS = {"cselab fp32": 1.8}  # x the peer's (fp32) sentences/s over a whole epoch
-THROUGHPUT_TARGETS = {"fp32": 2.2, "bf16": 2.5}  # x the peer's sentences/s (issue 23's targets)
+THROUGHPUT_TARGETS = {"fp32": 2.2, "bf16": 2.5}  # x the peer's sentences/s (the training targets)
 MAX_STS_DROP = 0.3  # STS-B dev after training may be at most this much below the peer's
 SIDES = ("peer fp32", "cselab fp32", "cselab-compiled fp32",
          "peer bf16", "cselab bf16", "cselab-compiled bf16")  # fmt: skip

@@ -127,20 +127,49 @@ def test_full_dry_run_with_the_long_part(tmp_path: Path) -> None:
 def test_a_stopped_section_s_children_stop_with_it(tmp_path: Path) -> None:
     """A subprocess stopped at its time limit takes its own children with it (pytest's, a
     cselab run's), so nothing of a stopped section keeps the GPU busy."""
-    import os
-
     check = load_check()
     pid_file = tmp_path / "child.pid"
     cmd = ["bash", "-c", f"sleep 300 & echo $! > {pid_file}; echo started; wait"]
     with pytest.raises(TimeoutError, match=r"stopped after 2 s, its time limit:\nstarted"):
         check.run_full(cmd, timeout=2)
-    child = int(pid_file.read_text())
-    for _ in range(50):  # the kill is delivered at once; its reaping may take a moment
+    assert _gone(int(pid_file.read_text())), "the section's child still runs"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting to be reaped counts as ended)."""
+    import os
+
+    for _ in range(50):
         try:
-            os.kill(child, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_the_check_stopped_by_sigterm_stops_its_section_s_processes(tmp_path: Path) -> None:
+    """The machine's time limit (or ``timeout``) sends the check SIGTERM: the section running
+    then is stopped with its children, as at the check's own limit; and output that is not
+    UTF-8 is read, not a crash."""
+    import os
+    import signal
+    import subprocess
+
+    check = load_check()
+    code, out, _ = check.run_full(["bash", "-c", r"printf 'a\xffb'"], timeout=30)
+    assert code == 0 and out == "a\ufffdb"
+    pid_file = tmp_path / "child.pid"
+    script = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import gpu_check as c, signal\n"
+        "signal.signal(signal.SIGTERM, c._terminated)\n"
+        f"c.run_full(['bash', '-c', 'sleep 300 & echo $! > {pid_file}; wait'], timeout=600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    for _ in range(100):
+        if pid_file.is_file() and pid_file.read_text().strip():
             break
         time.sleep(0.1)
-    else:
-        state = Path(f"/proc/{child}/stat").read_text().split()[2]
-        assert state == "Z", f"the section's child {child} still runs ({state})"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _gone(int(pid_file.read_text())), "the section's child outlived the check"

@@ -345,9 +345,10 @@ def test_the_plan_resolves_how_the_dev_set_is_encoded(
 
 
 def test_a_resume_keeps_the_dev_encoding_its_scores_were_measured_with() -> None:
-    """A resumed run's plan (``previous``) gives the precision, and with ``eval.batch_size:
-    null`` the batch size, that its scores so far were measured with: a run begun before the
-    encoding was resolved (128, fp32) is not switched to 1024 and bf16 on a GPU."""
+    """A run resumed on the same kind of device takes its plan's (``previous``) precision, and
+    with ``eval.batch_size: null`` its batch size, that its scores so far were measured with: a
+    run begun before the encoding was resolved (128, fp32) is not switched to 1024 and bf16 on
+    a GPU. Resumed on the CPU, a GPU run's encoding is the CPU's."""
     from cselab.app.plan import dev_encoding
     from cselab.config.devset import resolve_dev_set
 
@@ -358,6 +359,9 @@ def test_a_resume_keeps_the_dev_encoding_its_scores_were_measured_with() -> None
     assert dev_encoding(None, "cuda:0", "bf16", stsb, old) == (128, "fp32")
     assert dev_encoding(64, "cuda:0", "bf16", stsb, old) == (64, "fp32")
     assert dev_encoding(None, "cuda:0", "bf16", stsb) == (1024, "bf16")
+    # a GPU run resumed on the CPU: the CPU's encoding, as its training precision is resolved
+    assert dev_encoding(None, "cpu", "fp32", stsb, _plan()) == (128, "fp32")
+    assert dev_encoding(None, "cuda:1", "bf16", stsb, _plan()) == (1024, "bf16")
 
 
 def _plan() -> RunPlan:

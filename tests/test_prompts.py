@@ -641,3 +641,28 @@ def test_a_model_trained_with_the_prompt_counted_alone_is_encoded_so(
         assert np.abs(enc.encode(texts, prompt_name=name) - theirs).max() > 1e-3
     loaded.save(tmp_path / "again")  # kept as it was trained
     assert json.loads((tmp_path / "again" / "cselab.json").read_text())["prompt_count"] == "alone"
+
+
+def test_a_bidirectional_model_leaves_its_prompt_out_in_sentence_transformers(
+    tmp_path: Path,
+) -> None:
+    """A bidirectional decoder (LLM2Vec's) whose pooling leaves the instruction out is saved
+    as cselab's own sentence-transformers module: ``SentenceTransformer(folder,
+    trust_remote_code=True)`` gives ``encode``'s vectors for each prompt name, the prompt's
+    tokens left out as cselab counts them."""
+    from sentence_transformers import SentenceTransformer
+
+    enc = SentenceEncoder.from_pretrained(
+        str(_bpe_llama(tmp_path)), pooler="avg", bidirectional=True, pool_prompt=False,
+        prompts=PROMPTS,
+    )  # fmt: skip
+    enc.save(tmp_path / "m")
+    st = SentenceTransformer(str(tmp_path / "m"), device="cpu", trust_remote_code=True)
+    texts = ["the cat sleeps on the mat", "a man plays the guitar"]
+    for name in PROMPTS:
+        ours = enc.encode(texts, prompt_name=name)
+        np.testing.assert_allclose(st.encode(texts, prompt_name=name), ours, atol=1e-5)
+        pooled = SentenceEncoder.from_pretrained(
+            str(tmp_path / "llama"), pooler="avg", bidirectional=True, prompts=PROMPTS
+        ).encode(texts, prompt_name=name)
+        assert np.abs(pooled - ours).max() > 1e-3  # leaving the prompt out matters here

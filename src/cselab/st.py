@@ -387,9 +387,18 @@ class SentenceEncoderModule(nn.Module):
     def preprocess(
         self, inputs: Iterable[str], prompt: str | None = None, **kwargs: Any
     ) -> dict[str, Tensor]:
-        """Token ids of each sentence alone (the pooler splices it into its template)."""
+        """Token ids of each sentence (the ``prompt`` pooler splices it into its template), after
+        ``prompt``; where the model leaves its prompts out of the pooling, a ``pool_mask``
+        without the prompt's tokens, counted as ``encode`` counts them."""
+        from .core.prompts import exclude_prompt
+        from .model.inference import prompt_tokens
+
         texts = [(prompt or "") + t for t in inputs]
-        return self.encoder.tokenize(texts, self.encoder.inference_max_len)
+        features = self.encoder.tokenize(texts, self.encoder.inference_max_len)
+        if prompt and not self.encoder.pooler.include_prompt:
+            skip = prompt_tokens(self.encoder, prompt)
+            features["pool_mask"] = exclude_prompt(features["attention_mask"], skip)
+        return features
 
     def tokenize(self, texts: Iterable[str], **kwargs: Any) -> dict[str, Tensor]:
         """:meth:`preprocess` under the name sentence-transformers < 6 calls."""
@@ -397,7 +406,10 @@ class SentenceEncoderModule(nn.Module):
 
     def forward(self, features: dict[str, Tensor], **kwargs: Any) -> dict[str, Tensor]:
         features["sentence_embedding"] = self.encoder(
-            features["input_ids"], features["attention_mask"], features.get("token_type_ids")
+            features["input_ids"],
+            features["attention_mask"],
+            features.get("token_type_ids"),
+            pool_mask=features.get("pool_mask"),
         )
         return features
 

@@ -87,16 +87,18 @@ def dev_encoding(
     pairs) are encoded under the step's autocast (bf16 where the run trains in bf16, as
     Hugging Face's Trainer evaluates under ``bf16=True``): in fp32 without TF32 a BERT-base
     forward of STS-B dev is compute-bound at a quarter of a second. On the CPU, and for a BEIR
-    folder (encoded through ``encode()``), it stays fp32. A resumed run (``previous``, its
-    plan) keeps the precision its scores so far were measured in, and its batch size where
-    ``eval.batch_size`` is ``null`` (a plan saved before the encoding was resolved: 128, fp32).
+    folder (encoded through ``encode()``), it stays fp32. A run resumed on the same kind of
+    device (``previous``, its plan) keeps the precision its scores so far were measured in,
+    and its batch size where ``eval.batch_size`` is ``null`` (a plan saved before the encoding
+    was resolved: 128, fp32); on another kind (a GPU run resumed on the CPU) it is resolved
+    afresh, as the training precision is.
     """
-    if previous is not None:
-        return batch_size or previous.eval_batch_size, previous.eval_precision
     gpu_run = is_gpu(torch.device(device))
+    pairs = dev is not None and dev.kind != "retrieval"
+    if previous is not None and is_gpu(torch.device(previous.device)) == gpu_run:
+        return batch_size or previous.eval_batch_size, previous.eval_precision if pairs else "fp32"
     stsb = dev is not None and dev.kind == STSB
     size = batch_size or (GPU_EVAL_BATCH_SIZE if gpu_run and stsb else BATCH_SIZE)
-    pairs = dev is not None and dev.kind != "retrieval"
     return size, precision if gpu_run and pairs else "fp32"
 
 

@@ -140,9 +140,10 @@ class EvalConfig:
 
     Attributes:
         data_dir: SentEval ``data/downstream`` folder (default: ``$CSELAB_DATA`` or user cache).
-        batch_size: encoding batch size for the dev set; ``null`` (the default): 128 on the
-            CPU, 1024 on a GPU (a GPU's dev evaluation waits on the host launching each batch's
-            kernels: a few large batches; :func:`cselab.app.plan.dev_encoding`).
+        batch_size: encoding batch size for the dev set; ``null`` (the default): 1024 for
+            STS-B dev on a GPU (its short sentences in a few large batches: a GPU's dev
+            evaluation waits on the host launching each batch's kernels), else 128; a resumed
+            run keeps its own (:func:`cselab.app.plan.dev_encoding`).
         enabled: evaluate during training (STS-B dev Spearman, ×100; best checkpoint kept).
         dev: what model selection scores: ``stsb`` (STS-B dev, as SimCSE), the path of your own
             STS-format pairs (``.tsv``/``.csv`` with a header, ``.jsonl``, or a ``datasets``

@@ -62,9 +62,9 @@ class RunPlan:
             eagerly), ``train.compile``/``train.compile_mode: null`` resolved for the device
             (:func:`cselab.app.plan.compile_mode`).
         eval_batch_size: the dev set's encoding batch, ``eval.batch_size: null`` resolved for
-            the device (:func:`cselab.app.plan.dev_encoding`).
-        eval_precision: the precision the dev set is encoded in: the run's on a GPU, ``fp32``
-            on the CPU (:func:`cselab.app.plan.dev_encoding`).
+            the device and the dev set (:func:`cselab.app.plan.dev_encoding`).
+        eval_precision: the precision the dev set is encoded in: the run's for STS pairs on a
+            GPU, else ``fp32`` (:func:`cselab.app.plan.dev_encoding`).
     """
 
     train_file: str

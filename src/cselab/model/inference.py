@@ -214,7 +214,7 @@ def _encode(
     if prompt:  # the sentences as the model reads them; the order sorts them alike
         sentences = [prompt + s for s in sentences]
     # the prompt's own tokens, left out of the pooling (model.pool_prompt: false)
-    skip = 0 if not prompt or encoder.pooler.include_prompt else _prompt_tokens(encoder, prompt)
+    skip = 0 if not prompt or encoder.pooler.include_prompt else prompt_tokens(encoder, prompt)
     order = _order(sentences)
     # tokenised batch by batch: the host makes the next batch while the device runs this one
     limit = _limit(encoder, max_seq_len)
@@ -279,7 +279,7 @@ def _flush(out: np.ndarray, order: np.ndarray, done: int, pending: list[torch.Te
     return done + len(rows)
 
 
-def _prompt_tokens(encoder: nn.Module, prompt: str) -> int:
+def prompt_tokens(encoder: nn.Module, prompt: str) -> int:
     """The tokens of ``prompt`` at the start of a row, counted as the model was trained
     (``encoder.prompt_count``, :func:`~cselab.core.prompts.count_prompt`), lowercased first
     where the encoder lowercases its text."""

@@ -289,7 +289,8 @@ def write_model_folder(
     if layers != LAST_LAYER and not (out / "config.json").is_file():  # adapters: no config.json
         notes.append(ADAPTER_LAYERS_NOT_REPRODUCED)
     # sentence-transformers' Pooling leaves the prompts out by its own count: said where that
-    # differs ("alone" is that count; its last token and cselab's own module are unaffected)
+    # differs ("alone" is that count; the last token is unaffected, and cselab's own module,
+    # a bidirectional model's, counts as cselab does)
     st_pooling = pooler.meaning.token in ("mean", "weightedmean") and not meta.get("bidirectional")
     if st_pooling and not pooler.include_prompt and meta.get("prompt_count", "row") == "row":
         notes += prompt_count_notes(tokenizer, prompts[0])
