@@ -71,6 +71,7 @@ from typing import Any
 
 import torch
 
+from cselab.io.runfolder import RunFolder
 from cselab.model.choices import BATCH_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,7 +433,7 @@ def step_train(
         code, tail, wall = run(cmd, timeout=900)
         if code != 0:
             raise RuntimeError(f"cselab train ({name}) exited {code}:\n{tail}")
-        r = json.loads((out / "results.json").read_text())
+        r = json.loads(RunFolder(out).results.read_text())
         outside = r["eval_time_s"] + r["checkpoint_time_s"]
         rows.append([
             name, r["precision"], r.get("compile_mode") or "eager", r["steps"], round(wall, 1),
@@ -795,7 +796,7 @@ def step_llm2vec(
     code, out_text, wall = run(cmd, timeout=600)
     if code != 0:
         raise RuntimeError(f"cselab train llm2vec-simcse-llama3-8b exited {code}:\n{out_text}")
-    r = json.loads((out / "results.json").read_text())
+    r = json.loads(RunFolder(out).results.read_text())
     d, i, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
     kv = d // shape["num_attention_heads"] * shape["num_key_value_heads"]
     n = layers * (2 * d * d + 2 * d * kv + 3 * d * i)

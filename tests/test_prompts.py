@@ -639,6 +639,8 @@ def test_a_model_trained_with_the_prompt_counted_alone_is_encoded_so(
         theirs = st.encode(texts, prompt_name=name)
         np.testing.assert_allclose(loaded.encode(texts, prompt_name=name), theirs, atol=1e-5)
         assert np.abs(enc.encode(texts, prompt_name=name) - theirs).max() > 1e-3
+    with pytest.raises(ConfigError, match=r"prompt_count='words'.*expected one of row, alone"):
+        load(str(folder), prompt_count="words")
     loaded.save(tmp_path / "again")  # kept as it was trained
     assert json.loads((tmp_path / "again" / "cselab.json").read_text())["prompt_count"] == "alone"
 

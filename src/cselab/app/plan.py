@@ -29,12 +29,12 @@ from ..data.source import TrainingSource
 from ..io.readers import read_json
 from ..model.backbones import default_pooler
 from ..model.choices import BATCH_SIZE
-from ..model.devices import gpu, is_gpu
+from ..model.devices import gpu, is_gpu, precision_name
 from ..model.encoder import SentenceEncoder
 from ..model.lora import adapter_settings, is_adapter_folder
 from ..model.st_folder import recorded_settings, transformer_folder
 from ..training.distributed import DistInfo
-from ..training.runtime import autocast_dtype, pick_device, precision_name
+from ..training.runtime import autocast_dtype, pick_device
 
 log = logging.getLogger("cselab")
 

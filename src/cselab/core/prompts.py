@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigSettingError
 
 #: the saved prompts that retrieval evaluation and mining use for queries and documents
 QUERY = "query"
@@ -119,10 +119,19 @@ def prompt_length(tokenizer: Any, prompt: str | None) -> int:
 PROMPT_COUNTS = ("row", "alone")
 
 
+def check_prompt_count(rule: str) -> str:
+    """``rule`` if it is one of :data:`PROMPT_COUNTS`, else a
+    :class:`~cselab.core.errors.ConfigSettingError` naming it."""
+    if rule not in PROMPT_COUNTS:
+        raise ConfigSettingError(
+            "prompt_count", rule, f"{{setting}}: expected one of {', '.join(PROMPT_COUNTS)}"
+        )
+    return rule
+
+
 def count_prompt(tokenizer: Any, prompt: str | None, rule: str = "row") -> int:
     """The tokens of ``prompt`` at the start of a row by ``rule`` (:data:`PROMPT_COUNTS`)."""
-    if rule not in PROMPT_COUNTS:
-        raise ValueError(f"prompt count rule {rule!r}: expected one of {', '.join(PROMPT_COUNTS)}")
+    check_prompt_count(rule)
     return (
         prompt_length(tokenizer, prompt)
         if rule == "row"

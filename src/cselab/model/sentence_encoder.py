@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.errors import ConfigError, ConfigSettingError, ModelFormatError
-from ..core.prompts import PROMPT_COUNTS, resolve_prompt
+from ..core.prompts import check_prompt_count, resolve_prompt
 from ..core.schema import from_dict
 from . import backbones, unpad
 from . import lora as adapters
@@ -570,13 +570,3 @@ class SentenceEncoder(nn.Module):
         finally:
             if causal is not None:
                 self.backbone.config.is_causal = causal
-
-
-def check_prompt_count(rule: str) -> str:
-    """``rule`` if it is one of :data:`~cselab.core.prompts.PROMPT_COUNTS`, else a
-    :class:`~cselab.core.errors.ConfigSettingError` naming it."""
-    if rule not in PROMPT_COUNTS:
-        raise ConfigSettingError(
-            "prompt_count", rule, f"{{setting}}: expected one of {', '.join(PROMPT_COUNTS)}"
-        )
-    return rule

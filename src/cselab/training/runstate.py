@@ -114,11 +114,12 @@ class RunTotals:
         """The totals a checkpoint's ``extra`` holds (only the wall time from a checkpoint
         written before the others were kept)."""
         times = extra.get("times") or {}
-        return cls(float(extra["elapsed"]), float(times.get("train_s", 0.0)),
-                   int(times.get("sentences", 0)), float(times.get("eval_s", 0.0)),
-                   float(times.get("checkpoint_s", 0.0)), int(times.get("tokens", 0)),
-                   int(times.get("padded_tokens", 0)),
-                   float(times.get("counted_s", 0.0)))  # fmt: skip
+        kept = {  # each total as its field's type; one a checkpoint lacks at its default
+            f.name: type(f.default)(times.get(f.name, f.default))
+            for f in dataclasses.fields(cls)
+            if f.name != "wall_s"
+        }
+        return cls(wall_s=float(extra["elapsed"]), **kept)
 
 
 class RunState:
