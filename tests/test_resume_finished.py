@@ -67,6 +67,31 @@ def test_a_retried_command_on_a_finished_run_succeeds_and_writes_nothing(
         assert folder_state(out) == before
 
 
+def test_a_finished_run_s_resume_does_not_load_the_model(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    """``cselab train ... --train.resume=true`` on a finished run answers from the folder
+    before the model is loaded (minutes and gigabytes for a decoder LLM): the same exit, the
+    same printed summary, nothing written; a run stopped before ``results.json`` still loads
+    it and writes its end."""
+    from cselab.model.sentence_encoder import SentenceEncoder
+
+    argv = [*train_args(tiny_bert, tmp_path), "--train.resume=true"]
+    assert main(argv) == 0
+    out = RunFolder(tmp_path / "out")
+    before = folder_state(out.path)
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(SentenceEncoder, "from_config", no_load)
+    assert main(argv) == 0
+    assert folder_state(out.path) == before
+    out.results.unlink()  # stopped between its last checkpoint and its end
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        main(argv)
+
+
 def test_a_run_stopped_before_its_results_writes_them_on_resume(
     tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, one_thread: None
 ) -> None:

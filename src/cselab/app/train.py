@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from ..config import Config, load_config
+from ..config.devset import DevSet
 from ..config.plan import RunPlan
 from ..core.datakind import DataKind
 from ..core.errors import ConfigError
@@ -130,20 +131,27 @@ def check_dropout_noise(encoder: SentenceEncoder, kind: DataKind, dropout: float
     log.warning("model.dropout=%s: the two views of each sentence are the same vector", dropout)
 
 
-def build_trainer(
-    config: Config,
-    callbacks: Sequence[Callback] = (),
-    hold: contextlib.ExitStack | None = None,
-    *,
-    defer_push: bool = False,
-) -> Trainer:
-    """Everything :func:`train` sets up, without running the loop.
+@dataclasses.dataclass
+class OpenRun:
+    """What :func:`open_run` found before any heavy work: this process's place in the run,
+    the dev set and its evaluator, the cache, the interrupted run's plan (on resume), the
+    training file, and the results of a run that had already finished (``None`` otherwise)."""
 
-    ``hold``: where the main process keeps the output folder's lock, taken before the folder is
-    checked; :func:`train` passes a stack that lives as long as the run. Without it no lock is
-    taken (the caller owns the folder). ``defer_push``: ``train.push_to_hub``'s upload waits for
-    :func:`train` to call it after the process group is destroyed (:class:`PushCallback`).
-    """
+    here: DistInfo
+    dev: DevSet | None
+    evaluator: Evaluator | None
+    cache: Path
+    previous: RunPlan | None
+    train_file: Path
+    finished: dict[str, Any] | None
+
+
+def open_run(config: Config, hold: contextlib.ExitStack | None = None) -> OpenRun:
+    """The checks before any heavy work (the batch against the ranks, the dev file, the cache
+    folder, the output folder under its lock, a named corpus fetched), in that order, and on
+    resume the interrupted run's resolved facts and whether it had already finished
+    (:func:`~cselab.training.rundir.finished_results`, read by every rank from the folder:
+    the process group does not exist yet). ``hold``: as :func:`build_trainer`'s."""
     tc = config.train
     config.checked()  # a config built in Python fails before any work
     here = dist_from_env()  # the process group forms once the heavy work is done
@@ -176,6 +184,33 @@ def build_trainer(
             Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),
             tc.resume, tc.overwrite,
         )  # fmt: skip
+    # a finished run's resume is known here, before minutes go into loading a large model
+    finished = rundir.finished_results(Path(tc.output_dir)) if tc.resume else None
+    return OpenRun(here, dev, evaluator, cache, previous, train_file, finished)
+
+
+def build_trainer(
+    config: Config,
+    callbacks: Sequence[Callback] = (),
+    hold: contextlib.ExitStack | None = None,
+    *,
+    defer_push: bool = False,
+    opened: OpenRun | None = None,
+) -> Trainer:
+    """Everything :func:`train` sets up, without running the loop.
+
+    ``hold``: where the main process keeps the output folder's lock, taken before the folder is
+    checked; :func:`train` passes a stack that lives as long as the run. Without it no lock is
+    taken (the caller owns the folder). ``defer_push``: ``train.push_to_hub``'s upload waits for
+    :func:`train` to call it after the process group is destroyed (:class:`PushCallback`).
+    ``opened``: :func:`open_run`'s checks, done already (else done here). A finished run's
+    trainer loads its model and returns the results from :meth:`Trainer.train`; :func:`train`
+    returns them without loading it.
+    """
+    tc = config.train
+    opened = opened or open_run(config, hold)
+    here, dev, evaluator, cache = opened.here, opened.dev, opened.evaluator, opened.cache
+    train_file, previous = opened.train_file, opened.previous
     # The run's facts, once: the data kind (a pairs file's columns checked before the model),
     # the dev set, device, precision, pooler; the load finishes the plan, and nothing after
     # that derives them again (the config is never changed).
@@ -351,7 +386,14 @@ def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> di
     config = load_config(config) if not isinstance(config, Config) else config.checked()
     with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
         try:
-            trainer = build_trainer(config, callbacks, hold, defer_push=True)
+            opened = open_run(config, hold)
+            if opened.finished is not None:  # nothing to do: said, and the model never loaded
+                if opened.here.is_main:
+                    step = opened.finished["steps"]
+                    tc = config.train
+                    rundir.say_finished(Path(tc.output_dir), step, tc.push_to_hub, tc.save_merged)
+                return opened.finished if opened.here.is_main else {}
+            trainer = build_trainer(config, callbacks, hold, defer_push=True, opened=opened)
             results = trainer.train()
         finally:
             shutdown_distributed()  # only if init_distributed created the process group

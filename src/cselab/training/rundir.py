@@ -23,8 +23,9 @@ at ``train.output_dir``:
 
 A resume whose checkpoint is at the run's last step in a folder that holds ``results.json`` is
 of a run that already finished (a retry loop, a scheduler that reruns a job that had ended):
-:func:`finished_results` gives the first run's results, and the trainer returns them without
-writing anything (``results.json`` with its times, ``config.yaml``, ``plan.json``, the models
+:func:`finished_results` gives the first run's results, and :func:`cselab.app.train.train`
+returns them before the model is loaded (a trainer built by hand, after), without writing
+anything (``results.json`` with its times, ``config.yaml``, ``plan.json``, the models
 and their cards stay byte for byte). A run stopped after its last checkpoint but before its
 ``results.json`` is not finished: its resume writes the end of the run. A finished run cannot be
 made longer by a resume: ``train.max_steps`` and ``train.epochs`` are not :data:`RESUMABLE_KEYS`
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import UserError
+from ..core.errors import DataFormatError, UserError
 from ..core.schema import ConfigError, drop_removed
 from ..io.readers import read_json
 from ..io.runfolder import RunFolder
@@ -164,14 +165,44 @@ def prepare_output_dir(
     log.info("train.overwrite: removed the previous run in %s (%s)", folder, ", ".join(found))
 
 
-def finished_results(folder: Path, step: int, total_steps: int) -> dict[str, Any] | None:
+def finished_results(
+    folder: Path, step: int | None = None, total_steps: int | None = None
+) -> dict[str, Any] | None:
     """The results of the finished run in ``folder`` that a resume at ``step`` of a run of
     ``total_steps`` steps would only repeat (see the module doc): its ``results.json``, or
-    ``None`` when there are steps left or the run never wrote it. An unreadable
-    ``results.json`` raises :class:`~cselab.core.errors.DataFormatError` naming it."""
-    if step < total_steps:
+    ``None`` when there are steps left or the run never wrote it. Without ``step``, the step
+    of the folder's checkpoint; without ``total_steps``, the steps ``results.json`` names (it
+    is written once, at the run's end): so :func:`cselab.app.train.train` knows before the
+    model is loaded. An unreadable ``results.json`` raises
+    :class:`~cselab.core.errors.UserError` naming it and saying how to write the end again."""
+    run = RunFolder(folder)
+    if step is None:
+        if not run.checkpoint_file.is_file():
+            return None
+        step = int(read_metadata(run.checkpoint_file)["step"])
+    if total_steps is not None and step < total_steps:
         return None
-    return read_json(RunFolder(folder).results)
+    try:
+        results = read_json(run.results)
+    except DataFormatError as err:
+        raise UserError(f"{err}; remove it and resume again to write the run's end") from None
+    if results is None or step < int(results.get("steps", step + 1)):
+        return None
+    return results
+
+
+def say_finished(folder: Path, step: int, push_to_hub: str | None, save_merged: bool) -> None:
+    """Log that the run in ``folder`` had finished at ``step``, in one line, and the command
+    for each end a finished run does not run again (``push_to_hub``'s upload, ``save_merged``'s
+    merge when ``merged/`` is missing)."""
+    log.info("%s: run already finished at step %d; nothing to do", folder, step)
+    run, wanted = RunFolder(folder), []
+    if push_to_hub:
+        wanted.append(f"cselab push {run.path / RunFolder.BEST} {push_to_hub}")
+    if save_merged and not run.merged.exists():
+        wanted.append(f"cselab merge {run.path} -o {run.merged}")
+    for command in wanted:
+        log.warning("a finished run does not run its end again; for that: %s", command)
 
 
 def adopt_resolved_on_load(config: Any, folder: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import torch
 
 from ..config import Config
 from ..config.plan import RunPlan
-from ..core.errors import DataFormatError, UserError
+from ..core.errors import UserError
 from ..io.runfolder import RunFolder
 from ..model.devices import is_gpu
 from ..model.encoder import SentenceEncoder
@@ -39,7 +39,7 @@ from .checkpoint import (
 from .distributed import DistInfo, all_gather_objects, broadcast_object
 from .optim import Optimization
 from .rng import RNGState, dropout_seed, seed_everything
-from .rundir import finished_results
+from .rundir import finished_results, say_finished
 from .selection import ModelSelection
 from .task import Task
 
@@ -246,30 +246,25 @@ class RunState:
         """Collective: the results of the run in this folder if a resume at ``step`` finds it
         finished (:func:`~.rundir.finished_results`: its checkpoint at the last step and its
         ``results.json`` written; rank 0 reads them, ``{}`` on the other ranks), logged in
-        one line; else ``None``. A finished run's resume writes nothing: an upload or a merge
-        asked for now is named as the command that does it. An unreadable ``results.json``
-        stops every rank with one line saying how to write the end again.
+        one line (:func:`~.rundir.say_finished`); else ``None``. A finished run's resume writes
+        nothing. An unreadable ``results.json`` stops every rank with one line saying how to
+        write the end again. (:func:`cselab.app.train.train` asks the folder the same before
+        the model is loaded; this is the check of a trainer built by hand.)
         """
         found, error = None, None
         if self.dist.is_main:
             try:
                 found = finished_results(self.folder.path, step, total_steps)
-            except DataFormatError as err:
-                error = f"{err}; remove it and resume again to write the run's end"
+            except UserError as err:
+                error = str(err)
         done, error = broadcast_object((found is not None, error))
         if error:
             raise UserError(error)  # on every rank: none waits in a collective for rank 0
         if not done:
             return None
         if self.dist.is_main:
-            log.info("%s: run already finished at step %d; nothing to do", self.folder.path, step)
-            tc, run, wanted = self.config.train, self.folder.path, []
-            if tc.push_to_hub:
-                wanted.append(f"cselab push {run / RunFolder.BEST} {tc.push_to_hub}")
-            if tc.save_merged and not self.folder.merged.exists():
-                wanted.append(f"cselab merge {run} -o {self.folder.merged}")
-            for command in wanted:
-                log.warning("a finished run does not run its end again; for that: %s", command)
+            tc = self.config.train
+            say_finished(self.folder.path, step, tc.push_to_hub, tc.save_merged)
         return found or {}
 
     def check_resumed_precision(self, path: Path, saved: str | None) -> None:
