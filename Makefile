@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared/data
 
-.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu bench-backbones bench-lora-memory gpu-check gpu-check-dry clean
+.PHONY: setup test test-all lint format demo bench-train bench-encode bench-eval bench-objectives bench-gpu bench-backbones bench-lora-memory gpu-check gpu-check-dry gpu-pack clean
 
 # The stamp is written only after every install step succeeded: `python -m venv` creates
 # bin/activate first, so a target on it would count a failed install as done.
@@ -69,6 +69,14 @@ GPU_DATA ?= /tmp/cselab-gpu-data
 gpu-check: setup
 	test -d $(GPU_DATA) || $(BIN)/python bench/gpu_check.py --prepare $(GPU_DATA)
 	$(BIN)/python bench/gpu_check.py --data $(GPU_DATA) --out gpu_check.md
+
+# What an offline GPU machine needs, in the ignored .gpu/: the workplace's pack (data, tokenizer,
+# wheels) and this venv's versions of the Hugging Face stack the carried transformers imports.
+# Then, there: bash .gpu/run.sh --quick --budget SECONDS
+gpu-pack: setup
+	bash ../shared/gpu/prepare.sh
+	$(BIN)/python bench/gpu_wheels.py .gpu/whl
+	du -sh .gpu
 
 # The same sequence on the CPU with tiny shapes (what CI runs through tests/test_gpu_check.py).
 gpu-check-dry: setup

@@ -443,7 +443,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--compile-mode",
         default=None,
         choices=["default", "reduce-overhead", "max-autotune"],
-        help="with --compile (default: reduce-overhead on a GPU, as train.compile)",
+        help="with --compile (default: what train.compile_mode: null resolves to; "
+        "reduce-overhead: CUDA graphs)",
     )
     p.add_argument("--peer-compile", action="store_true", help="torch.compile the peer's model")
     p.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
@@ -507,6 +508,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row["speedup"] = row["peer"]["step_s"] / row["cselab"]["step_s"]
             report["results"].append(row)
             print(json.dumps(row, default=str), flush=True)
+            if args.out:  # each row as it is measured: a run stopped later keeps it
+                harness.write_json(args.out, report)
         if args.gradcache_chunks:
             report["gradcache"] = bench_gradcache(
                 folder, args, max(args.batch_sizes), args.gradcache_chunks

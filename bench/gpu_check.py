@@ -16,17 +16,18 @@ The sections, most decisive first (a run killed at the machine's time limit keep
    report; needs pytest (the dev install), else "not run";
 2. the step's throughput beside sentence-transformers' recipe on the same GPU
    (``bench/bench_gpu.py``, batch 64 and 512, GradCache chunks 64 and 128 at 512);
-3. the same step in CUDA graphs (``--compile --compile-mode reduce-overhead``: the trainer's
-   ``train.compile_mode=reduce-overhead``), GradCache chunk 64 at 512 included;
-4. a 20-step profile of the real step on wiki batches, in CUDA graphs and eagerly: step time,
+3. a 20-step profile of the real step on wiki batches, in CUDA graphs and eagerly: step time,
    kernels per step and GPU idle time (``torch.profiler``), the eager step's host syncs and
    operators (counted in a separate step, outside any timing), model FLOP utilisation, a
    checkpoint's cost, and one dev evaluation as the trainer runs it;
-5. ``cselab encode`` without ``--device``: the device ``auto`` chose;
-6. ``cselab train`` for 250 steps on the wiki sentences at the defaults (``precision: auto``),
+4. the same step in CUDA graphs (``--compile --compile-mode reduce-overhead``: the trainer's
+   ``train.compile_mode=reduce-overhead``), GradCache chunks 64 and 128 at 512 included (its
+   compiling is open-ended: under ``--budget`` it leaves the later sections their least time);
+5. ``cselab train`` for 250 steps on the wiki sentences at the defaults (``precision: auto``),
    with CUDA graphs (``train.compile_mode=reduce-overhead``) and (not ``--quick``) in plain
    fp32, each timed end to end as a process, with results.json's split of the time;
-7. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
+6. the LLM2Vec SimCSE preset on a random decoder of Qwen2-0.5B's shape (sentences/s, MFU);
+7. ``cselab encode`` without ``--device``: the device ``auto`` chose;
 8. with ``--long`` (about 30 minutes): BERT-large at batch 512 with and without GradCache
    chunks, peak memory, and ``train.compile``.
 
@@ -126,6 +127,8 @@ DRY_PLAN = Plan(TINY, 8, 4, 2, 3, 400, TINY, 16, 4, 2, 64, TINY_DECODER, 4, 2)
 #: The headline rows, in the report's first table: (key, what is measured, target).
 HEADLINE = (
     ("gradcache_test", "`test_gradcache_on_the_gpu_equals_the_plain_step`", "passes"),
+    ("graph_tests", "the step in CUDA graphs equal to the eager one (`tests/test_gpu.py`, the "
+     "tests named `cuda_graphs`: they decide `GRAPHS_BY_DEFAULT`)", "all pass"),
     ("step64", "BERT-base bf16 step, batch 64 (`bench_gpu.py`, 32 tokens): ms, × the ST "
      "recipe's speed, MFU", "≤ 16 ms, ≥ 4×"),
     ("real_step", "the real step on wiki batches of 64 (profile): ms; GPU idle; kernels; "
@@ -206,14 +209,17 @@ class Budget:
 
     def __init__(self, seconds: float | None = None) -> None:
         self.deadline = None if seconds is None else time.perf_counter() + seconds
+        #: seconds held back for the sections after the running one (:meth:`Report.section`)
+        self.reserve = 0.0
 
     def left(self) -> float:
         """Seconds left (``inf`` without a budget)."""
         return math.inf if self.deadline is None else self.deadline - time.perf_counter()
 
     def cap(self, timeout: float) -> float:
-        """A subprocess's ``timeout``, cut to what is left (at least a second)."""
-        return max(1.0, min(timeout, self.left()))
+        """A subprocess's ``timeout``, cut to what is left less :attr:`reserve` (at least a
+        second)."""
+        return max(1.0, min(timeout, self.left() - self.reserve))
 
 
 #: the seconds each section took on an H200 (the 2026-11-28 runs: the gpu tests 123 s, the
@@ -224,6 +230,10 @@ LEAST_SECONDS = {
     "pytest": 125.0, "peer": 40.0, "compile": 360.0, "profile": 50.0, "device": 20.0,
     "train": 80.0, "llm2vec": 45.0, "long": 600.0,
 }  # fmt: skip
+
+#: the sections whose length is open (compiling took from 4 to over 10 minutes): under a
+#: budget they leave the sections after them their :data:`LEAST_SECONDS`
+OPEN_ENDED = frozenset({"compile"})
 
 #: the budget of this check (``--budget``; none by default)
 BUDGET = Budget()
@@ -249,9 +259,12 @@ class Report:
         self.parts.append(text.rstrip() + "\n")
         self.write()
 
-    def section(self, title: str, body: Callable[[], str], least: float = 0.0) -> None:
+    def section(
+        self, title: str, body: Callable[[], str], least: float = 0.0, reserve: float = 0.0
+    ) -> None:
         """Run one section and add its text; ``least``: the seconds it needs at the least (not
-        started when :data:`BUDGET` has less left)."""
+        started when :data:`BUDGET` has less left); ``reserve``: the seconds its subprocesses
+        leave for the sections after it, never cutting it below ``least``."""
         if BUDGET.left() < least:
             self.left_out.append(title)
             left = max(0.0, BUDGET.left())
@@ -263,11 +276,14 @@ class Report:
             return
         print(f"== {title}", flush=True)
         start = time.perf_counter()
+        BUDGET.reserve = min(reserve, max(0.0, BUDGET.left() - least))
         try:
             text = body()
         except Exception as err:  # noqa: BLE001 - reported, the next step still runs
             self.failures.append(title)
             text = f"**failed**: `{type(err).__name__}: {str(err).strip()[-2000:]}`"
+        finally:
+            BUDGET.reserve = 0.0
         took = time.perf_counter() - start
         self.add(f"## {title}\n\n{text}\n\n_(section took {took:.1f} s)_\n")
 
@@ -348,6 +364,8 @@ def tail(text: str, lines: int = 15) -> str:
 
 # ------------------------------------------------------------------------------------ the steps
 GRADCACHE_TEST = "test_gradcache_on_the_gpu_equals_the_plain_step"
+#: in the name of each test of the step in CUDA graphs (``tests/test_gpu.py``)
+GRAPH_TESTS = "cuda_graphs"
 
 
 def step_pytest(dry: bool, quick: bool, headline: dict[str, str], log: Path) -> str:
@@ -376,11 +394,28 @@ def step_pytest(dry: bool, quick: bool, headline: dict[str, str], log: Path) -> 
     headline["gradcache_test"] = {"PASSED": "passes", "FAILED": "**fails**"}.get(
         outcome, outcome.lower() + note
     )
+    headline["graph_tests"] = graph_tests(out) + note
     failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
     if code == 1:
         errors = [line for line in out.splitlines() if line.startswith("E ")][:20]
         raise RuntimeError(f"pytest: {last}\n" + "\n".join(failed + errors))
     return f"`pytest {' '.join(files)}`: {last}{note}; {wall:.0f} s (output: `{log.name}`)."
+
+
+def graph_tests(out: str) -> str:
+    """The outcomes of the tests of the step in CUDA graphs (:data:`GRAPH_TESTS` in their
+    names) in pytest's ``-rA`` summary ``out``: ``"3 passed, 1 failed (name[id], ...)"``."""
+    outcomes: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "SKIPPED", "ERROR") and GRAPH_TESTS in rest:
+            name = rest.split("::")[-1].split(" ")[0]
+            outcomes.setdefault(word.lower(), []).append(name)
+    if not outcomes:
+        return "not run"
+    parts = [f"{len(names)} {word}" for word, names in outcomes.items()]
+    bad = outcomes.get("failed", []) + outcomes.get("error", [])
+    return ", ".join(parts) + (f" (**{', '.join(bad)}**)" if bad else "")
 
 
 def small_dev(data: Path, pairs: int) -> Path:
@@ -469,13 +504,21 @@ def step_peer(
     args = ["--smoke", "--batch-sizes", "8", "--steps", "2", "--warmup", "1"] if dry else []
     if quick and not dry:
         args += ["--steps", "10", "--warmup", "3"]
-    if compiled:  # chunk 64 at 512: the batch-64 step's shape (its graphs are cached)
+    if compiled:  # chunks 64 and 128 at 512, as the eager table (64: the batch-64 step's shape)
         args += ["--compile", "--compile-mode", "reduce-overhead", "--no-peer",
-                 "--gradcache-chunks", "8" if dry else "64"]  # fmt: skip
-    code, out, _ = run(
-        [sys.executable, "bench/bench_gpu.py", *args, "--markdown", str(md), "--out", str(js)],
-        timeout=900,
-    )
+                 "--gradcache-chunks", "4,8" if dry else "64,128"]  # fmt: skip
+    try:
+        code, out, _ = run(
+            [sys.executable, "bench/bench_gpu.py", *args, "--markdown", str(md), "--out", str(js)],
+            timeout=900,
+        )
+    except TimeoutError as err:  # the rows measured before the stop are in the JSON
+        if not js.is_file():
+            raise
+        fill_step_headline(json.loads(js.read_text()), headline, compiled)
+        raise TimeoutError(
+            f"{err}\n(the batches measured before the stop are in the headline)"
+        ) from None
     if code != 0:
         raise RuntimeError(f"bench_gpu.py exited {code}:\n{out}")
     report = json.loads(js.read_text())
@@ -500,7 +543,11 @@ def fill_step_headline(report: dict[str, Any], headline: dict[str, str], compile
     cache = {r["chunk"]: 1000 * r["step_s"] for r in report.get("gradcache") or []}
     if compiled:
         eager = headline.pop("_eager_ms", "")
-        compiled_ms = " / ".join(f"{v:.1f}" for v in ms.values())
+        compiled_ms = " / ".join(
+            f"{1000 * r['cselab']['step_s']:.1f}"
+            + (f" (MFU {100 * r['cselab']['mfu']:.1f}%)" if r["cselab"].get("mfu") else "")
+            for r in rows
+        )
         headline["compile"] = f"CUDA graphs {compiled_ms} ms; eager {eager or 'not run'} ms"
         if cache.get(None):
             cells = [
@@ -889,6 +936,32 @@ def step_long(model_large: Path, wiki: Path, data: Path, work: Path, plan: Plan,
 
 
 # ----------------------------------------------------------------------------------------- main
+#: what the sections import beyond torch (the peer's sentence-transformers is optional)
+NEEDED = ("transformers", "huggingface_hub", "peft", "datasets", "sentence_transformers")
+
+
+def preflight() -> str:
+    """The versions of :data:`NEEDED`, in one line, before any section: a package that does
+    not import (a carried ``transformers`` beside the GPU image's older ``huggingface_hub``)
+    stops the check here in one line, not in every section."""
+    import importlib
+
+    found = []
+    for name in NEEDED:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as err:
+            if name == "sentence_transformers":
+                found.append(f"{name} missing (the peer is not run)")
+                continue
+            raise SystemExit(
+                f"gpu_check: {name} does not import here ({err}); pack this venv's versions "
+                "of the Hugging Face stack with `make gpu-pack`"
+            ) from None
+        found.append(f"{name} {getattr(module, '__version__', '?')}")
+    return ", ".join(found)
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -931,6 +1004,7 @@ def _main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             "gpu_check: no CUDA GPU here; use --dry-run to check the script on the CPU"
         )
+    versions = preflight()
     plan = DRY_PLAN if dry else GPU_PLAN
     skip = set(filter(None, args.skip.split(",")))
     if quick:
@@ -946,7 +1020,7 @@ def _main(argv: list[str] | None = None) -> int:
         head = report.headline
         report.add(
             f"- device: {device}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
-            f"{platform.platform()}\n- command: `python bench/gpu_check.py "
+            f"{platform.platform()}\n- {versions}\n- command: `python bench/gpu_check.py "
             f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
         )
         model = make_model(work / "model", data, plan.model)
@@ -956,21 +1030,23 @@ def _main(argv: list[str] | None = None) -> int:
             ("pytest", "Unit tests marked gpu", lambda: step_pytest(dry, quick, head, pytest_log)),
             ("peer", "Step throughput beside sentence-transformers (eager)",
              lambda: step_peer(dry, quick, work, head)),
-            ("compile", "The step in CUDA graphs (train.compile: the GPU default)",
-             lambda: step_peer(dry, quick, work, head, compiled=True)),
             ("profile", "Profile of the step",
              lambda: step_profile(model, wiki, data, work, plan, dry, head)),
-            ("device", "The commands' default device", lambda: step_device(model, work, head)),
+            ("compile", "The step in CUDA graphs (train.compile_mode=reduce-overhead)",
+             lambda: step_peer(dry, quick, work, head, compiled=True)),
             ("train", "cselab train end to end",
              lambda: step_train(model, wiki, data, work, plan, dry, quick, head)),
             ("llm2vec", "LLM2Vec preset on a Qwen2-0.5B shape",
              lambda: step_llm2vec(wiki, data, work, plan, dry, head)),
+            ("device", "The commands' default device", lambda: step_device(model, work, head)),
         ]  # fmt: skip
         if dry:  # compiling the CPU step takes minutes (test_compile.py covers it)
             skip.add("compile")
-        for key, title, body in sections:
-            if key not in skip:
-                report.section(title, body, LEAST_SECONDS[key])
+        chosen = [(key, title, body) for key, title, body in sections if key not in skip]
+        for i, (key, title, body) in enumerate(chosen):
+            # a section whose length is open (compiling) leaves the later ones their least time
+            later = sum(LEAST_SECONDS[k] for k, _, _ in chosen[i + 1 :]) if key in OPEN_ENDED else 0
+            report.section(title, body, LEAST_SECONDS[key], reserve=later)
         if args.long and "long" not in skip:
             large = make_model(work / "model-large", data, plan.long_model)
             report.section(

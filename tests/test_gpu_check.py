@@ -113,6 +113,57 @@ def test_a_budget_stops_the_section_it_runs_out_in_and_names_those_left_out(
     assert "Left out for the budget: Profile of the step" in text.splitlines()[-1]
 
 
+def test_an_open_ended_section_leaves_the_later_ones_their_least_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a budget the compiled section (its compiling is open-ended) is stopped early
+    enough for the sections after it to run, never below its own least time; a section that
+    is not open-ended may use all that is left."""
+    check = load_check()
+    monkeypatch.setattr(check, "BUDGET", check.Budget(100.0))
+    seen: dict[str, float] = {}
+    report = check.Report("check", Path("/dev/null"))
+    monkeypatch.setattr(report, "write", lambda: None)
+    for name, least, reserve in (("open", 30.0, 50.0), ("greedy", 30.0, 90.0), ("plain", 0, 0)):
+
+        def body(name: str = name) -> str:
+            seen[name] = check.BUDGET.cap(900)
+            return ""
+
+        report.section(name, body, least, reserve)
+    assert 49 <= seen["open"] <= 50  # 100 s left, 50 held back
+    assert 29 <= seen["greedy"] <= 30  # 90 asked: cut to its own least, 30
+    assert 99 <= seen["plain"] <= 100
+    assert check.BUDGET.reserve == 0.0
+
+
+def test_the_gpu_pack_carries_the_hugging_face_stack_and_not_the_image_s() -> None:
+    """``bench/gpu_wheels.py``: this venv's transformers with the hub it needs, not torch."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_wheels
+
+    carried = gpu_wheels.closure()
+    assert {"transformers", "huggingface-hub", "tokenizers", "peft", "datasets"} <= set(carried)
+    assert not {"torch", "numpy", "scipy"} & set(carried)
+    check = load_check()
+    assert "transformers " in check.preflight() and "huggingface_hub " in check.preflight()
+
+
+def test_the_graph_tests_headline_reads_pytest_s_summary() -> None:
+    check = load_check()
+    out = "\n".join([
+        "PASSED tests/test_gpu.py::test_the_step_in_cuda_graphs_equals_the_eager_one[llama]",
+        "FAILED tests/test_gpu.py::test_the_step_in_cuda_graphs_equals_the_eager_one[bert] - a",
+        "PASSED tests/test_gpu.py::test_gradcache_through_cuda_graphs_replays_the_dropout_masks",
+        "PASSED tests/test_gpu.py::test_gradcache_on_the_gpu_equals_the_plain_step",
+        "SKIPPED [3] tests/test_gpu.py:28: needs CUDA",
+    ])  # fmt: skip
+    assert check.graph_tests(out) == (
+        "2 passed, 1 failed (**test_the_step_in_cuda_graphs_equals_the_eager_one[bert]**)"
+    )
+    assert check.graph_tests("SKIPPED [3] tests/test_gpu.py:28: needs CUDA") == "not run"
+
+
 @pytest.mark.slow
 def test_full_dry_run_with_the_long_part(tmp_path: Path) -> None:
     check = load_check()
