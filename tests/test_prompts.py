@@ -122,6 +122,39 @@ def test_a_run_trains_with_prompts_and_saves_them(tiny_bert: Path, tmp_path: Pat
     assert model.prompts == PROMPTS and not model.pooler.include_prompt
     card = (folder / "README.md").read_text()
     assert "### Prompts" in card and "prompt_name='query'" in card
+    # WordPiece counts a prompt alike alone and in a row: nothing differs in sentence-transformers
+    assert "prompt_counts" not in json.loads((folder / "cselab.json").read_text())
+    assert "differ from the trained model's" not in card
+
+
+def test_a_model_card_says_which_prompts_sentence_transformers_counts_differently(
+    tmp_path: Path,
+) -> None:
+    """A decoder with a byte-level BPE tokenizer trained with its prompts left out of the
+    pooling: ``cselab.json`` records each prompt's two counts, and the card's prompt section
+    says that sentence-transformers' vectors with them differ, and how to get the model's."""
+    from cselab.app.train import train
+    from cselab.config import load_config
+
+    config = load_config(None, [
+        f"--model.name_or_path={_bpe_llama(tmp_path)}", "--model.pooler=avg",
+        "--model.pool_prompt=false", f"--data.train_file={_pairs_file(tmp_path)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=1", "--train.eval_steps=0",
+        "--train.report_to=[]",
+        "--data.prompts={anchor: 'query: ', positive: 'passage: ', negative: 'passage: '}",
+    ])  # fmt: skip
+    train(config)
+    folder = tmp_path / "out" / "best"
+    counts = json.loads((folder / "cselab.json").read_text())["prompt_counts"]
+    assert set(counts) == set(PROMPTS)
+    assert all(c["sentence_transformers"] == c["cselab"] + 1 for c in counts.values()), counts
+    card = (folder / "README.md").read_text()
+    prompts = card.split("### Prompts")[1]
+    assert "**Its vectors with these prompts differ from the trained model's**" in prompts
+    for name, c in counts.items():
+        want = f"`{name}` as {c['sentence_transformers']} tokens where the model was trained with"
+        assert want in prompts
 
 
 # ------------------------------------------------------------------------------------- pooling
@@ -581,6 +614,7 @@ def test_a_decoder_with_a_subword_tokenizer_in_sentence_transformers(
     for name, text in PROMPTS.items():
         said = f"sentence-transformers counts prompt {name!r} ({text!r}) as 4 tokens"
         assert said in meta["sentence_transformers"]
+        assert meta["prompt_counts"][name] == {"sentence_transformers": 4, "cselab": 3}
         assert any(said in r.getMessage() for r in caplog.records)
     st = SentenceTransformer(str(tmp_path / "m"), device="cpu")
     texts = ["the cat sleeps on the mat", "a man plays the guitar"]

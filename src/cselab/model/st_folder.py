@@ -237,25 +237,38 @@ def _write_json(path: Path, data: Any) -> None:
     write_json_atomic(path, data, indent=2)
 
 
-def prompt_count_notes(tokenizer: Any, prompts: dict[str, str]) -> list[str]:
-    """For a model whose pooling leaves its prompts out: a note (logged as a warning too) for
-    each prompt that sentence-transformers counts differently from cselab
+def prompt_count_differences(tokenizer: Any, prompts: dict[str, str]) -> dict[str, dict[str, int]]:
+    """``{name: {"sentence_transformers": n, "cselab": m}}`` for each prompt that
+    sentence-transformers counts differently from cselab
     (:func:`~cselab.core.prompts.prompt_alone_length` against
-    :func:`~cselab.core.prompts.prompt_length`: a subword tokenizer's trailing space), whose
-    vectors then differ in sentence-transformers."""
-    notes = []
+    :func:`~cselab.core.prompts.prompt_length`: a subword tokenizer's trailing space); what a
+    folder whose pooling leaves its prompts out records as ``cselab.json``'s ``prompt_counts``
+    (its model card says it too)."""
+    found = {}
     for name, text in prompts.items():
         theirs, ours = prompt_alone_length(tokenizer, text), prompt_length(tokenizer, text)
         if theirs != ours:
-            notes.append(
-                f"sentence-transformers counts prompt {name!r} ({text!r}) as {theirs} tokens, "
-                f"the prompt tokenised alone, where a row gives it {ours}: with "
-                f"include_prompt=False it leaves the text's first {theirs - ours} token(s) out "
-                "of the pooling too, so its vectors with that prompt differ from cselab's"
-            )
-            if notes[-1] not in _WARNED:  # best/ is written again at every better score
-                _WARNED.add(notes[-1])
-                log.warning("%s", notes[-1])
+            found[name] = {"sentence_transformers": theirs, "cselab": ours}
+    return found
+
+
+def prompt_count_notes(
+    differences: dict[str, dict[str, int]], prompts: dict[str, str]
+) -> list[str]:
+    """A note (logged as a warning too, once a process) for each of
+    :func:`prompt_count_differences`: sentence-transformers' vectors with that prompt differ."""
+    notes = []
+    for name, counts in differences.items():
+        theirs, ours = counts["sentence_transformers"], counts["cselab"]
+        notes.append(
+            f"sentence-transformers counts prompt {name!r} ({prompts[name]!r}) as {theirs} "
+            f"tokens, the prompt tokenised alone, where a row gives it {ours}: with "
+            f"include_prompt=False it leaves the text's first {theirs - ours} token(s) out "
+            "of the pooling too, so its vectors with that prompt differ from cselab's"
+        )
+        if notes[-1] not in _WARNED:  # best/ is written again at every better score
+            _WARNED.add(notes[-1])
+            log.warning("%s", notes[-1])
     return notes
 
 
@@ -293,7 +306,10 @@ def write_model_folder(
     # a bidirectional model's, counts as cselab does)
     st_pooling = pooler.meaning.token in ("mean", "weightedmean") and not meta.get("bidirectional")
     if st_pooling and not pooler.include_prompt and meta.get("prompt_count", "row") == "row":
-        notes += prompt_count_notes(tokenizer, prompts[0])
+        differences = prompt_count_differences(tokenizer, prompts[0])
+        if differences:
+            meta = {**meta, "prompt_counts": differences}
+            notes += prompt_count_notes(differences, prompts[0])
     if notes:
         meta = {**meta, "sentence_transformers": "; ".join(notes)}
     _write_json(out / CSELAB_FILE, meta)

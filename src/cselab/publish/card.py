@@ -467,7 +467,7 @@ sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity
 
 ## Usage
 
-{_adapters_note(out)}{usage_snippets(model_id, model, _adapters_base(out))}{prompt_usage(model_id, model)}
+{_adapters_note(out)}{usage_snippets(model_id, model, _adapters_base(out))}{prompt_usage(model_id, model, _prompt_counts(out))}
 
 ## Training data
 
@@ -519,6 +519,12 @@ def _adapters_note(folder: Path) -> str:
         "folder. `cselab merge FOLDER -o MERGED` writes a plain model folder with the adapters "
         "folded into the weights, which every library loads.\n\n"
     )
+
+
+def _prompt_counts(folder: Path) -> dict[str, dict[str, int]] | None:
+    """The prompts sentence-transformers counts differently, as the folder's ``cselab.json``
+    records them (``prompt_counts``), or ``None``."""
+    return (read_json(folder / CSELAB_FILE) or {}).get("prompt_counts")
 
 
 def _adapters_base(folder: Path) -> str | None:

@@ -233,9 +233,13 @@ print(vectors.shape)
     )
 
 
-def prompt_usage(model_id: str, model: ModelConfig) -> str:
+def prompt_usage(
+    model_id: str, model: ModelConfig, counts: dict[str, dict[str, int]] | None = None
+) -> str:
     """The card's part on the model's named prompts (``model.prompts``): what each is, whether
-    the pooling reads its tokens, and how to use them; empty for a model without prompts."""
+    the pooling reads its tokens, and how to use them; empty for a model without prompts.
+    ``counts``: the folder's ``prompt_counts`` (:func:`~cselab.model.st_folder.prompt_count_differences`),
+    the prompts whose sentence-transformers vectors differ from cselab's, said after."""
     if not model.prompts:
         return ""
     rows = "\n".join(f"| `{name}` | `{text!r}` |" for name, text in model.prompts.items())
@@ -268,4 +272,21 @@ print(vectors.shape)
 ```
 
 sentence-transformers reads the same prompts from `config_sentence_transformers.json`:
-`SentenceTransformer(model_id).encode(texts, prompt_name={first!r})`."""
+`SentenceTransformer(model_id).encode(texts, prompt_name={first!r})`.{_count_note(counts)}"""
+
+
+def _count_note(counts: dict[str, dict[str, int]] | None) -> str:
+    """The card's sentence on prompts sentence-transformers counts differently (none: empty)."""
+    if not counts:
+        return ""
+    each = "; ".join(
+        f"`{name}` as {c['sentence_transformers']} tokens where the model was trained with "
+        f"{c['cselab']}"
+        for name, c in counts.items()
+    )
+    return (
+        f"\n\n**Its vectors with these prompts differ from the trained model's**: it counts a "
+        f"prompt as the prompt tokenised alone ({each}), and its `include_prompt=False` pooling "
+        "then leaves the text's first tokens out as well. Encode with cselab "
+        "(`cselab.load(model_id)`) for the vectors the model was trained and evaluated with."
+    )
