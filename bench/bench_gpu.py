@@ -2,7 +2,7 @@
 
 What is measured (one process, one device):
 
-* **cselab**: the real training step of :class:`cselab.training.trainer.Trainer` — ``batch_for`` (collate,
+* **cselab**: the real training step of :class:`cselab.training.trainer.Trainer` — the loop's batches (collate,
   pinned memory, non-blocking copy), ``forward_backward`` (the task: unsupervised SimCSE: one forward over
   the doubled batch, InfoNCE) and ``optimizer_step`` (gradient clipping, fused AdamW, schedule).
   bf16 autocast, PyTorch's scaled-dot-product attention, optional ``torch.compile``.
@@ -248,9 +248,8 @@ def bench_cselab(
     with tempfile.TemporaryDirectory() as tmp:
         trainer = cselab_trainer(folder, args, batch, chunk, Path(tmp))
         trainer.encoder.train()
-        rec = timed_steps(
-            harness.trainer_step(trainer), trainer.device, args.warmup, args.steps, args.sync_debug
-        )
+        with contextlib.closing(harness.trainer_step(trainer)) as step:
+            rec = timed_steps(step, trainer.device, args.warmup, args.steps, args.sync_debug)
         rec["device"] = str(trainer.device)
     return rec
 
@@ -319,9 +318,9 @@ def bench_gradcache(
         with tempfile.TemporaryDirectory() as tmp:
             trainer = cselab_trainer(folder, args, batch, chunk, Path(tmp))
             trainer.encoder.train()
-            step = harness.trainer_step(trainer)
-            rec = timed_steps(step, trainer.device, min(args.warmup, 2), max(2, args.steps // 4),
-                              args.sync_debug)  # fmt: skip
+            with contextlib.closing(harness.trainer_step(trainer)) as step:
+                rec = timed_steps(step, trainer.device, min(args.warmup, 2),
+                                  max(2, args.steps // 4), args.sync_debug)  # fmt: skip
             with SavedTensorMeter(trainer.encoder) as meter:
                 trainer.forward_backward(trainer.batch_for(0))
             trainer.optim.optimizer.zero_grad(set_to_none=True)

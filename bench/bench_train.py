@@ -297,7 +297,8 @@ def profile_cselab(
     trainer = cselab_trainer(args, precision, out, steps + 1, 0)
     trainer.encoder.unpad_training = trainer.encoder.unpad_training and unpad
     trainer.encoder.train()
-    return harness.profile_steps(harness.trainer_step(trainer), steps, args.profile_rows)
+    with contextlib.closing(harness.trainer_step(trainer)) as step:
+        return harness.profile_steps(step, steps, args.profile_rows)
 
 
 def profile_peer(

@@ -19,7 +19,10 @@ The sections, most decisive first (a run killed at the machine's time limit keep
 3. a 20-step profile of the real step on wiki batches, in CUDA graphs and eagerly: step time,
    kernels per step and GPU idle time (``torch.profiler``), the eager step's host syncs and
    operators (counted in a separate step, outside any timing), model FLOP utilisation, a
-   checkpoint's cost, and one dev evaluation as the trainer runs it;
+   checkpoint's cost, and one dev evaluation as the trainer runs it; where the host time goes
+   (each phase's host milliseconds, the operators of most self CPU time, the largest gaps
+   between kernels; the profiler's whole table in ``gpu_profile_<variant>.txt`` beside the
+   report);
 4. the same step in CUDA graphs (``--compile --compile-mode reduce-overhead``: the trainer's
    ``train.compile_mode=reduce-overhead``), GradCache chunks 64 and 128 at 512 included (its
    compiling is open-ended: under ``--budget`` it leaves the later sections their least time);
@@ -65,7 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,6 +257,10 @@ class Report:
         #: the sections :data:`BUDGET` left no time for
         self.left_out: list[str] = []
         self.headline: dict[str, str] = {}
+
+    def beside(self, name: str) -> Path:
+        """A file written beside the report (the gpu tests' log, the profile's tables)."""
+        return self.path.with_name(name)
 
     def add(self, text: str) -> None:
         self.parts.append(text.rstrip() + "\n")
@@ -613,13 +620,56 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: The phases of the profiled step, each a ``torch.profiler.record_function`` range named after
+#: the trainer's call it holds.
+PHASES = ("cselab::batch", "cselab::forward_backward", "cselab::optimizer_step")
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Where the profiled steps' time went: the host's by phase and by operator, the GPU's by
+    kernel (``None`` and no gaps on the CPU, which runs no kernels)."""
+
+    phases: dict[str, float]  # host ms per step in each of PHASES (their children included)
+    top: list[tuple[str, float, float]]  # (operator, self CPU ms per step, calls per step)
+    profiled_s: float  # a profiled step's seconds: the profiler's own cost included
+    busy_ms: float | None  # GPU busy ms per step: the union of the kernels' spans
+    gaps: list[tuple[float, str, str]]  # (ms, kernel before, kernel after), largest first
+    listing: Path  # key_averages' whole table, beside the report
+
+
+def kernel_time(
+    spans: list[tuple[float, float, str]], largest: int = 5
+) -> tuple[float, float, list[tuple[float, str, str]]]:
+    """``(busy, window, gaps)`` of kernel spans ``(start, end, name)`` (µs): the length of their
+    union, first start to last end, and the ``largest`` gaps in it as ``(µs, the kernel that
+    ended last before it, the kernel after it)``, largest first."""
+    busy, end, last = 0.0, None, ""
+    gaps: list[tuple[float, str, str]] = []
+    for a, b, name in sorted(spans):
+        if end is None or a > end:
+            if end is not None:
+                gaps.append((a - end, last, name))
+            busy += b - a
+            end, last = b, name
+        elif b > end:  # overlaps the union so far (another stream) and outlasts it
+            busy += b - end
+            end, last = b, name
+    window = max(b for _, b, _ in spans) - min(a for a, _, _ in spans) if spans else 0.0
+    return busy, window, sorted(gaps, key=lambda g: -g[0])[:largest]
+
+
 def profile_variant(
-    model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: bool, extra: list[str]
-) -> tuple[Any, float, list[int], int, OpCounter | None, str, str]:
+    model: Path, wiki: Path, data: Path, out: Path, plan: Plan, dry: bool, extra: list[str],
+    listing: Path,
+) -> tuple[Any, float, list[int], int, OpCounter | None, str, str, StepProfile]:  # fmt: skip
     """The trainer of ``cselab train``'s settings (plus ``extra``) and its real step on wiki
-    batches: ``(trainer, step_s, lengths, widths, counter, kernels, idle)``. The operators and
-    host syncs are counted for an eager step only (``counter``, outside any timing; a compiled
-    one runs kernels the dispatcher does not see)."""
+    batches: ``(trainer, step_s, lengths, widths, counter, kernels, idle, profile)``. The
+    operators and host syncs are counted for an eager step only (``counter``, outside any
+    timing; a compiled one runs kernels the dispatcher does not see). The profiler's operator
+    table is written to ``listing``."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
     from cselab.app.train import build_trainer
     from cselab.config import load_config
 
@@ -629,18 +679,30 @@ def profile_variant(
     device, n = trainer.device, plan.profile_steps
     trainer.encoder.train()
 
-    def one(step: int) -> None:
-        trainer.forward_backward(trainer.batch_for(step))
-        trainer.optimizer_step()
+    def one(batches: Iterator[Any], marked: bool = False) -> None:
+        # only the profiled steps mark their phases: a mark is an operator of its own, which
+        # would count in the eager step's operators and cost the timed steps
+        mark = record_function if marked else (lambda _name: contextlib.nullcontext())
+        with mark(PHASES[0]):
+            batch = next(batches)
+        with mark(PHASES[1]):
+            trainer.forward_backward(batch)
+        with mark(PHASES[2]):
+            trainer.optimizer_step()
         trainer.step += 1
 
-    for s in range(8):  # warm-up: allocator, autotuning, compiling and recording each width
-        one(s)
-    counter = None
-    if trainer.plan.compile_mode is None:
-        with OpCounter() as counter:  # outside any timing
-            one(8)
-    sync(device)
+    # the batches as the loop takes them: one iterator (on a GPU, collated ahead on its
+    # thread), not a new one a step (batch_for), whose thread would start and stop each time
+    with contextlib.closing(trainer.batches(0)) as batches:
+        for _ in range(8):  # warm-up: allocator, autotuning, compiling, recording each width
+            one(batches)
+        counter = None
+        if trainer.plan.compile_mode is None:
+            with OpCounter() as counter:  # outside any timing
+                one(batches)
+        else:
+            one(batches)
+        sync(device)
     first = 9
     lengths: list[int] = []
     widths = 0
@@ -648,44 +710,79 @@ def profile_variant(
         mask = trainer.batch_for(s).inputs.anchors["attention_mask"]
         lengths += mask.sum(1).tolist() * 2  # two dropout views of each row
         widths += 2 * mask.shape[0] * mask.shape[1]
-    start = time.perf_counter()
-    for s in range(first, first + n):
-        one(s)
-    sync(device)
-    step_s = (time.perf_counter() - start) / n
-
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=acts) as prof:
-        for s in range(first + n, first + 2 * n):
-            one(s)
+    with contextlib.closing(trainer.batches(first)) as batches:
+        start = time.perf_counter()
+        for _ in range(n):
+            one(batches)
         sync(device)
+        step_s = (time.perf_counter() - start) / n
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            start = time.perf_counter()
+            for _ in range(n):
+                one(batches, marked=True)
+            sync(device)
+            profiled_s = (time.perf_counter() - start) / n
+    averages = prof.key_averages()
+    listing.write_text(averages.table(sort_by="self_cpu_time_total", row_limit=20), "utf-8")
+    by_key = {a.key: a for a in averages}
+    phases = {k: by_key[k].cpu_time_total / n / 1000 if k in by_key else 0.0 for k in PHASES}
+    # a phase's own self time is the Python between its operators
+    ranked = sorted(averages, key=lambda a: -a.self_cpu_time_total)[:8]
+    top = [(a.key, a.self_cpu_time_total / n / 1000, a.count / n) for a in ranked]
     kernels, idle = "n/a (CPU)", "n/a (CPU)"
+    busy_ms, gaps = None, []
     if device.type == "cuda":
         events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        spans = sorted((e.time_range.start, e.time_range.end) for e in events)
-        busy, end = 0.0, None
-        for a, b in spans:  # the union of kernel intervals
-            if end is None or a > end:
-                busy += b - a
-                end = b
-            elif b > end:
-                busy += b - end
-                end = b
-        window = spans[-1][1] - spans[0][0] if spans else 0.0
+        spans = [(e.time_range.start, e.time_range.end, e.name) for e in events]
+        busy, window, gaps_us = kernel_time(spans)
         kernels = f"{len(events) / n:.0f}"
         idle = f"{100 * (1 - busy / window):.1f}%" if window else "n/a"
-    return trainer, step_s, lengths, widths, counter, kernels, idle
+        busy_ms = busy / n / 1000
+        gaps = [(g / 1000, before, after) for g, before, after in gaps_us]
+    host = StepProfile(phases, top, profiled_s, busy_ms, gaps, listing)
+    return trainer, step_s, lengths, widths, counter, kernels, idle, host
+
+
+def profile_tables(name: str, p: StepProfile) -> str:
+    """One variant's host operators of most self CPU time and its largest gaps between
+    kernels, as markdown below the section's table."""
+
+    def short(kernel: str) -> str:  # kernel names run to hundreds of characters of templates
+        kernel = kernel.replace("|", "/")
+        return kernel if len(kernel) <= 70 else kernel[:67] + "..."
+
+    top = table(
+        ["operator (host)", "self CPU ms per step", "calls per step"],
+        [[short(k), f"{ms:.3f}", f"{c:g}"] for k, ms, c in p.top],
+    )
+    text = (
+        f"**{name}: the host's operators of most self CPU time** (profiled steps; all "
+        f"operators in `{p.listing.name}`, beside the report). A `cselab::` phase's self time "
+        "is the host's between its operators: Python, and on CUDA the wait for the backward, "
+        f"which autograd runs on a thread of its own.\n\n{top}\n\n"
+        f"**{name}: the largest gaps between consecutive kernels** (profiled steps)\n\n"
+    )
+    if p.busy_ms is None:
+        return text + "n/a (CPU)"
+    if not p.gaps:
+        return text + "none"
+    return text + table(
+        ["gap ms", "kernel before", "kernel after"],
+        [[f"{ms:.3f}", short(a), short(b)] for ms, a, b in p.gaps],
+    )
 
 
 def step_profile(
     model: Path, wiki: Path, data: Path, work: Path, plan: Plan, dry: bool,
-    headline: dict[str, str],
+    headline: dict[str, str], beside: Callable[[str], Path],
 ) -> str:  # fmt: skip
     """The real step in CUDA graphs (on a GPU, ``train.compile_mode=reduce-overhead``) and
     eagerly, side
-    by side; the eager one's operators and host syncs; one checkpoint's cost; a dev evaluation."""
+    by side; where each one's host and GPU time goes (the profiler's operator tables written
+    ``beside`` the report); the eager one's operators and host syncs; one checkpoint's cost; a
+    dev evaluation."""
     from cselab.training.checkpoint import snapshot_checkpoint, write_snapshot
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -694,11 +791,17 @@ def step_profile(
     variants = [("eager", ["--train.compile=false"])]
     if not dry:  # compiling the CPU step takes minutes (test_compiled_step.py covers it)
         variants.insert(0, ("CUDA graphs", GRAPHS))
+
+    def listing(name: str) -> Path:  # the profiler's table of one variant, beside the report
+        return beside(f"gpu_profile_{name.lower().replace(' ', '_')}.txt")
+
     measured = {
-        name: profile_variant(model, wiki, data, work / f"profile-{name}", plan, dry, extra)
+        name: profile_variant(
+            model, wiki, data, work / f"profile-{name}", plan, dry, extra, listing(name)
+        )
         for name, extra in variants
     }
-    trainer, _, lengths, widths, counter, _, _ = measured["eager"]
+    trainer, _, lengths, widths, counter, *_ = measured["eager"]
     assert counter is not None
     device, n = trainer.device, plan.profile_steps
     peak, peak_src = bf16_peak(device, None)
@@ -747,6 +850,15 @@ def step_profile(
         per_variant("sentences/s", lambda m: f"{plan.batch / m[1]:.0f}"),
         per_variant("CUDA kernels per step", lambda m: m[5]),
         per_variant("GPU idle within the profiled window", lambda m: m[6]),
+        per_variant("GPU busy per step (the union of kernel spans, profiled)",
+                    lambda m: f"{m[7].busy_ms:.2f} ms" if m[7].busy_ms is not None else m[6]),
+        per_variant("GPU idle against the unprofiled step time (1 − busy / step time)",
+                    lambda m: f"{100 * (1 - m[7].busy_ms / 1000 / m[1]):.1f}%"
+                    if m[7].busy_ms is not None else m[6]),
+        per_variant("profiled step time (the profiler's cost included)",
+                    lambda m: f"{1000 * m[7].profiled_s:.2f} ms"),
+        *(per_variant(f"host ms per step in `{phase}` (profiled)",
+                      lambda m, phase=phase: f"{m[7].phases[phase]:.2f} ms") for phase in PHASES),
         per_variant("MFU on real tokens",
                     lambda m: f"{100 * real / m[1] / peak:.1f}%" if peak else "n/a (no peak)"),
         per_variant("MFU counting padding",
@@ -774,6 +886,7 @@ def step_profile(
         f"{trainer.amp_dtype or 'fp32'} on {device}, after 8 warm-up steps (compiling and "
         f"recording each width); peak FLOP/s: {peak_src}.\n\n"
         + table(["what", *(name for name, _ in variants)], rows)
+        + "".join(f"\n\n{profile_tables(name, measured[name][7])}" for name, _ in variants)
     )
 
 
@@ -912,14 +1025,15 @@ def step_long(model_large: Path, wiki: Path, data: Path, work: Path, plan: Plan,
             torch.cuda.reset_peak_memory_stats(device)
         trainer.encoder.train()
         times = []
-        for s in range(plan.long_steps):
-            sync(device)
-            t0 = time.perf_counter()
-            trainer.forward_backward(trainer.batch_for(s))
-            trainer.optimizer_step()
-            trainer.step += 1
-            sync(device)
-            times.append(time.perf_counter() - t0)
+        with contextlib.closing(trainer.batches(0)) as batches:  # as the loop takes them
+            for _ in range(plan.long_steps):
+                sync(device)
+                t0 = time.perf_counter()
+                trainer.forward_backward(next(batches))
+                trainer.optimizer_step()
+                trainer.step += 1
+                sync(device)
+                times.append(time.perf_counter() - t0)
         steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
         mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
         rows.append([name, round(times[0], 2), round(1000 * steady, 1),
@@ -1024,14 +1138,14 @@ def _main(argv: list[str] | None = None) -> int:
             f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
         )
         model = make_model(work / "model", data, plan.model)
-        pytest_log = args.out.with_name("gpu_pytest.log")
+        pytest_log = report.beside("gpu_pytest.log")
         # most decisive first: a run killed at the time limit keeps what finished
         sections: list[tuple[str, str, Callable[[], str]]] = [
             ("pytest", "Unit tests marked gpu", lambda: step_pytest(dry, quick, head, pytest_log)),
             ("peer", "Step throughput beside sentence-transformers (eager)",
              lambda: step_peer(dry, quick, work, head)),
             ("profile", "Profile of the step",
-             lambda: step_profile(model, wiki, data, work, plan, dry, head)),
+             lambda: step_profile(model, wiki, data, work, plan, dry, head, report.beside)),
             ("compile", "The step in CUDA graphs (train.compile_mode=reduce-overhead)",
              lambda: step_peer(dry, quick, work, head, compiled=True)),
             ("train", "cselab train end to end",

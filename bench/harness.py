@@ -300,15 +300,37 @@ def logged_rows(run_folder: Path) -> list[dict[str, float]]:
     return read_metrics(RunFolder(run_folder).metrics).rows
 
 
-def trainer_step(trainer: Any) -> Callable[[int], None]:
-    """The trainer's hot path for step ``i``: batch, forward and backward, optimizer step (no
-    logging, evaluation or checkpoints)."""
+class TrainerSteps:
+    """The trainer's hot path, one call a step: the next batch, forward and backward, the
+    optimizer step (no logging, evaluation or checkpoints). The batches come from one iterator
+    from the first step called, as the loop takes them (on a GPU, collated ahead on a thread);
+    ``batch_for`` a step would start and stop that thread, and collate up to three batches,
+    every step. :meth:`close` stops it."""
 
-    def step(i: int) -> None:
-        trainer.forward_backward(trainer.batch_for(i))
-        trainer.optimizer_step()
+    def __init__(self, trainer: Any) -> None:
+        self.trainer, self.batches = trainer, None
 
-    return step
+    def __call__(self, i: int) -> None:
+        if self.batches is None:
+            self.batches = self.trainer.batches(i)
+        self.trainer.forward_backward(next(self.batches))
+        self.trainer.optimizer_step()
+
+    def close(self) -> None:
+        if self.batches is not None:
+            self.batches.close()
+            self.batches = None
+
+    def __enter__(self) -> TrainerSteps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def trainer_step(trainer: Any) -> TrainerSteps:
+    """The trainer's hot path as a ``step(i)`` function (:class:`TrainerSteps`)."""
+    return TrainerSteps(trainer)
 
 
 def cpu_profiler() -> Any:

@@ -52,3 +52,31 @@ def test_bench_flop_count_of_bert_base() -> None:
     assert shape.forward_flops(1, 32) == 32 * per_token + 2 * 768**2
     assert shape.forward_flops(1, 32, head=False) == 32 * per_token
     assert bench.bf16_peak(torch.device("cpu"), 500.0) == (500e12, "--peak-tflops")
+
+
+def test_the_benchmarks_take_the_batches_as_the_loop_does(
+    tiny_bert: Path, tmp_path: Path, one_thread: None
+) -> None:
+    """``harness.trainer_step``: one batch iterator for the consecutive steps (on a GPU its
+    thread collates ahead, as in the loop), not a new one each step; its batches are the
+    loop's, and closing it stops the iterator."""
+    sys.path.insert(0, str(BENCH.parent))
+    import harness
+
+    from cselab.app.train import build_trainer
+    from test_trainer import tiny_config
+
+    trainer = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.max_steps=4"))
+    opened, seen, real = [], [], trainer.batches
+
+    def batches(start: int):  # noqa: ANN202
+        opened.append(start)
+        for batch in real(start):
+            seen.append(batch.step)
+            yield batch
+
+    trainer.batches = batches
+    with harness.trainer_step(trainer) as step:
+        for i in range(3):
+            step(i)
+    assert opened == [0] and seen == [0, 1, 2]

@@ -83,7 +83,34 @@ def test_dry_run_writes_its_report(tmp_path: Path) -> None:
     check = load_check()
     out = tmp_path / "report.md"
     assert check.main(["--dry-run", "--out", str(out), "--skip", "pytest,peer"]) == 0
-    _check_report(out.read_text())
+    text = out.read_text()
+    _check_report(text)
+    # where the profiled step's host time goes: by phase, by operator, the whole table beside
+    # the report; the kernels' numbers wait for a GPU
+    for phase in ("batch", "forward_backward", "optimizer_step"):
+        assert f"| host ms per step in `cselab::{phase}` (profiled) | " in text
+    assert "| operator (host) | self CPU ms per step | calls per step |" in text
+    assert "| GPU busy per step (the union of kernel spans, profiled) | n/a (CPU) |" in text
+    listing = tmp_path / "gpu_profile_eager.txt"
+    assert listing.is_file() and "cselab::forward_backward" in listing.read_text()
+
+
+def test_kernel_time_is_the_union_of_the_spans_and_names_the_largest_gaps() -> None:
+    """The GPU's side of the profile, which the dry run (no kernels) leaves out: busy time is
+    the union of overlapping spans, and a gap names the kernel that ended last before it."""
+    check = load_check()
+    spans = [(0.0, 10.0, "a"), (2.0, 4.0, "b"), (15.0, 20.0, "c"), (18.0, 25.0, "d"),
+             (40.0, 41.0, "e"), (42.0, 43.0, "f")]  # fmt: skip
+    busy, window, gaps = check.kernel_time(spans, largest=2)
+    assert (busy, window) == (10.0 + 10.0 + 1.0 + 1.0, 43.0)
+    assert gaps == [(15.0, "d", "e"), (5.0, "a", "c")]
+    assert check.kernel_time([]) == (0.0, 0.0, [])
+    ms_gaps = [(g / 1000, a, b) for g, a, b in gaps]
+    phases = dict.fromkeys(check.PHASES, 1.0)
+    top = [("aten::mm", 0.5, 29.0)]
+    profile = check.StepProfile(phases, top, 0.02, 4.0, ms_gaps, Path("gpu_profile_x.txt"))
+    text = check.profile_tables("x", profile)
+    assert "| 0.015 | d | e |" in text and "`gpu_profile_x.txt`" in text
 
 
 def test_a_budget_stops_the_section_it_runs_out_in_and_names_those_left_out(
