@@ -80,3 +80,16 @@ def test_the_benchmarks_take_the_batches_as_the_loop_does(
         for i in range(3):
             step(i)
     assert opened == [0] and seen == [0, 1, 2]
+
+
+def test_the_packing_benchmark_runs_both_sides(one_thread: None) -> None:
+    """``bench/bench_packing.py --smoke``: the packed and the padded step, their ratio, the
+    batches' padding and the packed rows' fill (shares, not placeholders)."""
+    sys.path.insert(0, str(BENCH.parent))
+    import bench_packing
+
+    report = bench_packing.main(["--smoke"])
+    (row,) = report["results"]
+    assert set(row["sentences_per_s"]) == {"packed", "padded"}
+    assert all(v > 0 for v in row["sentences_per_s"].values()) and row["ratio"] > 0
+    assert 0 < row["padding"] < 1 and row["padding"] < row["packed_fill"] <= 1

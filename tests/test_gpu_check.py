@@ -53,6 +53,10 @@ def _check_report(text: str) -> None:
         line = next(x for x in head.splitlines() if x.startswith(row))
         assert "| not run |" not in line, line
     assert "## LLM2Vec preset on a Qwen2-0.5B shape" in text
+    llm = text.split("## LLM2Vec preset on a Qwen2-0.5B shape")[1].split("\n## ")[0]
+    assert "| what | padded | packed rows |" in llm  # both sides ran
+    head_llm = next(x for x in head.splitlines() if x.startswith("| LLM2Vec preset"))
+    assert "padded: " in head_llm and "packed rows: " in head_llm
 
 
 def test_the_report_keeps_what_finished_when_the_run_is_killed(tmp_path: Path) -> None:

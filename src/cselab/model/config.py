@@ -184,6 +184,12 @@ class ModelConfig:
             run the plain forward) and dropout with a cheaper mask (:mod:`cselab.model.dropout`).
             It changes this model's backbone only (its dropout modules and its attention name);
             ``false`` runs the backbone exactly as ``transformers`` loads it.
+        pack_rows: a decoder's training forward on rows packed with several sentences, its
+            padding not computed (:mod:`cselab.model.packing`; the decoders of
+            :data:`cselab.model.packing.PACKED_ROW_MODEL_TYPES` under SDPA attention):
+            ``null`` on the CPU with ``fast_path``; ``true`` on a GPU too (each forward then
+            reads the batch's lengths back from the device once); ``false`` never. Equal to the
+            padded forward to roundoff; dropout draws other masks.
     """
 
     name_or_path: str = "bert-base-uncased"
@@ -197,6 +203,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     revision: str | None = None
     fast_path: bool = True
+    pack_rows: bool | None = None
     prompt: PromptConfig = field(default_factory=PromptConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     pool_prompt: bool = True

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..core.errors import ConfigError, ConfigSettingError, ModelFormatError
 from ..core.prompts import check_prompt_count, resolve_prompt
 from ..core.schema import from_dict
-from . import backbones, unpad
+from . import backbones, packing, unpad
 from . import lora as adapters
 from .choices import BATCH_SIZE
 from .config import LoRAConfig, ModelConfig, PromptConfig
@@ -107,6 +107,10 @@ class SentenceEncoder(nn.Module):
         self.fast_path = False
         self.unpad_training = False
         self.unpad_inference = False
+        # A decoder's training forward on rows packed with several sentences (cselab.model.
+        # packing): "no", "cpu" or "anywhere" (a GPU too: a host sync per forward); set by
+        # from_pretrained from model.pack_rows where the backbone supports it
+        self.pack_rows = "no"
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
@@ -144,6 +148,7 @@ class SentenceEncoder(nn.Module):
         trust_remote_code: bool = ModelConfig.trust_remote_code,
         revision: str | None = ModelConfig.revision,
         fast_path: bool = ModelConfig.fast_path,
+        pack_rows: bool | None = ModelConfig.pack_rows,
         prompt: PromptConfig | Mapping[str, Any] | None = None,
         bidirectional: bool | None = ModelConfig.bidirectional,
         dtype: str = ModelConfig.dtype,
@@ -265,6 +270,8 @@ class SentenceEncoder(nn.Module):
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
+        if packing.supports(backbone) and pack_rows is not False:
+            encoder.pack_rows = "anywhere" if pack_rows else "cpu" if fast_path else "no"
         if head_module is not None:
             encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
         if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
@@ -413,6 +420,20 @@ class SentenceEncoder(nn.Module):
                 attention_mask,
                 first_token_only=self.pooler.reads_first_token_only,
             )
+            return self.pooler(last, attention_mask, **extra)
+        if (
+            # the layout is made from the lengths on the host: a sync on a GPU, asked for there
+            self.pack_rows == "anywhere"
+            or (self.pack_rows == "cpu" and input_ids.device.type == "cpu")
+        ) and (
+            self.training
+            and not torch.compiler.is_compiling()  # a compiled forward keeps its fixed graph
+            and self.prompt is None
+            and not self.pooler.needs_hidden_states
+            and packing.fits(self.backbone, input_ids.shape[1])
+        ):
+            pad_id = self.tokenizer.pad_token_id or 0
+            last = packing.packed_last_hidden(self.backbone, input_ids, attention_mask, pad_id)
             return self.pooler(last, attention_mask, **extra)
         # a prepared 4D mask where the backbone takes one: no host sync in the forward
         mask = unpad.padded_attention_mask(self.backbone, attention_mask)
