@@ -346,3 +346,24 @@ def test_merge_of_llm2vec_style_adapters_keeps_them_bidirectional(
     np.testing.assert_allclose(
         load(str(tmp_path / "causal")).encode(SENTENCES), causal, rtol=0, atol=1e-5
     )
+
+
+def test_adapters_trained_on_a_relative_path_load_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A base model named by a relative path: the saved adapters name it by its absolute path
+    (peft would write the relative one, found only from the training's working directory), so
+    the folder loads from anywhere."""
+    import json
+
+    from backbone_models import make_tiny_decoder
+    from cselab import load
+
+    make_tiny_decoder(tmp_path / "work" / "llama")
+    monkeypatch.chdir(tmp_path / "work")
+    build_trainer(lora_config(Path("llama"), Path("."), "--train.max_steps=1")).train()
+    best = (tmp_path / "work" / "out" / "best").resolve()
+    saved = json.loads((best / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == str((tmp_path / "work" / "llama").resolve())
+    monkeypatch.chdir(tmp_path)
+    assert load(str(best)).encode(["alpha beta"]).shape[0] == 1

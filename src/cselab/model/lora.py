@@ -138,6 +138,10 @@ def add_adapters(backbone: nn.Module, settings: LoRAConfig, base: str | None) ->
         bias="none",
         base_model_name_or_path=base,
     )
+    if base is not None:
+        # peft names the base by the model's own name_or_path (the path it was loaded by,
+        # relative to the working directory then); the folder must name it from anywhere
+        backbone.name_or_path = base
     try:
         return _quietly(peft.get_peft_model, backbone, config)
     except ValueError as err:  # peft: "Target modules ... not found in the base model"
