@@ -611,7 +611,7 @@ def test_an_mntp_models_card_does_not_offer_it_as_a_sentence_encoder(tmp_path: P
 #: the rounds of work (an upstream project's issue, "princeton-nlp/SimCSE issues #122", is a
 #: citation and stays)
 WORK_WORDS = re.compile(
-    r"(?<!SimCSE )\bissues? \d+|\bbranch `|\bwt-[a-z]+\b|\bwave\b|helper sessions?"
+    r"(?<!SimCSE )\bissues?[ -]\d+|\bbranch `|\bwt-[a-z]+\b|\bwave\b|helper sessions?"
 )
 
 

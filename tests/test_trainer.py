@@ -428,6 +428,7 @@ def test_resume_allows_bookkeeping_changes_and_keeps_the_initial_score(
         )  # fmt: skip
     )
     assert "resuming with a changed setting: train.log_steps: 2 -> 1" in caplog.text
+    assert "train.resume: False -> True" not in caplog.text  # how it starts, not a change
     resumed.selection.evaluator = lambda encoder: 40.0  # step 12
     results = resumed.train()
     assert (results["initial_stsb_dev"], results["best_stsb_dev"], results["best_step"]) == (

@@ -107,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--split",
         help="with --mteb: evaluate this split of each task (one the task evaluates, e.g. dev or "
         "test for SentEvalSTSBenchmark; default: the task's own splits, dev for "
-        "SentEvalSTSBenchmark)",
+        "SentEvalSTSBenchmark); with --retrieval: the BEIR split to score (default test)",
     )
     # --- retrieval and Matryoshka dimensions (cselab.evaluation.retrieval)
     ev.add_argument(

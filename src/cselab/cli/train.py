@@ -57,7 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             label = "STS-B dev Spearman" if name == STSB_DEV else f"{name} ({config.eval.dev})"
             print(f"{label}: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
         run = RunFolder(config.train.output_dir)
-        print(f"saved best model to {run.best}, last to {run.last}")
+        print(f"best model: {run.best}; last: {run.last}")  # a finished run's retry writes none
         for note in results.get("notes", []):
             print(f"note: {note}")
     return 0

@@ -260,7 +260,10 @@ def check_resumable(
     for key, unresolved in RESOLVED_ON_LOAD.items():  # "resolve it": as the checkpoint's run
         if new.get(key) == unresolved and key in old:
             new[key] = old[key]
-    differing = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    # train.resume says how this run starts, not what it trains: never a change to report
+    differing = sorted(
+        k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k != "train.resume"
+    )
     fatal = [k for k in differing if k not in RESUMABLE_KEYS]
     describe = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differing]
     if fatal:
