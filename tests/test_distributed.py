@@ -365,6 +365,7 @@ def _push_worker(rank: int, world: int, config_args: list[str]) -> dict:
 
     pushes: list[bool] = []
     pc.push_folder = lambda folder, repo: pushes.append(dist.is_initialized())
+    os.environ["HF_TOKEN"] = "hf_test_token"  # checked before the run trains
     train(load_config(None, config_args))
     return {"pushes": pushes}
 

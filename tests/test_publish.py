@@ -129,6 +129,25 @@ def test_train_push_to_hub_uploads_best_at_the_end(
     assert f'model_id = "{REPO_ID}"' in (tmp_path / "out" / "last" / CARD_FILE).read_text()
 
 
+def test_train_push_to_hub_checks_the_token_and_repo_before_training(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread
+) -> None:
+    """Without a token, or with a repo id without its namespace, ``train.push_to_hub`` stops
+    the run before its first step (not after hours of training), in one line."""
+    from cselab.app.train import train
+    from cselab.core.errors import PublishError
+    from cselab.training.trainer import Trainer
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no saved login either
+    monkeypatch.setattr(Trainer, "train", lambda self: pytest.fail("the run trained"))
+    with pytest.raises(PublishError, match="no Hugging Face token found"):
+        train(tiny_config(tiny_bert, tmp_path, f"--train.push_to_hub={REPO_ID}"))
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    with pytest.raises(PublishError, match="give its namespace too"):
+        train(tiny_config(tiny_bert, tmp_path, "--train.push_to_hub=model"))
+
+
 # ------------------------------------------- checks and failures, with the real client (no recorder)
 def folder_state(folder: Path) -> dict[str, bytes]:
     """Every file of ``folder`` and its bytes: what a failed push must leave as it was."""

@@ -60,6 +60,7 @@ from ..objectives import (
     build_objective,
 )
 from ..publish.callbacks import ModelCardCallback, PushCallback
+from ..publish.push import check_push
 from ..training import rundir
 from ..training.batches import StepBatches
 from ..training.callbacks import Callback, CallbackList, report_callbacks
@@ -186,6 +187,8 @@ def open_run(config: Config, hold: contextlib.ExitStack | None = None) -> OpenRu
         )  # fmt: skip
     # a finished run's resume is known here, before minutes go into loading a large model
     finished = rundir.finished_results(Path(tc.output_dir)) if tc.resume else None
+    if finished is None and tc.push_to_hub and here.is_main:  # not after hours of training
+        check_push(tc.push_to_hub)
     return OpenRun(here, dev, evaluator, cache, previous, train_file, finished)
 
 

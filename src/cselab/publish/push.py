@@ -86,6 +86,14 @@ def find_token(token: str | None = None) -> str:
     return found
 
 
+def check_push(repo_id: str) -> None:
+    """What an upload at the end of a run needs, checked before it trains (no network): the
+    repo id and a token (:func:`check_repo_id`, :func:`find_token`); a
+    :class:`PublishError` otherwise, rather than hours later."""
+    check_repo_id(repo_id)
+    find_token()
+
+
 def push_folder(
     folder: str | Path,
     repo_id: str,
