@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +177,23 @@ def test_unknown_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ResolveError, match="no-such-org/no-such-model"):
         resolve_model("no-such-org/no-such-model")
+
+
+@pytest.mark.parametrize("typo", ["runs/nope/best", "./nope", "../nope", "/no/such/folder"])
+def test_a_mistyped_path_is_no_such_folder_not_a_hub_error(
+    typo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name that cannot be a Hub repo id (more than one ``/``, or a path's start) is a
+    folder that is not there: said so with its absolute path, the Hub never asked."""
+    import huggingface_hub
+
+    from cselab.model.hub import ResolveError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("Hub"))
+    where = str(Path(typo).absolute())
+    with pytest.raises(ResolveError, match=f"no such folder \\({re.escape(where)}\\)"):
+        resolve_model(typo)
 
 
 def test_vectors_gathered_on_the_device_come_back_in_input_order(

@@ -57,6 +57,14 @@ def packaged_model_path(name: str) -> Path | None:
     return Path(pkg.get_model_path())
 
 
+def could_be_hub_name(name: str) -> bool:
+    """Whether ``name`` can name a Hub repo (``name`` or ``namespace/name``): a path with more
+    parts, or starting with ``/``, ``./``, ``../`` or ``~``, cannot, so it is a local folder."""
+    return not (
+        name.startswith(("/", "./", "../", "~", ".\\")) or name.replace("\\", "/").count("/") > 1
+    )
+
+
 def resolve_model(name_or_path: str, revision: str | None = None) -> str:
     """Return a local folder for a model name or path.
 
@@ -65,6 +73,9 @@ def resolve_model(name_or_path: str, revision: str | None = None) -> str:
     """
     if Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
+    if not could_be_hub_name(name_or_path):  # a mistyped path, not a Hub name: say which
+        where = Path(name_or_path).expanduser().absolute()
+        raise ResolveError(f"cannot load model '{name_or_path}': no such folder ({where})")
     try:
         from huggingface_hub import snapshot_download
 
