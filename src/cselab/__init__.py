@@ -6,7 +6,8 @@ The public face, a small set of names (each imported from its home on first use,
 * :func:`load` opens a model folder or Hub model as an encoder; :func:`train` runs a config;
   :func:`evaluate` runs evaluation tasks on an encoder (everything ``cselab evaluate`` runs);
 * :class:`Index` is the search index; :func:`mine` mines hard negatives for pairs; their
-  settings objects :class:`IndexSettings` and :class:`MineSettings`;
+  settings objects :class:`IndexSettings` and :class:`MineSettings`, and
+  :class:`PairColumns` (which columns of a pairs file hold the anchor and the positive);
 * the config types: :class:`Config` with its sections (:class:`ModelConfig`,
   :class:`DataConfig`, :class:`ObjectiveConfig`, :class:`TrainConfig`, :class:`EvalConfig`)
   and :func:`load_config` (YAML plus ``section.key=value`` overrides);
@@ -53,6 +54,7 @@ _HOMES = {
     "Index": ".search.index",
     "IndexSettings": ".search.settings",
     "MineSettings": ".search.mine",
+    "PairColumns": ".data.config",
     "evaluate": ".evaluation.api",
     "mine": ".search.mine:mine_hard_negatives",
     "Callback": ".training.callbacks",
@@ -75,6 +77,7 @@ __all__ = [
     "IndexSettings",
     "MineSettings",
     "ModelConfig",
+    "PairColumns",
     "ObjectiveConfig",
     "TrainConfig",
     "__version__",

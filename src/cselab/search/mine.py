@@ -67,7 +67,7 @@ from .settings import IndexSettings
 
 SAMPLING = ("top", "random")
 #: What a missing-column error suggests.
-COLUMNS_HINT = "name the columns with columns=PairColumns(anchor=..., positive=...)"
+COLUMNS_HINT = "name the columns with columns=cselab.PairColumns(anchor=..., positive=...)"
 OUTPUT_FORMATS = ("triplet", "n-tuple")
 #: A candidate at least this close to the anchor has its text compared with the anchor's (the
 #: same text has cosine 1 up to float rounding; comparing only these keeps the check cheap).
