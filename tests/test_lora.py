@@ -367,3 +367,18 @@ def test_adapters_trained_on_a_relative_path_load_from_any_folder(
     assert saved["base_model_name_or_path"] == str((tmp_path / "work" / "llama").resolve())
     monkeypatch.chdir(tmp_path)
     assert load(str(best)).encode(["alpha beta"]).shape[0] == 1
+
+
+def test_cselab_train_names_the_merged_folder_it_wrote(
+    tiny_llama: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """With ``train.save_merged`` the command's summary names ``merged/`` beside ``best/``."""
+    from backbone_models import tiny_run_argv
+    from cselab.cli import main
+
+    argv = tiny_run_argv(tiny_llama, tmp_path, "--model.pooler=avg", "--model.dropout=0.1",
+                         "--model.lora.r=4", "--train.max_steps=1", "--train.save_merged=true")  # fmt: skip
+    assert main(["-q", "train", *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"best model: {tmp_path / 'out' / 'best'}" in out
+    assert f"merged (the adapters folded into the weights): {tmp_path / 'out' / 'merged'}" in out

@@ -58,6 +58,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"{label}: before {init:.2f} -> best {best:.2f} (step {results['best_step']})")
         run = RunFolder(config.train.output_dir)
         print(f"best model: {run.best}; last: {run.last}")  # a finished run's retry writes none
+        if config.train.save_merged and run.merged.is_dir():
+            print(f"merged (the adapters folded into the weights): {run.merged}")
         for note in results.get("notes", []):
             print(f"note: {note}")
     return 0
