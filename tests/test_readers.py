@@ -140,6 +140,20 @@ def test_every_table_format_gives_the_known_rows(tmp_path: Path, name: str) -> N
     assert rows == ROWS
 
 
+def test_training_says_which_split_of_a_dataset_dict_it_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DatasetDict with several splits: training reads ``train``, and says so in one line."""
+    import logging
+
+    path = write_rows(tmp_path / "saved")
+    with caplog.at_level(logging.INFO, logger="cselab"):
+        readers.open_table(path, prefer_split="train")
+    assert f"{path}: a DatasetDict with splits train, test; reading its 'train' split" in (
+        caplog.text
+    )
+
+
 @pytest.mark.parametrize("name", ["r.tsv", "r.csv", "r.jsonl", "r.parquet", "saved"])
 def test_the_same_file_gives_the_same_rows_to_training_dev_and_evaluation(
     tmp_path: Path, name: str, fresh_eval_cache: None

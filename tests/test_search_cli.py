@@ -327,7 +327,7 @@ def test_library_errors_name_the_setting_and_the_cli_its_flag(
 
     with pytest.raises(SearchIndexError) as err:
         Index.open(out).search("alpha", backend="ivf")
-    hint = "build one with Index.build(..., IndexSettings(backend='ivf')) (built: exact"
+    hint = "build one with Index.build(..., IndexSettings(backend='ivf')) (available: exact"
     assert "no ivf index was built; " + hint in str(err.value)
     assert main(["search", str(out), "alpha", "--backend", "ivf"]) == 2
     errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]

@@ -101,7 +101,8 @@ class TrainingSource:
         """One line for the log: what was read."""
         if self.kind.pairs:
             rows = "not tokenised yet" if self.rows is None else f"{self.rows} rows"
-            return f"pairs {self.path}: {rows}, {self.kind.negatives} hard negatives each"
+            n = self.kind.negatives
+            return f"pairs {self.path}: {rows}, {n} hard negative{'s' if n != 1 else ''} each"
         s = self.stats
         if s is None:
             return f"corpus {self.path}: not tokenised yet"

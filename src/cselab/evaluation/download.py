@@ -252,7 +252,8 @@ def missing_data_error(
     )
     before = (
         f"SentEval data missing in {root}: {shown}; {how}. Get SimCSE's processed copy "
-        f"({ARCHIVE_URL}, extract it so that {root}/STS/STSBenchmark/sts-test.csv exists) or "
+        f"({ARCHIVE_URL}, extracted into {root} so that it holds STS/, CR/, ... as the "
+        "archive does) or "
         f"run SentEval's data/downstream/get_transfer_data.bash, then pass "
     )
     after = f" or set ${ENV_VAR}."

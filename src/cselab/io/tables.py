@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import logging
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..core.errors import DataFormatError, UserError
+
+log = logging.getLogger("cselab")
 
 TSV_SUFFIXES = (".tsv", ".tab")
 CSV_SUFFIXES = (".csv",)
@@ -510,6 +513,10 @@ def _dataset_table(path: Path, prefer_split: str | None) -> Table:
         if len(splits) == 1:
             ds = ds[splits[0]]
         elif prefer_split is not None and prefer_split in ds:
+            log.info(
+                "%s: a DatasetDict with splits %s; reading its '%s' split",
+                path, ", ".join(splits), prefer_split,
+            )  # fmt: skip
             ds = ds[prefer_split]
         else:
             wanted = f" and no '{prefer_split}' split" if prefer_split is not None else ""

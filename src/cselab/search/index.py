@@ -413,7 +413,7 @@ class Index:
                     raise IndexSettingError(
                         "backend", backend,
                         "{path}: no {kind} index was built; build one with {setting} "
-                        "(built: {built})",
+                        "(available: {built})",
                         command="index build", call="Index.build(..., IndexSettings({}))",
                         path=self.path, kind=backend, built=", ".join(self.backends()),
                     )  # fmt: skip
