@@ -208,3 +208,20 @@ def test_a_preset_name_is_a_name_not_a_path(
     # the file named as a file is read, as `cselab train FILE` reads it
     assert main(["config", "../x/evil.yaml", "--presets", str(presets)]) == 0
     assert "max_seq_len: 7" in capsys.readouterr().out
+
+
+def test_the_listing_names_the_sweep_presets_and_shows_one(capsys: pytest.CaptureFixture) -> None:
+    """``cselab config`` lists the sweep presets beside the run presets; ``cselab config NAME``
+    of a sweep preset prints its file and the command that runs it."""
+    from cselab.cli import main
+    from cselab.config.presets import SWEEPS, preset_names, presets_dir
+
+    sweeps = preset_names(presets_dir() / SWEEPS)
+    assert "focal-vs-simcse" in sweeps
+    assert main(["config"]) == 0
+    assert (
+        f"Sweep presets ({presets_dir() / SWEEPS}): {', '.join(sweeps)}" in capsys.readouterr().out
+    )
+    assert main(["config", "focal-vs-simcse"]) == 0
+    out = capsys.readouterr().out
+    assert "run it with: cselab sweep focal-vs-simcse" in out and "base: demo-minilm" in out

@@ -15,7 +15,14 @@ from typing import Any
 
 import yaml
 
-from ..config.presets import PRESETS_ENV, find_preset, preset_names, presets_dir
+from ..config.presets import (
+    PRESETS_ENV,
+    SWEEPS,
+    find_preset,
+    find_sweep,
+    preset_names,
+    presets_dir,
+)
 
 WIDTH = 100
 
@@ -92,7 +99,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     from ..model.backbones import summary as backbones_summary
 
     folder = presets_dir(args.presets)
-    names = preset_names(folder)
+    names, sweeps = preset_names(folder), preset_names(folder / SWEEPS)
+    if args.preset and args.preset in sweeps and args.preset not in names:
+        # a sweep preset: its file as it is (configurations x seeds), and how to run it
+        path = find_sweep(args.preset, folder)
+        print(f"# cselab sweep preset {path}; run it with: cselab sweep {args.preset}")
+        print(path.read_text(encoding="utf-8"), end="")
+        return 0
     if args.preset:
         path = find_preset(args.preset, folder)
         config = load_config(path)
@@ -110,6 +123,9 @@ def cmd_config(args: argparse.Namespace) -> int:
         f"Presets ({folder}): {', '.join(names)}" if names else f"Presets: none in {folder}",
         "Show a preset's values: cselab config NAME; train with it: cselab train NAME"
         + (f" --presets {args.presets}" if args.presets else ""),
+        f"Sweep presets ({folder / SWEEPS}): {', '.join(sweeps)}; run one: cselab sweep NAME"
+        if sweeps
+        else f"Sweep presets: none in {folder / SWEEPS}",
         backbones_summary(),
     ]
     print(render(config, header), end="")
