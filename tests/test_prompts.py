@@ -409,9 +409,12 @@ def test_cli_evaluate_takes_retrieval_and_sts_prompts(
                             ("kappa lambda", "kappa mu", 4), ("nu xi", "omicron", 2)]))  # fmt: skip
     argv = ["evaluate", str(tiny_bert), "--sts-file", str(sts), "-o", str(out)]
     assert main([*argv, "--prompt", "query: "]) == 0
-    with_prompt = json.loads(out.read_text())["results"]
+    saved = json.loads(out.read_text())
+    with_prompt = saved["results"]
+    assert saved["prompt"] == "query: "  # the scores' prompt, recorded beside them
     assert main(argv) == 0
-    assert json.loads(out.read_text())["results"] != with_prompt
+    saved = json.loads(out.read_text())
+    assert saved["results"] != with_prompt and "prompt" not in saved
 
 
 def test_mteb_passes_the_prompt_of_each_task_type(tiny_bert: Path) -> None:

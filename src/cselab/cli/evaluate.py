@@ -383,13 +383,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     # the task list: the SentEval names and STS files (when asked for), then retrieval (which
     # takes its own prompts, not --prompt)
+    prompt = senteval_prompt(args, tasks)
     out = api.evaluate(
-        with_prompt(encoder, senteval_prompt(args, tasks)), tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
+        with_prompt(encoder, prompt), tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
         data_dir=args.data_dir, batch_size=args.batch_size, download=not args.no_download,
         model_name=args.model, sts_files=files if senteval else (), dims=dims,
     )  # fmt: skip
     if args.pooler:
         out["pooler"] = args.pooler
+    if prompt and senteval:  # the SentEval tasks' scores depend on it (retrieval records its own)
+        out["prompt"] = prompt
+        if args.instructions and args.prompt is None:
+            out["instructions"] = args.instructions
     report.add_model_notes(out, args.model)
     print(report.evaluation_markdown(out))
     if args.output:
