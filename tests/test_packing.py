@@ -197,3 +197,31 @@ def test_a_training_step_on_a_decoder_packs_its_rows_and_equals_the_padded_step(
     assert abs(loss - ref) <= 1e-12 * abs(ref)
     for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10 * b.abs().max().item() + 1e-300)
+
+
+def test_a_decoder_s_forwards_build_no_key_value_cache(tmp_path: Path) -> None:
+    """cselab never generates: every forward of a decoder (padded, packed, the LM head's)
+    asks for no cache (which would hold each layer's keys and values, and makes
+    ``transformers`` warn under checkpointing); an encoder's forward is called as before."""
+    from backbone_models import make_tiny_decoder
+    from cselab.model import backbones
+
+    enc = SentenceEncoder.from_pretrained(
+        str(make_tiny_decoder(tmp_path / "llama")), pooler="avg", lm_head=True
+    )
+    seen: list[object] = []
+    real = enc.backbone.forward
+
+    def forward(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("use_cache", "not given"))
+        return real(*args, **kwargs)
+
+    enc.backbone.forward = forward  # type: ignore[method-assign]
+    batch = dict(enc.tokenize(["a man plays", "the guitar is loud today", "yes"], 16))
+    enc.train()(**batch)  # packed rows
+    enc.pack_rows = "no"
+    enc(**batch)  # padded
+    enc.token_logits(batch["input_ids"], batch["attention_mask"], torch.tensor([[0, 1]]))
+    assert seen == [False, False, False]
+    bert = SentenceEncoder.from_pretrained(str(make_tiny("bert", tmp_path / "bert")))
+    assert backbones.no_cache(bert.backbone) == {}

@@ -363,6 +363,15 @@ def refuse_missing_lm_head(model: Any, missing: Iterable[str], name_or_path: str
         )
 
 
+def no_cache(backbone: Any) -> dict[str, Any]:
+    """The keyword a decoder's forward takes to build no key/value cache (``use_cache=False``;
+    ``{}`` for an encoder): cselab never generates, so a cache would only hold every layer's
+    keys and values to the end of the forward (and, with checkpointing, make ``transformers``
+    warn that it turns it off)."""
+    config = getattr(backbone, "config", None)
+    return {"use_cache": False} if config is not None and is_decoder(config) else {}
+
+
 def checkpoint_layers(backbone: Any, enabled: bool) -> None:
     """Turn the backbone's non-reentrant activation checkpointing on or off (the recomputation
     restores the forward's random state, so dropout draws the same masks)."""

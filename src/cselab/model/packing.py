@@ -157,6 +157,7 @@ def packed_last_hidden(
         "input_ids": ids.view(layout.rows, width),
         "attention_mask": block_mask(tensor(layout.segments), causal),
         "position_ids": tensor(layout.positions),
+        **backbones.no_cache(backbone),
     }
     hidden = backbone(**kwargs, return_dict=True).last_hidden_state
     return hidden.reshape(layout.rows * width, -1)[tensor(layout.back)].view(n, width, -1)

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from ..core.errors import ConfigError
 from ..core.papers import Paper
-from . import unpad
+from . import backbones, unpad
 from .config import MASK_SLOT, PROMPTEOL_TEMPLATE, SENTENCE_SLOT, ModelConfig, PromptConfig
 
 PROMPTBERT = Paper(
@@ -389,6 +389,7 @@ def template_states(
             attention_mask=torch.ones_like(ids),
             return_dict=True,
             **types,
+            **backbones.no_cache(backbone),
         ).last_hidden_state
         states = hidden[torch.arange(ids.shape[0], device=ids.device), at]
         if out is None:
@@ -415,6 +416,7 @@ def template_states_on_device(
             attention_mask=unpad.padded_attention_mask(backbone, torch.ones_like(ids)),
             return_dict=True,
             **types,
+            **backbones.no_cache(backbone),
         ).last_hidden_state
         states = hidden[:, at]
         out = states if out is None else torch.where((spliced.template == t)[:, None], states, out)

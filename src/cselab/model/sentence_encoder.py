@@ -437,7 +437,11 @@ class SentenceEncoder(nn.Module):
             return self.pooler(last, attention_mask, **extra)
         # a prepared 4D mask where the backbone takes one: no host sync in the forward
         mask = unpad.padded_attention_mask(self.backbone, attention_mask)
-        kwargs = {"input_ids": input_ids, "attention_mask": mask}
+        kwargs = {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            **backbones.no_cache(self.backbone),
+        }
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         out = self.backbone(
@@ -451,8 +455,10 @@ class SentenceEncoder(nn.Module):
         if self.lm_head is None:
             raise ValueError("token_logits needs the LM head: load with lm_head=True")
         mask = unpad.padded_attention_mask(self.backbone, attention_mask)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=mask, return_dict=True)
-        hidden = hidden.last_hidden_state
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=mask, return_dict=True,
+            **backbones.no_cache(self.backbone),
+        ).last_hidden_state  # fmt: skip
         return self.lm_head(hidden[positions[:, 0], positions[:, 1]])
 
     def _template_states(self, spliced: Spliced) -> Tensor:
