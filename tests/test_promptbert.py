@@ -102,7 +102,10 @@ def authors_delta(backbone, template: str, tokenizer, length: int = 50) -> tuple
     d_ids = torch.tensor([template_ids]).repeat(length, 1)
     d_pos = torch.arange(d_ids.shape[1]).unsqueeze(0).repeat(length, 1)
     d_pos[:, len(bs_text_ids) + 1 :] += torch.arange(length).unsqueeze(-1)
-    hidden = backbone(input_ids=d_ids, position_ids=d_pos).last_hidden_state
+    # the authors' call had no mask (full attention in their transformers); since 5.25 a
+    # missing mask with jumping position ids is read as packed sequences, so say it: all ones
+    ones = torch.ones_like(d_ids)
+    hidden = backbone(input_ids=d_ids, position_ids=d_pos, attention_mask=ones).last_hidden_state
     return hidden[d_ids == tokenizer.mask_token_id], d_ids.shape[1]
 
 

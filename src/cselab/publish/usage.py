@@ -39,7 +39,10 @@ def prompt_vectors(model, tokenizer, sentences, template, denoise=False, max_len
             if denoise:  # the template alone, its positions after the sentence shifted by len(ids)
                 positions = torch.arange(len(alone))
                 positions[cut:] += len(ids)
-                noise = model(input_ids=torch.tensor([alone]), position_ids=positions[None])
+                # a mask of ones: without one, transformers reads the jump in the positions as
+                # the start of a second, packed sequence and masks attention across it
+                noise = model(input_ids=torch.tensor([alone]), position_ids=positions[None],
+                              attention_mask=torch.ones(1, len(alone), dtype=torch.long))
                 vector = vector - noise.last_hidden_state[0, at]
             vectors.append(vector)
     return torch.stack(vectors)
