@@ -10,11 +10,12 @@ SHARED ?= ../shared/data
 # bin/activate first, so a target on it would count a failed install as done.
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	# the versions the suite last passed with: a new release upstream does not break a clean run
+	$(BIN)/pip install -q -e '.[dev]' -c constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
