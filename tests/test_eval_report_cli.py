@@ -172,3 +172,24 @@ def test_compare_rejects_non_results_file(tmp_path, capsys):
     assert main(["compare", str(bad), "--names", "a,b"]) == 2
     assert main(["evaluate", "m", "--tasks", "STS99"]) == 2
     assert "unknown task 'STS99'" in capsys.readouterr().err
+
+
+def test_compare_shows_retrieval_results_a_row_per_run() -> None:
+    """``cselab compare`` of a SentEval file and retrieval files: the STS table keeps its mode
+    (a retrieval-only file's ``mode`` is its BEIR split), and each collection gets a table with
+    a row per run that has it."""
+
+    def retrieval(ndcg: float, split: str = "dev") -> dict:
+        entry = {"kind": "retrieval", "folder": "/x/my-beir", "split": split, "documents": 9,
+                 "metrics": {"ndcg@10": ndcg, "mrr@10": ndcg + 1}}  # fmt: skip
+        return {"model": "m", "mode": split, "results": {"retrieval:my-beir": entry}}
+
+    sts = {"model": "s", "mode": "test", "results": {},
+           "headline": {"sts": {"STSb": 80.0}}}  # fmt: skip
+    text = report.compare([sts, retrieval(40.0), retrieval(50.0)], ["sts", "a", "b"])
+    assert "dev/test" not in text
+    table = text.split("**Retrieval: my-beir (dev, x 100)**")[1]
+    assert "| a | 40.00 | 41.00 |" in table and "| b | 50.00 | 51.00 |" in table
+    assert "| sts |" not in table
+    # one run's report shows its own retrieval markdown instead
+    assert "Retrieval: my-beir" not in report.compare([retrieval(40.0)])

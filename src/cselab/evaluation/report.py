@@ -58,7 +58,9 @@ def compare(outs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = Non
     data's) with a row per run, then what each task kind adds (alignment, MRPC's F1)."""
     names = list(names) if names else [model_name(o, f"run {i + 1}") for i, o in enumerate(outs)]
     heads = [o.get("headline") or headline(o) for o in outs]
-    mode = "/".join(sorted({o.get("mode", "test") for o in outs}))
+    # the SentEval tables' mode: a retrieval-only file's "mode" is its BEIR split
+    mode = "/".join(sorted({o.get("mode", "test") for o, h in zip(outs, heads, strict=True) if h}))
+    mode = mode or "test"
     parts: list[str] = []
     for kind in sorted(TASK_KINDS.values(), key=lambda k: k.own_data):
         present = [h.get(kind.headline) for h in heads] if kind.headline else []

@@ -474,6 +474,27 @@ class RetrievalTask(TaskKind):
         return {k: markdown(dict(r)) for k, r in _entries(out, cls.kind)}
 
     @classmethod
+    def extra_markdown(cls, names: Sequence[str], outs: Sequence[Mapping[str, Any]]) -> list[str]:
+        """A table per collection and split (``cselab compare``), a row per run that has it,
+        its measures (x 100, full width) as columns. One run's report shows its own
+        (:meth:`entry_markdown`) instead."""
+        if len(outs) < 2:
+            return []
+        tables: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
+        for name, out in zip(names, outs, strict=True):
+            for key, result in _entries(out, cls.kind):
+                tables.setdefault((key, str(result.get("split", ""))), []).append((name, result))
+        parts = []
+        for (key, split), runs in tables.items():
+            measures = list(dict.fromkeys(m for _, r in runs for m in r.get("metrics", {})))
+            rows = [[n, *(cell(r.get("metrics", {}).get(m)) for m in measures)] for n, r in runs]
+            parts.append(
+                f"**Retrieval: {key.removeprefix(cls.kind + ':')} ({split}, x 100)**\n\n"
+                + markdown_table(["Model", *measures], rows)
+            )
+        return parts
+
+    @classmethod
     def hub_results(cls, out: Mapping[str, Any], table: Mapping[str, Row]) -> list[dict[str, Any]]:
         """One per measure (nDCG@k, MRR@k, Recall@..., MAP@100, x 100, full width), with
         MTEB's metric spelling (``ndcg_at_10``)."""
