@@ -2,7 +2,7 @@
 
 LLM2Vec's SimCSE recipe trains a bidirectional decoder on wiki sentences with 128 tokens a
 row; padded to the longest of each batch, most positions are padding. cselab's fast path
-packs the sentences into rows (:mod:`cselab.model.packing`); ``model.fast_path: false`` runs
+packs the sentences into rows (:mod:`cselab.model.packing`); ``model.pack_rows: false`` runs
 the padded forward. Both sides are the trainer's own step (``build_trainer``, the batches as
 the loop takes them, AdamW), in one process, alternating rounds (ABBA), on a random decoder of
 Qwen2-0.5B's layer shape (width 896, MLP 4864, 14 query and 2 key/value heads, fewer layers:
@@ -34,13 +34,13 @@ SIDES = ("packed", "padded")
 
 def trainer(model: Path, train: Path, work: Path, args: argparse.Namespace, side: str,
             precision: str) -> Any:  # fmt: skip
-    """The trainer of one side (``model.fast_path`` on: packed rows; off: padded)."""
+    """The trainer of one side (``model.pack_rows`` true: packed rows; false: padded)."""
     from cselab.app.train import build_trainer
     from cselab.config import load_config
 
     overrides = [
         f"--model.name_or_path={model}", "--model.pooler=avg", "--model.bidirectional=true",
-        f"--model.max_seq_len={args.max_seq_len}", f"--model.fast_path={side == 'packed'}",
+        f"--model.max_seq_len={args.max_seq_len}", f"--model.pack_rows={side == 'packed'}",
         f"--data.train_file={train}", f"--data.cache_dir={work / 'cache'}",
         f"--train.output_dir={work / side}", f"--train.batch_size={args.batch_size}",
         "--train.max_steps=1000", "--train.eval_steps=0", "--train.report_to=[]",

@@ -46,9 +46,10 @@ def test_only_the_adapters_train(tiny_llama: Path, tmp_path: Path) -> None:
     held = {id(p) for group in trainer.optim.optimizer.param_groups for p in group["params"]}
     adapters = {k for k in named if ".lora_A." in k or ".lora_B." in k}
     assert adapters and held == {id(named[k]) for k in adapters}  # the optimiser: adapters only
-    trainer.train()
+    results = trainer.train()
     changed = {k for k, v in named.items() if not torch.equal(v.detach(), before[k])}
     assert changed == adapters  # every adapter moved (B starts at 0), nothing else did
+    assert results["packed_rows"] is True  # a decoder on the CPU: rows packed (results.json)
     # best/ and last/ hold peft's adapter files and cselab's settings, not the base weights
     best = tmp_path / "out/best"
     assert (best / "adapter_config.json").is_file() and not (best / "model.safetensors").exists()
@@ -367,6 +368,8 @@ def test_adapters_trained_on_a_relative_path_load_from_any_folder(
     assert saved["base_model_name_or_path"] == str((tmp_path / "work" / "llama").resolve())
     monkeypatch.chdir(tmp_path)
     assert load(str(best)).encode(["alpha beta"]).shape[0] == 1
+    # the folder's settings reach its base: model.pack_rows too
+    assert load(str(best)).pack_rows == "cpu" and load(str(best), pack_rows=False).pack_rows == "no"
 
 
 def test_cselab_train_names_the_merged_folder_it_wrote(

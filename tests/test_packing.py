@@ -6,6 +6,7 @@ where it was."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -135,7 +136,9 @@ def test_left_padding_and_a_prompt_left_out_pack_the_same(tmp_path: Path) -> Non
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5 * ref.abs().max().item())
 
 
-def test_rows_are_packed_only_where_they_apply(tmp_path: Path) -> None:
+def test_rows_are_packed_only_where_they_apply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """``model.pack_rows`` against ``fast_path``; training only (inference batches are sorted
     by length: little padding), SDPA decoders of the table only, rows within the sliding
     window."""
@@ -148,7 +151,9 @@ def test_rows_are_packed_only_where_they_apply(tmp_path: Path) -> None:
     assert packs(llama) == "cpu" and packs(llama, fast_path=False) == "no"
     assert packs(llama, pack_rows=True) == packs(llama, pack_rows=True, fast_path=False)
     assert packs(llama, pack_rows=True) == "anywhere" and packs(llama, pack_rows=False) == "no"
-    assert packs(str(make_tiny("gemma2", tmp_path / "g2")), pack_rows=True) == "no"
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        assert packs(str(make_tiny("gemma2", tmp_path / "g2")), pack_rows=True) == "no"
+    assert "trains on padded rows: packed rows are for the SDPA decoders of" in caplog.text
     assert packs(str(make_tiny("bert", tmp_path / "bert")), pack_rows=True) == "no"
     windowed = make_tiny("mistral", tmp_path / "mistral", sliding_window=4)
     enc = SentenceEncoder.from_pretrained(str(windowed))
@@ -225,3 +230,9 @@ def test_a_decoder_s_forwards_build_no_key_value_cache(tmp_path: Path) -> None:
     assert seen == [False, False, False]
     bert = SentenceEncoder.from_pretrained(str(make_tiny("bert", tmp_path / "bert")))
     assert backbones.no_cache(bert.backbone) == {}
+
+
+def test_a_mask_with_a_hole_is_refused() -> None:
+    """Each row's real tokens must be contiguous: a hole would gather other tokens, silently."""
+    with pytest.raises(ValueError, match="contiguous"):
+        packing.row_layout(np.array([[1, 0, 1, 0], [1, 1, 0, 0]]))

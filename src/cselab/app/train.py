@@ -180,6 +180,8 @@ def open_run(config: Config, hold: contextlib.ExitStack | None = None) -> OpenRu
     if not train_file.is_file() and name in DOWNLOADS:
         with cache_lock(cache, f"download-{name}", "downloading"):
             train_file = Path(resolve_train_file(name, data_dir))
+    if tc.push_to_hub and here.is_main and not tc.resume:  # before an old run is replaced
+        check_push(tc.push_to_hub)
     if here.is_main:  # before any heavy work: never replace or mis-resume a run
         rundir.prepare_output_dir(
             Path(tc.output_dir), config.to_dict(), lambda: source_digest(train_file),
@@ -187,7 +189,7 @@ def open_run(config: Config, hold: contextlib.ExitStack | None = None) -> OpenRu
         )  # fmt: skip
     # a finished run's resume is known here, before minutes go into loading a large model
     finished = rundir.finished_results(Path(tc.output_dir)) if tc.resume else None
-    if finished is None and tc.push_to_hub and here.is_main:  # not after hours of training
+    if finished is None and tc.push_to_hub and here.is_main and tc.resume:  # not after hours
         check_push(tc.push_to_hub)
     return OpenRun(here, dev, evaluator, cache, previous, train_file, finished)
 

@@ -124,6 +124,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         "Show a preset's values: cselab config NAME; train with it: cselab train NAME"
         + (f" --presets {args.presets}" if args.presets else ""),
         f"Sweep presets ({folder / SWEEPS}): {', '.join(sweeps)}; run one: cselab sweep NAME"
+        + (f" --presets {args.presets}" if args.presets else "")
         if sweeps
         else f"Sweep presets: none in {folder / SWEEPS}",
         backbones_summary(),

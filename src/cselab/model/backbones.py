@@ -26,6 +26,8 @@ it loads the model (``experiments/run_simcse.py``), and nothing else.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -369,7 +371,20 @@ def no_cache(backbone: Any) -> dict[str, Any]:
     keys and values to the end of the forward (and, with checkpointing, make ``transformers``
     warn that it turns it off)."""
     config = getattr(backbone, "config", None)
-    return {"use_cache": False} if config is not None and is_decoder(config) else {}
+    if config is None or not is_decoder(config) or not _takes(type(backbone), "use_cache"):
+        return {}
+    return {"use_cache": False}
+
+
+@functools.cache
+def _takes(cls: type, name: str) -> bool:
+    """Whether ``cls.forward`` takes keyword ``name`` (by name, or as ``**kwargs``): a
+    remote-code decoder may take neither."""
+    try:
+        params = inspect.signature(cls.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def checkpoint_layers(backbone: Any, enabled: bool) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 from ..core.errors import ModelFormatError, ResolveError  # noqa: F401 - re-exported
 
@@ -60,8 +60,11 @@ def packaged_model_path(name: str) -> Path | None:
 def could_be_hub_name(name: str) -> bool:
     """Whether ``name`` can name a Hub repo (``name`` or ``namespace/name``): a path with more
     parts, or starting with ``/``, ``./``, ``../`` or ``~``, cannot, so it is a local folder."""
+    if PureWindowsPath(name).drive:  # a drive letter or a UNC share: a Windows path
+        return False
     return not (
-        name.startswith(("/", "./", "../", "~", ".\\")) or name.replace("\\", "/").count("/") > 1
+        name.startswith(("/", "./", "../", "~", ".\\", "..\\", "\\"))
+        or name.replace("\\", "/").count("/") > 1
     )
 
 

@@ -77,6 +77,9 @@ def row_layout(mask: np.ndarray) -> RowLayout:
     real = mask.astype(bool)
     lengths = real.sum(1)
     starts = np.where(lengths > 0, real.argmax(1), 0)  # the first real token of each row
+    ends = np.where(lengths > 0, width - real[:, ::-1].argmax(1), 0)  # one past the last
+    if (ends - starts != lengths).any():  # a hole would pack the wrong tokens, silently
+        raise ValueError("row_layout: each row's real tokens must be contiguous in its mask")
     order = np.argsort(-lengths, kind="stable")
     row_of, at = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     used: list[int] = []  # the positions filled in each packed row so far

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ from .st_folder import (
 
 #: the files of a saved tokenizer (a plain ``peft`` adapter folder may have none: its base's)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+log = logging.getLogger("cselab")
 
 
 class SentenceEncoder(nn.Module):
@@ -229,8 +233,8 @@ class SentenceEncoder(nn.Module):
             return cls._from_adapter_folder(
                 Path(root), name_or_path, lora, pooler=pooler, mlp_only_train=mlp_only_train,
                 max_seq_len=max_seq_len, dropout=dropout, attn_implementation=attn_implementation,
-                trust_remote_code=trust_remote_code, fast_path=fast_path, prompt=prompt,
-                bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
+                trust_remote_code=trust_remote_code, fast_path=fast_path, pack_rows=pack_rows,
+                prompt=prompt, bidirectional=bidirectional, dtype=dtype, lm_head=lm_head,
                 end_token=end_token, pool_prompt=pool_prompt, prompts=prompts,
                 default_prompt_name=default_prompt_name, prompt_count=prompt_count,
             )  # fmt: skip
@@ -272,6 +276,14 @@ class SentenceEncoder(nn.Module):
             use_fast_dropout(backbone)
         if packing.supports(backbone) and pack_rows is not False:
             encoder.pack_rows = "anywhere" if pack_rows else "cpu" if fast_path else "no"
+        elif pack_rows:
+            log.warning(
+                "model.pack_rows: %s (%s, %s attention) trains on padded rows: packed rows are "
+                "for the SDPA decoders of %s",
+                name_or_path, getattr(backbone.config, "model_type", "?"),
+                getattr(backbone.config, "_attn_implementation", "?"),
+                ", ".join(sorted(packing.PACKED_ROW_MODEL_TYPES)),
+            )  # fmt: skip
         if head_module is not None:
             encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
         if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
@@ -328,8 +340,8 @@ class SentenceEncoder(nn.Module):
 
         Non-reentrant checkpoints (``use_reentrant=False``): the recomputation restores the
         random state of the forward, so dropout draws the same masks and the gradients are
-        those of the plain forward. Training then runs the padded forward (the packed one
-        calls the layers' parts directly).
+        those of the plain forward. BERT's unpadded CPU forward (which calls the layers' parts
+        directly) is then off; a decoder's packed rows run the model's own layers and stay.
         """
         backbones.checkpoint_layers(self.backbone, enabled)
         self.unpad_training = not enabled and self.fast_path and unpad.enable(self.backbone)
@@ -421,11 +433,7 @@ class SentenceEncoder(nn.Module):
                 first_token_only=self.pooler.reads_first_token_only,
             )
             return self.pooler(last, attention_mask, **extra)
-        if (
-            # the layout is made from the lengths on the host: a sync on a GPU, asked for there
-            self.pack_rows == "anywhere"
-            or (self.pack_rows == "cpu" and input_ids.device.type == "cpu")
-        ) and (
+        if self.packs_rows_on(input_ids.device) and (
             self.training
             and not torch.compiler.is_compiling()  # a compiled forward keeps its fixed graph
             and self.prompt is None
@@ -448,6 +456,14 @@ class SentenceEncoder(nn.Module):
             **kwargs, output_hidden_states=self.pooler.needs_hidden_states, return_dict=True
         )
         return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
+
+    def packs_rows_on(self, device: torch.device) -> bool:
+        """Whether training on ``device`` packs a batch's sentences into shared rows
+        (:mod:`.packing`, :attr:`pack_rows`): the layout is made from the lengths on the host,
+        a sync on a GPU, so there only when asked for (``model.pack_rows: true``)."""
+        return self.pack_rows == "anywhere" or (
+            self.pack_rows == "cpu" and torch.device(device).type == "cpu"
+        )
 
     def token_logits(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
         """The language-modelling head's logits ``(M, V)`` at ``positions`` (``(M, 2)``: row,

@@ -268,7 +268,12 @@ def unpadded_last_hidden(
         return grid.index_copy(
             1, torch.zeros(1, dtype=torch.long, device=grid.device), first[:, None]
         )
-    out = backbone(**inputs, cselab_unpad=pack, return_dict=True)
+    # A prepared 4D mask, which the packed attention ignores (it attends within each sentence
+    # by ``pack``): without a mask transformers (5.25 on) reads the position ids, which restart
+    # at every sentence, as packed sequences and builds a (T, T) mask of its own, with a host
+    # read and, compiled, a graph break
+    unused = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device)
+    out = backbone(**inputs, attention_mask=unused, cselab_unpad=pack, return_dict=True)
     hidden = out.last_hidden_state[0]  # (T, D)
     grid = hidden.new_zeros(batch * width, hidden.shape[-1]).index_copy(0, index, hidden)
     return grid.view(batch, width, -1)

@@ -88,6 +88,7 @@ class MomentumEncoder:
         )
         self.shell.unpad_training = encoder.unpad_training
         self.shell.unpad_inference = encoder.unpad_inference
+        self.shell.pack_rows = encoder.pack_rows
 
     @torch.no_grad()
     def update(self) -> None:

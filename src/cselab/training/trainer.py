@@ -241,6 +241,8 @@ class Trainer:
             **run.results(),
             "device": str(self.device),
             **self.plan.how_it_ran(),  # precision and compile mode, `auto`/`null` resolved
+            # whether a decoder's rows were packed with several sentences (model.pack_rows)
+            "packed_rows": self.encoder.packs_rows_on(self.device),
             "world_size": self.dist.world_size,
             **extra,
         }
