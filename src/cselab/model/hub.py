@@ -68,12 +68,13 @@ def could_be_hub_name(name: str) -> bool:
     )
 
 
-def resolve_model(name_or_path: str, revision: str | None = None) -> str:
+def resolve_model(name_or_path: str | os.PathLike[str], revision: str | None = None) -> str:
     """Return a local folder for a model name or path.
 
     Local folders are returned as they are. Hub names are fetched into the Hugging Face cache
     (or found there). If that fails and a packaged copy exists, the packaged copy is used.
     """
+    name_or_path = os.fspath(name_or_path)
     if Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
     if not could_be_hub_name(name_or_path):  # a mistyped path, not a Hub name: say which

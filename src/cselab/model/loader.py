@@ -8,6 +8,7 @@ folder or a Hub name), each as its authors meant it to be used.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def load(
-    path: str,
+    path: str | os.PathLike[str],
     pooler: str | None = None,
     device: str | torch.device | None = None,
     *,
@@ -81,6 +82,7 @@ def load(
     compiled graph (:meth:`SentenceEncoder.compile_inference`). Other ``kwargs`` go to
     ``from_pretrained``.
     """
+    path = os.fspath(path)  # a Path names the folder as its text does (cselab.json, cards)
     kwargs = without_removed(ModelConfig, kwargs, "cselab.load")
     if device is not None:
         device = resolve_device(device)

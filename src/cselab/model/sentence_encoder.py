@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,7 @@ class SentenceEncoder(nn.Module):
         loaded as tensors only; one that holds code or objects is refused with
         :class:`~cselab.core.errors.ModelFormatError` and nothing in it runs.
         """
+        name_or_path = os.fspath(name_or_path)  # a Path: its text, as the folder records it
         unpad.check_attention(attn_implementation)  # one line, before any loading
         if bidirectional is not None and not isinstance(bidirectional, bool):
             # a string such as "no" is truthy: it would remove the causal mask

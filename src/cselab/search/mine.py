@@ -22,11 +22,11 @@ picked among the nearest texts that pass filters against false negatives:
 
 These are the semantics of ``sentence_transformers.util.mine_hard_negatives`` (v5+, where
 ``margin`` became ``absolute_margin``), and with the same model, corpus and filters the same
-negatives come out for ``top`` sampling (tested), with one difference: a candidate whose text
-equals the anchor is excluded here (sentence-transformers keeps it, so a corpus that holds the
-anchors gives each anchor itself as its hardest "negative"); to keep the pool as large as
-sentence-transformers' when that happens, the pool is the ``range_max + P`` best rows other
-than the anchor's own text. ``random`` sampling draws from the same window with a numpy
+negatives come out for ``top`` sampling (tested against sentence-transformers 6.3): the
+candidates are the ``range_max + P + 1`` best rows (room for the positives and for the
+anchor's own text, which is never a negative; sentence-transformers before 6.3 kept it and
+searched one row fewer, so an anchor found in the corpus was its own hardest "negative").
+``random`` sampling draws from the same window with a numpy
 generator seeded by ``seed`` (sentence-transformers draws with Python's global ``random``).
 The output is in sentence-transformers' order too: anchors by first appearance, each
 anchor's distinct positives in order, each positive's negatives best first. ``triplet`` gives
@@ -452,8 +452,9 @@ def _mine(
     backend, batch_size = settings.index.backend, settings.index.batch_size
     chunk_size = settings.index.chunk(MINE_CHUNK)
     rng = np.random.default_rng(settings.seed)
-    pool = report.range_max + max_positives  # sentence-transformers' pool: room for positives
-    k = min(pool + 1, len(index))  # one more, in case the anchor's own text is in the pool
+    # sentence-transformers' candidates: room for the positives and the anchor's own text
+    pool = report.range_max + max_positives + 1
+    k = min(pool, len(index))
     bar = _bar(show_progress, total=report.pairs, desc="mine", unit="pair")
     pending: list[tuple[str, list[int]]] = []
 
@@ -517,7 +518,9 @@ def select_negatives(
 
     ``own`` are the anchor's positives' rows, ``positive_score`` the lowest positive cosine
     (the margins' reference), ``pool`` how many results are candidates (``range_max`` + the
-    most positives of an anchor), ``same_text(row)`` whether a row's text is the anchor's.
+    most positives of an anchor + 1, the place of the anchor's own text, as
+    sentence-transformers searches), ``same_text(row)`` whether a row's text is the anchor's
+    (never a negative).
     Returns the chosen rows, best first.
     """
     scores = np.asarray(scores, dtype=np.float32)
@@ -527,8 +530,6 @@ def select_negatives(
         for j in np.flatnonzero(keep & (scores >= SAME_TEXT_SCORE)):
             if same_text(int(rows[j])):
                 keep[j] = False
-                if j < pool:
-                    pool += 1  # the anchor itself takes no place in the pool
                 break  # the corpus holds each text once
     keep[pool:] = False
     # the same float32 comparisons as sentence-transformers (the score + margin > positive test)
