@@ -24,6 +24,7 @@ would be a host sync per forward: the encoder packs rows on the CPU only
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,8 @@ from . import backbones
 PACKED_ROW_MODEL_TYPES = frozenset(
     k for k, b in backbones.BACKBONES.items() if b.is_decoder and b.mask_4d
 )
+
+log = logging.getLogger("cselab")
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,29 @@ def supports(backbone: nn.Module) -> bool:
     )
 
 
+def mode(backbone: nn.Module, asked: bool | None, fast_path: bool, name: str) -> str:
+    """Where ``backbone`` trains on packed rows, from ``model.pack_rows`` (``asked``) and
+    ``model.fast_path``: ``"cpu"`` (``null`` with the fast path), ``"anywhere"`` (``true``: a
+    GPU too), else ``"no"``; ``true`` where it cannot apply is said in one warning."""
+    if supports(backbone) and asked is not False:
+        return "anywhere" if asked else "cpu" if fast_path else "no"
+    if asked:
+        config = backbone.config
+        log.warning(
+            "model.pack_rows: %s (%s, %s attention) trains on padded rows: packed rows are for "
+            "the SDPA decoders of %s",
+            name, getattr(config, "model_type", "?"), getattr(config, "_attn_implementation", "?"),
+            ", ".join(sorted(PACKED_ROW_MODEL_TYPES)),
+        )  # fmt: skip
+    return "no"
+
+
+def packs_on(mode: str, device: torch.device | str) -> bool:
+    """Whether a model of packing ``mode`` (:func:`mode`) packs its rows on ``device``: the
+    layout is made from the lengths on the host, a sync on a GPU, so there only when asked."""
+    return mode == "anywhere" or (mode == "cpu" and torch.device(device).type == "cpu")
+
+
 def fits(backbone: nn.Module, width: int) -> bool:
     """Whether rows of ``width`` positions fit the backbone's sliding window (none: any)."""
     window = getattr(backbone.config, "sliding_window", None)
@@ -167,6 +193,6 @@ def packed_last_hidden(
 
 
 __all__ = [
-    "PACKED_ROW_MODEL_TYPES", "RowLayout", "block_mask", "fits", "packed_last_hidden",
-    "row_layout", "supports",
+    "PACKED_ROW_MODEL_TYPES", "RowLayout", "block_mask", "fits", "mode", "packed_last_hidden",
+    "packs_on", "row_layout", "supports",
 ]  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,9 +49,6 @@ from .st_folder import (
 
 #: the files of a saved tokenizer (a plain ``peft`` adapter folder may have none: its base's)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
-log = logging.getLogger("cselab")
 
 
 class SentenceEncoder(nn.Module):
@@ -112,10 +108,7 @@ class SentenceEncoder(nn.Module):
         self.fast_path = False
         self.unpad_training = False
         self.unpad_inference = False
-        # A decoder's training forward on rows packed with several sentences (cselab.model.
-        # packing): "no", "cpu" or "anywhere" (a GPU too: a host sync per forward); set by
-        # from_pretrained from model.pack_rows where the backbone supports it
-        self.pack_rows = "no"
+        self.pack_rows = "no"  # a decoder's packed training rows: packing.mode, from_pretrained
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
@@ -276,16 +269,7 @@ class SentenceEncoder(nn.Module):
             encoder.fast_path = True
             encoder.unpad_training = encoder.unpad_inference = unpad.enable(backbone)
             use_fast_dropout(backbone)
-        if packing.supports(backbone) and pack_rows is not False:
-            encoder.pack_rows = "anywhere" if pack_rows else "cpu" if fast_path else "no"
-        elif pack_rows:
-            log.warning(
-                "model.pack_rows: %s (%s, %s attention) trains on padded rows: packed rows are "
-                "for the SDPA decoders of %s",
-                name_or_path, getattr(backbone.config, "model_type", "?"),
-                getattr(backbone.config, "_attn_implementation", "?"),
-                ", ".join(sorted(packing.PACKED_ROW_MODEL_TYPES)),
-            )  # fmt: skip
+        encoder.pack_rows = packing.mode(backbone, pack_rows, fast_path, name_or_path)
         if head_module is not None:
             encoder.lm_head = head_module.requires_grad_(not (lora is not None and lora.enabled))
         if lora is not None and lora.enabled:  # last: the fast path sees the plain backbone
@@ -460,12 +444,8 @@ class SentenceEncoder(nn.Module):
         return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
 
     def packs_rows_on(self, device: torch.device) -> bool:
-        """Whether training on ``device`` packs a batch's sentences into shared rows
-        (:mod:`.packing`, :attr:`pack_rows`): the layout is made from the lengths on the host,
-        a sync on a GPU, so there only when asked for (``model.pack_rows: true``)."""
-        return self.pack_rows == "anywhere" or (
-            self.pack_rows == "cpu" and torch.device(device).type == "cpu"
-        )
+        """Whether training on ``device`` packs a batch's sentences into shared rows."""
+        return packing.packs_on(self.pack_rows, device)
 
     def token_logits(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
         """The language-modelling head's logits ``(M, V)`` at ``positions`` (``(M, 2)``: row,
