@@ -155,6 +155,8 @@ def test_rows_are_packed_only_where_they_apply(
         assert packs(str(make_tiny("gemma2", tmp_path / "g2")), pack_rows=True) == "no"
     assert "trains on padded rows: packed rows are for the SDPA decoders of" in caplog.text
     assert packs(str(make_tiny("bert", tmp_path / "bert")), pack_rows=True) == "no"
+    modernbert = str(make_tiny("modernbert", tmp_path / "modernbert"))
+    assert packs(modernbert) == "no" and packs(modernbert, pack_rows=True) == "no"
     windowed = make_tiny("mistral", tmp_path / "mistral", sliding_window=4)
     enc = SentenceEncoder.from_pretrained(str(windowed))
     assert enc.pack_rows == "cpu"
@@ -171,19 +173,21 @@ def test_rows_are_packed_only_where_they_apply(
         packing.packed_last_hidden = real
 
 
+@pytest.mark.parametrize("chunk", [0, 3])
 def test_a_training_step_on_a_decoder_packs_its_rows_and_equals_the_padded_step(
-    tmp_path: Path,
+    tmp_path: Path, chunk: int
 ) -> None:
-    """The trainer's step (SimCSE's doubled batch) goes through the packed forward and gives
-    the padded step's loss and gradients (dropout off, float64)."""
+    """The trainer's step (SimCSE's doubled batch), plain and through GradCache's chunks of 3
+    rows (each chunk packed on its own, in both passes), goes through the packed forward and
+    gives the plain padded step's loss and gradients (dropout off, float64)."""
     from cselab.app.train import build_trainer
     from test_trainer import tiny_config
 
     model = make_tiny("llama", tmp_path / "llama", dtype=torch.float64)
 
-    def step(fast: bool) -> tuple[float, list[torch.Tensor], int]:
-        args = ("--model.dropout=0.0", "--model.pooler=avg", f"--model.fast_path={fast}")
-        trainer = build_trainer(tiny_config(model, tmp_path / f"out-{fast}", *args))
+    def step(packed: bool, *extra: str) -> tuple[float, list[torch.Tensor], int, bool]:
+        args = ("--model.dropout=0.0", "--model.pooler=avg", f"--model.pack_rows={packed}")
+        trainer = build_trainer(tiny_config(model, tmp_path / f"out-{packed}", *args, *extra))
         calls = []
         real = packing.packed_last_hidden
         packing.packed_last_hidden = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[assignment]
@@ -194,12 +198,16 @@ def test_a_training_step_on_a_decoder_packs_its_rows_and_equals_the_padded_step(
             packing.packed_last_hidden = real
         loss = float(sum(v.detach() for v in terms.values()))
         grads = [p.grad.clone() for p in trainer.encoder.parameters() if p.grad is not None]
-        return loss, grads, len(calls)
+        return loss, grads, len(calls), trainer.encoder.packed_rows
 
-    loss, grads, calls = step(True)
-    ref, ref_grads, ref_calls = step(False)
-    assert calls >= 1 and ref_calls == 0
+    extra = (f"--train.cache_chunk_size={chunk}",) if chunk else ()
+    loss, grads, calls, packed = step(True, *extra)
+    ref, ref_grads, ref_calls, ref_packed = step(False)
+    # one pass over the doubled batch, or each chunk's two passes (no grad, then with it)
+    assert calls == (1 if not chunk else 2 * -(-8 // chunk)) and ref_calls == 0  # batch 8
+    assert packed and not ref_packed  # what results.json reports as packed_rows
     assert abs(loss - ref) <= 1e-12 * abs(ref)
+    assert len(grads) == len(ref_grads) > 0
     for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10 * b.abs().max().item() + 1e-300)
 
@@ -228,8 +236,16 @@ def test_a_decoder_s_forwards_build_no_key_value_cache(tmp_path: Path) -> None:
     enc(**batch)  # padded
     enc.token_logits(batch["input_ids"], batch["attention_mask"], torch.tensor([[0, 1]]))
     assert seen == [False, False, False]
-    bert = SentenceEncoder.from_pretrained(str(make_tiny("bert", tmp_path / "bert")))
-    assert backbones.no_cache(bert.backbone) == {}
+    for family in ("bert", "modernbert"):
+        encoder = SentenceEncoder.from_pretrained(str(make_tiny(family, tmp_path / family)))
+        assert backbones.no_cache(encoder.backbone) == {}
+    # through LoRA's wrapper too (peft's forward takes **kwargs: its base model is asked)
+    from cselab.model.config import LoRAConfig
+
+    lora = SentenceEncoder.from_pretrained(
+        str(make_tiny("llama", tmp_path / "plain-llama")), lora=LoRAConfig(r=2)
+    )
+    assert lora.has_adapters and backbones.no_cache(lora.backbone) == {"use_cache": False}
 
 
 def test_a_mask_with_a_hole_is_refused() -> None:

@@ -65,7 +65,10 @@ class _NpyAppender:
     """A 1-D ``.npy`` file written by appending, its length filled in when closed.
 
     numpy pads ``.npy`` headers so that the shape can grow to 21 digits in place, so the header
-    written for length 0 has the same size as the final one and the data never moves.
+    written for length 0 has the same size as the final one and the data never moves. Written in
+    place, not by rename: the file lives in a token-cache entry's temporary folder, which
+    :mod:`cselab.data.cache` publishes whole by rename once every file is closed (``fsync``
+    first), so no reader ever sees it half written.
     """
 
     def __init__(self, path: Path, dtype: type) -> None:

@@ -365,26 +365,31 @@ def refuse_missing_lm_head(model: Any, missing: Iterable[str], name_or_path: str
         )
 
 
+def forward_takes(backbone: Any, name: str) -> bool:
+    """Whether ``backbone``'s forward (a ``peft`` wrapper's: its base model's) takes keyword
+    ``name`` by name: token types (decoders take none), ``use_cache`` (a remote-code decoder
+    may not)."""
+    base = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+    return name in _forward_parameters(type(base))
+
+
+@functools.cache
+def _forward_parameters(cls: type) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(cls.forward).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
 def no_cache(backbone: Any) -> dict[str, Any]:
     """The keyword a decoder's forward takes to build no key/value cache (``use_cache=False``;
     ``{}`` for an encoder): cselab never generates, so a cache would only hold every layer's
     keys and values to the end of the forward (and, with checkpointing, make ``transformers``
     warn that it turns it off)."""
     config = getattr(backbone, "config", None)
-    if config is None or not is_decoder(config) or not _takes(type(backbone), "use_cache"):
+    if config is None or not is_decoder(config) or not forward_takes(backbone, "use_cache"):
         return {}
     return {"use_cache": False}
-
-
-@functools.cache
-def _takes(cls: type, name: str) -> bool:
-    """Whether ``cls.forward`` takes keyword ``name`` (by name, or as ``**kwargs``): a
-    remote-code decoder may take neither."""
-    try:
-        params = inspect.signature(cls.forward).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def checkpoint_layers(backbone: Any, enabled: bool) -> None:

@@ -18,8 +18,8 @@ This is ``transformers``' own forward, given ``position_ids`` and a prepared 4D 
 ``masking_utils`` uses as given), so it holds for every decoder of the table of backbones with
 a 4D mask (:data:`PACKED_ROW_MODEL_TYPES`) under SDPA attention, whose sliding window (if any)
 is not shorter than the row. The layout is made on the host from the lengths, which on a GPU
-would be a host sync per forward: the encoder packs rows on the CPU only
-(:attr:`~cselab.model.sentence_encoder.SentenceEncoder.pack_rows`, with ``model.fast_path``).
+is a host sync per forward: the encoder packs rows on the CPU with ``model.fast_path``, and on a
+GPU only with ``model.pack_rows: true`` (:func:`mode`, :func:`packs_on`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ guessed from the model's name. Batched inference is :mod:`.inference`, the folde
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,6 +108,7 @@ class SentenceEncoder(nn.Module):
         self.unpad_training = False
         self.unpad_inference = False
         self.pack_rows = "no"  # a decoder's packed training rows: packing.mode, from_pretrained
+        self.packed_rows = False  # whether a forward has packed them
         # None: encode() runs eagerly; else the torch.compile options of the graph it runs
         # (cselab.model.inference.inference_graph)
         self.inference_compile: dict[str, Any] | None = None
@@ -130,8 +130,7 @@ class SentenceEncoder(nn.Module):
                     "tokenizer has neither an EOS nor a SEP token"
                 )
             self.tokenizer = append_end_token(tokenizer, self.end_id)
-        # whether the backbone's forward takes token_type_ids (decoders do not)
-        self._takes_token_types = "token_type_ids" in inspect.signature(backbone.forward).parameters
+        self._takes_token_types = backbones.forward_takes(backbone, "token_type_ids")
 
     # ---------------------------------------------------------------------------------- building
     @classmethod
@@ -419,13 +418,15 @@ class SentenceEncoder(nn.Module):
                 first_token_only=self.pooler.reads_first_token_only,
             )
             return self.pooler(last, attention_mask, **extra)
-        if self.packs_rows_on(input_ids.device) and (
+        if (
             self.training
+            and packing.packs_on(self.pack_rows, input_ids.device)
             and not torch.compiler.is_compiling()  # a compiled forward keeps its fixed graph
             and self.prompt is None
             and not self.pooler.needs_hidden_states
             and packing.fits(self.backbone, input_ids.shape[1])
         ):
+            self.packed_rows = True  # what the run reports (results.json's packed_rows)
             pad_id = self.tokenizer.pad_token_id or 0
             last = packing.packed_last_hidden(self.backbone, input_ids, attention_mask, pad_id)
             return self.pooler(last, attention_mask, **extra)
@@ -442,10 +443,6 @@ class SentenceEncoder(nn.Module):
             **kwargs, output_hidden_states=self.pooler.needs_hidden_states, return_dict=True
         )
         return self.pooler(out.last_hidden_state, attention_mask, out.hidden_states, **extra)
-
-    def packs_rows_on(self, device: torch.device) -> bool:
-        """Whether training on ``device`` packs a batch's sentences into shared rows."""
-        return packing.packs_on(self.pack_rows, device)
 
     def token_logits(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
         """The language-modelling head's logits ``(M, V)`` at ``positions`` (``(M, 2)``: row,

@@ -76,6 +76,10 @@ RESUMABLE_KEYS = frozenset(
     }
 )
 
+#: Resumable keys that say how a run is started, not what it trains: a resume differs in them
+#: by its nature (``train.resume`` on, ``train.overwrite`` off), so they are never reported
+STARTING_KEYS = frozenset({"train.resume", "train.overwrite"})
+
 #: keys whose "resolve it" value (``null``, ``auto``) the run resolves, each with that value: on
 #: resume it takes the checkpoint's config value before the run resolves anything
 #: (:func:`adopt_resolved_on_load`), so a default that differs from what the run trained with
@@ -260,9 +264,8 @@ def check_resumable(
     for key, unresolved in RESOLVED_ON_LOAD.items():  # "resolve it": as the checkpoint's run
         if new.get(key) == unresolved and key in old:
             new[key] = old[key]
-    # train.resume says how this run starts, not what it trains: never a change to report
     differing = sorted(
-        k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k != "train.resume"
+        k for k in (old.keys() | new.keys()) - STARTING_KEYS if old.get(k) != new.get(k)
     )
     fatal = [k for k in differing if k not in RESUMABLE_KEYS]
     describe = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differing]

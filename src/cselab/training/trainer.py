@@ -242,7 +242,7 @@ class Trainer:
             "device": str(self.device),
             **self.plan.how_it_ran(),  # precision and compile mode, `auto`/`null` resolved
             # whether a decoder's rows were packed with several sentences (model.pack_rows)
-            "packed_rows": self.encoder.packs_rows_on(self.device),
+            "packed_rows": self.encoder.packed_rows,
             "world_size": self.dist.world_size,
             **extra,
         }
