@@ -58,9 +58,11 @@ SMOKE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 64}  # fmt: skip
 
 
-def make_model(name: str, folder: Path, smoke: bool) -> Path:
+def make_model(
+    name: str, folder: Path, smoke: bool, overrides: dict[str, Any] | None = None
+) -> Path:
     """Save the random ``name``-shaped model (dropout 0.1 on its table row's keys) with the
-    MiniLM tokenizer to ``folder``."""
+    MiniLM tokenizer to ``folder``; ``overrides``: config keys changed from the shape's."""
     import torch
     import transformers as tf
     from transformers import AutoModel, AutoTokenizer
@@ -68,7 +70,7 @@ def make_model(name: str, folder: Path, smoke: bool) -> Path:
     from cselab.model.backbones import BACKBONES
 
     kind, shape = SHAPES[name]
-    shape = {**shape, **(SMOKE if smoke else {})}
+    shape = {**shape, **(overrides or {}), **(SMOKE if smoke else {})}
     if smoke and kind == "qwen2":
         shape["num_key_value_heads"] = 1
     if kind == "modernbert":  # MiniLM's special-token ids

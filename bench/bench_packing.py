@@ -111,11 +111,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        bench_backbones.SHAPES["qwen2-layers"] = (
-            "qwen2", {**bench_backbones.SHAPES["qwen2-0.5b"][1], "num_hidden_layers": args.layers,
-                      "vocab_size": 30522, "tie_word_embeddings": False},
-        )  # fmt: skip
-        model = bench_backbones.make_model("qwen2-layers", work / "model", args.smoke)
+        # Qwen2-0.5B's layer shape, fewer layers, the MiniLM tokenizer's vocabulary
+        overrides = {"num_hidden_layers": args.layers, "vocab_size": 30522,
+                     "tie_word_embeddings": False}  # fmt: skip
+        model = bench_backbones.make_model("qwen2-0.5b", work / "model", args.smoke, overrides)
         train = bench_backbones.corpus(work, 20 * args.batch_size)
         load = harness.load1()
         rows = [measure(args, precision, model, train, work) for precision in precisions]

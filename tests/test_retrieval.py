@@ -289,7 +289,9 @@ def test_cli_evaluate_retrieval_table_and_json(
     table = capsys.readouterr().out
     assert "| dim | ndcg@5 | mrr@5 | recall@1 | recall@5 | recall@100 | map@100 |" in table
     assert "| 16 |" in table and "STS12" not in table
-    saved = json.loads(out.read_text())["results"]["retrieval:b"]
+    record = json.loads(out.read_text())
+    assert record["pooler"] == load(str(tiny_bert)).pooler.kind  # retrieval alone names it too
+    saved = record["results"]["retrieval:b"]
     expected = retrieval.evaluate_retrieval(load(str(tiny_bert)), folder, k=5, dims=[16])
     assert saved["metrics"] == pytest.approx(expected["metrics"], abs=1e-9)
     assert saved["dims"]["16"] == pytest.approx(expected["dims"]["16"], abs=1e-9)

@@ -220,7 +220,7 @@ def evaluate(
     else:  # retrieval alone: no SentEval table
         out = {
             "model": model_name or getattr(encoder, "source", None),
-            "pooler": None,
+            "pooler": _pooler(encoder),
             "mode": getattr(whole[0], "split", mode),
             "tasks": [],
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
