@@ -17,7 +17,11 @@ def test_defaults_are_simcse_unsup_bert_base() -> None:
     assert c.model.max_seq_len == 32 and c.objective.temperature == 0.05
     # null: the table of backbones' default, resolved when the model loads (cls for BERT)
     assert c.model.pooler is None and c.model.mlp_only_train is True
-    assert (c.train.eval_steps, c.train.seed, c.train.grad_clip) == (125, 42, 1.0)
+    assert (c.train.eval_steps, c.train.seed, c.train.grad_clip) == (None, 42, 1.0)
+    assert c.eval_cadence == 125  # SimCSE's; MNTP's is 0 (its last step kept), unless set
+    assert load_config(None, ["--objective.mntp.enabled=true"]).eval_cadence == 0
+    mntp = ["--objective.mntp.enabled=true", "--train.eval_steps=50"]
+    assert load_config(None, mntp).eval_cadence == 50
 
 
 def test_yaml_and_overrides(tmp_path: Path) -> None:

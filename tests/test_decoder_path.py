@@ -16,8 +16,10 @@ import torch
 
 from backbone_models import make_tiny_decoder, make_tiny_gpt2, tiny_run_argv
 from conftest import write_corpus
+from cselab.app.train import build_trainer
 from cselab.cli import main as cli_main
-from cselab.core.errors import ConfigError
+from cselab.config import load_config
+from cselab.core.errors import ConfigError, ResolveError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.loader import load
 from cselab.model.st_folder import BIDIRECTIONAL_NOT_REPRODUCED
@@ -41,7 +43,7 @@ def recipe_commands() -> list[list[str]]:
 
 
 def test_the_documented_llm2vec_recipe_trains_bidirectional_in_both_runs(
-    tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+    tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog, capsys
 ) -> None:
     """docs/lora.md's two runs, as written (a tiny random Llama for Llama-3-8B, a short run on a
     local corpus): both train bidirectional, the second because the merged MNTP folder records
@@ -55,16 +57,20 @@ def test_the_documented_llm2vec_recipe_trains_bidirectional_in_both_runs(
     assert "cselab merge" not in preset and "save_merged: true" in preset
     monkeypatch.chdir(tmp_path)
     corpus = write_corpus(tmp_path, 64)
-    short = [  # the test's own: a tiny run on a local corpus, no dev set, no loggers
+    short = [  # the test's own: a tiny run on a local corpus, no loggers
         f"--data.train_file={corpus}", f"--data.cache_dir={tmp_path / 'cache'}",
-        "--train.max_steps=2", "--train.batch_size=8", "--train.eval_steps=0",
-        "--train.report_to=[]", "--train.save_steps=0",
+        "--train.max_steps=2", "--train.batch_size=8", "--train.report_to=[]",
+        "--train.save_steps=0",
     ]  # fmt: skip
-    for argv in commands:
-        argv = [a.replace("meta-llama/Meta-Llama-3-8B-Instruct", str(tiny_llama)) for a in argv]
+    # MNTP selects no model by default (no dev data read: none here); SimCSE is told not to
+    tiny = {"meta-llama/Meta-Llama-3-8B-Instruct": str(tiny_llama), "512": "128"}  # its limit
+    for argv, no_dev in zip(commands, ([], ["--train.eval_steps=0"]), strict=True):
+        argv = [re.sub("|".join(tiny), lambda m: tiny[m.group()], a) for a in argv]
         with caplog.at_level(logging.INFO, logger="cselab"):
-            assert cli_main([*argv, *short]) == 0
+            assert cli_main([*argv, *short, *no_dev]) == 0
     mntp, simcse = tmp_path / "runs/mntp", tmp_path / "runs/simcse"
+    results = json.loads((mntp / "results.json").read_text())
+    assert results["best_step"] == results["steps"] == 2  # merged/ is the last step's model
     assert json.loads((mntp / "merged/cselab.json").read_text())["bidirectional"] is True
     recorded = [r.getMessage() for r in caplog.records if "records (the starting model's)" in
                 r.getMessage()]  # fmt: skip
@@ -80,6 +86,32 @@ def test_the_documented_llm2vec_recipe_trains_bidirectional_in_both_runs(
         assert f'model_id = "{merged.resolve()}"' in card and ".tmp" not in card
     card = (simcse / "merged/README.md").read_text(encoding="utf-8")
     assert BIDIRECTIONAL_NOT_REPRODUCED in card
+    # a run folder where a model folder is meant: one line naming its models, merged/ first
+    models = f"{Path('runs/simcse/merged')}, {Path('runs/simcse/best')}, {Path('runs/simcse/last')}"
+    with pytest.raises(
+        ResolveError,
+        match=re.escape(f"a run folder, not a model; load one of its models: {models}"),
+    ):
+        load("runs/simcse")
+    capsys.readouterr()
+    assert cli_main(["evaluate", "runs/simcse", "--tasks", "STSBenchmark"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    # the MNTP run's adapters, where its merged folder is meant: that folder named
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(f"merged them into the weights already: train {mntp / 'merged'}"),
+    ):
+        build_trainer(
+            load_config(
+                None,
+                [
+                    f"--model.name_or_path={mntp / 'best'}",
+                    *short,
+                    "--train.output_dir=x",
+                    "--train.eval_steps=0",
+                ],
+            )
+        )
     assert cli_main(["merge", "runs/simcse", "-o", "models/final"]) == 0
     final = tmp_path / "models/final"
     card = (final / "README.md").read_text(encoding="utf-8")

@@ -89,6 +89,21 @@ def test_adapter_folder_merged_folder_and_sentence_transformers_agree(
     merged_card = (merged_dir / "README.md").read_text(encoding="utf-8")  # the model card
     assert "LoRA adapters for" not in merged_card and "a 32-dimensional vector" in merged_card
     assert cli_main(["merge", str(tmp_path / "out"), "-o", str(tmp_path / "cli")]) == 0
+    # cselab merge of the run reads the run as train.save_merged does: the same card, its
+    # own folder named (its steps, times, dev curve, LoRA modules and precision)
+    cli_card = (tmp_path / "cli/README.md").read_text(encoding="utf-8")
+    cli_card = cli_card.replace(str((tmp_path / "cli").resolve()), str(merged_dir.resolve()))
+    differ = [
+        (a, b)
+        for a, b in zip(cli_card.splitlines(), merged_card.splitlines(), strict=True)
+        if a != b
+    ]
+    # only the name the folder is given (the metadata's and the title's) differs
+    assert [(a[:12], b) for a, b in differ] == [
+        ("model_name: ", "model_name: out-merged"),
+        ("# test_adapt", "# out-merged"),
+    ]
+    assert len(cli_card.splitlines()) == len(merged_card.splitlines())
     for folder in (merged_dir, tmp_path / "cli"):
         merged = load(str(folder))
         assert not merged.has_adapters

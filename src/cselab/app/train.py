@@ -163,7 +163,15 @@ def open_run(config: Config, hold: contextlib.ExitStack | None = None) -> OpenRu
     seed_everything(tc.seed)
     # The dev set first: a bad dev file fails before anything is written (cache, run folder)
     dev = resolve_dev(config)
-    evaluator = make_dev_evaluator(config.eval, tc.eval_steps, dev)
+    scored = dev
+    if tc.eval_steps is None and not config.eval_cadence:  # MNTP's default: no dev data read
+        scored = None
+        if here.is_main:
+            log.info(
+                "objective.mntp: no model selection (masked next-token prediction does not "
+                "train for similarity), the last step is kept; train.eval_steps=N scores a dev set"
+            )
+    evaluator = make_dev_evaluator(config.eval, config.eval_cadence, scored)
     cache = Path(config.data.cache_dir) if config.data.cache_dir else cache_root()
     # one line, not a NotADirectoryError deep down
     refuse_file_in_the_way(cache, f"data.cache_dir={cache}", ConfigError)
@@ -295,7 +303,7 @@ def loop_settings(config: Config, total_steps: int, steps_per_epoch: int) -> Loo
     tc = config.train
     return LoopSettings(
         total_steps=total_steps, steps_per_epoch=steps_per_epoch, batch_size=tc.batch_size,
-        log_steps=tc.log_steps, eval_steps=tc.eval_steps, save_steps=tc.save_steps,
+        log_steps=tc.log_steps, eval_steps=config.eval_cadence, save_steps=tc.save_steps,
         save_minutes=tc.save_minutes, chunk=tc.cache_chunk_size or 0, resume=tc.resume,
     )  # fmt: skip
 
@@ -373,7 +381,7 @@ def assemble_trainer(
                 run, plan.matryoshka_dims, plan.eval_batch_size, config.model.fast_path
             ),
             EvaluationNotes(notes),
-            RunOutputs(run, listeners, merge=tc.save_merged),
+            RunOutputs(run, listeners, merge=tc.save_merged, rows=len(corpus)),
         ]
         listeners.callbacks = [*loggers, *ending, *callbacks]
     pad_id = int(encoder.tokenizer.pad_token_id or 0)

@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "against the labels (as MTEB); repeatable",
     )
     ev.add_argument("--mode", choices=MODES, default="test", help="default: test")
-    add_pooler_flag(ev, "override the saved pooler (plain HF models default to cls_before_pooler)")
+    add_pooler_flag(ev)
     add_batch_size_flag(ev, f"encoding batch size ({BATCH_SIZE})")
     add_compile_flag(ev)
     add_device_flag(ev)

@@ -45,11 +45,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..publish.callbacks import write_merged_card
-    from ..training.merge import merge_folder
+    from ..training.merge import adapter_source, merge_folder
 
     final = str(Path(args.output).resolve())  # what the card's snippets load
+    source = adapter_source(args.source)  # a run folder's best/: the card reads the run
     out = merge_folder(
-        args.source, args.output, lambda tmp: write_merged_card(tmp, final), args.bidirectional
+        source, args.output, lambda tmp: write_merged_card(tmp, final, source), args.bidirectional
     )
     print(f"wrote the merged model (LoRA adapters folded into the weights) to {out}")
     return 0

@@ -26,7 +26,9 @@ def add_compile_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_pooler_flag(
-    parser: argparse.ArgumentParser, help: str = "override the saved pooler"
+    parser: argparse.ArgumentParser,
+    help: str = "override the saved pooler (a plain Hugging Face folder: its architecture's "
+    "default, docs/backbones.md: cls_before_pooler for BERT, avg for ModernBERT and decoders)",
 ) -> None:
     """``--pooler``: read the vectors with another pooler than the saved one."""
     parser.add_argument("--pooler", default=None, choices=POOLERS, help=help)

@@ -30,6 +30,9 @@ ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
+#: the steps between two dev scores of model selection: SimCSE's (``run_unsup_example.sh``)
+EVAL_STEPS = 125
+
 
 @dataclass
 class TrainConfig:
@@ -50,7 +53,10 @@ class TrainConfig:
             kept in ``results.json``), ``fp32``, ``bf16`` (autocast, also on CPU) or ``fp16``
             (autocast with loss scaling; meant for GPUs, allowed on the CPU to test the path).
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
-        eval_steps: STS-B dev every this many steps (and at the end); 0 disables.
+        eval_steps: the dev score every this many steps (and at the end), the best model kept
+            as ``best/``; 0 disables. ``null`` (the default): :data:`EVAL_STEPS`, or 0 under
+            ``objective.mntp``, which does not train for similarity: its last step is kept
+            (:attr:`Config.eval_cadence`).
         save_steps: write a resumable checkpoint every this many steps (0: every
             ``save_minutes`` instead). Checkpoints do not follow evaluations: ``best/`` is saved
             whenever the dev score improves, the checkpoint on its own cadence.
@@ -108,7 +114,7 @@ class TrainConfig:
     seed: int = 42
     precision: Precision = "auto"
     device: str = "auto"
-    eval_steps: int = 125
+    eval_steps: int | None = None
     save_steps: int = 0
     save_minutes: float = 10.0
     log_steps: int = 10
@@ -189,6 +195,16 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def eval_cadence(self) -> int:
+        """``train.eval_steps`` with ``null`` resolved: :data:`EVAL_STEPS`, or 0 (no model
+        selection, the last step kept) under ``objective.mntp``: a dev score of similarity
+        would pick an MNTP model by what it does not train for, as often as not its start."""
+        steps = self.train.eval_steps
+        if steps is not None:
+            return steps
+        return 0 if self.objective.mntp.enabled else EVAL_STEPS
+
     def validate(self) -> Config:
         """Check value ranges; raises :class:`ConfigError` naming the key."""
         t, m = self.train, self.model
@@ -200,7 +216,7 @@ class Config:
             (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
             (0 <= t.warmup_ratio < 1, "train.warmup_ratio must be in [0, 1)"),
             (t.grad_clip >= 0, "train.grad_clip must be >= 0"),
-            (t.eval_steps >= 0, "train.eval_steps must be >= 0"),
+            (t.eval_steps is None or t.eval_steps >= 0, "train.eval_steps must be >= 0"),
             (t.save_steps >= 0, "train.save_steps must be >= 0"),
             (t.save_minutes >= 0, f"train.save_minutes={t.save_minutes} must be >= 0"),
             (t.dist_timeout_s > 0, "train.dist_timeout_s must be > 0"),

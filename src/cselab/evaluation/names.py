@@ -36,5 +36,14 @@ RETRIEVAL_HINT = "pass a RetrievalTask of the BEIR folder in tasks"
 STS_FILE_KIND = "sts-file"
 #: ``"kind"`` of a result entry for a retrieval evaluation on a BEIR folder
 RETRIEVAL_KIND = "retrieval"
+
+
+def senteval_hub_dataset(task: str) -> tuple[str, str]:
+    """A SentEval task's dataset in a card's ``model-index``: ``(type, name)``. One spelling for
+    the dev score of model selection and ``cselab evaluate``'s results, so that
+    ``--update-card`` replaces the STS-B dev entry training wrote instead of adding a second."""
+    return task.lower(), f"{task} (SentEval)"
+
+
 #: the result key of alignment and uniformity (Wang & Isola 2020) on STS-B dev
 ALIGN_UNIFORM = "AlignUniform"

@@ -38,6 +38,7 @@ from .names import (
     STS_FILE_KIND,
     TRANSFER_COLUMNS,
     TRANSFER_TASKS,
+    senteval_hub_dataset,
 )
 from .table import cell, markdown_table, r2, with_avg
 
@@ -280,8 +281,8 @@ def _senteval_hub_results(
         {
             "task_type": task_type,
             "task_name": task_name,
-            "dataset_type": task.lower(),
-            "dataset_name": f"{task} (SentEval)",
+            "dataset_type": senteval_hub_dataset(task)[0],
+            "dataset_name": senteval_hub_dataset(task)[1],
             "dataset_split": split,
             "metric_type": metric,
             "metric_name": metric_name,

@@ -129,6 +129,14 @@ class RunFolder:
             raise ValueError(f"a run folder keeps the models 'best' and 'last', not {name!r}")
         return self.path / name
 
+    def saved_models(self) -> list[Path]:
+        """The model folders this run folder holds, the one to use first: ``merged``
+        (adapters folded in), ``best``, ``last``; empty for a folder that is no run's (a model
+        folder has a ``config.json`` or ``adapter_config.json`` of its own)."""
+        if any((self.path / f).is_file() for f in ("config.json", "adapter_config.json")):
+            return []
+        return [p for p in (self.merged, self.best, self.last) if p.is_dir()]
+
     def previous_run(self) -> list[str]:
         """The run files present in the folder."""
         return [name for name in self.RUN_FILES if (self.path / name).exists()]

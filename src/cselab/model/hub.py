@@ -19,6 +19,7 @@ import pickle
 from pathlib import Path, PureWindowsPath
 
 from ..core.errors import ModelFormatError, ResolveError  # noqa: F401 - re-exported
+from ..io.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,14 @@ def resolve_model(name_or_path: str | os.PathLike[str], revision: str | None = N
     (or found there). If that fails and a packaged copy exists, the packaged copy is used.
     """
     name_or_path = os.fspath(name_or_path)
-    if Path(name_or_path).expanduser().is_dir():
-        return str(Path(name_or_path).expanduser())
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        if models := RunFolder(local).saved_models():  # transformers: "Unrecognized model"
+            raise ResolveError(
+                f"cannot load model '{name_or_path}': a run folder, not a model; load one of "
+                f"its models: {', '.join(str(m) for m in models)}"
+            )
+        return str(local)
     if not could_be_hub_name(name_or_path):  # a mistyped path, not a Hub name: say which
         where = Path(name_or_path).expanduser().absolute()
         raise ResolveError(f"cannot load model '{name_or_path}': no such folder ({where})")

@@ -22,6 +22,7 @@ from torch import nn
 from ..core.errors import ConfigError, ModelFormatError
 from ..core.schema import from_dict
 from ..io.readers import read_json
+from ..io.runfolder import RunFolder
 from . import backbones
 from .config import LoRAConfig
 
@@ -236,6 +237,13 @@ def check_adapter_weights(folder: Path) -> None:
 def merge_first(name_or_path: str) -> str:
     """The one refusal of a training run that starts from a folder of adapters (frozen, they
     would not train; new adapters cannot go on top of them)."""
+    folder = Path(name_or_path)
+    run = RunFolder(folder.parent)
+    if folder.name == RunFolder.BEST and run.merged.is_dir():  # train.save_merged wrote it
+        return (
+            f"model.name_or_path={name_or_path} holds LoRA adapters; its run merged them "
+            f"into the weights already: train {run.merged}"
+        )
     return (
         f"model.name_or_path={name_or_path} holds LoRA adapters; merge them into the weights "
         "first (cselab merge FOLDER -o DIR) and train DIR"

@@ -17,10 +17,12 @@ from typing import Any
 from ..config import Config, load_config
 from ..config.plan import RunPlan
 from ..data.source import TrainingData
+from ..io.readers import read_json
 from ..io.runfolder import RunFolder
 from ..objectives import Objective
 from ..training.callbacks import Callback, SavedModel
 from .card import write_model_card
+from .folder_plan import run_plan_of
 from .push import push_folder
 
 log = logging.getLogger(__name__)
@@ -67,16 +69,29 @@ class ModelCardCallback(Callback):
         )
 
 
-def write_merged_card(folder: str | Path, model_id: str) -> Path | None:
-    """The model card of a folder ``cselab merge`` writes (``model_id``: where it will be),
-    from the run config copied along (``cselab_config.yaml``); ``None`` when the adapters came
-    without one (a folder saved from Python): nothing to describe the training with."""
+def write_merged_card(folder: str | Path, model_id: str, source: str | Path) -> Path | None:
+    """The model card of a folder ``cselab merge`` writes (``model_id``: where it will be) from
+    the adapter folder ``source``: its run config (``cselab_config.yaml``, copied along) and,
+    when ``source`` is a run's ``best/`` or ``last/``, the run's plan, ``results.json`` and
+    dev-score curve, so the card says what ``train.save_merged``'s says. ``None`` when the
+    adapters came without a config (a folder saved from Python): nothing to describe the
+    training with."""
     config_file = Path(folder) / RunFolder.MODEL_CONFIG
     if not config_file.is_file():
         # named by where the folder will be, never the working copy it is written in
         log.info("%s: no %s beside the adapters, so no model card", model_id, config_file.name)
         return None
-    return write_model_card(folder, load_config(config_file), model_id=model_id)
+    config, source = load_config(config_file), Path(source)
+    plan = run_plan_of(source, config)  # None unless source is this run's model folder
+    run = RunFolder(source.resolve().parent)
+    results = read_json(run.results) if plan is not None else None
+    step = None
+    if results is not None and source.name in (RunFolder.BEST, RunFolder.LAST):
+        step = int(results["best_step" if source.name == RunFolder.BEST else "steps"])
+    return write_model_card(
+        folder, config, model_id=model_id, plan=plan, results=results, step=step,
+        metrics_csv=run.metrics if plan is not None and run.metrics.is_file() else None,
+    )  # fmt: skip
 
 
 class PushCallback(Callback):

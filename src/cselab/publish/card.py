@@ -406,7 +406,8 @@ def write_model_card(
 
     out = Path(folder)
     plan = plan or run_plan_of(out, config)
-    data = data or data_of_config(config, plan=plan)
+    # a card written from the run folder later: the rows results.json kept
+    data = data or data_of_config(config, (results or {}).get("train_rows"), plan)
     # the facts the card states are the plan's (model.pooler: null as the load resolved it)
     plan = card_plan(out, config, data.path, data.kind, plan)
     # the model as trained: its pooler and attention as the folder records them (card_plan)

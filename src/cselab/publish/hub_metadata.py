@@ -18,6 +18,7 @@ from ..config.devset import NO_DEV, DevSet, dev_metric_for
 from ..config.plan import RunPlan
 from ..core.metrics import RETRIEVAL_NAMES, STSB, retrieval_metric
 from ..evaluation.custom import KIND, dev_score_name
+from ..evaluation.names import senteval_hub_dataset
 from ..evaluation.report import headline
 from ..model.config import ModelConfig
 
@@ -56,8 +57,10 @@ def dev_score(plan: RunPlan) -> DevScore:
         metric = dev_metric_for(NO_DEV, None)
         dev = DevSet("sts-file", NO_DEV, None, metric, dev_score_name(NO_DEV, metric), NO_DEV)
     name, metric = dev.score_name, dev.metric
-    if dev.kind == STSB:  # the Hub's dataset type is the config's name
-        return DevScore(name, "STS-B dev", metric.capitalize(), STSB, "STS Benchmark (SentEval)")
+    if dev.kind == STSB:  # as cselab evaluate's STS-B dev result: --update-card replaces it
+        return DevScore(
+            name, "STS-B dev", metric.capitalize(), *senteval_hub_dataset("STSBenchmark")
+        )
     file = Path(dev.path).name
     measure = retrieval_metric(metric)
     if measure is not None:  # a BEIR folder: a retrieval measure at a cut-off

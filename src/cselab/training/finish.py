@@ -73,10 +73,17 @@ class RunOutputs(Callback):
     folded into ``merged/``, and ``results.json`` last: its presence marks a run whose end
     was written whole, which a resume then leaves alone (:func:`~.rundir.finished_results`;
     a kill during the merge leaves a run a resume finishes). First among the callbacks, so the
-    others' ``on_end`` (the Hub upload) see the final folders."""
+    others' ``on_end`` (the Hub upload) see the final folders. ``rows``: the sentences (or
+    pairs) of the training data, which ``results.json`` keeps (``train_rows``) for the cards
+    written from the run folder later (``cselab merge``, ``cselab evaluate --update-card``)."""
 
-    def __init__(self, run: RunState, listeners: CallbackList, merge: bool) -> None:
-        self.run, self.listeners, self.merge = run, listeners, merge
+    def __init__(
+        self, run: RunState, listeners: CallbackList, merge: bool, rows: int | None = None
+    ) -> None:
+        self.run, self.listeners, self.merge, self.rows = run, listeners, merge, rows
+
+    def on_finish(self, step: int) -> Mapping[str, Any] | None:
+        return None if self.rows is None else {"train_rows": self.rows}
 
     def on_end(self, results: Mapping[str, Any]) -> None:
         folder, tell = self.run.folder, self.listeners.on_model_save
