@@ -417,6 +417,45 @@ def test_cli_evaluate_takes_retrieval_and_sts_prompts(
     assert saved["results"] != with_prompt and "prompt" not in saved
 
 
+def test_an_empty_prompt_turns_a_default_prompt_off_and_the_prompt_read_is_recorded(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """A model with a default prompt (``query``) and no ``document`` prompt: evaluation reads
+    its sentences after the default unless told ``--prompt ''``, which gives the vectors of no
+    prompt; the JSON records the prompt read (the default too), and nothing when none was.
+    Retrieval and mining fall back to the default where no ``query``/``document`` prompt is
+    saved, as sentence-transformers' ``encode_query``/``encode_document`` do."""
+    from cselab.cli import main
+    from cselab.evaluation.embed import query_document_prompts, with_prompt
+
+    enc = SentenceEncoder.from_pretrained(
+        str(tiny_bert), pooler="avg", prompts={"query": "query: "}, default_prompt_name="query"
+    )
+    enc.save(tmp_path / "m")
+    plain = load(str(tiny_bert), pooler="avg").encode(SENTENCES)
+    np.testing.assert_array_equal(with_prompt(enc, "").encode(SENTENCES), plain)
+    assert np.abs(with_prompt(enc, None).encode(SENTENCES) - plain).max() > 1e-3
+    assert query_document_prompts(enc, None, None) == ("query: ", "query: ")
+    assert query_document_prompts(enc, "", "") == ("", "")
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in
+                           [("alpha beta", "beta alpha", 5), ("gamma", "delta", 1),
+                            ("epsilon zeta", "epsilon", 3), ("eta", "theta iota", 0),
+                            ("kappa lambda", "kappa mu", 4), ("nu xi", "omicron", 2)]))  # fmt: skip
+    out = tmp_path / "r.json"
+    runs = {}
+    for name, model, extra in (
+        ("default", tmp_path / "m", []), ("given", tmp_path / "m", ["--prompt", "query: "]),
+        ("off", tmp_path / "m", ["--prompt", ""]), ("plain", tiny_bert, ["--pooler", "avg"]),
+    ):  # fmt: skip
+        assert main(["evaluate", str(model), "--sts-file", str(sts), "-o", str(out), *extra]) == 0
+        runs[name] = json.loads(out.read_text())
+    assert runs["default"]["prompt"] == runs["given"]["prompt"] == "query: "
+    assert runs["default"]["results"] == runs["given"]["results"]
+    assert "prompt" not in runs["off"] and runs["off"]["results"] == runs["plain"]["results"]
+    assert runs["off"]["results"] != runs["default"]["results"]
+
+
 def test_mteb_passes_the_prompt_of_each_task_type(tiny_bert: Path) -> None:
     pytest.importorskip("mteb")
     import mteb

@@ -379,7 +379,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         compile_inference=args.compile_inference,
     )  # fmt: skip
     check_dims(dims, encoder)
-    from ..evaluation.embed import with_prompt
+    from ..evaluation.embed import effective_prompt, with_prompt
 
     # the task list: the SentEval names and STS files (when asked for), then retrieval (which
     # takes its own prompts, not --prompt)
@@ -391,8 +391,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.pooler:
         out["pooler"] = args.pooler
-    if prompt and senteval:  # the SentEval tasks' scores depend on it (retrieval records its own)
-        out["prompt"] = prompt
+    # the SentEval tasks' scores depend on the prompt read, the model's default included
+    # (retrieval records its own)
+    if senteval and (read := effective_prompt(encoder, prompt)):
+        out["prompt"] = read
         if args.instructions and args.prompt is None:
             out["instructions"] = args.instructions
     report.add_model_notes(out, args.model)

@@ -189,15 +189,33 @@ def _takes_prompt(encoder: object) -> bool:
 
 
 def with_prompt(encoder: EncoderLike, prompt: str | None) -> EncoderLike:
-    """``encoder`` reading every sentence after ``prompt`` (:class:`Prompted`); ``None`` or
-    ``""``: unchanged. A Matryoshka view (:class:`AtDimension`) keeps its prefix outside."""
+    """``encoder`` reading every sentence after ``prompt`` (:class:`Prompted`); ``None``:
+    unchanged (a model with a default prompt reads its sentences after it); ``""``: after no
+    prompt, the model's default turned off. A Matryoshka view (:class:`AtDimension`) keeps its
+    prefix outside."""
     if isinstance(encoder, Prompted):  # a new prompt replaces the one it reads after
         encoder = encoder.encoder
-    if not prompt:
+    if prompt is None or (prompt == "" and not default_prompt(encoder)):
         return encoder
     if isinstance(encoder, AtDimension):
         return AtDimension(with_prompt(encoder.encoder, prompt), encoder.dim)
     return Prompted(encoder, prompt)
+
+
+def default_prompt(encoder: object) -> str:
+    """The text a model puts before every sentence it is asked to encode with no prompt named:
+    its ``default_prompt_name``'s saved prompt (sentence-transformers' rule), also through a
+    view of it; ``""``: none."""
+    while isinstance(encoder, AtDimension | Prompted):
+        encoder = encoder.encoder
+    name = getattr(encoder, "default_prompt_name", None)
+    return saved_prompts(encoder).get(name, "") if isinstance(name, str) else ""
+
+
+def effective_prompt(encoder: object, prompt: str | None) -> str:
+    """What ``with_prompt(encoder, prompt)`` reads every sentence after (``""``: nothing): the
+    text given, else the model's :func:`default_prompt`. What a results file records."""
+    return prompt if prompt is not None else default_prompt(encoder)
 
 
 def saved_prompts(encoder: object) -> dict[str, str]:
@@ -219,12 +237,15 @@ def saved_prompt(encoder: object, name: str) -> str | None:
 def query_document_prompts(
     encoder: object, query_prompt: str | None, document_prompt: str | None
 ) -> tuple[str, str]:
-    """The prompts put before queries and before documents (``""``: none): each one given, else
-    the model's saved ``query`` / ``document`` prompt (``docs/prompts.md``). Retrieval and
-    mining choose them here."""
+    """The prompts put before queries and before documents (``""``: none): each one given
+    (``""`` turns the model's off), else the model's saved ``query`` / ``document`` prompt,
+    else its default prompt (:func:`default_prompt`: what its ``encode`` would put there, as
+    sentence-transformers' ``encode_query``/``encode_document`` do; ``docs/prompts.md``).
+    Retrieval and mining choose them here, and record them: the texts really read."""
     q = query_prompt if query_prompt is not None else saved_prompt(encoder, QUERY)
     d = document_prompt if document_prompt is not None else saved_prompt(encoder, DOCUMENT)
-    return q or "", d or ""
+    fallback = default_prompt(encoder)
+    return (fallback if q is None else q), (fallback if d is None else d)
 
 
 class EmbeddingCache:
