@@ -345,6 +345,31 @@ def test_a_bad_prompt_config_is_one_line_naming_the_key(
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_prompt_that_leaves_no_room_for_the_text_is_refused(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """Rows are cut at the end: a prompt as long as ``max_seq_len`` would cut every sentence
+    away (training on empty poolings, encoding zero vectors). One line, before tokenising."""
+    from cselab.app.train import train
+    from cselab.config import load_config
+
+    long = "given a web search query retrieve relevant passages: "
+    config = load_config(None, [
+        f"--model.name_or_path={tiny_bert}", "--model.pooler=avg", "--model.pool_prompt=false",
+        "--model.max_seq_len=6", f"--data.train_file={_pairs_file(tmp_path)}",
+        f"--data.cache_dir={tmp_path / 'cache'}", f"--train.output_dir={tmp_path / 'out'}",
+        "--train.batch_size=8", "--train.max_steps=1", "--train.eval_steps=0",
+        "--train.report_to=[]", f"--data.prompts={{anchor: '{long}'}}",
+    ])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data.prompts.anchor='given .*' leaves no room for "
+                       r"the text: with it a row needs \d+ tokens and max_seq_len is 6"):  # fmt: skip
+        train(config)
+    enc = load(str(tiny_bert), pooler="avg")
+    with pytest.raises(ConfigError, match="prompt='given .*' leaves no room for the text"):
+        enc.encode(SENTENCES, prompt=long, max_seq_len=6)
+    assert np.isfinite(enc.encode(SENTENCES, prompt="q: ", max_seq_len=6)).all()  # room left
+
+
 def test_a_sentence_corpus_takes_its_one_prompt(tiny_bert: Path, tmp_path: Path) -> None:
     from cselab.config import load_config
 

@@ -139,6 +139,23 @@ def count_prompt(tokenizer: Any, prompt: str | None, rule: str = "row") -> int:
     )
 
 
+def check_prompt_fits(tokenizer: Any, prompt: str | None, max_seq_len: int, where: str) -> None:
+    """Refuse a ``prompt`` that leaves a row of ``max_seq_len`` tokens no room for its text:
+    rows are cut at the end, so every sentence would be cut away and the rows (the pooling of
+    a prompt left out: empty) would say nothing of their text. ``where``: what set the prompt
+    (``data.prompts.anchor``, ``prompt``), named in the one-line
+    :class:`~cselab.core.errors.ConfigError`."""
+    if not prompt:
+        return
+    # the prompt and a one-token text with the tokenizer's special tokens, as a row holds them
+    need = len(tokenizer(prompt + _PROBES[0])["input_ids"])
+    if need > max_seq_len:
+        raise ConfigError(
+            f"{where}={prompt!r} leaves no room for the text: with it a row needs {need} "
+            f"tokens and max_seq_len is {max_seq_len}; shorten the prompt or raise max_seq_len"
+        )
+
+
 def prompt_alone_length(tokenizer: Any, prompt: str | None) -> int:
     """The tokens of ``prompt`` tokenised alone, less a trailing special token: what
     sentence-transformers (6.x, ``Transformer._get_prompt_length``) leaves out of a

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.datakind import DataKind
-from ..core.prompts import count_prompt
+from ..core.prompts import check_prompt_fits, count_prompt
 from .cache import tokenize_corpus, tokenize_pairs
 from .config import SENTENCE_PROMPT_COLUMN, DataConfig, is_pairs_source
 from .corpus import CorpusStats
@@ -77,6 +77,8 @@ class TrainingSource:
         a ``pool_mask`` without the prompts' tokens, counted by ``prompt_count`` (the model's,
         :data:`~cselab.core.prompts.PROMPT_COUNTS`)."""
         prompts = self.config.check_prompts(self.kind.pairs)
+        for column, text in prompts.items():  # before any row is tokenised
+            check_prompt_fits(tokenizer, text, max_seq_len, f"data.prompts.{column}")
         lengths = {k: count_prompt(tokenizer, v, prompt_count) for k, v in prompts.items()}
         if self.kind.pairs:
             c = self.config

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.prompts import count_prompt, exclude_prompt
+from ..core.prompts import check_prompt_fits, count_prompt, exclude_prompt
 from .choices import BATCH_SIZE, PRECISIONS
 from .devices import PRECISION_NAMES, precision_dtype
 from .devices import autocast as autocast_to
@@ -218,6 +218,7 @@ def _encode(
     order = _order(sentences)
     # tokenised batch by batch: the host makes the next batch while the device runs this one
     limit = _limit(encoder, max_seq_len)
+    check_prompt_fits(encoder.tokenizer, prompt, limit, "prompt")
     batches = _tokenize(encoder, sentences, order, batch_size, limit, skip)
     total = -(-len(order) // batch_size)  # the progress bar's batches
     return _run(encoder, order, batches, normalize, show_progress, precision, total)
