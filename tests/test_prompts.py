@@ -303,6 +303,24 @@ def test_default_prompt_and_unknown_names(tiny_bert: Path, tmp_path: Path) -> No
     assert load(str(tmp_path / "m")).default_prompt_name == "query"
 
 
+def test_a_one_token_pooler_chosen_for_a_folder_that_leaves_its_prompts_out(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``--pooler cls_before_pooler`` on a folder saved with ``pool_prompt: false`` reads its
+    one token (the prompt has nothing to be left out of), as for a sentence-transformers
+    folder; the folder's own pooler still leaves the prompt out."""
+    enc = SentenceEncoder.from_pretrained(
+        str(tiny_bert), pooler="avg", pool_prompt=False, prompts=PROMPTS
+    )
+    enc.save(tmp_path / "m")
+    cls = load(str(tmp_path / "m"), pooler="cls_before_pooler")
+    assert cls.pooler.include_prompt and not load(str(tmp_path / "m")).pooler.include_prompt
+    plain = load(str(tiny_bert), pooler="cls_before_pooler")
+    np.testing.assert_array_equal(
+        cls.encode(SENTENCES, prompt_name="query"), plain.encode(SENTENCES, prompt="query: ")
+    )
+
+
 def test_cli_encode_with_a_prompt_name(bert64: Path, tmp_path: Path) -> None:
     from cselab.cli import main
 
@@ -332,6 +350,9 @@ def test_cli_encode_with_a_prompt_name(bert64: Path, tmp_path: Path) -> None:
          "model.default_prompt_name='doc' is not one of model.prompts (query)"),
         (["--model.pool_prompt=false", "--model.pooler=cls"],
          "model.pool_prompt=false: pooler 'cls' reads one token"),
+        (["--data.prompts={anchor: 'q: '}", "--model.default_prompt_name=document"],
+         "model.default_prompt_name='document' is not one of the prompts saved from "
+         "data.prompts (query)"),
     ],
 )  # fmt: skip
 def test_a_bad_prompt_config_is_one_line_naming_the_key(
@@ -343,6 +364,27 @@ def test_a_bad_prompt_config_is_one_line_naming_the_key(
     with pytest.raises(ConfigError) as err:
         load_config(None, [*base, *overrides])
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_default_prompt_may_name_a_prompt_of_the_data(tiny_bert: Path, tmp_path: Path) -> None:
+    """A model trained with ``data.prompts`` is saved with them (the anchor's as ``query``,
+    the positive's as ``document``): ``model.default_prompt_name`` may name one of those."""
+    from cselab.app.plan import resolve
+    from cselab.app.train import saved_prompts
+    from cselab.config import load_config
+    from cselab.training.distributed import DistInfo
+
+    pairs = _pairs_file(tmp_path)
+    config = load_config(None, [
+        f"--model.name_or_path={tiny_bert}", f"--data.train_file={pairs}",
+        "--data.prompts={anchor: 'query: ', positive: 'passage: '}",
+        "--model.default_prompt_name=query",
+    ])  # fmt: skip
+    plan, _ = resolve(config, pairs, DistInfo())
+    assert saved_prompts(config, plan) == {
+        "prompts": {"query": "query: ", "document": "passage: "},
+        "default_prompt_name": "query",
+    }
 
 
 def test_a_prompt_that_leaves_no_room_for_the_text_is_refused(

@@ -18,6 +18,7 @@ import yaml
 
 from ..core.devices import SCALER_TYPES, check_device
 from ..core.errors import DataFormatError
+from ..core.prompts import model_prompts_from_data
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
@@ -240,8 +241,9 @@ class Config:
             if not ok:
                 raise ConfigError(message)
         m.lora.validate()
-        m.validate_prompts()
-        self.data.check_prompts(is_pairs_source(self.data.train_file, self.data.format))
+        pairs = is_pairs_source(self.data.train_file, self.data.format)
+        m.validate_prompts(model_prompts_from_data(self.data.prompts, pairs))
+        self.data.check_prompts(pairs)
         if self.data.prompts and not m.pool_prompt and self.objective.word_repetition.enabled:
             raise ConfigError(
                 "model.pool_prompt=false with objective.word_repetition: the repeated copy's "

@@ -6,6 +6,7 @@ takes the same defaults from here (one home).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
@@ -219,17 +220,22 @@ class ModelConfig:
         ),
     }
 
-    def validate_prompts(self) -> ModelConfig:
+    def validate_prompts(self, from_data: Mapping[str, str] | None = None) -> ModelConfig:
         """``prompts`` are ``{name: text}`` strings, ``default_prompt_name`` one of them, and
-        ``pool_prompt: false`` has a pooler that can leave them out; one line naming the key."""
+        ``pool_prompt: false`` has a pooler that can leave them out; one line naming the key.
+        ``from_data``: the prompts a model trained with ``data.prompts`` is saved with when
+        ``prompts`` is empty (:func:`~cselab.core.prompts.model_prompts_from_data`), which
+        ``default_prompt_name`` may name then."""
         from ..core.prompts import check_prompts
 
         self.prompts = check_prompts(self.prompts, "model.prompts")
         name = self.default_prompt_name
-        if name is not None and name not in self.prompts:
+        names = self.prompts or from_data or {}
+        if name is not None and name not in names:
+            where = "model.prompts" if self.prompts or not from_data else "the prompts saved from data.prompts"
             raise ConfigError(
-                f"model.default_prompt_name={name!r} is not one of model.prompts "
-                f"({', '.join(self.prompts) or 'none'})"
+                f"model.default_prompt_name={name!r} is not one of {where} "
+                f"({', '.join(names) or 'none'})"
             )
         if self.pool_prompt or self.pooler is None:
             return self

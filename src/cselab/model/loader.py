@@ -109,7 +109,12 @@ def load(
             max_seq_len=int(meta.get("max_seq_len", 32)), prompt=kwargs.pop("prompt", meta.get("prompt")),
             bidirectional=kwargs.pop("bidirectional", bool(meta.get("bidirectional", False))),
             dtype=kwargs.pop("dtype", meta.get("dtype", "float32")),
-            pool_prompt=kwargs.pop("pool_prompt", meta.get("pool_prompt", True) is not False),
+            # a pooler chosen here that reads one token pools it, as for a folder of another
+            # library (below): there is no prompt to leave out of one token
+            pool_prompt=kwargs.pop(
+                "pool_prompt", meta.get("pool_prompt", True) is not False
+                or (pooler is not None and pooler not in PROMPT_EXCLUDING),
+            ),
             **kwargs,
         )  # fmt: skip
         if (

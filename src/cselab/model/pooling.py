@@ -26,7 +26,7 @@ The one implementation used by training, ``encode`` and evaluation. Names follow
   token (from 1) weighs ``i / (1 + 2 + ... + n)``, so in a causal decoder the tokens that have
   seen more of the sentence count more.
 
-A user's prompt (E5's ``query: ``, LLM2Vec's task instruction; :mod:`cselab.model.instructions`)
+A user's prompt (E5's ``query: ``, LLM2Vec's task instruction; :mod:`cselab.evaluation.instructions`)
 is part of the tokens the model reads; with ``model.pool_prompt: false`` the mean poolers,
 ``weighted_mean`` and ``last`` leave its tokens out of the pooling (a ``pool_mask``,
 :func:`exclude_prompt`), as LLM2Vec's ``embed_mask`` (BehnamGhader et al. 2024, ``_skip_instruction``)
