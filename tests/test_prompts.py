@@ -463,6 +463,8 @@ def test_cli_evaluate_takes_retrieval_and_sts_prompts(
     out = tmp_path / "r.json"
     argv = ["evaluate", str(tiny_bert), "--retrieval", str(folder), "-o", str(out)]
     assert main([*argv, "--query-prompt", "query: ", "--document-prompt", "passage: "]) == 0
+    # the report's table (and a card's) names the prompts behind the scores
+    assert "; queries after `query: `; documents after `passage: `" in capsys.readouterr().out
     saved = json.loads(out.read_text())["results"]["retrieval:b"]
     want = evaluate_retrieval(load(str(tiny_bert)), folder, query_prompt="query: ",
                               document_prompt="passage: ")  # fmt: skip
@@ -521,6 +523,11 @@ def test_an_empty_prompt_turns_a_default_prompt_off_and_the_prompt_read_is_recor
     assert runs["default"]["results"] == runs["given"]["results"]
     assert "prompt" not in runs["off"] and runs["off"]["results"] == runs["plain"]["results"]
     assert runs["off"]["results"] != runs["default"]["results"]
+    from cselab.publish.card import evaluation_parts
+
+    # the card (--update-card) names the prompt behind the scores
+    assert "after the prompt `query: `" in "".join(evaluation_parts(runs["default"]).values())
+    assert "after the prompt" not in "".join(evaluation_parts(runs["off"]).values())
 
 
 def test_mteb_passes_the_prompt_of_each_task_type(tiny_bert: Path) -> None:

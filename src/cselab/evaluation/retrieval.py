@@ -328,9 +328,16 @@ def markdown(result: dict[str, Any]) -> str:
     names = list(result["metrics"])
     rows = [("full", *(f"{result['metrics'][n]:.2f}" for n in names))]
     rows += [(d, *(f"{m[n]:.2f}" for n in names)) for d, m in result.get("dims", {}).items()]
+    prompts = result.get("prompts") or {}
+    read = "; ".join(
+        f"{side} after `{prompts[name]}`"
+        for side, name in (("queries", QUERY), ("documents", DOCUMENT))
+        if prompts.get(name)
+    )
     title = (
         f"Retrieval: {result['folder']} ({result['split']}, {result['queries']} queries, "
         f"{result['documents']} documents, {result['backend']} search; x 100)"
+        + (f"; {read}" if read else "")
     )
     return f"{title}\n\n" + markdown_table(["dim", *names], rows, "l" + "r" * len(names))
 

@@ -179,9 +179,11 @@ def evaluation_parts(evaluation: Mapping[str, Any] | None) -> dict[str, str]:
     parts = {}
     senteval = markdown(evaluation)
     if senteval.strip():
+        prompt = evaluation.get("prompt")
+        read = f", every sentence after the prompt `{prompt}`" if prompt else ""
         parts["senteval"] = (
-            f"`cselab evaluate` (SentEval protocol, mode `{evaluation.get('mode', 'test')}`):"
-            f"\n\n{senteval}"
+            f"`cselab evaluate` (SentEval protocol, mode `{evaluation.get('mode', 'test')}`"
+            f"{read}):\n\n{senteval}"
         )
     for kind in TASK_KINDS.values():
         for key, text in kind.entry_markdown(evaluation).items():
