@@ -818,3 +818,26 @@ def test_a_bidirectional_model_leaves_its_prompt_out_in_sentence_transformers(
             str(tmp_path / "llama"), pooler="avg", bidirectional=True, prompts=PROMPTS
         ).encode(texts, prompt_name=name)
         assert np.abs(pooled - ours).max() > 1e-3  # leaving the prompt out matters here
+
+
+@pytest.mark.parametrize(
+    ("settings", "remote", "words"),
+    [
+        ({"pooler": "avg"}, False, "their tokens are pooled with the sentence's"),
+        ({"pooler": "avg", "pool_prompt": False}, False, "left out of the pooling"),
+        ({"pooler": "avg", "bidirectional": True}, True, "pooled with the sentence's"),
+        ({"pooler": "prompt"}, True, "reads them with the sentence inside its template"),
+    ],
+)
+def test_the_card_s_prompt_snippet_loads_the_folder_as_sentence_transformers_must(
+    settings: dict[str, Any], remote: bool, words: str
+) -> None:
+    """A folder whose one module is cselab's (PromptBERT's template, a bidirectional decoder)
+    needs ``trust_remote_code`` in sentence-transformers: the card's prompt line says so."""
+    from cselab.model.config import ModelConfig
+    from cselab.publish.usage import prompt_usage
+
+    text = prompt_usage("org/m", ModelConfig(prompts=PROMPTS, **settings))
+    load_line = "SentenceTransformer(model_id, trust_remote_code=True).encode(texts, prompt_name"
+    assert (load_line in text) is remote and words in text
+    assert ("SentenceTransformer(model_id).encode(texts, prompt_name" in text) is not remote

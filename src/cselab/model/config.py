@@ -232,7 +232,11 @@ class ModelConfig:
         name = self.default_prompt_name
         names = self.prompts or from_data or {}
         if name is not None and name not in names:
-            where = "model.prompts" if self.prompts or not from_data else "the prompts saved from data.prompts"
+            where = (
+                "model.prompts"
+                if self.prompts or not from_data
+                else "the prompts saved from data.prompts"
+            )
             raise ConfigError(
                 f"model.default_prompt_name={name!r} is not one of {where} "
                 f"({', '.join(names) or 'none'})"

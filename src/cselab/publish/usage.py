@@ -247,12 +247,18 @@ def prompt_usage(
         return ""
     rows = "\n".join(f"| `{name}` | `{text!r}` |" for name, text in model.prompts.items())
     default = model.default_prompt_name
+    template = POOLER_MEANINGS[inference_pooler_name(model.pooler, model.mlp_only_train)]
+    template_read = template.token == "mask"  # the vector is a template's [MASK] state
     pooled = (
-        "their tokens are pooled with the sentence's"
+        "the model reads them with the sentence inside its template"
+        if template_read
+        else "their tokens are pooled with the sentence's"
         if model.pool_prompt
         else "their tokens are left out of the pooling (sentence-transformers' "
         "`include_prompt=False`)"
     )
+    # the folder's module is cselab's own for these (st_folder): sentence-transformers needs it
+    remote = ", trust_remote_code=True" if template_read or model.bidirectional else ""
     first = next(iter(model.prompts))
     return f"""
 
@@ -275,7 +281,7 @@ print(vectors.shape)
 ```
 
 sentence-transformers reads the same prompts from `config_sentence_transformers.json`:
-`SentenceTransformer(model_id).encode(texts, prompt_name={first!r})`.{_count_note(counts)}"""
+`SentenceTransformer(model_id{remote}).encode(texts, prompt_name={first!r})`.{_count_note(counts)}"""
 
 
 def _count_note(counts: dict[str, dict[str, int]] | None) -> str:
