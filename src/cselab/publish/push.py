@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import PublishError  # noqa: F401 - re-exported
-from ..core.metrics import STSB
 from ..core.version import __version__
+from ..evaluation.names import senteval_hub_dataset
 from ..model.lora import is_adapter_folder
 from .card import CARD_FILE, set_model_id, with_model_id
 
@@ -47,9 +47,11 @@ def commit_message(folder: str | Path) -> str:
         for result in ModelCard.load(card).data.eval_results or []:
             # the model-selection score, when it is STS-B dev Spearman (a Pearson one or a
             # score on your own dev file is left to the card, which names it)
-            stsb_dev = (result.dataset_type, result.metric_type) == (STSB, "spearman_cosine")
+            key = (result.dataset_type, result.metric_type)
+            stsb_dev = key == (senteval_hub_dataset("STSBenchmark")[0], "spearman_cosine")
             if stsb_dev and result.dataset_split == "validation":
                 parts.append(f"STS-B dev {result.metric_value:.2f}")
+                break
     name = root.resolve().name
     return f"Upload {root.resolve().parent.name}/{name} ({'; '.join(parts)})"
 
