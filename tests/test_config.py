@@ -44,6 +44,8 @@ def test_yaml_and_overrides(tmp_path: Path) -> None:
         ("--objective.temperature=0", "objective.temperature"),
         ("--train.batch_size=1", "train.batch_size"),
         ("--model.dropout=1.5", "model.dropout"),
+        ("--train.output_dir=", "train.output_dir is empty: name the run's folder"),
+        ("--train.output_dir=  ", "train.output_dir is empty"),
     ],
 )
 def test_bad_values_name_the_key(override: str, needle: str) -> None:

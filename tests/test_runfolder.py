@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -112,8 +113,40 @@ def test_an_overwrite_or_a_start_without_a_step_removes_the_plan_too(tmp_path: P
     prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=True)
     assert list(run.path.iterdir()) == []
     run.config.write_text("train: {}\n", encoding="utf-8")  # a start that took no step
-    run.plan.write_text("{}", encoding="utf-8")
+    _a_plan().save(run.path)
     prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=False)
+    assert list(run.path.iterdir()) == []
+
+
+def _a_plan() -> Any:
+    from cselab.config.plan import RunPlan
+    from cselab.core.datakind import DataKind
+    from cselab.objectives.config import ObjectiveConfig
+
+    return RunPlan("/data/corpus.txt", DataKind(), None, "cpu", "fp32", 1, "avg", 32, (),
+                   ObjectiveConfig())  # fmt: skip
+
+
+def test_a_user_s_files_of_a_run_s_names_are_never_removed_unasked(tmp_path: Path) -> None:
+    """The user's own ``config.yaml`` and ``tensorboard/`` in the output folder (no
+    ``plan.json``: no cselab run started there) are refused in one line and kept, not taken
+    for a start that ran no step; ``train.overwrite`` replaces them when asked."""
+    from cselab.core.errors import ConfigError
+    from cselab.training.rundir import prepare_output_dir
+
+    run = RunFolder(tmp_path / "proj")
+    (run.tensorboard).mkdir(parents=True)
+    (run.tensorboard / "events.out.other").write_text("x", encoding="utf-8")
+    run.config.write_text("# my settings\ntrain: {lr: 1.0e-5}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"holds config.yaml, tensorboard, which a run writes "
+                       r"but no cselab run wrote there \(no plan.json\)"):  # fmt: skip
+        prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=False)
+    assert run.config.read_text(encoding="utf-8").startswith("# my settings")
+    assert (run.tensorboard / "events.out.other").is_file()
+    run.plan.write_text("{}", encoding="utf-8")  # not a plan cselab wrote either
+    with pytest.raises(ConfigError, match="no cselab run wrote there"):
+        prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=False)
+    prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=True)
     assert list(run.path.iterdir()) == []
 
 
@@ -175,6 +208,7 @@ def train_args(tiny_bert: Path, data: Path, out: Path, *extra: str) -> list[str]
 STARTER = """
 import sys, time
 from pathlib import Path
+from typing import Any
 import cselab.cli, cselab.app.train  # the slow imports, before the start line
 ready, go, argv = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 ready.touch()

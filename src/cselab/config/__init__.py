@@ -211,6 +211,8 @@ class Config:
         t, m = self.train, self.model
         checks = [
             (t.batch_size >= 2, "train.batch_size must be >= 2 (in-batch negatives need a pair)"),
+            # an empty one (an unset shell variable) would be the working directory
+            (str(t.output_dir).strip() != "", "train.output_dir is empty: name the run's folder"),
             (t.lr > 0, "train.lr must be > 0"),
             (t.epochs >= 1, "train.epochs must be >= 1"),
             (t.max_steps is None or t.max_steps >= 1, "train.max_steps must be >= 1"),

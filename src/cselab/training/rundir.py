@@ -121,6 +121,19 @@ def trained(run: RunFolder, found: list[str]) -> bool:
     return any(row["step"] > 0 for row in rows)
 
 
+def started_here(run: RunFolder) -> bool:
+    """Whether a cselab run started in ``run``: every start writes its ``plan.json`` (a
+    :class:`~cselab.config.plan.RunPlan`) with ``config.yaml`` before anything else, so files
+    without one (a user's ``config.yaml`` or ``tensorboard/`` in the folder) are no run's, and
+    a start's own removal never takes them."""
+    from ..config.plan import RunPlan
+
+    try:
+        return RunPlan.load(run.path) is not None
+    except (UserError, OSError):
+        return False
+
+
 def _remove(folder: Path, names: list[str]) -> None:
     for name in names:
         path = folder / name
@@ -148,12 +161,19 @@ def prepare_output_dir(
         return
     if not found:
         return
-    if not trained(run, found):
+    ran = trained(run, found)
+    if not ran and started_here(run):
         _remove(folder, found)
         log.info(
             "%s: removed what a start that ran no training step left (%s)", folder, ", ".join(found)
         )
         return
+    if not ran and not overwrite:  # files of a run's names that no run wrote: the user's
+        raise ConfigError(
+            f"train.output_dir={folder} holds {', '.join(found)}, which a run writes but no "
+            "cselab run wrote there (no plan.json); choose another train.output_dir, or replace "
+            "them with --train.overwrite=true"
+        )
     if resume:  # starting over would replace the run a resume was asked to continue
         raise ConfigError(
             f"train.resume: {folder} holds a run ({', '.join(found)}) but no checkpoint "
