@@ -624,3 +624,47 @@ def test_docs_speak_of_the_product_not_of_the_work() -> None:
         if WORK_WORDS.search(line)
     ]
     assert found == []
+
+
+def test_a_folder_that_is_no_readable_model_is_one_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A folder of other files, a config.json of no model type or not JSON, weights missing
+    or cut: one line naming the folder from every command that loads a model, no traceback."""
+    import shutil
+
+    from cselab.cli import main
+
+    (tmp_path / "in.txt").write_text("a sentence\n", encoding="utf-8")
+    cases: dict[str, str] = {}
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("x", encoding="utf-8")
+    cases["other"] = "not a model folder (no config.json)"
+    untyped = tmp_path / "untyped"
+    untyped.mkdir()
+    (untyped / "config.json").write_text('{"hidden_size": 8}', encoding="utf-8")
+    cases["untyped"] = "not a model transformers can read (ValueError: Unrecognized model"
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json", encoding="utf-8")
+    cases["broken"] = "not a model transformers can read (OSError:"
+    for name, cut in (("noweights", 0), ("cut", 100)):
+        folder = tmp_path / name
+        shutil.copytree(tiny_bert, folder)
+        weights = folder / "model.safetensors"
+        if cut:
+            weights.write_bytes(weights.read_bytes()[:cut])
+        else:
+            weights.unlink()
+        cases[name] = "not a model transformers can read ("
+    for name, said in cases.items():
+        folder = tmp_path / name
+        for argv in (
+            ["encode", str(folder), "--input", str(tmp_path / "in.txt"), "--output", "v.npy"],
+            ["index", "build", str(tmp_path / "in.txt"), "--model", str(folder), "-o",
+             str(tmp_path / f"{name}.index")],
+        ):  # fmt: skip
+            assert main(argv) == 2, (name, argv)
+            err = capsys.readouterr().err
+            assert f"{folder}: {said}" in err and err.count("\n") == 1, err

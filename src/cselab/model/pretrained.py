@@ -66,6 +66,17 @@ def starting_defaults(
     return pooler, bidirectional
 
 
+def unreadable_model(path: str, err: BaseException) -> ModelFormatError:
+    """The one line for a folder ``transformers`` cannot read as a model: no ``config.json``,
+    one without a model type or not JSON, weights missing or cut (``err``: what it raised)."""
+    if not (Path(path) / "config.json").is_file():
+        return ModelFormatError(f"{path}: not a model folder (no config.json)")
+    said = (str(err).strip().splitlines() or [""])[0][:200]
+    return ModelFormatError(
+        f"{path}: not a model transformers can read ({type(err).__name__}: {said})"
+    )
+
+
 def load_config(
     path: str,
     name_or_path: str,
@@ -80,7 +91,10 @@ def load_config(
     need only it: MNTP on an encoder, the dtype, the LoRA rank against the width."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:  # a folder that is no model, or a broken config.json
+        raise unreadable_model(path, err) from None
     row = backbones.lookup(getattr(config, "model_type", None))  # an unknown type: one note
     if lm_head and row is not None and not row.is_decoder:
         # transformers would build BERT's BertLMHeadModel: a causal head on an encoder
@@ -138,6 +152,9 @@ def load_backbone(
                 f"{name_or_path} ({config.model_type}) has no causal language-modelling head "
                 "(AutoModelForCausalLM), which token prediction (MNTP) needs"
             ) from None
+        # weights missing, cut or of other shapes: the files, not the code, are at fault
+        if isinstance(err, OSError | ValueError) or type(err).__name__ == "SafetensorError":
+            raise unreadable_model(path, err) from None
         raise
     head: nn.Module | None = None
     if lm_head:  # keep the base model as the backbone and the head beside it
