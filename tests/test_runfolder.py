@@ -341,3 +341,26 @@ def test_a_sweep_cell_in_use_is_not_trained_into(
     assert not cell.cell.exists() and not cell.cell_log.exists()  # nor written
     assert main(["-q", "sweep", str(spec)]) == 0
     assert cell.results.is_file()
+
+
+def test_a_folder_the_process_cannot_write_in_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A read-only output folder (tests run as root, where permissions do not refuse: the
+    file system's refusal is simulated) is one line naming it, before any work, from
+    ``cselab train`` and ``cselab index build`` alike."""
+    import errno
+
+    from cselab.core.errors import WriteError
+
+    def read_only(*args: object, **kwargs: object) -> int:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("cselab.io.runfolder.os.open", read_only)
+    with pytest.raises(WriteError, match=r"ro: cannot write there \(Read-only file system\)"):
+        with RunFolder(tmp_path / "ro").lock():
+            pass
+    corpus = write_corpus(tmp_path, 8)
+    assert main(["index", "build", str(corpus), "--model", "m", "-o", str(tmp_path / "i")]) == 2
+    err = capsys.readouterr().err
+    assert "i: cannot write there (Read-only file system)" in err and err.count("\n") == 1

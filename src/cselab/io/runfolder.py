@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import RunFolderBusy
+from ..core.errors import RunFolderBusy, WriteError
 from .files import refuse_file_in_the_way
 
 
@@ -177,11 +177,16 @@ class RunFolder:
         """An open descriptor of the lock file, exclusively locked."""
         refuse_file_in_the_way(self.path)
         while True:
-            self.path.mkdir(parents=True, exist_ok=True)
             try:
+                self.path.mkdir(parents=True, exist_ok=True)
                 fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT, 0o644)
             except FileNotFoundError:  # the previous holder removed the empty folder meanwhile
                 continue
+            except OSError as err:  # read-only, no permission, disk full: before any work
+                raise WriteError(
+                    f"{self.path}: cannot write there ({err.strerror or err}); choose a folder "
+                    "this process can write in"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
