@@ -129,3 +129,37 @@ def test_mteb_as_an_evaluation_task(tiny_folder: Path, senteval_dir: Path, one_t
     assert direct["scores"]["SentEvalSTSBenchmark"]["dev"]["default"] == pytest.approx(
         ours, abs=0.01
     )
+
+
+def test_cli_mteb_reads_and_records_the_instructions(
+    tiny_folder: Path, senteval_dir: Path, tmp_path: Path, caplog, one_thread
+) -> None:
+    """``--mteb SentEvalSTSBenchmark --instructions llm2vec`` reads the table's STSBenchmark
+    instruction (the score is SentEval's with that prompt) and the JSON names the table and the
+    prompts given; a task the table has no instruction for is one warning line naming it."""
+    import yaml
+
+    from cselab.evaluation.embed import with_prompt
+
+    out_file = tmp_path / "mteb.json"
+    argv = ["-q", "evaluate", str(tiny_folder), "--mteb", "SentEvalSTSBenchmark",
+            "--data-dir", str(senteval_dir), "-o", str(out_file)]  # fmt: skip
+    assert main([*argv, "--instructions", "llm2vec"]) == 0
+    saved = json.loads(out_file.read_text())
+    instruction = "Retrieve semantically similar text: "
+    assert saved["instructions"] == "llm2vec"
+    assert saved["model_prompts"] == {"SentEvalSTSBenchmark": instruction}
+    encoder = cselab.load(str(tiny_folder))
+    ours = cselab_stsb_dev(with_prompt(encoder, instruction), senteval_dir)
+    score = saved["scores"]["SentEvalSTSBenchmark"]["dev"]["default"]
+    assert score == pytest.approx(ours, abs=0.01)
+    assert abs(score - cselab_stsb_dev(encoder, senteval_dir)) > 0.1  # the instruction acted
+
+    table = tmp_path / "twelve.yaml"
+    table.write_text(yaml.safe_dump({"instructions": {"STS12": instruction}}))
+    assert main([*argv, "--instructions", str(table)]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{table}: no instruction for SentEvalSTSBenchmark; read with the model's own " \
+        "prompts" in warnings  # fmt: skip
+    saved = json.loads(out_file.read_text())
+    assert saved["instructions"] == str(table) and saved["model_prompts"] == {}

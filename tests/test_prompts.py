@@ -453,6 +453,31 @@ def test_retrieval_with_prompts_equals_the_prompted_texts_by_hand(
     assert no_query == pytest.approx(scorer.score_vectors(docs, queries_plain), abs=1e-9)
 
 
+STS_ROWS = [("alpha beta", "beta alpha", 5), ("gamma", "delta", 1), ("epsilon zeta", "epsilon", 3),
+            ("eta", "theta iota", 0), ("kappa lambda", "kappa mu", 4), ("nu xi", "omicron", 2)]  # fmt: skip
+
+
+def _sts_file(path: Path) -> Path:
+    path.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in STS_ROWS)
+    )
+    return path
+
+
+def _table(path: Path, instructions: dict[str, str]) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"instructions": instructions}))
+    return path
+
+
+def _error(capsys: pytest.CaptureFixture) -> str:
+    """The one line a refused command prints (without its ``cselab evaluate: error:``)."""
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    return err.removeprefix("cselab evaluate: error: ")
+
+
 def test_cli_evaluate_takes_retrieval_and_sts_prompts(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -547,8 +572,9 @@ def test_mteb_passes_the_prompt_of_each_task_type(tiny_bert: Path) -> None:
     table = load_instructions("llm2vec")
     scifact, sts = mteb.get_task("SciFact").metadata, SentEvalSTSBenchmark.metadata
     prompts = mteb_prompts(table, {scifact.name: scifact.type, sts.name: "STS", "STS12": "STS"})
-    assert prompts == {
+    assert prompts == {  # cselab's SentEvalSTSBenchmark reads the table's STSBenchmark
         "SciFact-query": instruction_prompt(table.instructions["SciFact"]),
+        "SentEvalSTSBenchmark": "Retrieve semantically similar text: ",
         "STS12": "Retrieve semantically similar text: ",
     }
     wrapped = MTEBEncoder(enc, prompts=prompts)
@@ -566,8 +592,99 @@ def test_mteb_passes_the_prompt_of_each_task_type(tiny_bert: Path) -> None:
     np.testing.assert_array_equal(
         run(scifact, PromptType.document), enc.encode(SENTENCES, prompt_name="document")
     )
-    # a task with no instruction and no prompt type: the model's default (none here)
-    np.testing.assert_array_equal(run(sts, None), enc.encode(SENTENCES))
+    np.testing.assert_array_equal(
+        run(sts, None), enc.encode(SENTENCES, prompt="Retrieve semantically similar text: ")
+    )
+    # a task these prompts do not name, and no prompt type: the model's default (none here)
+    banking = mteb.get_task("Banking77Classification").metadata
+    np.testing.assert_array_equal(run(banking, None), enc.encode(SENTENCES))
+
+
+def test_the_sts_tasks_read_their_own_instruction_as_one_prompt(tmp_path: Path) -> None:
+    """Each STS task reads its own task's instruction (SICKRelatedness under MTEB's SICK-R, an
+    STS file and AlignUniform STS-B's); the tasks evaluated together share one encoding, so
+    their instructions must be one text; a task the table lacks is one line naming the file."""
+    from cselab.evaluation.api import TASK_GROUPS
+    from cselab.evaluation.instructions import load_instructions, sts_prompt
+
+    llm2vec = load_instructions("llm2vec")
+    every = [*TASK_GROUPS["sts"], "AlignUniform", "sts-file"]
+    assert sts_prompt(llm2vec, every) == "Retrieve semantically similar text: "
+    path = _table(tmp_path / "t.yaml", {"STS12": "Twelve:", "SICK-R": "Sick:", "STS13": "Twelve:"})
+    table = load_instructions(str(path))
+    assert sts_prompt(table, ["STS12", "STS13"]) == "Twelve: "
+    assert sts_prompt(table, ["SICKRelatedness"]) == "Sick: "
+    for tasks, message in (
+        (["STSBenchmark"], f"{path}: no instruction for STSBenchmark; add one"),
+        (["STS12", "sts-file"], f"{path}: no instruction for STSBenchmark (an STS file reads"),
+        (["STS12", "STS14"], f"{path}: no instruction for STS14"),
+        (["STS12", "SICKRelatedness"], "instructions differ (STS12: 'Twelve:', SICK-R: 'Sick:')"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            sts_prompt(table, tasks)
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_an_empty_instruction_is_refused_when_the_table_is_read(tmp_path: Path, text: str) -> None:
+    from cselab.evaluation.instructions import load_instructions
+
+    path = _table(tmp_path / "t.yaml", {"STS12": "Twelve:", "STSBenchmark": text})
+    with pytest.raises(ConfigError, match=f"^{path}: instructions.STSBenchmark: empty; give"):
+        load_instructions(str(path))
+
+
+def test_cli_evaluate_reads_the_instruction_of_what_it_evaluates(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An STS file reads the table's STSBenchmark instruction (none there: one line naming the
+    table, not silence); the JSON records the prompt and the table. Retrieval alone takes no
+    --prompt/--instructions, clustering files no table instruction, and --prompt and
+    --instructions do not go together: each refused in one line."""
+    from cselab.cli import main
+
+    sts, out = _sts_file(tmp_path / "sts.tsv"), tmp_path / "r.json"
+    argv = ["evaluate", str(tiny_bert), "--sts-file", str(sts), "-o", str(out)]
+    twelve = _table(tmp_path / "twelve.yaml", {"STS12": "Retrieve semantically similar text:"})
+    assert main([*argv, "--instructions", str(twelve)]) == 2
+    assert _error(capsys) == (
+        f"{twelve}: no instruction for STSBenchmark (an STS file reads STSBenchmark's); add one, "
+        "or leave the task out"
+    )
+    assert main([*argv, "--instructions", "llm2vec"]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["prompt"] == "Retrieve semantically similar text: "
+    assert saved["instructions"] == "llm2vec"
+    assert main([*argv, "--prompt", "Retrieve semantically similar text: "]) == 0
+    assert json.loads(out.read_text())["results"] == saved["results"]
+
+    folder = write_beir(tmp_path / "b", split="test")
+    labelled = tmp_path / "topics.tsv"
+    labelled.write_text(
+        "text\tlabel\n" + "".join(f"{w} {w}\t{i % 2}\n" for i, w in enumerate(GREEK[:6]))
+    )
+    retrieval = ["evaluate", str(tiny_bert), "--retrieval", str(folder)]
+    for extra, message in (
+        (["--instructions", "llm2vec"], "--instructions applies to the SentEval tasks, STS files "
+         "and clustering files; --retrieval takes --query-prompt and --document-prompt"),
+        (["--prompt", "x: "], "--prompt applies to the SentEval tasks"),
+    ):  # fmt: skip
+        assert main([*retrieval, *extra]) == 2
+        assert _error(capsys).startswith(message)
+    for args, message in (
+        ([*retrieval, "--clustering", str(labelled), "--instructions", "llm2vec"],
+         "--instructions without --mteb applies to the STS tasks and STS files; --clustering has "
+         "no instruction there: give --prompt"),
+        (["evaluate", str(tiny_bert), "--tasks", "STS12,MR", "--instructions", "llm2vec"],
+         "MR has no instruction there"),
+        ([*argv, "--instructions", "llm2vec", "--prompt", "x: "],
+         "--prompt and --instructions both give the prompt; give one of them"),
+    ):  # fmt: skip
+        assert main(args) == 2
+        assert message in _error(capsys)
+    # with a SentEval task beside retrieval, --prompt applies to it
+    assert main([*retrieval, "--sts-file", str(sts), "--prompt", "x: ", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["prompt"] == "x: "
 
 
 def test_llm2vec_table_is_shipped_with_its_source() -> None:

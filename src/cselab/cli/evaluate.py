@@ -135,8 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument(
         "--prompt",
         metavar="TEXT",
-        help="put TEXT before every sentence of the SentEval tasks and STS files (default: the "
-        "model's default prompt, if it has one)",
+        help="put TEXT before every sentence of the SentEval tasks, STS and clustering files "
+        "(default: the model's default prompt, if it has one)",
     )
     ev.add_argument("--query-prompt", metavar="TEXT",
                     help="with --retrieval: before every query (default: the model's saved "
@@ -148,7 +148,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--instructions",
         metavar="TABLE",
         help="task instructions: 'llm2vec' (LLM2Vec's MTEB table) or a YAML file of the same "
-        "layout; with --mteb each task's, else the STS instruction before every STS sentence",
+        "layout; with --mteb each task's, else the STS tasks' (one text for all; an STS file "
+        "reads STSBenchmark's) before every STS sentence",
     )
     # the library's hints name Python arguments; this command's are its options
     hint = {
@@ -270,19 +271,27 @@ def check_dims(dims: list[int] | None, encoder: object) -> None:
 
 
 def senteval_prompt(args: argparse.Namespace, tasks: list[str] | None) -> str | None:
-    """The prompt of the SentEval tasks: ``--prompt``, else the STS instruction of
-    ``--instructions`` (refused with transfer tasks, which no such table covers)."""
-    if args.prompt is not None or not args.instructions:
+    """The prompt of the SentEval tasks, STS files and clustering files: ``--prompt``, else the
+    STS tasks' one instruction in ``--instructions`` (each task's own, an STS file STS-B's;
+    :func:`~cselab.evaluation.instructions.sts_prompt`), refused with the transfer tasks and
+    clustering files, which no such table covers."""
+    if not args.instructions:
         return args.prompt
+    if args.prompt is not None:
+        raise ConfigError("--prompt and --instructions both give the prompt; give one of them")
     from ..evaluation.instructions import load_instructions, sts_prompt
     from ..evaluation.names import TRANSFER_TASKS
 
-    if other := [t for t in tasks or [] if t in TRANSFER_TASKS]:
+    other = [t for t in tasks or [] if t in TRANSFER_TASKS]
+    other += ["--clustering"] * bool(args.clustering)
+    if other:
         raise ConfigError(
-            f"--instructions without --mteb applies to the STS tasks; {', '.join(other)} has "
-            "no instruction there: give --prompt, or evaluate the STS tasks alone"
+            f"--instructions without --mteb applies to the STS tasks and STS files; "
+            f"{', '.join(other)} {'has' if len(other) == 1 else 'have'} no instruction there: "
+            "give --prompt, or evaluate the STS tasks alone"
         )
-    return sts_prompt(load_instructions(args.instructions))
+    table = load_instructions(args.instructions)
+    return sts_prompt(table, [*(tasks or []), *([STS_FILE_KIND] * bool(args.sts_file))])
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -346,6 +355,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if data
     }  # fmt: skip
     tasks = api.parse_tasks(spec, args.mode, given) if spec is not None and senteval else None
+    given_prompts = ["--prompt"] * (args.prompt is not None) + ["--instructions"] * bool(
+        args.instructions
+    )
+    if not senteval and given_prompts:
+        raise ConfigError(
+            f"{' and '.join(given_prompts)} {'apply' if len(given_prompts) > 1 else 'applies'} "
+            "to the SentEval tasks, STS files and clustering files; --retrieval takes "
+            "--query-prompt and --document-prompt"
+        )
+    prompt = senteval_prompt(args, tasks)  # a bad table is told before the data is read
     columns = [c.strip() for c in args.sts_columns.split(",")]
     # Local files first, then the model (a wrong path is reported at once, not after a minute
     # of fetching SentEval's data), then the data, all before time goes into loading the model.
@@ -383,7 +402,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     # the task list: the SentEval names and STS files (when asked for), then retrieval (which
     # takes its own prompts, not --prompt)
-    prompt = senteval_prompt(args, tasks)
     out = api.evaluate(
         with_prompt(encoder, prompt), tasks=[*(tasks or []), *plan] if senteval else plan, mode=args.mode,
         data_dir=args.data_dir, batch_size=args.batch_size, download=not args.no_download,
@@ -395,7 +413,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     # (retrieval records its own)
     if senteval and (read := effective_prompt(encoder, prompt)):
         out["prompt"] = read
-        if args.instructions and args.prompt is None:
+        if args.instructions:
             out["instructions"] = args.instructions
     report.add_model_notes(out, args.model)
     print(report.evaluation_markdown(out))

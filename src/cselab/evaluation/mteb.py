@@ -21,9 +21,10 @@ always possible. Both score cosine against the gold 0-5 score with Spearman.
 Prompts (``docs/prompts.md``) reach the model as MTEB asks for them: the encoder's
 ``model_prompts`` are the model's saved prompts (``query``, ``document``) and, with
 ``instructions`` (``--instructions llm2vec``, :mod:`cselab.evaluation.instructions`), each
-task's instruction under MTEB's keys; MTEB's ``get_prompt`` picks one per task and prompt type
-(task-and-type, task, type-of-task, then ``query``/``document``), and the model reads the texts
-after it (its pooler leaving the prompt out where the model says so).
+task's instruction under MTEB's keys (``SentEvalSTSBenchmark`` reads ``STSBenchmark``'s); MTEB's
+``get_prompt`` picks one per task and prompt type (task-and-type, task, type-of-task, then
+``query``/``document``), and the model reads the texts after it (its pooler leaving the prompt
+out where the model says so). The results record both (``instructions``, ``model_prompts``).
 """
 
 from __future__ import annotations
@@ -247,7 +248,8 @@ def run_mteb(
     split: str | None = None,
     instructions: str | None = None,
 ) -> dict:
-    """Run MTEB tasks on a cselab model; returns ``{"model", "pooler", "scores", "results"}``.
+    """Run MTEB tasks on a cselab model; returns ``{"model", "pooler", "instructions",
+    "model_prompts", "scores", "results"}``.
 
     Args:
         model: a model folder or name (opened with :func:`cselab.load`, ``pooler`` honoured) or a
@@ -261,22 +263,31 @@ def run_mteb(
             :func:`~cselab.evaluation.instructions.load_instructions`) whose instructions the
             tasks' texts are read after, besides the model's saved prompts.
 
-    ``scores`` maps each task to ``{split: {subset: main score x 100}}``; ``results`` holds
-    MTEB's full per-task result objects as dicts.
+    ``instructions`` is the table given (``None``: none), ``model_prompts`` the prompts the
+    model was given by MTEB's keys (its saved ones and the table's); ``scores`` maps each task
+    to ``{split: {subset: main score x 100}}``; ``results`` holds MTEB's full per-task result
+    objects as dicts. A task the table has no instruction for is one warning line (it reads the
+    model's own prompts); ``SentEvalSTSBenchmark`` reads the table's ``STSBenchmark``.
     """
     task_objects = resolve_tasks(tasks, data_dir, split)
+    prompts = None  # the table is read before the model is loaded: a bad one is told at once
+    if instructions:
+        from .instructions import load_instructions, missing, mteb_prompts
+
+        table = load_instructions(instructions)
+        types = {t.metadata.name: t.metadata.type for t in task_objects}
+        prompts = mteb_prompts(table, types)
+        if uncovered := missing(table, types):
+            log.warning(
+                "%s: no instruction for %s; read with the model's own prompts",
+                table.path, ", ".join(uncovered),
+            )  # fmt: skip
     if isinstance(model, str | os.PathLike):
         from ..model.encoder import load
 
         encoder = load(str(model), pooler=pooler, device=device)
     else:
         encoder = model
-    prompts = None
-    if instructions:
-        from .instructions import load_instructions, mteb_prompts
-
-        types = {t.metadata.name: t.metadata.type for t in task_objects}
-        prompts = mteb_prompts(load_instructions(instructions), types)
     wrapped = MTEBEncoder(encoder, prompts=prompts)
     cache = mteb.ResultCache(cache_path=str(output_folder)) if output_folder else None
     try:
@@ -305,6 +316,8 @@ def run_mteb(
     return {
         "model": str(getattr(encoder, "source", None) or model),
         "pooler": getattr(getattr(encoder, "pooler", None), "kind", None),
+        "instructions": str(instructions) if instructions else None,
+        "model_prompts": dict(sorted(wrapped.model_prompts.items())),
         "scores": scores,
         "results": full,
     }
