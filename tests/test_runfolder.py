@@ -357,9 +357,9 @@ def test_a_folder_the_process_cannot_write_in_is_one_line(
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr("cselab.io.runfolder.os.open", read_only)
-    with pytest.raises(WriteError, match=r"ro: cannot write there \(Read-only file system\)"):
-        with RunFolder(tmp_path / "ro").lock():
-            pass
+    refused = pytest.raises(WriteError, match=r"ro: cannot write there \(Read-only file system\)")
+    with refused, RunFolder(tmp_path / "ro").lock():
+        pass
     corpus = write_corpus(tmp_path, 8)
     assert main(["index", "build", str(corpus), "--model", "m", "-o", str(tmp_path / "i")]) == 2
     err = capsys.readouterr().err
