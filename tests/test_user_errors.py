@@ -284,3 +284,18 @@ def test_sst2_end_to_end(tiny_bert: Path, senteval_dir: Path, tmp_path: Path) ->
     # A random 32-dim encoder is weak but not blind on sentiment: above the majority class
     # (the test split is 909 positive / 912 negative, 50.1%) and far from perfect.
     assert 50.1 < res["acc"] < 80 and 50 < res["devacc"] < 80
+
+
+def test_encode_checks_its_output_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An output ``cselab encode`` cannot write is told before the model loads and the
+    sentences are encoded (the work would be lost), with the name np.save writes."""
+    (tmp_path / "in.txt").write_text("a sentence\n", encoding="utf-8")
+    out = tmp_path / "missing" / "v"
+    assert main(["encode", "no/such-model", "--input", str(tmp_path / "in.txt"), "--output",
+                 str(out)]) == 2  # fmt: skip
+    assert one_line(capsys) == (
+        f"cselab encode: error: --output {out}.npy: cannot write there "
+        f"(folder {tmp_path / 'missing'} does not exist)"
+    )

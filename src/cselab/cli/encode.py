@@ -7,7 +7,13 @@ import sys
 
 from ..io.readers import Lines
 from ..model.choices import PRECISIONS
-from .options import add_batch_size_flag, add_compile_flag, add_device_flag, add_pooler_flag
+from .options import (
+    add_batch_size_flag,
+    add_compile_flag,
+    add_device_flag,
+    add_pooler_flag,
+    check_output_path,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +68,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     # read with (only "\n" ends a line: str.splitlines() would also split on U+2028 and form
     # feeds, and the vectors would no longer line up with the file's lines). Read before the
     # model loads, so a bad input is reported at once.
+    # np.save adds ".npy" to a name without it; the file is written whole or not at all
+    output = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    check_output_path(output, "--output")  # before minutes of encoding, not after
     source = sys.stdin.buffer if args.input == "-" else args.input
     lines = [text for _, text in Lines(source, keep_blank=True, what="input file")]
     # the width is in the folder's config.json: a wrong --dim is refused before the model loads
@@ -77,8 +86,6 @@ def cmd_encode(args: argparse.Namespace) -> int:
         dim=args.dim, prompt_name=args.prompt_name, prompt=args.prompt,
         show_progress=not args.quiet,  # a bar on stderr: batches done, ETA
     )  # fmt: skip
-    # np.save adds ".npy" to a name without it; the file is written whole or not at all
-    output = args.output if args.output.endswith(".npy") else args.output + ".npy"
     # the .npy header (a multiple of 64 bytes, 128 for a 2-D float32 array) and the vectors
     needed = 128 + vectors.nbytes
     with atomic_path(output, "vectors", needed) as tmp:

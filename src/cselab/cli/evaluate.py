@@ -25,6 +25,7 @@ from .options import (
     add_compile_flag,
     add_device_flag,
     add_pooler_flag,
+    check_output_path,
 )
 
 #: what the files of the options that give the user's own data hold (their help, and what
@@ -192,22 +193,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     col.add_argument("--no-download", action="store_true", help="never download missing data")
     col.set_defaults(func=run_collection)
-
-
-def check_output_path(path: str, option: str) -> None:
-    """Raise :class:`ConfigError` naming ``option`` if ``path`` cannot be written, so that a bad
-    ``-o`` is reported before the evaluation runs, not after."""
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        reason = "is a folder"
-    elif not folder.is_dir():
-        reason = f"folder {folder} does not exist"
-    elif not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        reason = "permission denied"
-    else:
-        return
-    raise ConfigError(f"{option} {path}: cannot write there ({reason})")
 
 
 #: ``(option, argparse attribute)`` of the SentEval route that ``--mteb`` has no use for.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.devices import AUTO, check_device, device_words
@@ -32,6 +34,22 @@ def add_pooler_flag(
 ) -> None:
     """``--pooler``: read the vectors with another pooler than the saved one."""
     parser.add_argument("--pooler", default=None, choices=POOLERS, help=help)
+
+
+def check_output_path(path: str, option: str) -> None:
+    """Raise :class:`ConfigError` naming ``option`` if ``path`` cannot be written, so that a bad
+    output is reported before the work (an evaluation, an encoding) runs, not after."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        reason = "is a folder"
+    elif not folder.is_dir():
+        reason = f"folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        reason = "permission denied"
+    else:
+        return
+    raise ConfigError(f"{option} {path}: cannot write there ({reason})")
 
 
 def positive_int(text: str) -> int:
