@@ -726,6 +726,144 @@ def test_mining_encodes_queries_and_corpus_with_their_prompts(
     assert plain.prompts(enc) == ("", "")
 
 
+# ------------------------------------------------------------------------------------ indexes
+QUERIES = ["alpha beta gamma", "zeta eta theta iota", "mu"]
+
+
+def _searched_by_hand(index: Any, query_vectors: np.ndarray) -> list[list[tuple[int, float]]]:
+    scores, rows = index.search_vectors(query_vectors, k=5, backend="exact")
+    return [
+        list(zip(r.tolist(), s.tolist(), strict=True)) for s, r in zip(scores, rows, strict=True)
+    ]
+
+
+def _hits(hits: list) -> list[list[tuple[int, float]]]:
+    return [[(h.row, h.score) for h in q] for q in hits]
+
+
+def _same_hits(got: list, want: list) -> None:
+    assert [[r for r, _ in q] for q in got] == [[r for r, _ in q] for q in want]
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-5)
+
+
+def test_an_index_reads_its_lines_and_queries_after_their_prompts(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``Index.build`` of a model with saved ``query``/``document`` prompts: the vectors are the
+    lines read after the document prompt, searches (in the same process and reopened) read the
+    queries after the query prompt, and ``index.json`` records both."""
+    from cselab.search.index import META_FILE, Index
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", prompts=PROMPTS)
+    enc.save(tmp_path / "m")
+    corpus = _corpus(tmp_path)
+    lines = corpus.read_text().splitlines()
+    built = Index.build(corpus, str(tmp_path / "m"), tmp_path / "p.index")
+    assert json.loads((tmp_path / "p.index" / META_FILE).read_text())["prompts"] == PROMPTS
+    model = load(str(tmp_path / "m"))
+    documents = model.encode(lines, prompt="passage: ", normalize=True)
+    np.testing.assert_allclose(np.asarray(built.vectors), documents, rtol=0, atol=1e-6)
+    plain = model.encode(lines, normalize=True)
+    assert np.abs(plain - documents).max() > 1e-3
+    queries = model.encode(QUERIES, prompt="query: ", normalize=True)
+    want = _searched_by_hand(built, queries)
+    assert want != _searched_by_hand(built, model.encode(QUERIES, normalize=True))
+    reopened = Index.open(tmp_path / "p.index")
+    assert built.query_prompt() == reopened.query_prompt() == "query: "
+    for index in (built, reopened):
+        _same_hits(_hits(index.search(QUERIES, k=5)), want)
+    # another query prompt when opening; '' reads the queries after none
+    off = Index.open(tmp_path / "p.index", query_prompt="")
+    _same_hits(_hits(off.search(QUERIES, k=5)),
+               _searched_by_hand(off, model.encode(QUERIES, normalize=True)))  # fmt: skip
+
+
+def _corpus(folder: Path) -> Path:
+    path = folder / "corpus.txt"
+    path.write_text("".join(f"{GREEK[i % len(GREEK)]} {GREEK[(5 * i + 2) % len(GREEK)]} "
+                            f"{GREEK[(3 * i + 1) % len(GREEK)]}\n" for i in range(20)))  # fmt: skip
+    return path
+
+
+def test_index_build_and_search_take_prompts_on_the_command_line(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``cselab index build --document-prompt ''`` stores the plain vectors and records the
+    prompts read; ``cselab search`` reads its queries after the recorded query prompt, or after
+    ``--query-prompt``."""
+    from cselab.cli import main
+    from cselab.search.index import META_FILE, Index
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg", prompts=PROMPTS)
+    enc.save(tmp_path / "m")
+    corpus = _corpus(tmp_path)
+    lines = corpus.read_text().splitlines()
+    out = tmp_path / "cli.index"
+    assert main(["-q", "index", "build", str(corpus), "--model", str(tmp_path / "m"), "-o",
+                 str(out), "--document-prompt", ""]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert json.loads((out / META_FILE).read_text())["prompts"] == {
+        "query": "query: ", "document": ""
+    }  # fmt: skip
+    model = load(str(tmp_path / "m"))
+    np.testing.assert_allclose(
+        np.asarray(Index.open(out).vectors), model.encode(lines, normalize=True), rtol=0, atol=1e-6
+    )
+
+    def searched(*extra: str) -> list[list[tuple[int, float]]]:
+        assert main(["search", str(out), QUERIES[1], "-k", "5", "--json", *extra]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        return [[(h["row"], h["score"]) for h in r["hits"]] for r in rows]
+
+    index = Index.open(out)
+    prompted = _searched_by_hand(index, model.encode(QUERIES[1:2], prompt="query: "))
+    _same_hits(searched(), prompted)
+    _same_hits(searched("--query-prompt", "q: "),
+               _searched_by_hand(index, model.encode(QUERIES[1:2], prompt="q: ")))  # fmt: skip
+    plain = _searched_by_hand(index, model.encode(QUERIES[1:2]))
+    assert plain != prompted
+    _same_hits(searched("--query-prompt", ""), plain)
+
+
+def test_a_prompted_model_indexes_its_lines_only_and_an_older_index_searches_as_before(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """A prompted view (``with_prompt(model, "passage: ")``) given to ``Index.build`` reads the
+    lines after its prompt, not the queries; an index whose ``index.json`` records no prompts
+    (built before they were recorded) opens, searches with its model's plain ``encode`` and
+    takes a second build (a FAISS index added) without encoding anything again."""
+    from cselab.evaluation.embed import with_prompt
+    from cselab.search.index import META_FILE, Index
+
+    model = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    corpus = _corpus(tmp_path)
+    lines = corpus.read_text().splitlines()
+    built = Index.build(corpus, with_prompt(model, "passage: "), tmp_path / "v.index")
+    meta = json.loads((tmp_path / "v.index" / META_FILE).read_text())
+    assert meta["prompts"] == {"query": "", "document": "passage: "}
+    np.testing.assert_allclose(np.asarray(built.vectors),
+                               model.encode(lines, prompt="passage: ", normalize=True),
+                               rtol=0, atol=1e-6)  # fmt: skip
+    plain = _searched_by_hand(built, model.encode(QUERIES))
+    assert plain != _searched_by_hand(built, model.encode(QUERIES, prompt="passage: "))
+    _same_hits(_hits(built.search(QUERIES, k=5)), plain)
+    _same_hits(_hits(Index.open(tmp_path / "v.index", model=model).search(QUERIES, k=5)), plain)
+
+    # an index written before prompts were recorded, of a model with a default prompt
+    older = SentenceEncoder.from_pretrained(
+        str(tiny_bert), pooler="avg", prompts={"query": "query: "}, default_prompt_name="query"
+    )
+    Index.build(corpus, older, tmp_path / "old.index")
+    meta = json.loads((tmp_path / "old.index" / META_FILE).read_text())
+    meta.pop("prompts")
+    (tmp_path / "old.index" / META_FILE).write_text(json.dumps(meta))
+    index = Index.open(tmp_path / "old.index", model=older)
+    assert index.query_prompt() is None
+    _same_hits(_hits(index.search(QUERIES, k=5)), _searched_by_hand(index, older.encode(QUERIES)))
+    again = Index.build(corpus, older, tmp_path / "old.index")  # finished: nothing encoded
+    assert "prompts" not in again.meta
+
+
 def _subword_tokenizer(kind: str) -> Any:
     """A small trained subword tokenizer of the kind decoders ship: byte-level BPE (GPT-2,
     Llama 3, Qwen; a space is ``Ġ``) or SentencePiece-style BPE (Llama 2, Mistral; ``▁``),

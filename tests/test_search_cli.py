@@ -94,6 +94,11 @@ def _meta(index: Path) -> dict:
         (lambda m: m.update(format=True), "index format True, this cselab reads 1"),
         (lambda m: m.update(format=2), "index format 2, this cselab reads 1"),
         (lambda m: m.update(normalized="yes"), "key 'normalized' must be true or false, not 'yes'"),
+        (
+            lambda m: m.update(prompts={"query": "q: "}),
+            "key 'prompts' must be a mapping of query and document to their prompts, not "
+            "{'query': 'q: '}",
+        ),
     ],
 )  # fmt: skip
 def test_malformed_index_json_is_one_line(
@@ -148,7 +153,7 @@ json_values = st.recursive(
     max_leaves=8,
 )  # fmt: skip
 META_KEYS = ["format", "model", "pooler", "corpus", "corpus_sha256", "dim", "chunk_size", "count",
-             "lines", "normalized", "ann"]  # fmt: skip
+             "lines", "normalized", "ann", "prompts"]  # fmt: skip
 
 
 @st.composite

@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--dim", type=int, default=d.dim,
                    help="store the first DIM coordinates of each vector, re-normalised (a model "
                    "trained with objective.matryoshka.dims); queries are encoded so too")  # fmt: skip
+    b.add_argument("--query-prompt", metavar="TEXT", default=None,
+                   help="put TEXT before every query a search of the index reads (default: "
+                   "the model's saved 'query' prompt, else its default prompt; '' for none)")  # fmt: skip
+    b.add_argument("--document-prompt", metavar="TEXT", default=None,
+                   help="put TEXT before every corpus line (default: the model's saved "
+                   "'document' prompt, else its default prompt; '' for none)")  # fmt: skip
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
     add_device_flag(b)
     add_compile_flag(b)
@@ -79,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"HNSW search depth ({HNSW_DEFAULTS['ef_search']})",
     )
     add_model_flag(s, required=False, help="encode queries with this model instead")
+    s.add_argument("--query-prompt", metavar="TEXT", default=None,
+                   help="put TEXT before every query (default: the query prompt recorded in "
+                   "the index; '' for none)")  # fmt: skip
     s.add_argument("--json", action="store_true", help="one JSON object per query")
     add_device_flag(s)
     s.set_defaults(func=cmd_search, flags_of=s)
@@ -90,7 +99,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         settings = settings_from(IndexSettings, args)
         index = Index.build(
             args.corpus, args.model, args.output, settings, overwrite=args.overwrite,
-            show_progress=True,
+            show_progress=True, query_prompt=args.query_prompt,
+            document_prompt=args.document_prompt,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(
@@ -130,7 +140,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         queries, _ = read_lines(args.queries, "queries file")
     else:
         queries = [args.query]
-    index = Index.open(args.index, model=args.model, device=args.device)
+    index = Index.open(
+        args.index, model=args.model, device=args.device, query_prompt=args.query_prompt
+    )
     results = index.search(
         queries, k=args.k, backend=args.backend, nprobe=args.nprobe, ef_search=args.ef_search
     )

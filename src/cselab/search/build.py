@@ -63,7 +63,10 @@ def _progress(path: Path, meta: dict) -> tuple[int, int]:
     return min(done, total), total
 
 
-def _check_resumable(out: Path, want: dict) -> dict:
+def _check_resumable(out: Path, want: dict, unrecorded: dict | None = None) -> dict:
+    """The ``index.json`` of ``out`` if it was built as ``want`` says; ``unrecorded``: what a
+    key stands for in an index written before that key was recorded."""
+    unrecorded = unrecorded or {}
     try:
         meta = read_meta(out / META_FILE)
     except SearchIndexError as err:
@@ -71,12 +74,13 @@ def _check_resumable(out: Path, want: dict) -> dict:
             "overwrite", True, "{err}; pass {setting} to start over", err=err
         ) from None
     for key, value in want.items():
-        if meta.get(key) != value:
+        had = meta.get(key, unrecorded.get(key))
+        if had != value:
             raise IndexSettingError(
                 "overwrite", True,
                 "{out}: an index with {name} {had!r} is there, not {want!r}; "
                 "pass {setting} or another output folder",
-                out=out, name=key, had=meta.get(key), want=value,
+                out=out, name=key, had=had, want=value,
             )  # fmt: skip
     return meta
 

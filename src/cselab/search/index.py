@@ -3,13 +3,17 @@
 An index is a folder::
 
     my.index/
-      index.json     what was built: model, pooler, corpus digest, sizes, ANN settings
+      index.json     what was built: model, pooler, prompts, corpus digest, sizes, ANN settings
       texts.bin      the corpus lines, UTF-8, back to back
       offsets.npy    int64 (N + 1,): line i is texts.bin[offsets[i]:offsets[i + 1]]
       lines.npy      int64 (N,): the 1-based line number of each entry in the corpus file
       vectors.npy    float32 (N, D), L2-normalised, so a dot product is a cosine
       progress.json  how many chunks of vectors are written (resuming reads it)
       faiss-*.index  the approximate index, when one was built (backend ``hnsw`` or ``ivf``)
+
+Documents are encoded after the document prompt and queries after the query prompt, both
+recorded in ``index.json`` (chosen as retrieval evaluation and mining choose them:
+:func:`~cselab.evaluation.embed.query_document_prompts`).
 
 Every array is opened with ``mmap_mode="r"``: opening a 1M-line index reads only ``index.json``,
 and a search touches the pages it needs. Vectors are encoded in chunks of ``chunk_size`` lines;
@@ -39,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import IndexSettingError, SearchIndexError, WriteError
+from ..core.prompts import DOCUMENT, QUERY
+from ..evaluation.embed import Prompted, default_prompt, query_document_prompts, with_prompt
 from ..io.files import (  # the corpus digest is training's
     atomic_path,
     file_digest,
@@ -117,7 +123,13 @@ class Index:
         ...     print(hit.score, hit.line, hit.text)
     """
 
-    def __init__(self, path: str | Path, encoder: Any = None, device: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        encoder: Any = None,
+        device: str | None = None,
+        query_prompt: str | None = None,
+    ) -> None:
         self.path = Path(path)
         meta_file = self.path / META_FILE
         if not meta_file.is_file():
@@ -142,6 +154,7 @@ class Index:
                 f"{self.path}: {VECTORS_FILE} is {self.vectors.shape}, {META_FILE} says {shape}"
             )
         self._encoder = encoder
+        self._query_prompt = query_prompt
         self._device = device
         self._ann: dict[str, Any] = {}
 
@@ -156,6 +169,8 @@ class Index:
         *,
         overwrite: bool = False,
         show_progress: bool = False,
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
     ) -> Index:
         """Encode every non-blank line of ``corpus`` into an index folder at ``path``.
 
@@ -173,6 +188,13 @@ class Index:
         <cselab.model.encoder.SentenceEncoder.encode>`'s ``dim``): a smaller, faster index.
         ``index.json`` records it (``dim`` and the model's width ``model_dim``), queries are
         encoded at the same prefix, and a query model of another width is refused.
+
+        ``query_prompt``, ``document_prompt``: the texts put before every query and every line
+        (``docs/prompts.md``); ``None``: the model's saved ``query`` / ``document`` prompt, else
+        its default prompt; ``""``: none (a default turned off). ``index.json`` records both, and
+        searches of the index, reopened or not, read their queries after its query prompt. A
+        prompted view of a model (``with_prompt(model, p)``) reads the lines after ``p``, as
+        ``document_prompt=p`` does, and not the queries.
         """
         settings = settings if settings is not None else IndexSettings()
         settings.validate(BUILD_BACKENDS)
@@ -189,6 +211,7 @@ class Index:
         # encode everything again beside the first (the lock is released however this ends).
         with RunFolder(out).lock():
             encoder = model if not isinstance(model, str | os.PathLike) else None
+            encoder, document_prompt = _unprompted(encoder, document_prompt)
             # A loaded encoder is recorded by its source (None: queries then need model=...).
             model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
             if model_name and Path(model_name).exists():
@@ -199,6 +222,7 @@ class Index:
             dim = settings.dim
             stored = width if dim is None else check_prefix(dim, width, "dim")
             chunk_size = settings.chunk()
+            prompts = query_document_prompts(encoder, query_prompt, document_prompt)
             want = {
                 "format": INDEX_FORMAT,
                 "model": model_name,
@@ -207,17 +231,23 @@ class Index:
                 "corpus_sha256": file_digest(corpus),
                 "dim": stored,
                 "chunk_size": int(chunk_size),
+                "prompts": dict(zip((QUERY, DOCUMENT), prompts, strict=True)),
             }
             if stored != width:  # a Matryoshka prefix: queries are encoded at it too
                 want["model_dim"] = width
             if (out / META_FILE).is_file() and not overwrite:
-                meta = _check_resumable(out, want)
+                # an index built before prompts were recorded read its model's default prompt
+                unrecorded = {"prompts": dict.fromkeys((QUERY, DOCUMENT), default_prompt(encoder))}
+                meta = _check_resumable(out, want, unrecorded)
             else:
                 meta = _start(out, corpus, want)
             total = -(-int(meta["count"]) // chunk_size)
             done, _ = _progress(out, meta)
             if done < total:
-                _encode_chunks(out, meta, encoder, done, total, settings.batch_size, show_progress)
+                documents = with_prompt(encoder, meta.get("prompts", {}).get(DOCUMENT))
+                _encode_chunks(
+                    out, meta, documents, done, total, settings.batch_size, show_progress
+                )
             index = cls(out, encoder=encoder, device=settings.device)
             if settings.backend != "exact":
                 index.build_ann(settings.backend, settings.ann_params(len(index)))
@@ -305,15 +335,25 @@ class Index:
         self._ann[backend] = index
 
     @classmethod
-    def open(cls, path: str | Path, model: Any = None, device: str | None = None) -> Index:
-        """Open a finished index; ``model`` overrides the encoder used for text queries."""
+    def open(
+        cls,
+        path: str | Path,
+        model: Any = None,
+        device: str | None = None,
+        query_prompt: str | None = None,
+    ) -> Index:
+        """Open a finished index; ``model`` overrides the encoder used for text queries and
+        ``query_prompt`` the prompt they are read after (``""``: none; ``None``: the index's,
+        :meth:`query_prompt`; a prompted view of a model, ``with_prompt(model, p)``, reads them
+        after ``p``)."""
+        model, query_prompt = _unprompted(model, query_prompt)
         if isinstance(model, str | os.PathLike):
             from ..model.encoder import load
 
-            index = cls(path, device=device)
+            index = cls(path, device=device, query_prompt=query_prompt)
             index._encoder = load(str(model), pooler=index.meta["pooler"], device=device)
             return index
-        return cls(path, encoder=model, device=device)
+        return cls(path, encoder=model, device=device, query_prompt=query_prompt)
 
     # ------------------------------------------------------------------------------ access
     def __len__(self) -> int:
@@ -337,6 +377,15 @@ class Index:
                 self.meta["model"], pooler=self.meta["pooler"], device=self._device
             )
         return self._encoder
+
+    def query_prompt(self) -> str | None:
+        """The text put before every text query: the one this index was opened with, else its
+        recorded query prompt (``""``: none); ``None`` for an index that records no prompts
+        (built before they were recorded, or from vectors or texts): queries are then encoded
+        as the model's ``encode`` does, its default prompt included."""
+        if self._query_prompt is not None:
+            return self._query_prompt
+        return self.meta.get("prompts", {}).get(QUERY)
 
     def query_dim(self) -> int | None:
         """The ``dim`` text queries are encoded at (``encode(..., dim=)``): the stored prefix
@@ -428,13 +477,15 @@ class Index:
         batch_size: int = IndexSettings.batch_size,
         **kwargs: Any,
     ) -> list[Hit] | list[list[Hit]]:
-        """Text queries -> hits, best first (one list for a string, a list of lists for a list)."""
+        """Text queries -> hits, best first (one list for a string, a list of lists for a list).
+        Queries are read after :meth:`query_prompt`."""
         single = isinstance(queries, str)
         texts = [queries] if single else list(queries)
         if not texts:
             return []
         check_queries(texts)
-        vectors = encode_at(self.encoder, texts, batch_size, self.query_dim())
+        queries_encoder = with_prompt(self.encoder, self.query_prompt())
+        vectors = encode_at(queries_encoder, texts, batch_size, self.query_dim())
         scores, rows = self.search_vectors(vectors, k, backend=backend, **kwargs)
         hits = [
             [
@@ -446,3 +497,11 @@ class Index:
             for srow, rrow in zip(scores, rows, strict=True)
         ]
         return hits[0] if single else hits
+
+
+def _unprompted(encoder: Any, prompt: str | None) -> tuple[Any, str | None]:
+    """A prompted view of a model (:func:`~cselab.evaluation.embed.with_prompt`) as the model
+    and its prompt (``prompt``, where given, wins); any other encoder as it is."""
+    if isinstance(encoder, Prompted):
+        return encoder.encoder, (encoder.prompt if prompt is None else prompt)
+    return encoder, prompt

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SearchIndexError
+from ..core.prompts import DOCUMENT, QUERY
 from ..io.readers import Lines, reraise_as
 from ..model.choices import POOLERS
 
@@ -46,6 +47,15 @@ def _ann_settings(value: Any) -> bool:
     )
 
 
+def _prompts(value: Any) -> bool:
+    """``{"query": text, "document": text}``, as :meth:`Index.build` writes (``""``: none)."""
+    return (
+        isinstance(value, dict)
+        and set(value) == {QUERY, DOCUMENT}
+        and all(isinstance(v, str) for v in value.values())
+    )
+
+
 #: What opening and searching read from ``index.json``: key -> (what it must be, the check).
 #: ``format`` is checked first, on its own (another format may have other keys).
 META_REQUIRED: dict[str, tuple[str, Callable[[Any], bool]]] = {
@@ -64,6 +74,9 @@ META_OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "ann": ("a mapping of hnsw/ivf to their whole-number settings", _ann_settings),
     # written only by a build at a Matryoshka prefix (``dim`` below the model's width)
     "model_dim": _whole(1),
+    # the texts read before queries and documents; an index written without them reads its
+    # queries as its model's encode does (its default prompt, if any)
+    "prompts": ("a mapping of query and document to their prompts", _prompts),
 }
 
 
