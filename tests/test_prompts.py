@@ -713,7 +713,10 @@ def test_mining_encodes_queries_and_corpus_with_their_prompts(
     pairs = [(f"{GREEK[i]} {GREEK[i + 1]}", f"{GREEK[(3 * i) % len(GREEK)]} {GREEK[i + 2]} zz")
              for i in range(12)]  # fmt: skip
     settings = MineSettings(num_negatives=2, query_prompt="query: ", document_prompt="passage: ")
-    got = mine_hard_negatives(enc, pairs, settings=settings).rows
+    got = mine_hard_negatives(enc, pairs, settings=settings, index_dir=tmp_path / "kept").rows
+    # the index mining keeps records its prompts, as cselab index build's (searches read them)
+    kept = json.loads((tmp_path / "kept" / "index.json").read_text())
+    assert kept["prompts"] == {"query": "query: ", "document": "passage: "}
     prompted = [("query: " + a, "passage: " + p) for a, p in pairs]
     by_hand = mine_hard_negatives(enc, prompted, settings=MineSettings(num_negatives=2)).rows
     strip = [(a.removeprefix("query: "), *(t.removeprefix("passage: ") for t in rest))

@@ -294,21 +294,29 @@ class Index:
         chunk_size: int = DEFAULT_CHUNK,
         batch_size: int = IndexSettings.batch_size,
         show_progress: bool = False,
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
     ) -> Index:
         """An index over texts the caller holds (any text, line breaks included: e.g. the
         positives of a pairs file), encoded with a loaded ``encoder`` chunk by chunk into the
         memory-mapped vector file; row ``i`` is ``texts[i]``. The index records the encoder's
-        ``source`` as its model (``None`` for an encoder built in Python)."""
+        ``source`` as its model (``None`` for an encoder built in Python), and the prompts as
+        :meth:`build` does (the texts read after ``document_prompt``, its searches' queries
+        after ``query_prompt``)."""
         if not texts:
             raise SearchIndexError("no texts to index")
         check_new_folder(path)
+        encoder, document_prompt = _unprompted(encoder, document_prompt)
+        prompts = query_document_prompts(encoder, query_prompt, document_prompt)
         want = {"format": INDEX_FORMAT, "model": getattr(encoder, "source", None),
                 "pooler": encoder.pooler.kind, "corpus": None, "corpus_sha256": None,
-                "dim": int(encoder.dim), "chunk_size": int(chunk_size)}  # fmt: skip
+                "dim": int(encoder.dim), "chunk_size": int(chunk_size),
+                "prompts": dict(zip((QUERY, DOCUMENT), prompts, strict=True))}  # fmt: skip
         out = Path(path)
         meta = _write_layout(out, texts, range(1, len(texts) + 1), want)
         total = -(-len(texts) // chunk_size)
-        _encode_chunks(out, meta, encoder, 0, total, batch_size, show_progress)
+        documents = with_prompt(encoder, prompts[1])
+        _encode_chunks(out, meta, documents, 0, total, batch_size, show_progress)
         return cls(out, encoder=encoder)
 
     def build_ann(self, backend: str, params: dict[str, int]) -> None:

@@ -361,9 +361,9 @@ def mine_hard_negatives(
         folder = Path(index_dir) if index_dir is not None else tmp / "corpus.index"
         texts = list(rows)  # the dict's own strings: no second copy of the texts
         index = Index.from_texts(
-            folder, texts, with_prompt(encoder, document_prompt),
-            chunk_size=max(search.chunk(MINE_CHUNK), 1024),
+            folder, texts, encoder, chunk_size=max(search.chunk(MINE_CHUNK), 1024),
             batch_size=search.batch_size, show_progress=show_progress,
+            query_prompt=query_prompt, document_prompt=document_prompt,
         )  # fmt: skip
         del texts, rows
         if search.backend in ("hnsw", "ivf"):
