@@ -299,3 +299,28 @@ def test_encode_checks_its_output_before_the_model_loads(
         f"cselab encode: error: --output {out}.npy: cannot write there "
         f"(folder {tmp_path / 'missing'} does not exist)"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "function", "said"),
+    [
+        (["train", "--train.max_steps=1"], "cselab.cli.train", "cmd_train",
+         "cselab train: interrupted; the last complete checkpoint (if one was written) is kept "
+         "in the output folder's checkpoint/; continue with --train.resume=true"),
+        (["evaluate", "m"], "cselab.cli.evaluate", "run_evaluate",
+         "cselab evaluate: interrupted; run the command again"),
+    ],
+)  # fmt: skip
+def test_ctrl_c_says_how_to_go_on_for_its_command(
+    command: list[str], module: str, function: str, said: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+) -> None:  # fmt: skip
+    """Only training has a checkpoint to resume from: Ctrl-C elsewhere does not point at
+    ``--train.resume``."""
+
+    def stopped(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"{module}.{function}", stopped)
+    assert main(command) == 130
+    assert capsys.readouterr().err.strip().startswith(said)

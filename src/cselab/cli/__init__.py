@@ -144,11 +144,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cselab {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            "interrupted; the last complete checkpoint (if one was written) is kept in the "
-            "output folder's checkpoint/; continue with --train.resume=true",
-            file=sys.stderr,
+        # only a training run has a checkpoint to continue from; the other commands are
+        # run again (an index build continues from the chunks it wrote)
+        said = (
+            "the last complete checkpoint (if one was written) is kept in the output folder's "
+            "checkpoint/; continue with --train.resume=true (without one: start again)"
+            if args.command == "train"
+            else "run the command again"
         )
+        print(f"cselab {args.command}: interrupted; {said}", file=sys.stderr)
         return 130
 
 
