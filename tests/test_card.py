@@ -416,3 +416,39 @@ def test_a_best_card_written_during_training_reads_only_the_rows_before_its_step
     assert "| 0 | – | 10.00 |" in curves[4] and "| 4 | – | 50.00 |" in curves[4]
     assert "\n| 8 |" not in curves[4] and "\n| 12 |" not in curves[4]
     assert not [r for r in caplog.records if "no line end" in r.getMessage()]
+
+
+def test_a_resume_whose_best_folder_is_gone_selects_again(
+    tiny_bert: Path, tmp_path: Path, one_thread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``best/`` removed before a resume (its card could not be written at the end): model
+    selection starts over from the checkpoint's step, said in one warning, and the run ends
+    with a ``best/`` and its card."""
+    import logging
+    import shutil
+
+    from cselab.training.callbacks import Callback
+
+    class Stop(Callback):
+        def on_save(self, step: int, folder: Path) -> None:
+            if step == 8:
+                raise KeyboardInterrupt  # Ctrl-C once the step-8 checkpoint is written
+
+    config = tiny_config(tiny_bert, tmp_path, "--train.save_steps=4")
+    first = build_trainer(config, [Stop()])
+    scores = iter([10.0, 30.0, 50.0])  # steps 0, 4, 8: the best at 8
+    first.selection.evaluator = lambda encoder: next(scores)
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    out = tmp_path / "out"
+    shutil.rmtree(out / "best")
+    resumed = build_trainer(tiny_config(tiny_bert, tmp_path, "--train.save_steps=4",
+                                        "--train.resume=true"))  # fmt: skip
+    resumed.selection.evaluator = lambda encoder: 40.0  # step 12: below step 8's 50
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        results = resumed.train()
+    assert results["best_step"] == 12 and (out / "best" / CARD_FILE).is_file()
+    assert (
+        f"{out / 'best'} is missing (the best model of step 8): model selection starts "
+        "over from step 8" in caplog.text
+    )

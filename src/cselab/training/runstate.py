@@ -236,6 +236,16 @@ class RunState:
             )  # fmt: skip
         self.task.load_state_dict(task_state(tensors))  # every rank: the same global queue
         self.selection.load_state_dict(extra["selection"])
+        if self.selection.best_step >= 0 and not self.folder.best.is_dir():
+            # removed since (by hand, or a disk that lost it): its card could not be written
+            # at the end; selection starts over, and without a later score the last model is
+            # kept as best/, as in a run without selection
+            log.warning(
+                "%s is missing (the best model of step %d): model selection starts over from "
+                "step %d", self.folder.best, self.selection.best_step, step,
+            )  # fmt: skip
+            self.selection.load_state_dict({**extra["selection"], "best_score": None,
+                                            "best_step": -1})  # fmt: skip
         if o.scaler is not None and extra["scaler"]:
             o.scaler.load_state_dict(extra["scaler"])
         log.info("resumed from %s at step %d", path, step)
