@@ -94,7 +94,9 @@ def test_docstring_entries_are_read_whole() -> None:
     assert train["max_steps"] == "stop after this many steps (overrides epochs when set)."
     # one entry for two names, and a continuation line that itself holds "Word: ..."
     assert (
-        train["warmup_steps"] == train["warmup_ratio"] == "linear warm-up, then linear decay to 0."
+        train["warmup_steps"]
+        == train["warmup_ratio"]
+        == "linear warm-up, then linear decay to 0 (one of them)."
     )
     batch_multiple = field_docs(GaussianConfig)["batch_multiple"]
     assert batch_multiple.endswith(
