@@ -324,3 +324,14 @@ def test_ctrl_c_says_how_to_go_on_for_its_command(
     monkeypatch.setattr(f"{module}.{function}", stopped)
     assert main(command) == 130
     assert capsys.readouterr().err.strip().startswith(said)
+
+
+def test_a_library_s_error_is_cut_at_a_word() -> None:
+    """The first line of a library's message, cut before the limit at a word (the offline
+    Hub's hint was cut mid-word), marked as cut; an empty message is its type's name."""
+    from cselab.core.errors import first_line
+
+    long = OSError("We had trouble connecting; set 'HF_HUB_OFFLINE=1' to use the cache\nmore")
+    assert first_line(long, 60) == "We had trouble connecting; set 'HF_HUB_OFFLINE=1' to use …"
+    assert first_line(long) == "We had trouble connecting; set 'HF_HUB_OFFLINE=1' to use the cache"
+    assert first_line(ValueError()) == "ValueError"

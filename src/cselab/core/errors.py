@@ -164,3 +164,12 @@ class ModelSettingError(SettingError, ModelFormatError):
 class MissingDataSettingError(SettingError, MissingDataError):
     """Evaluation files are absent; the message names the setting that points at another
     folder (``data_dir``; :class:`SettingError`)."""
+
+
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """What a library's error ``err`` says first, for a one-line message: its first line
+    (its type's name when it says nothing), cut at a word before ``limit`` characters."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"

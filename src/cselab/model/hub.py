@@ -18,7 +18,7 @@ import os
 import pickle
 from pathlib import Path, PureWindowsPath
 
-from ..core.errors import ModelFormatError, ResolveError  # noqa: F401 - re-exported
+from ..core.errors import ModelFormatError, ResolveError, first_line  # noqa: F401 - re-exported
 from ..io.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], revision: str | None = N
     except Exception as err:  # the Hub client raises many types for "unreachable"
         packaged = packaged_model_path(name_or_path)
         if packaged is not None:
-            reason = (str(err).splitlines() or [type(err).__name__])[0][:120]
+            reason = first_line(err, 120)
             log.info(
                 "Hub unreachable for %s (%s); using packaged copy %s",
                 name_or_path,
@@ -111,7 +111,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], revision: str | None = N
             return str(packaged)
         raise ResolveError(
             f"cannot load model '{name_or_path}': not a local folder and the Hugging Face Hub "
-            f"failed ({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+            f"failed ({type(err).__name__}: {first_line(err)})"
         ) from None
 
 
@@ -159,7 +159,7 @@ def hub_dataset_file(repo_id: str, filename: str) -> Path:
         elif unreachable is not None:
             why = f"{unreachable} and it is not in the cache {constants.HF_HUB_CACHE}"
         else:
-            why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+            why = f"{type(err).__name__}: {first_line(err)}"
         raise ResolveError(f"could not download {where}: {why}") from None
 
 

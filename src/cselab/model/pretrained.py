@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.errors import ConfigError, ModelFormatError
+from ..core.errors import ConfigError, ModelFormatError, first_line
 from . import backbones
 from . import lora as adapters
 from .config import LoRAConfig
@@ -71,7 +71,7 @@ def unreadable_model(path: str, err: BaseException) -> ModelFormatError:
     one without a model type or not JSON, weights missing or cut (``err``: what it raised)."""
     if not (Path(path) / "config.json").is_file():
         return ModelFormatError(f"{path}: not a model folder (no config.json)")
-    said = (str(err).strip().splitlines() or [""])[0][:200]
+    said = first_line(err)
     return ModelFormatError(
         f"{path}: not a model transformers can read ({type(err).__name__}: {said})"
     )

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import PublishError  # noqa: F401 - re-exported
+from ..core.errors import PublishError, first_line  # noqa: F401 - re-exported
 from ..core.version import __version__
 from ..evaluation.names import senteval_hub_dataset
 from ..model.lora import is_adapter_folder
@@ -162,7 +162,7 @@ def push_folder(
         )
     except Exception as err:  # the Hub client raises many types (HTTP, connection, auth, ...)
         where = api.endpoint
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        reason = first_line(err)
         raise PublishError(
             f"push of {root} to {repo_id} on {where} failed: {type(err).__name__}: {reason}"
         ) from None
