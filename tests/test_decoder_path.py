@@ -86,6 +86,8 @@ def test_the_documented_llm2vec_recipe_trains_bidirectional_in_both_runs(
         assert f'model_id = "{merged.resolve()}"' in card and ".tmp" not in card
     card = (simcse / "merged/README.md").read_text(encoding="utf-8")
     assert BIDIRECTIONAL_NOT_REPRODUCED in card
+    # the base, given as the relative runs/mntp/merged, named where the card is read too
+    assert f"| base model | `{(mntp / 'merged').resolve()}` |" in card
     # a run folder where a model folder is meant: one line naming its models, merged/ first
     models = f"{Path('runs/simcse/merged')}, {Path('runs/simcse/best')}, {Path('runs/simcse/last')}"
     with pytest.raises(

@@ -294,13 +294,20 @@ def _pair_columns(config: Config, data: TrainingData) -> str:
     return text + f", hard negative{'s' if len(names) > 1 else ''} {listed}"
 
 
+def base_model_name(name_or_path: str) -> str:
+    """The base model as a card names it: a Hub name as given, a local folder by its absolute
+    path (a relative one, ``runs/mntp/merged``, says nothing where the card is read)."""
+    local = Path(name_or_path).expanduser()
+    return str(local.resolve()) if local.is_dir() else name_or_path
+
+
 def _hyperparameters(config: Config, plan: RunPlan, results: Mapping[str, Any] | None) -> str:
     """The settings of the run (the config's) and what it resolved (the plan's: the pooler,
     the LoRA targets the load chose, the precision)."""
     m, t, pooler = config.model, config.train, plan.pooler
     targets = ", ".join(plan.lora_targets or ()) or "peft's default"
     rows = [
-        ("base model", f"`{m.name_or_path}`"),
+        ("base model", f"`{base_model_name(m.name_or_path)}`"),
         ("pooler", f"`{pooler}`" + (" (MLP head in training only)" if pooler in ("cls", "prompt") and m.mlp_only_train else "")),
         *([("prompt", f"`{m.prompt.template}` / `{m.prompt.template2 or m.prompt.template}`, denoising in training {m.prompt.denoise}, at inference {m.prompt.denoise_inference}")] if pooler == "prompt" else []),
         ("max_seq_len", m.max_seq_len),
@@ -457,7 +464,7 @@ def write_model_card(
 # {name}
 
 A sentence encoder trained with cselab from
-`{config.model.name_or_path}`{at}, {how}. It maps a
+`{base_model_name(config.model.name_or_path)}`{at}, {how}. It maps a
 sentence to a {{dim}}-dimensional vector; compare vectors with cosine similarity.{score}
 
 ## Intended use
