@@ -57,6 +57,7 @@ from .folder_plan import card_plan, run_plan_of
 from .hardware import hardware_section
 from .hub_metadata import (
     CARD_FILE,
+    base_model_name,
     dev_score,
     eval_results,
     evaluation_results,
@@ -292,13 +293,6 @@ def _pair_columns(config: Config, data: TrainingData) -> str:
     names = c.negative if c.negative is not None else ["negative"]
     listed = ", ".join(f"`{n}`" for n in names)
     return text + f", hard negative{'s' if len(names) > 1 else ''} {listed}"
-
-
-def base_model_name(name_or_path: str) -> str:
-    """The base model as a card names it: a Hub name as given, a local folder by its absolute
-    path (a relative one, ``runs/mntp/merged``, says nothing where the card is read)."""
-    local = Path(name_or_path).expanduser()
-    return str(local.resolve()) if local.is_dir() else name_or_path
 
 
 def _hyperparameters(config: Config, plan: RunPlan, results: Mapping[str, Any] | None) -> str:

@@ -73,6 +73,13 @@ def dev_score(plan: RunPlan) -> DevScore:
     return DevScore(name, f"dev set `{file}`", metric.capitalize(), KIND, f"{file} (own pairs)")
 
 
+def base_model_name(name_or_path: str) -> str:
+    """The base model as a card names it: a Hub name as given, a local folder by its absolute
+    path (a relative one, ``runs/mntp/merged``, says nothing where the card is read)."""
+    local = Path(name_or_path).expanduser()
+    return str(local.resolve()) if local.is_dir() else name_or_path
+
+
 def base_model_license(name_or_path: str) -> str | None:
     """The ``license`` of the base model's own card, when that card is on disk (no network).
 
