@@ -138,6 +138,6 @@ def sts_prompt(table: Instructions, tasks: Iterable[str] = ("STSBenchmark",)) ->
         shown = ", ".join(f"{name}: {text!r}" for name, text in read.items())
         raise ConfigError(
             f"{table.path}: the STS tasks evaluated together read one prompt, but their "
-            f"instructions differ ({shown}); evaluate them one at a time, or with --mteb"
+            f"instructions differ ({shown}); evaluate them one at a time, or through MTEB (each task its own)"
         )
     return instruction_prompt(next(iter(read.values())))
