@@ -225,6 +225,20 @@ def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra,
     assert not (tmp_path / "o.tsv").exists()
 
 
+def test_an_unclosed_quote_in_a_csv_pairs_file_is_named_where_it_opens(
+    tmp_path: Path, capsys
+) -> None:
+    lines = ["anchor,positive", *(f"a{i},b{i}" for i in range(2, 61))]
+    lines[36] = '"broken, here'
+    pairs = tmp_path / "open37.csv"
+    pairs.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.tsv"
+    assert main(["mine", str(pairs), "--model", str(tmp_path / "no-model"), "-o", str(out)]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert err == [f"cselab mine: error: {pairs}:37: a quote opened here is never closed"]
+    assert not out.exists()
+
+
 def test_unknown_output_format_is_refused_before_any_work(tiny_bert: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"o\.txt: the output must end in"):
         mine_hard_negatives(str(tiny_bert), [("a b", "c d")], tmp_path / "o.txt")

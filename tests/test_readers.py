@@ -191,8 +191,35 @@ def test_csv_quoting_and_tsv_without_quoting(tmp_path: Path) -> None:
     (csv_row,) = readers.open_table(tmp_path / "q.csv")
     assert csv_row.values == {"a": "x, y", "b": 'he said "hi"'}
     (tmp_path / "m.csv").write_text('a,b\n"line one\nline two",c\nd,e\n')
-    rows = list(readers.open_table(tmp_path / "m.csv"))
-    assert [(r.line, r.values["a"]) for r in rows] == [(3, "line one\nline two"), (4, "d")]
+    rows = list(readers.open_table(tmp_path / "m.csv"))  # a row is named where it starts
+    assert [(r.line, r.values["a"]) for r in rows] == [(2, "line one\nline two"), (4, "d")]
+
+
+@pytest.mark.parametrize("broken", ['a,"broken here', '"broken, here'])
+def test_an_unclosed_csv_quote_is_named_on_the_line_it_opens(tmp_path: Path, broken: str) -> None:
+    """A quote never closed is not one field holding the rest of the file (36 rows, silently)
+    nor a missing column on the last line: the line the quote opens on is named."""
+    lines = ["anchor,positive", *(f"a{i},b{i}" for i in range(2, 61))]
+    lines[36] = broken
+    path = tmp_path / "open37.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError) as err:
+        read_pairs(path)
+    assert str(err.value) == f"{path}:37: a quote opened here is never closed"
+
+
+def test_a_csv_quote_closed_lines_later_is_named_where_it_opens(tmp_path: Path) -> None:
+    lines = ["anchor,positive", *(f"a{i},b{i}" for i in range(2, 61))]
+    lines[36], lines[45] = 'a,"broken here', 'x,"y"z'
+    path = tmp_path / "late.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError) as err:
+        read_pairs(path)
+    assert str(err.value) == (
+        f"{path}:37: the quoted field opened here runs to line 46, where the CSV is malformed "
+        "(text after a closing quote; a quote inside a quoted field is written twice); is its "
+        "closing quote missing?"
+    )
 
 
 @pytest.mark.parametrize(
@@ -258,6 +285,9 @@ def test_a_lone_surrogate_is_not_text(tmp_path: Path) -> None:
         ("s.tsv", "anchor\tpositive\n\n \t \na\n", "{p}:4: column 'positive' is missing"),
         ("r.csv", "anchor,positive\na\rb,c\n",
          "{p}:2: malformed CSV (a carriage return inside an unquoted field)"),
+        ("q.csv", 'anchor,positive\na,"b"c\n',
+         "{p}:2: malformed CSV (text after a closing quote; a quote inside a quoted field is "
+         "written twice)"),
         ("e.jsonl", "\n \n", "{p}: the file is empty (expected one JSON object a line)"),
         ("l.jsonl", '{"anchor": "a", "positive": "b"}\n[1]\n',
          "{p}:2: expected a JSON object, got a list"),

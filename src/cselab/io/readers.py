@@ -15,8 +15,10 @@ line is counted). The file is read in one streaming pass that can feed a hasher 
 no quoting at all, so a field may begin or end with a quote mark and keeps it (SentEval's files
 and most NLP TSV files are written this way: ``"Hello," he said.`` is one field).
 
-**CSV** (``.csv``). RFC 4180 as Python's :mod:`csv` reads it: comma-separated, a field in double
-quotes may hold commas, line breaks and doubled quotes.
+**CSV** (``.csv``). RFC 4180 as Python's :mod:`csv` reads it (strict): comma-separated, a field
+in double quotes may hold commas, line breaks and doubled quotes; a row is named by the line it
+starts on. A quote never closed (the file ends inside the field) or text after a closing quote
+is refused, naming the line the quoted field opens on.
 
 For both, line 1 is a header naming the columns (names stripped of surrounding spaces); a name
 given twice is refused (naming it), a row with more fields than the header is refused, a row with
