@@ -560,6 +560,30 @@ def test_a_cut_cselab_json_or_adapter_config_is_one_line_naming_the_file(tmp_pat
         adapter_base(folder)
 
 
+def test_yaml_numbers_and_keys_given_twice_in_every_yaml_file(tmp_path: Path) -> None:
+    """The one YAML reader reads YAML 1.2's exponents as numbers (``1e-5``: text in YAML 1.1)
+    and refuses a key given twice in one mapping (PyYAML keeps the last); YAML's merge key
+    still overrides, and the instruction tables cselab ships read as PyYAML reads them."""
+    import yaml
+
+    from cselab.evaluation.instructions import BUILTIN
+    from cselab.io.readers import read_yaml
+
+    f = tmp_path / "n.yaml"
+    f.write_text("a: [1e-5, 5E-5, 1e3, 1.5e3, -.5, 1.0, 1, 1e, e5, '1e5', 0x10]\n")
+    assert read_yaml(f) == {"a": [1e-5, 5e-5, 1000.0, 1500.0, -0.5, 1.0, 1, "1e", "e5", "1e5", 16]}
+    f.write_text("base: &b {x: 1, y: 2}\nitem:\n  <<: *b\n  y: 3\n")
+    assert read_yaml(f)["item"] == {"x": 1, "y": 3}
+    f.write_text("instructions:\n  STS12: a\n  STS13: b\n  STS12: c\n")
+    with pytest.raises(DataFormatError) as err:
+        read_yaml(f)
+    assert str(err.value) == (
+        f"{f}:4:3: key 'STS12' appears twice in one mapping (first on line 2); names must be unique"
+    )
+    for path in BUILTIN.values():
+        assert read_yaml(path) == yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
 def test_yaml_files_are_read_with_one_line_errors(tmp_path: Path) -> None:
     """The one YAML reader: values as written; a broken file names itself and the line (not
     PyYAML's several-line drawing), a non-UTF-8 one the line of the byte."""
