@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 
 from cselab.config import Config, ConfigError, apply_overrides, load_config
+from cselab.model.choices import PoolerName
 
 REPO = Path(__file__).resolve().parents[1]
+POOLERS = typing.get_args(PoolerName)  # cls, cls_before_pooler, avg, ...
 
 
 def test_defaults_are_simcse_unsup_bert_base() -> None:
@@ -52,6 +55,26 @@ def test_yaml_and_overrides(tmp_path: Path) -> None:
 def test_bad_values_name_the_key(override: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         load_config(None, override.split(" ") if override.count("--") > 1 else [override])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("--model.pooler=clss", f"model.pooler: expected one of {', '.join(POOLERS)} or null, "
+         "got 'clss'"),
+        ("--train.compile_mode=fast", "train.compile_mode: expected one of default, "
+         "reduce-overhead, max-autotune or null, got 'fast'"),
+        ("--train.max_steps=2.5", "train.max_steps: expected a whole number or null, got 2.5"),
+        ("--train.compile=maybe", "train.compile: expected true/false or null, got 'maybe'"),
+        ("--train.report_to=5", "train.report_to: expected a list or null, got 5"),
+    ],
+)  # fmt: skip
+def test_a_choice_or_null_is_said_in_words_not_python_type_names(
+    override: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert str(err.value) == message
 
 
 def test_a_removed_key_says_why_and_its_last_default_still_loads(tmp_path: Path) -> None:
