@@ -66,7 +66,10 @@ def test_train_too_small_corpus(
                  f"--data.cache_dir={tmp_path}/cache", "--train.eval_steps=0",
                  f"--train.output_dir={tmp_path}/out"])  # fmt: skip
     assert code == 2
-    assert "has 3 sentences, fewer than one batch of 64" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"cselab train: error: {corpus}: the training data has 3 sentences, fewer than one "
+        "batch of 64 (train.batch_size)"
+    )
 
 
 # `cselab encode` and SentenceEncoder.encode run the same float64 model (float64: their batches

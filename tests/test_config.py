@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 
 from cselab.config import Config, ConfigError, apply_overrides, load_config
+from cselab.model.choices import PoolerName
 
 REPO = Path(__file__).resolve().parents[1]
+POOLERS = typing.get_args(PoolerName)  # cls, cls_before_pooler, avg, ...
 
 
 def test_defaults_are_simcse_unsup_bert_base() -> None:
@@ -54,6 +57,26 @@ def test_bad_values_name_the_key(override: str, needle: str) -> None:
         load_config(None, override.split(" ") if override.count("--") > 1 else [override])
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("--model.pooler=clss", f"model.pooler: expected one of {', '.join(POOLERS)} or null, "
+         "got 'clss'"),
+        ("--train.compile_mode=fast", "train.compile_mode: expected one of default, "
+         "reduce-overhead, max-autotune or null, got 'fast'"),
+        ("--train.max_steps=2.5", "train.max_steps: expected a whole number or null, got 2.5"),
+        ("--train.compile=maybe", "train.compile: expected true/false or null, got 'maybe'"),
+        ("--train.report_to=5", "train.report_to: expected a list or null, got 5"),
+    ],
+)  # fmt: skip
+def test_a_choice_or_null_is_said_in_words_not_python_type_names(
+    override: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert str(err.value) == message
+
+
 def test_a_removed_key_says_why_and_its_last_default_still_loads(tmp_path: Path) -> None:
     """``model.unpad_cuda`` is gone: set to ``true`` it is refused with the reason; the
     ``false`` that every config saved by an earlier cselab records loads as before."""
@@ -66,7 +89,7 @@ def test_a_removed_key_says_why_and_its_last_default_still_loads(tmp_path: Path)
         with pytest.raises(ConfigError) as err:
             load_config(saved)
         assert str(err.value) == (
-            "model.unpad_cuda was removed: varlen attention was slower than padded on the "
+            f"{saved}: model.unpad_cuda was removed: varlen attention was slower than padded on the "
             "GPUs measured (docs/results/gpu_benchmark.md)"
         )
     with pytest.raises(ConfigError, match=r"model\.unpad_cuda was removed"):
@@ -86,6 +109,62 @@ def test_a_removed_keyword_of_load_says_why(tiny_bert: Path) -> None:
         "than padded on the GPUs measured (docs/results/gpu_benchmark.md)"
     )
     assert cselab.load(str(tiny_bert), unpad_cuda=False).encode(["a b"]).shape[0] == 1
+
+
+@pytest.mark.parametrize("text", ["1e-5", "1E-5", "1.0e-5", "+1e-5", "0.00001", "1e-05"])
+def test_a_config_file_reads_an_exponent_as_a_number_as_an_override_does(
+    tmp_path: Path, text: str
+) -> None:
+    """YAML 1.1 (PyYAML's default) reads ``1e-5`` as text; a config file reads it as the
+    override ``--train.lr=1e-5`` does."""
+    f = tmp_path / "c.yaml"
+    f.write_text(f"train:\n  lr: {text}\n  max_steps: 1e3\n  warmup_ratio: .5e-1\n")
+    c = load_config(f)
+    assert c.train.lr == 1e-5 and c.train.max_steps == 1000 and c.train.warmup_ratio == 0.05
+    assert load_config(None, [f"--train.lr={text}"]).train.lr == 1e-5
+
+
+def test_a_string_that_reads_as_a_number_is_saved_quoted(tmp_path: Path) -> None:
+    """What :func:`save_config` writes reads back the same (a resume compares it)."""
+    from cselab.config import load_yaml, save_config
+
+    c = load_config(None, ["--train.output_dir='1e5'"])
+    assert c.train.output_dir == "1e5"
+    save_config(c, tmp_path / "config.yaml")
+    assert load_yaml(tmp_path / "config.yaml")["train"]["output_dir"] == "1e5"
+    assert load_config(tmp_path / "config.yaml").to_dict() == c.to_dict()
+
+
+def test_a_config_file_s_bad_key_names_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad3.yaml"
+    f.write_text("train:\n  batch_sise: 32\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value).startswith(f"{f}: unknown config key 'train.batch_sise' (valid: ")
+    f.write_text("train:\n  lr: fast\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(f, ["--train.batch_size=32"])  # an override that does not touch it
+    assert str(err.value) == f"{f}: train.lr: expected a number, got 'fast'"
+    # an override's own error is not the file's, and an override can mend the file's value
+    with pytest.raises(ConfigError) as err:
+        load_config(f, ["--train.lr=0.1", "--train.batch_size=x"])
+    assert str(err.value) == "train.batch_size: expected an integer, got 'x'"
+    assert load_config(f, ["--train.lr=0.1"]).train.lr == 0.1
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_file_line_and_key(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "dup.yaml"
+    f.write_text("train:\n  lr: 1.0e-5\n  batch_size: 32\n  lr: 3.0e-5\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value) == (
+        f"{f}:4:3: key 'lr' appears twice in one mapping (first on line 2); names must be unique"
+    )
+    f.write_text("model:\n  pooler: avg\nmodel:\n  dropout: 0.1\n")  # a section twice
+    with pytest.raises(ConfigError, match=r"dup\.yaml:3:1: key 'model' appears twice"):
+        load_config(f)
 
 
 def test_override_syntax_error() -> None:

@@ -44,6 +44,11 @@ def test_missing_and_empty(tmp_path: Path) -> None:
         read_corpus(empty)
     with pytest.raises(CorpusError, match="fewer than one batch"):
         BatchOrder(10, 64, seed=0)
+    with pytest.raises(CorpusError) as err:  # the file named, and what it counts
+        BatchOrder(1, 8, seed=0, source="pairs.csv", unit="pairs")
+    assert str(err.value) == (
+        "pairs.csv: the training data has 1 pair, fewer than one batch of 8 (train.batch_size)"
+    )
 
 
 def test_wiki_file_count(wiki_file: Path) -> None:

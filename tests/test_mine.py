@@ -154,8 +154,8 @@ def test_options_are_refused_with_their_name() -> None:
         ({"range_min": -1}, "range_min=-1 is refused: it must be 0 or more"),
         ({"seed": -1}, "seed=-1 is refused: it must be 0 or more"),
         ({"range_min": 3, "range_max": 4, "num_negatives": 2}, "range_max 4 leaves 1 candidates"),
-        ({"relative_margin": 1.5}, r"relative_margin must be in \[0, 1\)"),
-        ({"max_score": float("nan")}, "max_score must be a finite number"),
+        ({"relative_margin": 1.5}, r"relative_margin=1\.5 is refused: it must be in \[0, 1\)"),
+        ({"max_score": float("nan")}, "max_score=nan is refused: it must be a finite number"),
     ]:
         with pytest.raises(ConfigError, match=message):
             MineSettings(**kwargs).validate()
@@ -209,7 +209,8 @@ def test_cli_writes_triplets_that_training_reads_as_they_are(
             ["--anchor-column", "query"],
             "no column 'query' in the first object (the file has columns: q, doc); name the columns with --anchor-column",
         ),
-        (["--relative-margin", "2"], "relative_margin must be in [0, 1)"),
+        (["--relative-margin", "5"], "--relative-margin 5.0 is refused: it must be in [0, 1)"),
+        (["--margin", "nan"], "--margin nan is refused: it must be a finite number"),
     ],
 )
 def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra, message) -> None:
@@ -223,6 +224,20 @@ def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra,
     err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
     assert len(err) == 1 and err[0].startswith("cselab mine: error: ") and message in err[0]
     assert not (tmp_path / "o.tsv").exists()
+
+
+def test_an_unclosed_quote_in_a_csv_pairs_file_is_named_where_it_opens(
+    tmp_path: Path, capsys
+) -> None:
+    lines = ["anchor,positive", *(f"a{i},b{i}" for i in range(2, 61))]
+    lines[36] = '"broken, here'
+    pairs = tmp_path / "open37.csv"
+    pairs.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.tsv"
+    assert main(["mine", str(pairs), "--model", str(tmp_path / "no-model"), "-o", str(out)]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert err == [f"cselab mine: error: {pairs}:37: a quote opened here is never closed"]
+    assert not out.exists()
 
 
 def test_unknown_output_format_is_refused_before_any_work(tiny_bert: Path, tmp_path: Path) -> None:

@@ -191,8 +191,35 @@ def test_csv_quoting_and_tsv_without_quoting(tmp_path: Path) -> None:
     (csv_row,) = readers.open_table(tmp_path / "q.csv")
     assert csv_row.values == {"a": "x, y", "b": 'he said "hi"'}
     (tmp_path / "m.csv").write_text('a,b\n"line one\nline two",c\nd,e\n')
-    rows = list(readers.open_table(tmp_path / "m.csv"))
-    assert [(r.line, r.values["a"]) for r in rows] == [(3, "line one\nline two"), (4, "d")]
+    rows = list(readers.open_table(tmp_path / "m.csv"))  # a row is named where it starts
+    assert [(r.line, r.values["a"]) for r in rows] == [(2, "line one\nline two"), (4, "d")]
+
+
+@pytest.mark.parametrize("broken", ['a,"broken here', '"broken, here'])
+def test_an_unclosed_csv_quote_is_named_on_the_line_it_opens(tmp_path: Path, broken: str) -> None:
+    """A quote never closed is not one field holding the rest of the file (36 rows, silently)
+    nor a missing column on the last line: the line the quote opens on is named."""
+    lines = ["anchor,positive", *(f"a{i},b{i}" for i in range(2, 61))]
+    lines[36] = broken
+    path = tmp_path / "open37.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError) as err:
+        read_pairs(path)
+    assert str(err.value) == f"{path}:37: a quote opened here is never closed"
+
+
+def test_a_csv_quote_closed_lines_later_is_named_where_it_opens(tmp_path: Path) -> None:
+    lines = ["anchor,positive", *(f"a{i},b{i}" for i in range(2, 61))]
+    lines[36], lines[45] = 'a,"broken here', 'x,"y"z'
+    path = tmp_path / "late.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError) as err:
+        read_pairs(path)
+    assert str(err.value) == (
+        f"{path}:37: the quoted field opened here runs to line 46, where the CSV is malformed "
+        "(text after a closing quote; a quote inside a quoted field is written twice); is its "
+        "closing quote missing?"
+    )
 
 
 @pytest.mark.parametrize(
@@ -258,6 +285,9 @@ def test_a_lone_surrogate_is_not_text(tmp_path: Path) -> None:
         ("s.tsv", "anchor\tpositive\n\n \t \na\n", "{p}:4: column 'positive' is missing"),
         ("r.csv", "anchor,positive\na\rb,c\n",
          "{p}:2: malformed CSV (a carriage return inside an unquoted field)"),
+        ("q.csv", 'anchor,positive\na,"b"c\n',
+         "{p}:2: malformed CSV (text after a closing quote; a quote inside a quoted field is "
+         "written twice)"),
         ("e.jsonl", "\n \n", "{p}: the file is empty (expected one JSON object a line)"),
         ("l.jsonl", '{"anchor": "a", "positive": "b"}\n[1]\n',
          "{p}:2: expected a JSON object, got a list"),
@@ -528,6 +558,30 @@ def test_a_cut_cselab_json_or_adapter_config_is_one_line_naming_the_file(tmp_pat
     (folder / "adapter_config.json").write_bytes(b'{"base_model_name_or_path": "\xff"}')
     with pytest.raises(DataFormatError, match=r"adapter_config\.json"):
         adapter_base(folder)
+
+
+def test_yaml_numbers_and_keys_given_twice_in_every_yaml_file(tmp_path: Path) -> None:
+    """The one YAML reader reads YAML 1.2's exponents as numbers (``1e-5``: text in YAML 1.1)
+    and refuses a key given twice in one mapping (PyYAML keeps the last); YAML's merge key
+    still overrides, and the instruction tables cselab ships read as PyYAML reads them."""
+    import yaml
+
+    from cselab.evaluation.instructions import BUILTIN
+    from cselab.io.readers import read_yaml
+
+    f = tmp_path / "n.yaml"
+    f.write_text("a: [1e-5, 5E-5, 1e3, 1.5e3, -.5, 1.0, 1, 1e, e5, '1e5', 0x10]\n")
+    assert read_yaml(f) == {"a": [1e-5, 5e-5, 1000.0, 1500.0, -0.5, 1.0, 1, "1e", "e5", "1e5", 16]}
+    f.write_text("base: &b {x: 1, y: 2}\nitem:\n  <<: *b\n  y: 3\n")
+    assert read_yaml(f)["item"] == {"x": 1, "y": 3}
+    f.write_text("instructions:\n  STS12: a\n  STS13: b\n  STS12: c\n")
+    with pytest.raises(DataFormatError) as err:
+        read_yaml(f)
+    assert str(err.value) == (
+        f"{f}:4:3: key 'STS12' appears twice in one mapping (first on line 2); names must be unique"
+    )
+    for path in BUILTIN.values():
+        assert read_yaml(path) == yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def test_yaml_files_are_read_with_one_line_errors(tmp_path: Path) -> None:

@@ -353,7 +353,7 @@ def test_library_errors_name_the_setting_and_the_cli_its_flag(
     [
         (["search", "k=3", "q"], "cselab search: error: k=3: not a cselab index"),
         (["mine", "seed=1.jsonl", "--model", "M", "-o", "t.jsonl"],
-         "cselab mine: error: seed=1.jsonl: training file not found"),
+         "cselab mine: error: seed=1.jsonl: pairs file not found"),
         (["encode", "M", "--input", "dim=4.txt", "--output", "e.npy"],
          "cselab encode: error: dim=4.txt: input file not found"),
         (["evaluate", "M", "--tasks", "mode=dev"],

@@ -338,7 +338,10 @@ def assemble_trainer(
     device, amp_dtype = torch.device(plan.device), precision_dtype(plan.precision)
     encoder = encoder.to(device)
     broadcast_module(encoder)  # every rank starts from rank 0's weights (as DDP does)
-    order = BatchOrder(len(corpus), tc.batch_size, tc.seed)
+    unit = "pairs" if isinstance(corpus, TokenizedPairs) else "sentences"
+    order = BatchOrder(
+        len(corpus), tc.batch_size, tc.seed, source=config.data.train_file, unit=unit
+    )
     total_steps = tc.max_steps or order.batches_per_epoch * tc.epochs
     if device.type == "cpu":
         retain_freed_memory()  # page faults are a tenth of a CPU step otherwise

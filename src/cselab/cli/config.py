@@ -23,6 +23,7 @@ from ..config.presets import (
     preset_names,
     presets_dir,
 )
+from ..io.readers import yaml_dumper
 
 WIDTH = 100
 
@@ -58,7 +59,9 @@ def _comment(text: str, indent: str) -> list[str]:
 def _value(name: str, value: Any) -> str:
     """``name: value`` in YAML, a list in flow style (``report_to: [tensorboard]``)."""
     # a one-item flow sequence, unwrapped: YAML's quoting of the value without a "..." end mark
-    item = yaml.safe_dump([value], default_flow_style=True, width=1 << 30, allow_unicode=True)
+    item = yaml.dump(
+        [value], Dumper=yaml_dumper(), default_flow_style=True, width=1 << 30, allow_unicode=True
+    )
     return f"{name}: {item.strip()[1:-1]}"
 
 

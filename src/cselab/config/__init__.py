@@ -10,6 +10,7 @@ from its outputs alone.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,12 +18,12 @@ from typing import Any, Literal
 import yaml
 
 from ..core.devices import SCALER_TYPES, check_device
-from ..core.errors import DataFormatError
+from ..core.errors import DataFormatError, UserError
 from ..core.prompts import model_prompts_from_data
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
-from ..io.readers import parse_yaml
+from ..io.readers import _DuplicateKey, parse_yaml, yaml_dumper, yaml_loader
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
@@ -343,19 +344,13 @@ def _check_device(name: str) -> None:
 
 
 def _parse_scalar(text: str) -> Any:
-    """Parse an override value with YAML rules (``1e-5`` → float, ``null``, ``true``...);
-    text that is not valid YAML (``runs/[a``) is taken as the string it is."""
+    """Parse an override value as a config file's value is read (:func:`~cselab.io.readers.
+    yaml_loader`: ``1e-5`` → float, ``null``, ``true``...); text that is not valid YAML
+    (``runs/[a``) is taken as the string it is."""
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except (yaml.YAMLError, RecursionError):  # RecursionError: PyYAML on deep nesting
+        return yaml.load(text, Loader=yaml_loader()) if text.strip() else ""  # noqa: S506
+    except (yaml.YAMLError, _DuplicateKey, RecursionError):  # RecursionError: deep nesting
         return text
-    # YAML 1.1 reads "3e-5" (no dot) as a string; users mean a number.
-    if isinstance(value, str):
-        try:
-            return float(value) if any(c in value for c in "eE.") else int(value)
-        except ValueError:
-            return value
-    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -403,12 +398,33 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`."""
+    """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`.
+
+    A key or value of the file that is refused names the file first (``bad.yaml: unknown
+    config key 'train.batch_sise' ...``): an error the file gives on its own too, without the
+    overrides."""
     data = load_yaml(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []))
-    return from_dict(Config, data).validate()
+    merged = apply_overrides(copy.deepcopy(data), list(overrides or []))
+    try:
+        return from_dict(Config, merged).validate()
+    except ConfigError as err:
+        if path is None or type(err) is not ConfigError or not _file_refuses(data, err, overrides):
+            raise
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _file_refuses(data: dict[str, Any], err: ConfigError, overrides: list[str] | None) -> bool:
+    """Whether the config file's ``data`` alone gives ``err`` (no overrides: it does)."""
+    if not overrides:
+        return True
+    try:
+        from_dict(Config, copy.deepcopy(data)).validate()
+    except UserError as alone:  # the file alone may fail otherwise (a missing train_file...)
+        return str(alone) == str(err)
+    return False
 
 
 def save_config(config: Config, path: str | Path) -> None:
     """Write ``config`` as YAML to ``path`` atomically (a failed write keeps the old file)."""
-    write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False), "config")
+    text = yaml.dump(config.to_dict(), Dumper=yaml_dumper(), sort_keys=False)
+    write_text_atomic(path, text, "config")

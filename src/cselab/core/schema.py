@@ -42,6 +42,28 @@ def check_kinds(section: Any, prefix: str) -> None:
 
 
 def _type_name(tp: Any) -> str:
+    """What a value of type ``tp`` is, in words (``a whole number or null``, ``one of cls,
+    avg or null``): what an error says was expected, never a Python type name."""
+    args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        choices = [c for a in args if typing.get_origin(a) is Literal for c in typing.get_args(a)]
+        others = (a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
+        words = list(dict.fromkeys(map(_type_name, others)))  # once each: list | tuple
+        if choices:
+            words.insert(0, "one of " + ", ".join(map(str, choices)))
+        if type(None) in args:
+            words.append("null")
+        return " or ".join(words)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin in (list, tuple):
+        return "a list"
+    if dataclasses.is_dataclass(tp):
+        return "a section (mapping)"
+    names = {bool: "true/false", int: "a whole number", float: "a number", str: "a string"}
+    if tp in names:
+        return names[tp]
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 

@@ -26,9 +26,17 @@ class BatchOrder:
     global batch and takes its own contiguous slice (no overlap between ranks).
     """
 
-    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+    def __init__(
+        self, n: int, batch_size: int, seed: int, *, source: str = "", unit: str = "sentences"
+    ) -> None:
+        """``source`` names the training data in the error of a too small one (the file, as
+        ``data.train_file`` gives it); ``unit`` is what ``n`` counts (``sentences``, ``pairs``)."""
         if n < batch_size:
-            raise CorpusError(f"the corpus has {n} sentences, fewer than one batch of {batch_size}")
+            what = f"{n} {unit.removesuffix('s') if n == 1 else unit}"
+            raise CorpusError(
+                f"{source + ': ' if source else ''}the training data has {what}, fewer than one "
+                f"batch of {batch_size} (train.batch_size)"
+            )
         self.n = n
         self.batch_size = batch_size
         self.seed = seed

@@ -117,13 +117,16 @@ def read_pairs(path: str | Path, columns: PairColumns | None = None) -> PairReco
     return records
 
 
-def iter_pairs(path: str | Path, columns: PairColumns | None = None) -> Iterator[tuple[str, ...]]:
+def iter_pairs(
+    path: str | Path, columns: PairColumns | None = None, *, what: str = "training file"
+) -> Iterator[tuple[str, ...]]:
     """The rows of :func:`read_pairs` one at a time, ``(anchor, positive, *negatives)``, with
-    the same checks and errors, holding one row in memory (the token store's input)."""
+    the same checks and errors, holding one row in memory (the token store's input); ``what``
+    names the file's role where it is not found (``pairs file`` for ``cselab mine``)."""
     columns = columns or PairColumns()
     p = Path(path).expanduser()
     if not p.exists():
-        raise CorpusError(f"{p}: training file not found")
+        raise CorpusError(f"{p}: {what} not found")
     count = 0
     with reraise_as(CorpusError):
         table = open_table(p, prefer_split="train")
@@ -208,14 +211,18 @@ def load_pairs(
 
 
 def stream_pairs(
-    path: str | Path, data_format: DataFormat = "auto", columns: PairColumns | None = None
+    path: str | Path,
+    data_format: DataFormat = "auto",
+    columns: PairColumns | None = None,
+    *,
+    what: str = "training file",
 ) -> Iterator[tuple[str, ...]]:
     """The rows of :func:`load_pairs` one at a time, ``(anchor, positive, *negatives)``
-    (SICK's file is small and read whole)."""
+    (SICK's file is small and read whole); ``what`` as :func:`iter_pairs` takes it."""
     if data_format == "sick":
         records = sick_triplets(path)
         return zip(records.anchors, records.positives, *records.negatives, strict=True)
-    return iter_pairs(path, columns)
+    return iter_pairs(path, columns, what=what)
 
 
 def source_digest(path: str | Path) -> str:

@@ -59,6 +59,7 @@ from ..config.presets import find_preset
 from ..core.errors import RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
 from ..io.files import write_json_atomic
+from ..io.readers import yaml_dumper
 from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
@@ -196,7 +197,8 @@ class Cell:
 
 
 def _yaml_value(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    text = yaml.dump(value, Dumper=yaml_dumper(), default_flow_style=True)
+    return text.strip().removesuffix("...").strip()
 
 
 def grid_configs(grid: dict[str, list[Any]]) -> dict[str, list[str]]:

@@ -15,8 +15,10 @@ line is counted). The file is read in one streaming pass that can feed a hasher 
 no quoting at all, so a field may begin or end with a quote mark and keeps it (SentEval's files
 and most NLP TSV files are written this way: ``"Hello," he said.`` is one field).
 
-**CSV** (``.csv``). RFC 4180 as Python's :mod:`csv` reads it: comma-separated, a field in double
-quotes may hold commas, line breaks and doubled quotes.
+**CSV** (``.csv``). RFC 4180 as Python's :mod:`csv` reads it (strict): comma-separated, a field
+in double quotes may hold commas, line breaks and doubled quotes; a row is named by the line it
+starts on. A quote never closed (the file ends inside the field) or text after a closing quote
+is refused, naming the line the quoted field opens on.
 
 For both, line 1 is a header naming the columns (names stripped of surrounding spaces); a name
 given twice is refused (naming it), a row with more fields than the header is refused, a row with
@@ -28,6 +30,11 @@ twice in one object is refused; the first object's keys stand for the header.
 **Parquet** (``.parquet``, read with pyarrow) and **saved datasets** (a folder written by
 ``datasets``' ``save_to_disk``: a ``Dataset``, or a ``DatasetDict`` whose one split, or the
 split the caller prefers, is read). Rows are numbered from 0, as ``ds[i]`` counts them.
+
+**YAML** (:func:`read_yaml`, :func:`parse_yaml`: config files, instruction tables, a model
+folder's ``cselab_config.yaml``). PyYAML's safe loader with YAML 1.2's numbers (``1e-5`` and
+``5E-5`` are numbers, as in a ``--key=value`` override, not text as in YAML 1.1); a key given twice
+in one mapping is refused, naming the line (PyYAML keeps the last silently).
 
 **SICK** (:func:`read_sick`): SemEval 2014 task 1's release files as SentEval ships them;
 see there.
@@ -43,8 +50,10 @@ promises another :class:`~cselab.core.errors.UserError` type (training data rais
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,15 +178,73 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
+#: YAML 1.2's numbers that YAML 1.1 (PyYAML's resolver) reads as text: an exponent without a
+#: dot or without a sign (``1e-5``, ``5E-5``, ``1e3``, ``1.5e3``) and a signed leading dot
+#: (``-.5``). What people write for a learning rate, as Python and JSON read it.
+YAML_FLOAT = re.compile(
+    r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+|[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?)$"
+)
+
+
+@functools.cache
+def yaml_loader() -> Any:
+    """The loader of every YAML text cselab reads (files and ``--key=value`` overrides alike):
+    PyYAML's safe loader, with :data:`YAML_FLOAT` read as a number and a key given twice in one
+    mapping refused (PyYAML keeps the last silently) by raising ``_DuplicateKey(key, first line,
+    mark)``. Built on first use: only the readers of YAML pay for importing PyYAML."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                first: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue  # `<<: *base` merges keys that the mapping may override
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        line = first.setdefault(key, key_node.start_mark.line + 1)
+                    except TypeError:  # an unhashable key: PyYAML's own error follows
+                        continue
+                    if line != key_node.start_mark.line + 1:
+                        raise _DuplicateKey(key, line, key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", YAML_FLOAT, list("-+0123456789."))
+    return Loader
+
+
+@functools.cache
+def yaml_dumper() -> Any:
+    """PyYAML's safe dumper that quotes text :func:`yaml_loader` would read as a number (the
+    string ``"1e5"``), so what cselab writes reads back the same."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_implicit_resolver("tag:yaml.org,2002:float", YAML_FLOAT, list("-+0123456789."))
+    return Dumper
+
+
 def parse_yaml(text: str, path: Path) -> Any:
-    """What the YAML ``text`` read from ``path`` holds (``None`` if empty); invalid YAML raises
+    """What the YAML ``text`` read from ``path`` holds (``None`` if empty), read by
+    :func:`yaml_loader`; invalid YAML or a key given twice in one mapping raises
     :class:`~cselab.core.errors.DataFormatError` naming ``path`` and the line: PyYAML's own
     message spans several lines (context, a caret drawing), of which the line and the problem
     are kept."""
     import yaml  # only the readers of YAML files pay for it
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader
+    except _DuplicateKey as err:
+        key, first, mark = err.args
+        raise DataFormatError(
+            path, mark.line + 1,
+            f"key {str(key)!r} appears twice in one mapping (first on line {first}); names "
+            "must be unique",
+            column=mark.column + 1,
+        ) from None  # fmt: skip
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]

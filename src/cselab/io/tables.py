@@ -352,11 +352,25 @@ def _header(path: Path, first: tuple[int, list[str]] | None) -> list[str]:
     return names
 
 
-def _csv_error(path: Path, line: int, err: csv.Error) -> DataFormatError:
+def _csv_error(path: Path, start: int, end: int, err: csv.Error) -> DataFormatError:
+    """The error of a CSV record on lines ``start``..``end``, named at the line it starts on.
+
+    A record runs past its first line only inside a quoted field, so an error there comes from
+    a quote opened on line ``start``: named where it was opened, not where csv noticed it."""
     reason = str(err)
+    if reason == "unexpected end of data":  # strict: the file ends inside a quoted field
+        return DataFormatError(path, start, "a quote opened here is never closed")
     if "new-line character seen in unquoted field" in reason:  # csv's advice names its own API
         reason = "a carriage return inside an unquoted field"
-    return DataFormatError(path, line, f"malformed CSV ({reason})")
+    elif reason == "',' expected after '\"'":
+        reason = "text after a closing quote; a quote inside a quoted field is written twice"
+    if end > start:
+        return DataFormatError(
+            path, start,
+            f"the quoted field opened here runs to line {end}, where the CSV is malformed "
+            f"({reason}); is its closing quote missing?",
+        )  # fmt: skip
+    return DataFormatError(path, start, f"malformed CSV ({reason})")
 
 
 def _delimited_table(path: Path, kind: str) -> Table:
@@ -371,16 +385,22 @@ def _delimited_table(path: Path, kind: str) -> Table:
 
 def _csv_records(path: Path, lines: Lines) -> Iterator[tuple[int, list[str]]]:
     # csv reads from the decoded lines (so invalid UTF-8 names its line); the "\n" given back
-    # lets a quoted field span lines. line_num counts the strings read: the record's last line.
-    reader = csv.reader(text + "\n" for _, text in lines)
+    # lets a quoted field span lines. line_num counts the strings read: the record's last line,
+    # so a record starts on the line after the previous one's last. Strict: a file that ends
+    # inside a quoted field (an unclosed quote) is an error, not one field holding the rest of
+    # the file, and so is text after a closing quote.
+    reader = csv.reader((text + "\n" for _, text in lines), strict=True)
+    end = 0
     while True:
+        start = end + 1
         try:
             fields = next(reader)
         except StopIteration:
             return
         except csv.Error as err:
-            raise _csv_error(path, reader.line_num, err) from None
-        yield reader.line_num, fields
+            raise _csv_error(path, start, max(start, reader.line_num), err) from None
+        end = reader.line_num
+        yield start, fields
 
 
 def _delimited_rows(

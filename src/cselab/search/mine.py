@@ -157,9 +157,15 @@ class MineSettings:
         for name in ("max_score", "absolute_margin", "relative_margin"):
             value = getattr(self, name)
             if value is not None and not np.isfinite(value):
-                raise ConfigError(f"{name} must be a finite number, not {value}")
+                raise ConfigSettingError(
+                    name, value, "{setting} is refused: it must be a finite number"
+                )
         if self.relative_margin is not None and not 0 <= self.relative_margin < 1:
-            raise ConfigError(f"relative_margin must be in [0, 1), not {self.relative_margin}")
+            raise ConfigSettingError(
+                "relative_margin",
+                self.relative_margin,
+                "{setting} is refused: it must be in [0, 1)",
+            )
         if self.sampling not in SAMPLING:
             raise ConfigError(
                 f"sampling must be one of {', '.join(SAMPLING)}, not {self.sampling!r}"
@@ -232,7 +238,7 @@ def _pair_rows(
                 table.require((columns.anchor, columns.positive), COLUMNS_HINT)
         from ..data.pairs import stream_pairs  # lazily: the pair reader imports torch
 
-        for anchor, positive, *_ in stream_pairs(pairs, data_format, columns):
+        for anchor, positive, *_ in stream_pairs(pairs, data_format, columns, what="pairs file"):
             yield anchor, positive
         return
     for i, row in enumerate(pairs):
