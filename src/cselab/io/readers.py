@@ -82,7 +82,6 @@ from .tables import (  # noqa: F401 - the line and table rules, re-exported
     _delimited_rows,
     _delimited_table,
     _DuplicateKey,
-    _first_line,
     _header,
     _jsonl_objects,
     _jsonl_table,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..core.errors import DataFormatError, UserError
+from ..core.errors import DataFormatError, UserError, first_line
 
 log = logging.getLogger("cselab")
 
@@ -464,11 +464,6 @@ def _jsonl_table(path: Path) -> Table:
     return Table(path, "jsonl", list(first[1]), rows(), first[0])
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return (text.splitlines() or [type(err).__name__])[0][:200]
-
-
 def _needs_datasets(path: Path, what: str) -> DataFormatError:
     return DataFormatError(
         path, None, f"reading {what} needs the `datasets` library (pip install 'cselab[data]')"
@@ -493,7 +488,7 @@ def _parquet_table(path: Path) -> Table:
         parquet = pq.ParquetFile(str(path))
         names = list(parquet.schema_arrow.names)
     except errors as err:
-        raise DataFormatError(path, None, f"not a parquet file ({_first_line(err)})") from None
+        raise DataFormatError(path, None, f"not a parquet file ({first_line(err)})") from None
     _check_names(path, None, names, "file's schema")
 
     def rows() -> Iterator[Row]:
@@ -505,7 +500,7 @@ def _parquet_table(path: Path) -> Table:
                 values = [] if batch is None else batch.to_pylist()
             except errors as err:
                 raise DataFormatError(
-                    path, None, f"row {index}: unreadable parquet data ({_first_line(err)})"
+                    path, None, f"row {index}: unreadable parquet data ({first_line(err)})"
                 ) from None
             if batch is None:
                 return
@@ -526,7 +521,7 @@ def _dataset_table(path: Path, prefer_split: str | None) -> Table:
         ds = datasets.load_from_disk(str(path))
     except errors as err:
         raise DataFormatError(
-            path, None, f"not a folder written by save_to_disk ({_first_line(err)})"
+            path, None, f"not a folder written by save_to_disk ({first_line(err)})"
         ) from None
     if isinstance(ds, datasets.DatasetDict):
         splits = list(ds)
@@ -559,7 +554,7 @@ def _dataset_table(path: Path, prefer_split: str | None) -> Table:
                 batch = next(batches, None)
             except errors as err:
                 raise DataFormatError(
-                    path, None, f"row {index}: unreadable data ({_first_line(err)})"
+                    path, None, f"row {index}: unreadable data ({first_line(err)})"
                 ) from None
             if batch is None:
                 return
