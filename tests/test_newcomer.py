@@ -466,7 +466,7 @@ def test_plot_labels_sweep_cells_and_shows_equal_schedules_and_each_metric(
         folder = _metrics(tmp_path / f"lr{lr}" / "out", [{"step": 1, "loss": 1.0, "lr": 1.0}])
         (folder / "config.yaml").write_text(f"train:\n  lr: {lr}\n  output_dir: {folder}\n")
         plain.append(str(folder))
-    assert run_labels(plain) == ["train.lr=1e-3", "train.lr=3e-5"]
+    assert run_labels(plain) == ["train.lr=0.001", "train.lr=3e-05"]  # numbers, as YAML 1.2
 
 
 # ----------------------------------------------------------------------------------------- small
