@@ -203,6 +203,23 @@ def test_grid_names_every_combination() -> None:
     ]
 
 
+def test_a_grid_names_its_cells_as_its_values_are_written(tmp_path: Path) -> None:
+    """``1e-5`` (text to YAML 1.1, a number now) keeps the cell name it had (``train.lr=1e-5``):
+    a sweep run again finds its finished cells; a number YAML 1.1 read already keeps its
+    name too (``3.0e-05``), and every override reads the number it names."""
+    from cselab.config import load_config
+
+    spec_file = tmp_path / "sweep.yaml"
+    spec_file.write_text(
+        "base: demo-minilm\ngrid:\n  train.lr: [1e-5, 3.0e-5, 0.001]\nseeds: [1]\n"
+        f"output_root: {tmp_path / 'out'}\n", encoding="utf-8",
+    )  # fmt: skip
+    configs = load_sweep(spec_file).configs
+    assert list(configs) == ["train.lr=1e-5", "train.lr=3.0e-05", "train.lr=0.001"]
+    lrs = [load_config(None, ["--" + o for o in c]).train.lr for c in configs.values()]
+    assert lrs == [1e-5, 3e-5, 0.001]
+
+
 def test_grid_sweep_file_builds_its_cells(tiny_bert: Path, tmp_path: Path) -> None:
     spec_file = write_sweep(tmp_path, tiny_bert, None)
     data = yaml.safe_load(spec_file.read_text())

@@ -59,7 +59,7 @@ from ..config.presets import find_preset
 from ..core.errors import RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
 from ..io.files import write_json_atomic
-from ..io.readers import yaml_dumper
+from ..io.readers import yaml_dumper, yaml_loader
 from ..io.runfolder import RunFolder
 
 log = logging.getLogger("cselab")
@@ -201,14 +201,47 @@ def _yaml_value(value: Any) -> str:
     return text.strip().removesuffix("...").strip()
 
 
-def grid_configs(grid: dict[str, list[Any]]) -> dict[str, list[str]]:
+def grid_configs(
+    grid: dict[str, list[Any]], written: dict[str, list[str | None]] | None = None
+) -> dict[str, list[str]]:
     """Cartesian product of ``{key: [values]}`` as ``{name: overrides}``; the name lists each
-    ``key=value`` (``objective.focal.enabled=true,train.lr=1.0e-05``)."""
+    ``key=value`` (``objective.focal.enabled=true,train.lr=1.0e-05``). ``written``: the values'
+    text in the sweep file (:func:`grid_texts`): a number written as YAML 1.1 read text
+    (``1e-5``) keeps that text, so a sweep's cell folders keep the names they had when such a
+    value was text (a sweep run again finds its finished cells)."""
     keys = list(grid)
+    texts = {
+        k: [
+            t if t is not None and isinstance(v, float) and not _yaml11_number(t)
+            else _yaml_value(v)
+            for v, t in zip(grid[k], (written or {}).get(k) or [None] * len(grid[k]), strict=True)
+        ]
+        for k in keys
+    }  # fmt: skip
     out: dict[str, list[str]] = {}
-    for values in product(*(grid[k] for k in keys)):
-        overrides = [f"{k}={_yaml_value(v)}" for k, v in zip(keys, values, strict=True)]
+    for values in product(*(texts[k] for k in keys)):
+        overrides = [f"{k}={v}" for k, v in zip(keys, values, strict=True)]
         out[",".join(overrides)] = overrides
+    return out
+
+
+def _yaml11_number(text: str) -> bool:
+    """Whether PyYAML's YAML 1.1 resolver reads ``text`` as a number."""
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+    return tag in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")
+
+
+def grid_texts(path: Path) -> dict[str, list[str | None]]:
+    """The values of the sweep file's ``grid`` as written (``None``: not a plain scalar)."""
+    root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml_loader())
+    out: dict[str, list[str | None]] = {}
+    for key, value in root.value if isinstance(root, yaml.MappingNode) else []:
+        if key.value == "grid" and isinstance(value, yaml.MappingNode):
+            for name, values in value.value:
+                if isinstance(values, yaml.SequenceNode):
+                    out[name.value] = [
+                        v.value if isinstance(v, yaml.ScalarNode) else None for v in values.value
+                    ]
     return out
 
 
@@ -248,7 +281,7 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
             or not all(isinstance(v, list) and v for v in grid.values())
         ):
             raise fail("'grid' must map each config key to a non-empty list of values")
-        configs = grid_configs(grid)
+        configs = grid_configs(grid, grid_texts(p))
     else:
         raw = data["configs"]
         if isinstance(raw, list):  # a list of override lists: named by their overrides
