@@ -96,7 +96,7 @@ def test_docstring_entries_are_read_whole() -> None:
     assert (
         train["warmup_steps"]
         == train["warmup_ratio"]
-        == "linear warm-up, then linear decay to 0 (one of them)."
+        == "linear warm-up, then linear decay to 0 (the steps when both are set)."
     )
     batch_multiple = field_docs(GaussianConfig)["batch_multiple"]
     assert batch_multiple.endswith(

@@ -441,3 +441,23 @@ def test_resume_allows_bookkeeping_changes_and_keeps_the_initial_score(
         40.0,
         12,
     )
+
+
+def test_both_warm_up_settings_use_the_steps_and_say_so(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A config holding both (a saved one from before, or given so) warms up for the steps,
+    said in one warning, rather than refused: saved folders must keep loading."""
+    import logging
+
+    config = tiny_config(tiny_bert, tmp_path, "--train.warmup_steps=2", "--train.warmup_ratio=0.5")
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        trainer = build_trainer(config)
+    assert "train.warmup_steps=2 and train.warmup_ratio=0.5 both set: the warm-up is 2 steps" in (
+        caplog.text
+    )
+    lrs = []
+    for _ in range(3):
+        lrs.append(trainer.optim.scheduler.get_last_lr()[0])
+        trainer.optim.scheduler.step()
+    assert lrs[:2] == pytest.approx([5e-4, 1e-3])  # lr 1e-3 reached at step 2, not 6

@@ -161,6 +161,11 @@ def open_run(config: Config, hold: contextlib.ExitStack | None = None) -> OpenRu
             f"train.batch_size={tc.batch_size} must be divisible by the {here.world_size} ranks"
         )
     seed_everything(tc.seed)
+    if tc.warmup_steps and tc.warmup_ratio and here.is_main:  # a saved config may hold both
+        log.warning(
+            "train.warmup_steps=%d and train.warmup_ratio=%g both set: the warm-up is %d steps",
+            tc.warmup_steps, tc.warmup_ratio, tc.warmup_steps,
+        )  # fmt: skip
     # The dev set first: a bad dev file fails before anything is written (cache, run folder)
     dev = resolve_dev(config)
     scored = dev

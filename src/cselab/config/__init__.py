@@ -46,7 +46,7 @@ class TrainConfig:
         lr: peak learning rate of AdamW.
         epochs: passes over the corpus.
         max_steps: stop after this many steps (overrides epochs when set).
-        warmup_steps / warmup_ratio: linear warm-up, then linear decay to 0 (one of them).
+        warmup_steps / warmup_ratio: linear warm-up, then linear decay to 0 (the steps when both are set).
         weight_decay: AdamW weight decay (SimCSE uses 0).
         grad_clip: max gradient norm (``0`` disables).
         seed: seeds Python, NumPy and torch; same seed and config give the same weights on CPU.
@@ -219,11 +219,6 @@ class Config:
             (t.max_steps is None or t.max_steps >= 1, "train.max_steps must be >= 1"),
             (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
             (0 <= t.warmup_ratio < 1, "train.warmup_ratio must be in [0, 1)"),
-            (
-                not (t.warmup_steps and t.warmup_ratio),
-                f"train.warmup_steps={t.warmup_steps} and train.warmup_ratio={t.warmup_ratio:g} "
-                "both set the warm-up; give one of them",
-            ),
             (t.grad_clip >= 0, "train.grad_clip must be >= 0"),
             (t.eval_steps is None or t.eval_steps >= 0, "train.eval_steps must be >= 0"),
             (t.save_steps >= 0, "train.save_steps must be >= 0"),
