@@ -580,6 +580,12 @@ def test_yaml_numbers_and_keys_given_twice_in_every_yaml_file(tmp_path: Path) ->
     assert str(err.value) == (
         f"{f}:4:3: key 'STS12' appears twice in one mapping (first on line 2); names must be unique"
     )
+    f.write_text("train: {lr: 1, lr: 2}\n")  # on one line too
+    with pytest.raises(DataFormatError, match=r":1:16: key 'lr' appears twice"):
+        read_yaml(f)
+    # a mapping with a merge key, aliased again: its merged keys are no second key
+    f.write_text("b: &b\n  x: 1\nm: &m\n  <<: *b\n  x: 2\nc:\n  <<: *m\n  y: 3\nd: *m\n")
+    assert read_yaml(f)["d"] == {"x": 2}
     for path in BUILTIN.values():
         assert read_yaml(path) == yaml.safe_load(path.read_text(encoding="utf-8"))
 

@@ -23,7 +23,7 @@ from ..core.prompts import model_prompts_from_data
 from ..core.schema import ConfigError, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
-from ..io.readers import _DuplicateKey, parse_yaml, yaml_dumper, yaml_loader
+from ..io.readers import parse_yaml, yaml_dumper, yaml_loader
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
@@ -344,7 +344,7 @@ def _parse_scalar(text: str) -> Any:
     (``runs/[a``) is taken as the string it is."""
     try:
         return yaml.load(text, Loader=yaml_loader()) if text.strip() else ""  # noqa: S506
-    except (yaml.YAMLError, _DuplicateKey, RecursionError):  # RecursionError: deep nesting
+    except (yaml.YAMLError, RecursionError):  # RecursionError: deep nesting
         return text
 
 

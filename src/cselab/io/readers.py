@@ -81,7 +81,6 @@ from .tables import (  # noqa: F401 - the line and table rules, re-exported
     _dataset_table,
     _delimited_rows,
     _delimited_table,
-    _DuplicateKey,
     _header,
     _jsonl_objects,
     _jsonl_table,
@@ -189,25 +188,30 @@ YAML_FLOAT = re.compile(
 def yaml_loader() -> Any:
     """The loader of every YAML text cselab reads (files and ``--key=value`` overrides alike):
     PyYAML's safe loader, with :data:`YAML_FLOAT` read as a number and a key given twice in one
-    mapping refused (PyYAML keeps the last silently) by raising ``_DuplicateKey(key, first line,
-    mark)``. Built on first use: only the readers of YAML pay for importing PyYAML."""
+    mapping refused (PyYAML keeps the last silently) by raising ``Loader.DuplicateKey(key,
+    first line, mark)``, a ``YAMLError``. Built on first use: only the readers of YAML pay for
+    importing PyYAML."""
     import yaml
 
     class Loader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            if isinstance(node, yaml.MappingNode):
-                first: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue  # `<<: *base` merges keys that the mapping may override
-                    key = self.construct_object(key_node, deep=deep)
-                    try:
-                        line = first.setdefault(key, key_node.start_mark.line + 1)
-                    except TypeError:  # an unhashable key: PyYAML's own error follows
-                        continue
-                    if line != key_node.start_mark.line + 1:
-                        raise _DuplicateKey(key, line, key_node.start_mark)
-            return super().construct_mapping(node, deep=deep)
+        class DuplicateKey(yaml.YAMLError):
+            """A key given twice in one mapping: ``(key, its first line, the second's mark)``."""
+
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            # checked as written, once per mapping (an alias reuses the node) and before
+            # ``<<: *base`` merges keys in, which the mapping may override
+            node = super().compose_mapping_node(anchor)
+            first: dict[tuple[str, str], int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode
+                ):
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in first:
+                    raise Loader.DuplicateKey(key_node.value, first[key], key_node.start_mark)
+                first[key] = key_node.start_mark.line + 1
+            return node
 
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", YAML_FLOAT, list("-+0123456789."))
     return Loader
@@ -236,7 +240,7 @@ def parse_yaml(text: str, path: Path) -> Any:
 
     try:
         return yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader
-    except _DuplicateKey as err:
+    except yaml_loader().DuplicateKey as err:
         key, first, mark = err.args
         raise DataFormatError(
             path, mark.line + 1,
