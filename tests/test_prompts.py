@@ -962,6 +962,11 @@ def test_retrieval_mining_and_mteb_choose_prompts_alike_through_a_view() -> None
         assert MTEBEncoder(view).model_prompts == Model.prompts
     assert query_document_prompts(object(), None, None) == ("", "")
 
+    class E5(Model):  # an E5-style folder names its document prompt "passage"
+        prompts = {"query": "query: ", "passage": "passage: ", "corpus": "c: "}  # noqa: RUF012
+
+    assert query_document_prompts(E5(), None, None) == ("query: ", "passage: ")
+
 
 @pytest.mark.parametrize("kind", ["avg", "weighted_mean"])
 def test_a_decoder_with_a_subword_tokenizer_in_sentence_transformers(

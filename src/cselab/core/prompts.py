@@ -30,6 +30,9 @@ from .errors import ConfigError, ConfigSettingError
 #: the saved prompts that retrieval evaluation and mining use for queries and documents
 QUERY = "query"
 DOCUMENT = "document"
+#: the saved prompts a document is read after, the first one a model has (sentence-transformers'
+#: ``encode_document`` rule: an E5-style folder saves ``passage``)
+DOCUMENT_NAMES = (DOCUMENT, "passage", "corpus")
 
 
 def check_prompts(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..core.prompts import DOCUMENT, QUERY
+from ..core.prompts import DOCUMENT_NAMES, QUERY
 from ..model.choices import BATCH_SIZE
 
 if TYPE_CHECKING:
@@ -238,12 +238,18 @@ def query_document_prompts(
     encoder: object, query_prompt: str | None, document_prompt: str | None
 ) -> tuple[str, str]:
     """The prompts put before queries and before documents (``""``: none): each one given
-    (``""`` turns the model's off), else the model's saved ``query`` / ``document`` prompt,
-    else its default prompt (:func:`default_prompt`: what its ``encode`` would put there, as
+    (``""`` turns the model's off), else the model's saved ``query`` prompt / the first of its
+    :data:`~cselab.core.prompts.DOCUMENT_NAMES` (``document``, ``passage``, ``corpus``), else
+    its default prompt (:func:`default_prompt`: what its ``encode`` would put there, as
     sentence-transformers' ``encode_query``/``encode_document`` do; ``docs/prompts.md``).
     Retrieval and mining choose them here, and record them: the texts really read."""
     q = query_prompt if query_prompt is not None else saved_prompt(encoder, QUERY)
-    d = document_prompt if document_prompt is not None else saved_prompt(encoder, DOCUMENT)
+    saved = saved_prompts(encoder)
+    d = (
+        document_prompt
+        if document_prompt is not None
+        else next((saved[n] for n in DOCUMENT_NAMES if n in saved), None)
+    )
     fallback = default_prompt(encoder)
     return (fallback if q is None else q), (fallback if d is None else d)
 
