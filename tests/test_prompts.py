@@ -826,6 +826,16 @@ def test_index_build_and_search_take_prompts_on_the_command_line(
     plain = _searched_by_hand(index, model.encode(QUERIES[1:2]))
     assert plain != prompted
     _same_hits(searched("--query-prompt", ""), plain)
+    # built again with another query prompt: the vectors (the document prompt's) are kept,
+    # and the query prompt recorded; another document prompt would need other vectors
+    before = (out / "vectors.npy").stat().st_mtime_ns
+    build = ["-q", "index", "build", str(corpus), "--model", str(tmp_path / "m"), "-o", str(out)]
+    assert main([*build, "--document-prompt", "", "--query-prompt", "q: "]) == 0
+    assert json.loads((out / META_FILE).read_text())["prompts"]["query"] == "q: "
+    assert (out / "vectors.npy").stat().st_mtime_ns == before
+    capsys.readouterr()
+    assert main([*build, "--document-prompt", "d: "]) == 2
+    assert "an index with prompts.document '' is there, not 'd: '" in capsys.readouterr().err
 
 
 def test_a_prompted_model_indexes_its_lines_only_and_an_older_index_searches_as_before(

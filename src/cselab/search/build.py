@@ -63,9 +63,23 @@ def _progress(path: Path, meta: dict) -> tuple[int, int]:
     return min(done, total), total
 
 
+_ABSENT = object()
+
+
+def _recorded(meta: dict, key: str) -> Any:
+    """``meta``'s value at the dotted ``key`` (``prompts.document``), or ``_ABSENT``."""
+    value: Any = meta
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
 def _check_resumable(out: Path, want: dict, unrecorded: dict | None = None) -> dict:
-    """The ``index.json`` of ``out`` if it was built as ``want`` says; ``unrecorded``: what a
-    key stands for in an index written before that key was recorded."""
+    """The ``index.json`` of ``out`` if it was built as ``want`` says (a dotted key names a
+    key inside one: ``prompts.document``); ``unrecorded``: what a key stands for in an index
+    written before that key was recorded."""
     unrecorded = unrecorded or {}
     try:
         meta = read_meta(out / META_FILE)
@@ -74,7 +88,8 @@ def _check_resumable(out: Path, want: dict, unrecorded: dict | None = None) -> d
             "overwrite", True, "{err}; pass {setting} to start over", err=err
         ) from None
     for key, value in want.items():
-        had = meta.get(key, unrecorded.get(key))
+        had = _recorded(meta, key)
+        had = unrecorded.get(key) if had is _ABSENT else had
         if had != value:
             raise IndexSettingError(
                 "overwrite", True,

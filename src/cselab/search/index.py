@@ -236,9 +236,17 @@ class Index:
             if stored != width:  # a Matryoshka prefix: queries are encoded at it too
                 want["model_dim"] = width
             if (out / META_FILE).is_file() and not overwrite:
-                # an index built before prompts were recorded read its model's default prompt
-                unrecorded = {"prompts": dict.fromkeys((QUERY, DOCUMENT), default_prompt(encoder))}
-                meta = _check_resumable(out, want, unrecorded)
+                # the vectors depend on the document prompt only (an index built before prompts
+                # were recorded read its model's default); the query prompt is what searches
+                # read, recorded anew
+                document = f"prompts.{DOCUMENT}"
+                stored = {k: v for k, v in want.items() if k != "prompts"}
+                meta = _check_resumable(
+                    out, {**stored, document: prompts[1]}, {document: default_prompt(encoder)}
+                )
+                if "prompts" in meta and meta["prompts"] != want["prompts"]:  # an older one: kept
+                    meta["prompts"] = want["prompts"]
+                    write_json_atomic(out / META_FILE, meta, indent=2, what="index")
             else:
                 meta = _start(out, corpus, want)
             total = -(-int(meta["count"]) // chunk_size)
