@@ -202,6 +202,13 @@ def with_prompt(encoder: EncoderLike, prompt: str | None) -> EncoderLike:
     return Prompted(encoder, prompt)
 
 
+def unprompted(encoder: Any, prompt: str | None) -> tuple[Any, str | None]:
+    """A prompted view of a model (:func:`with_prompt`) as the model and its prompt (``prompt``, where given, wins); any other encoder as it is."""
+    if isinstance(encoder, Prompted):
+        return encoder.encoder, (encoder.prompt if prompt is None else prompt)
+    return encoder, prompt
+
+
 def default_prompt(encoder: object) -> str:
     """The text a model puts before every sentence it is asked to encode with no prompt named:
     its ``default_prompt_name``'s saved prompt (sentence-transformers' rule), also through a

@@ -44,7 +44,12 @@ import numpy as np
 
 from ..core.errors import IndexSettingError, SearchIndexError, WriteError
 from ..core.prompts import DOCUMENT, QUERY
-from ..evaluation.embed import Prompted, default_prompt, query_document_prompts, with_prompt
+from ..evaluation.embed import (
+    default_prompt,
+    query_document_prompts,
+    unprompted,
+    with_prompt,
+)
 from ..io.files import (  # the corpus digest is training's
     atomic_path,
     file_digest,
@@ -211,7 +216,7 @@ class Index:
         # encode everything again beside the first (the lock is released however this ends).
         with RunFolder(out).lock():
             encoder = model if not isinstance(model, str | os.PathLike) else None
-            encoder, document_prompt = _unprompted(encoder, document_prompt)
+            encoder, document_prompt = unprompted(encoder, document_prompt)
             # A loaded encoder is recorded by its source (None: queries then need model=...).
             model_name = getattr(encoder, "source", None) if encoder is not None else str(model)
             if model_name and Path(model_name).exists():
@@ -314,7 +319,7 @@ class Index:
         if not texts:
             raise SearchIndexError("no texts to index")
         check_new_folder(path)
-        encoder, document_prompt = _unprompted(encoder, document_prompt)
+        encoder, document_prompt = unprompted(encoder, document_prompt)
         prompts = query_document_prompts(encoder, query_prompt, document_prompt)
         want = {"format": INDEX_FORMAT, "model": getattr(encoder, "source", None),
                 "pooler": encoder.pooler.kind, "corpus": None, "corpus_sha256": None,
@@ -362,7 +367,7 @@ class Index:
         ``query_prompt`` the prompt they are read after (``""``: none; ``None``: the index's,
         :meth:`query_prompt`; a prompted view of a model, ``with_prompt(model, p)``, reads them
         after ``p``)."""
-        model, query_prompt = _unprompted(model, query_prompt)
+        model, query_prompt = unprompted(model, query_prompt)
         if isinstance(model, str | os.PathLike):
             from ..model.encoder import load
 
@@ -513,11 +518,3 @@ class Index:
             for srow, rrow in zip(scores, rows, strict=True)
         ]
         return hits[0] if single else hits
-
-
-def _unprompted(encoder: Any, prompt: str | None) -> tuple[Any, str | None]:
-    """A prompted view of a model (:func:`~cselab.evaluation.embed.with_prompt`) as the model
-    and its prompt (``prompt``, where given, wins); any other encoder as it is."""
-    if isinstance(encoder, Prompted):
-        return encoder.encoder, (encoder.prompt if prompt is None else prompt)
-    return encoder, prompt
