@@ -139,7 +139,7 @@ def test_a_user_s_files_of_a_run_s_names_are_never_removed_unasked(tmp_path: Pat
     (run.tensorboard / "events.out.other").write_text("x", encoding="utf-8")
     run.config.write_text("# my settings\ntrain: {lr: 1.0e-5}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"holds config.yaml, tensorboard, which a run writes "
-                       r"but no cselab run wrote there \(no plan.json\)"):  # fmt: skip
+                       r"but no cselab run wrote there \(no readable plan.json of one\)"):  # fmt: skip
         prepare_output_dir(run.path, {}, lambda: None, resume=False, overwrite=False)
     assert run.config.read_text(encoding="utf-8").startswith("# my settings")
     assert (run.tensorboard / "events.out.other").is_file()

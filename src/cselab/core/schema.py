@@ -87,7 +87,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         # one alternative that failed inside (an item of a list): that item is the error to name
         if len(errors) == 1 and errors[0].startswith(f"{key}["):
             raise ConfigError(errors[0])
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+        raise ConfigError(
+            f"{key}: expected {_type_name(tp)}, got {value!r}{_quote_hint(tp, value)}"
+        )
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
@@ -123,8 +125,20 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {value!r}{_quote_hint(tp, value)}")
     return value
+
+
+def _quote_hint(tp: Any, value: Any) -> str:
+    """What to do about a number where text is expected: YAML reads ``12345e6`` (a short
+    commit hash) or ``1e3`` as a number, which quoting keeps as written."""
+    text_expected = tp is str or str in typing.get_args(tp)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return (
+        " (YAML read a number: quote the value to keep it as text)"
+        if text_expected and number
+        else ""
+    )
 
 
 def _removed_default(cls: type, key: str, value: Any) -> bool:

@@ -436,7 +436,7 @@ def write_model_card(
             [(s, _fmt(loss, 4), _fmt(d)) for s, loss, d in curve],
         )  # fmt: skip
         if curve
-        else "No dev scores were logged (`train.eval_steps: 0` or evaluation disabled)."
+        else "No dev scores were logged (no model selection: `train.eval_steps: 0`, an MNTP run's default, or evaluation disabled)."
     )
     at = f" at step {step}" if step is not None else ""
     # a GPU run's dev set is encoded under the step's autocast (RunPlan.eval_precision)

@@ -109,7 +109,8 @@ class MineSettings:
             model's full width.
         query_prompt, document_prompt: the text put before every anchor and every corpus text
             (positives and ``corpus``) when they are encoded (``docs/prompts.md``); ``None``:
-            the model's saved ``query`` / ``document`` prompt, if it has one; ``""``: none.
+            chosen by :func:`~cselab.evaluation.embed.query_document_prompts` (the model's
+            saved query / document prompt, else its default); ``""``: none.
     """
 
     range_min: int = 0

@@ -171,7 +171,7 @@ def prepare_output_dir(
     if not ran and not overwrite:  # files of a run's names that no run wrote: the user's
         raise ConfigError(
             f"train.output_dir={folder} holds {', '.join(found)}, which a run writes but no "
-            "cselab run wrote there (no plan.json); choose another train.output_dir, or replace "
+            "cselab run wrote there (no readable plan.json of one); choose another train.output_dir, or replace "
             "them with --train.overwrite=true"
         )
     if resume:  # starting over would replace the run a resume was asked to continue

@@ -154,8 +154,9 @@ class Trainer:
             return finished  # nothing written: the first run's files stay as they were
         self._t0 = self._last_save = time.perf_counter()
         if main:
-            save_config(run.config, folder.config)
+            # the plan first: it marks the folder as a cselab run's (rundir.started_here)
             self.plan.save(folder.path)
+            save_config(run.config, folder.config)
         metrics = MetricsLog(folder.path, enabled=main, resume_step=self.step if resumed else None)
         progress = Progress(loop.total_steps, self.step, enabled=main)
         dev, selecting = self.selection.name, loop.eval_steps and self.selection.enabled
