@@ -48,7 +48,7 @@ def test_yaml_and_overrides(tmp_path: Path) -> None:
         ("--train.batch_size=1", "train.batch_size"),
         ("--model.dropout=1.5", "model.dropout"),
         ("--train.output_dir=", "train.output_dir is empty: name the run's folder"),
-        ("--model.revision=12345e6", "got 12345000000.0 .YAML read a number: quote the value"),
+        ("--model.revision=12345e6", "YAML read a number: quote the value to keep it as text"),
         ("--train.output_dir=  ", "train.output_dir is empty"),
     ],
 )
