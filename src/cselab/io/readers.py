@@ -230,6 +230,14 @@ def yaml_dumper() -> Any:
     return Dumper
 
 
+def dump_yaml(data: Any, **options: Any) -> str:
+    """``data`` as YAML text that :func:`yaml_loader` reads back the same (``options``: PyYAML's
+    ``dump`` keywords, e.g. ``sort_keys=False``)."""
+    import yaml
+
+    return yaml.dump(data, Dumper=yaml_dumper(), **options)
+
+
 def parse_yaml(text: str, path: Path) -> Any:
     """What the YAML ``text`` read from ``path`` holds (``None`` if empty), read by
     :func:`yaml_loader`; invalid YAML or a key given twice in one mapping raises

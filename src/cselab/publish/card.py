@@ -26,8 +26,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..config import Config, load_config
 from ..config.plan import RunPlan
 from ..core.datakind import DataKind
@@ -37,7 +35,7 @@ from ..data.pairs import read_mining_record
 from ..data.source import TrainingData, TrainingSource
 from ..evaluation.report import markdown, markdown_table
 from ..io.files import file_digest, write_text_atomic
-from ..io.readers import read_json
+from ..io.readers import dump_yaml, read_json
 from ..io.runfolder import RunFolder
 from ..model.config import ModelConfig
 from ..model.hub import cache_root, resolve_train_file
@@ -317,7 +315,7 @@ def _hyperparameters(config: Config, plan: RunPlan, results: Mapping[str, Any] |
         ("seed", t.seed),
         ("GradCache chunk", t.cache_chunk_size or "off"),
     ]  # fmt: skip
-    objective = yaml.safe_dump({"objective": plan.to_dict()["objective"]}, sort_keys=False)
+    objective = dump_yaml({"objective": plan.to_dict()["objective"]}, sort_keys=False)
     return (
         markdown_table(["", ""], rows)
         + "\n\n<details><summary>the objective section of the config</summary>\n\n"
