@@ -245,8 +245,8 @@ class Config:
                 raise ConfigError(message)
         m.lora.validate()
         pairs = is_pairs_source(self.data.train_file, self.data.format)
-        m.validate_prompts(model_prompts_from_data(self.data.prompts, pairs))
-        self.data.check_prompts(pairs)
+        # the data's prompts checked first: the model's default may name one saved from them
+        m.validate_prompts(model_prompts_from_data(self.data.check_prompts(pairs), pairs))
         if self.data.prompts and not m.pool_prompt and self.objective.word_repetition.enabled:
             raise ConfigError(
                 "model.pool_prompt=false with objective.word_repetition: the repeated copy's "

@@ -131,9 +131,9 @@ class RunFolder:
 
     def saved_models(self) -> list[Path]:
         """The model folders this run folder holds, the one to use first: ``merged``
-        (adapters folded in), ``best``, ``last``; empty for a folder that is no run's (a model
-        folder has a ``config.json`` or ``adapter_config.json`` of its own)."""
-        if any((self.path / f).is_file() for f in ("config.json", "adapter_config.json")):
+        (adapters folded in), ``best``, ``last``; empty for a folder that is no run's (every
+        run writes its :attr:`CONFIG`; a model folder holds neither it nor these folders)."""
+        if not self.config.is_file():
             return []
         return [p for p in (self.merged, self.best, self.last) if p.is_dir()]
 
