@@ -729,6 +729,34 @@ def test_mining_encodes_queries_and_corpus_with_their_prompts(
     assert plain.prompts(enc) == ("", "")
 
 
+def test_a_prompted_view_is_the_prompt_mining_and_retrieval_fall_back_to(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """``with_prompt(model, p)`` reads every sentence after ``p``: mining and retrieval with
+    that view read both sides after it and record it (before, they fell back to the model's own
+    default, dropping ``p`` from what was read or recorded); saved query / document prompts
+    still come first, as for MTEB."""
+    from cselab.evaluation.embed import effective_prompt, query_document_prompts, with_prompt
+    from cselab.data.pairs import read_mining_record
+    from cselab.search.mine import MineSettings, mine_hard_negatives
+
+    enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
+    view = with_prompt(enc, "x: ")
+    assert query_document_prompts(view, None, None) == ("x: ", "x: ")
+    assert query_document_prompts(view, "q: ", None) == ("q: ", "x: ")
+    assert effective_prompt(view, None) == "x: "
+    pairs = [(f"{GREEK[i]} {GREEK[i + 1]}", f"{GREEK[(5 * i) % len(GREEK)]} {GREEK[i + 2]}")
+             for i in range(12)]  # fmt: skip
+    given = MineSettings(num_negatives=2, query_prompt="x: ", document_prompt="x: ")
+    want = mine_hard_negatives(enc, pairs, settings=given).rows
+    out = tmp_path / "m.jsonl"
+    assert mine_hard_negatives(view, pairs, settings=MineSettings(num_negatives=2), output=out)
+    assert read_mining_record(out)["prompts"] == {"query": "x: ", "document": "x: "}
+    assert mine_hard_negatives(view, pairs, settings=MineSettings(num_negatives=2)).rows == want
+    enc.prompts = dict(PROMPTS)  # saved query / document prompts come before the view's
+    assert query_document_prompts(view, None, None) == (PROMPTS["query"], PROMPTS["document"])
+
+
 # ------------------------------------------------------------------------------------ indexes
 QUERIES = ["alpha beta gamma", "zeta eta theta iota", "mu"]
 

@@ -211,9 +211,11 @@ def unprompted(encoder: Any, prompt: str | None) -> tuple[Any, str | None]:
 
 def default_prompt(encoder: object) -> str:
     """The text a model puts before every sentence it is asked to encode with no prompt named:
-    its ``default_prompt_name``'s saved prompt (sentence-transformers' rule), also through a
-    view of it; ``""``: none."""
+    a prompted view's prompt (:func:`with_prompt`), else the model's ``default_prompt_name``'s
+    saved prompt (sentence-transformers' rule), also through a Matryoshka view; ``""``: none."""
     while isinstance(encoder, AtDimension | Prompted):
+        if isinstance(encoder, Prompted):
+            return encoder.prompt
         encoder = encoder.encoder
     name = getattr(encoder, "default_prompt_name", None)
     return saved_prompts(encoder).get(name, "") if isinstance(name, str) else ""
