@@ -153,7 +153,10 @@ def test_options_are_refused_with_their_name() -> None:
         ({"num_negatives": 0}, "num_negatives=0 is refused: it must be at least 1"),
         ({"range_min": -1}, "range_min=-1 is refused: it must be 0 or more"),
         ({"seed": -1}, "seed=-1 is refused: it must be 0 or more"),
-        ({"range_min": 3, "range_max": 4, "num_negatives": 2}, "range_max 4 leaves 1 candidates"),
+        (
+            {"range_min": 3, "range_max": 4, "num_negatives": 2},
+            "range_max=4 leaves 1 candidates after the 3 top",
+        ),
         ({"relative_margin": 1.5}, r"relative_margin=1\.5 is refused: it must be in \[0, 1\)"),
         ({"max_score": float("nan")}, "max_score=nan is refused: it must be a finite number"),
     ]:
@@ -211,6 +214,10 @@ def test_cli_writes_triplets_that_training_reads_as_they_are(
         ),
         (["--relative-margin", "5"], "--relative-margin 5.0 is refused: it must be in [0, 1)"),
         (["--margin", "nan"], "--margin nan is refused: it must be a finite number"),
+        (
+            ["--range-min", "3", "--range-max", "4"],
+            "--range-max 4 leaves 1 candidates after the 3 top ranks skipped, fewer than the 3",
+        ),
     ],
 )
 def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra, message) -> None:

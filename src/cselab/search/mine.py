@@ -150,10 +150,16 @@ class MineSettings:
                 "seed", self.seed, "{setting} is refused: it must be 0 or more"
             )
         if self.range_max is not None and self.range_max - self.range_min < self.num_negatives:
-            raise ConfigError(
-                f"range_max {self.range_max} leaves {max(0, self.range_max - self.range_min)} "
-                f"candidates after range_min {self.range_min}, fewer than num_negatives "
-                f"{self.num_negatives}"
+            # one setting is named (the command line spells it as its option); the others by
+            # their values, which the command line takes under their own options
+            raise ConfigSettingError(
+                "range_max",
+                self.range_max,
+                "{setting} leaves {left} candidates after the {skipped} top ranks skipped, "
+                "fewer than the {wanted} negatives asked for",
+                left=max(0, self.range_max - self.range_min),
+                skipped=self.range_min,
+                wanted=self.num_negatives,
             )
         for name in ("max_score", "absolute_margin", "relative_margin"):
             value = getattr(self, name)
@@ -346,12 +352,8 @@ def mine_hard_negatives(
         )
     max_positives = max(1 if isinstance(v, int) else len(v) for v in positives.values())
     report.anchors, report.corpus = len(positives), len(rows)
+    # a range_max given was checked (validate); the default always leaves num_negatives
     report.range_max = settings.window_end(max_positives)
-    if settings.num_negatives > report.range_max - settings.range_min:
-        raise ConfigError(
-            f"range_max {report.range_max} leaves fewer than num_negatives "
-            f"{settings.num_negatives} candidates after range_min {settings.range_min}"
-        )
 
     check_backend(search.backend)  # before the corpus is encoded for it
     settings = replace(settings, range_max=report.range_max)
