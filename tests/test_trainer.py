@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -356,6 +357,22 @@ def test_precision_auto_is_fp32_on_the_cpu_and_recorded(tiny_bert: Path, tmp_pat
     assert json.loads((tmp_path / "out/results.json").read_text())["precision"] == "fp32"
     _, meta = ckpt.load_checkpoint(tmp_path / "out/checkpoint")
     assert meta["extra"]["precision"] == "fp32"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_precision_auto_on_a_cpu_with_native_bf16_says_bf16_is_faster(
+    native: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``auto`` stays fp32 on every CPU; where bf16 is native (AVX512-BF16, AMX) its one log
+    line says that ``train.precision=bf16`` is the faster choice, and elsewhere it does not."""
+    from cselab.training import runtime
+
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
+    with caplog.at_level(logging.INFO, logger="cselab"):
+        assert runtime.autocast_dtype("auto", torch.device("cpu")) is None
+    said = [r.getMessage() for r in caplog.records if "train.precision=auto" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("train.precision=auto: fp32 on cpu")
+    assert ("train.precision=bf16 trains faster" in said[0]) is native
 
 
 # ---------------------------------------------------------------------------------------------
