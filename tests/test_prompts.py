@@ -736,8 +736,8 @@ def test_a_prompted_view_is_the_prompt_mining_and_retrieval_fall_back_to(
     that view read both sides after it and record it (before, they fell back to the model's own
     default, dropping ``p`` from what was read or recorded); saved query / document prompts
     still come first, as for MTEB."""
-    from cselab.evaluation.embed import effective_prompt, query_document_prompts, with_prompt
     from cselab.data.pairs import read_mining_record
+    from cselab.evaluation.embed import effective_prompt, query_document_prompts, with_prompt
     from cselab.search.mine import MineSettings, mine_hard_negatives
 
     enc = SentenceEncoder.from_pretrained(str(tiny_bert), pooler="avg")
