@@ -6,8 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-#: File endings read as pairs by ``data.format: auto`` (anything else is one sentence a line).
-PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+from ..io.tables import TABLE_SUFFIXES
+
+#: File endings read as pairs by ``data.format: auto``: every table the readers read (anything
+#: else is one sentence a line).
+PAIR_SUFFIXES = TABLE_SUFFIXES
 
 DataFormat = Literal["auto", "sentences", "pairs", "sick"]
 
@@ -52,7 +55,7 @@ class DataConfig:
     Attributes:
         train_file: a text file with one sentence per line, or ``wiki1m`` (SimCSE's corpus,
             downloaded once into the cache); or pairs (:mod:`cselab.pairs`): a ``.csv``,
-            ``.tsv``, ``.jsonl`` or ``.parquet`` file, a saved ``datasets`` folder, or
+            ``.tsv`` (``.tab``), ``.jsonl`` or ``.parquet`` file, a saved ``datasets`` folder, or
             ``nli_for_simcse.csv`` (SimCSE's SNLI+MNLI triplets, downloaded once).
         format: ``auto`` (pairs for the file endings above and folders, else sentences),
             ``sentences``, ``pairs``, or ``sick`` (SICK's release file as triplets: the

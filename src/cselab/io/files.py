@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import CorpusError, WriteError
+from .tables import CSV_SUFFIXES, JSONL_SUFFIXES, TSV_SUFFIXES
 
 
 def file_digest(path: Path) -> str:
@@ -189,7 +190,7 @@ def reserve(fd: int, size: int, path: str | os.PathLike[str], what: str = "file"
 # ---------------------------------------------------------------------------------- tables
 #: Table formats :func:`write_table` writes, by file ending (those :func:`~cselab.io.readers.open_table`
 #: reads back as text tables).
-TABLE_WRITE_SUFFIXES = (".tsv", ".tab", ".csv", ".jsonl")
+TABLE_WRITE_SUFFIXES = (*TSV_SUFFIXES, *CSV_SUFFIXES, *JSONL_SUFFIXES)
 
 
 def write_table(
@@ -229,7 +230,7 @@ def write_table(
             f"cannot write the {what} {target}: column names must be unique, non-empty and "
             f"without surrounding spaces, not {names!r}"
         )
-    kind = "jsonl" if suffix == ".jsonl" else "csv" if suffix == ".csv" else "tsv"
+    kind = "jsonl" if suffix in JSONL_SUFFIXES else "csv" if suffix in CSV_SUFFIXES else "tsv"
     count = 0
     with atomic_path(target, what) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n") if kind == "csv" else None

@@ -68,11 +68,6 @@ MODEL_USE = (
     "sentence encoder."
 )
 
-#: the authors' replacement of a chosen token: mask token, random token, kept (BERT's split)
-REPLACEMENT = (0.8, 0.1, 0.1)
-#: the mask token of a tokenizer without one (LLM2Vec's ``mask_token_type: blank``)
-BLANK_MASK_TOKEN = "_"
-
 
 def masking_seed(step_seed: int, row: int) -> int:
     """Seed of the token-masking draw of global row ``row`` at the step of ``step_seed``,
