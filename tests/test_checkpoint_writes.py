@@ -429,3 +429,22 @@ def test_a_failed_background_best_write_stops_the_run_and_keeps_the_previous_bes
     assert trainer.step == (3 if failure == "quick" else 4)  # where the failure was met
     assert (out / "best" / "model.safetensors").read_bytes() == first["weights"]
     load(str(out / "best")).encode(["a sentence"])  # whole: it loads
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_file_of_a_run_has_the_mode_the_umask_gives(
+    tiny_bert: Path, tmp_path: Path, umask: int
+) -> None:
+    """safetensors 0.8 writes its files ``0600`` whatever the umask: a model saved for a team
+    or a container image was readable by its writer only. Every file a run writes, the
+    weights and the checkpoint included, now has the mode ``open()`` gives a new file."""
+    old = os.umask(umask)
+    try:
+        assert main(_train_args(tiny_bert, tmp_path)) == 0
+    finally:
+        os.umask(old)
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    weights = [p for p in files if p.suffix == ".safetensors"]
+    assert {p.name for p in weights} >= {"model.safetensors", RunFolder.CHECKPOINT_FILE}
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes

@@ -151,6 +151,33 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
         tmp.write_bytes(data)
 
 
+def umask_mode() -> int | None:
+    """The permission bits ``open()`` gives a new file in this process (``0o666`` less the
+    umask), read from ``/proc/self/status``: setting the umask to read it back would change it
+    for a thread writing at the same moment. ``None`` where the kernel does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            line = next((x for x in fh if x.startswith("Umask:")), None)
+    except OSError:
+        return None
+    return None if line is None else 0o666 & ~int(line.split()[1], 8)
+
+
+def give_umask_mode(paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Give ``paths`` the mode ``open()`` gives a new file (:func:`umask_mode`). safetensors 0.8
+    writes every file through a temporary file created ``0600`` whatever the umask (its issue
+    782), so a saved model was readable by its writer only: not by a teammate sharing the
+    folder, nor by a container running as another user. Left as it is where the mode is not
+    known or cannot be changed (a file owned by someone else)."""
+    mode = umask_mode()
+    if mode is None:
+        return
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_mode & 0o777 != mode:
+                os.chmod(path, mode)
+
+
 def append_text(path: str | os.PathLike[str], text: str, what: str = "file") -> None:
     """Append UTF-8 ``text`` to ``path`` (created if missing), all or nothing: a failed append
     (disk full mid-line) cuts the file back to its previous length and raises

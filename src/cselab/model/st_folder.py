@@ -35,7 +35,7 @@ from torch import nn
 
 from ..core.errors import ModelFormatError, ModelSettingError
 from ..core.prompts import prompt_alone_length, prompt_length
-from ..io.files import write_json_atomic
+from ..io.files import give_umask_mode, write_json_atomic
 from .pooling import LAST_LAYER, POOLER_MEANINGS, Pooler, inference_pooler_name
 
 log = logging.getLogger("cselab")
@@ -340,6 +340,8 @@ def write_model_folder(
         out / PROMPTS_FILE,
         {"prompts": dict(named), "default_prompt_name": default},
     )
+    # the weights' files readable as the folder's other files are (safetensors writes them 0600)
+    give_umask_mode(out.rglob("*.safetensors"))
 
 
 def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> list[dict[str, Any]]:

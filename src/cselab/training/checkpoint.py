@@ -42,6 +42,7 @@ from safetensors.torch import save_file
 from ..config import Config, save_config
 from ..core.errors import CheckpointWriteError, WriteError
 from ..core.schema import ConfigError
+from ..io.files import give_umask_mode
 from ..io.runfolder import RunFolder
 from ..model.encoder import SentenceEncoder
 from .rng import RNGRecord, RNGState
@@ -218,6 +219,7 @@ def write_snapshot(path: str | Path, snapshot: Snapshot) -> Path:
     tmp = folder / (RunFolder.CHECKPOINT_FILE + ".tmp")
     with publishing(target, "checkpoint", tmp):
         save_file(snapshot.tensors, str(tmp), metadata={"cselab": snapshot.metadata})
+        give_umask_mode([tmp])  # as the run folder's other files (safetensors writes 0600)
         with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them
             os.fsync(fh.fileno())
         os.replace(tmp, target)
