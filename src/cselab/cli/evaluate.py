@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..config.devset import DEV_COLUMNS
 from ..core.schema import ConfigError
 from ..evaluation.names import (
     CLUSTERING_HINT,
@@ -69,9 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument(
         "--sts-columns",
-        default="sentence1,sentence2,score",
+        default=",".join(DEV_COLUMNS),
         help="the two sentence columns and the score column of --sts-file "
-        "(default: sentence1,sentence2,score)",
+        f"(default: {','.join(DEV_COLUMNS)})",
     )
     ev.add_argument(
         "--clustering",
