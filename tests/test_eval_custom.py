@@ -404,3 +404,21 @@ def test_the_dev_evaluator_encodes_as_the_plan_says(
     assert len(scorer.repeated._batches.inputs) == -(-len(scorer.unique) // 5)
     assert isinstance(bf16, float) and isinstance(fp32, float)
     assert asked == ["fp32", "bf16"]
+
+
+@pytest.mark.parametrize(
+    "columns", [["sentence1", "sentence2", ""], ["a", "a", "score"], ["a", "b"]]
+)
+def test_dev_columns_the_evaluation_refuses_are_refused_when_the_config_is_read(
+    tmp_path: Path, columns: list[str]
+) -> None:
+    """``eval.dev_columns`` is held to the rule the STS file reader applies, when the config is
+    read: an empty column name was accepted there and refused only once the run opened the file."""
+    from cselab.config import Config, EvalConfig
+    from cselab.core.errors import ConfigError
+
+    path = write(tmp_path / "dev.tsv", PAIRS, custom.DEFAULT_COLUMNS)
+    with pytest.raises(ConfigError, match="three distinct names"):
+        custom.read_sts_file(path, columns)
+    with pytest.raises(ConfigError, match=r"^eval\.dev_columns must be three distinct names"):
+        Config(eval=EvalConfig(dev=str(path), dev_columns=columns)).validate()

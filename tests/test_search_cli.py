@@ -430,3 +430,13 @@ def test_the_commands_defaults_are_the_settings_defaults() -> None:
                               "0.1", "--chunk-size", "7", "--backend", "flat"])  # fmt: skip
     got = settings_from(MineSettings, args, index=settings_from(IndexSettings, args))
     assert (got.absolute_margin, got.index.chunk_size, got.index.backend) == (0.1, 7, "flat")
+
+
+@pytest.mark.parametrize("option", ["--nprobe", "--ef-search", "-k"])
+def test_search_depths_below_one_are_refused_as_k_is(tmp_path: Path, capsys, option: str) -> None:
+    """A search-time FAISS setting below 1 is refused on the command line, as ``-k`` and the
+    build-time settings are: ``--nprobe 0`` silently searched with the default depth."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", str(tmp_path / "none.index"), "a query", option, "0"])
+    assert exit_.value.code == 2
+    assert "it must be at least 1" in capsys.readouterr().err

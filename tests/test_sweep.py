@@ -245,6 +245,8 @@ def test_grid_sweep_file_builds_its_cells(tiny_bert: Path, tmp_path: Path) -> No
         ({"configs": {"bad": ["train.lr=-1"]}, "baseline": None}, "train.lr must be > 0"),
         ({"evaluate": {"tasks": "STS12", "mode": "dev"}}, "evaluate.tasks: STS12 has no dev"),
         ({"evaluate": {"model": "middle"}}, "evaluate.model must be best or last"),
+        # refused as `cselab evaluate --batch-size` refuses it, before any cell trains
+        ({"evaluate": {"batch_size": 0}}, "evaluate.batch_size must be at least 1"),
         ({"grid": {"train.lr": [1e-5]}}, "give exactly one of 'grid'"),
     ],
 )

@@ -58,6 +58,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .config import TrainConfig
 from .core.datakind import DataKind
 from .core.errors import ConfigError
 from .data import shard_bounds
@@ -79,6 +80,7 @@ from .training.distributed import gather_with_grad, is_distributed
 from .training.task import Task
 
 _TAU = ObjectiveConfig.temperature  # one home for the defaults: the config dataclasses
+_SEED = TrainConfig.seed
 
 
 def _embed(model: nn.Module, features: list[dict[str, Tensor]]) -> list[Tensor]:
@@ -127,7 +129,7 @@ class CSELoss(nn.Module):
         model: nn.Module,
         objective_config: ObjectiveConfig | None = None,
         *,
-        seed: int = 42,
+        seed: int = _SEED,
         mini_batch_size: int | None = None,
     ) -> None:
         super().__init__()
@@ -307,7 +309,7 @@ def paper_loss(name: str, summary: str, *keys: str) -> type[CSELoss]:
             inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD),
             inspect.Parameter("temperature", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_TAU),
             *(inspect.Parameter(w, kw, default=d) for w, (_, _, d) in params.items()),
-            inspect.Parameter("seed", kw, default=42),
+            inspect.Parameter("seed", kw, default=_SEED),
             inspect.Parameter("mini_batch_size", kw, default=None),
         ]
     )

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..config.devset import DEV_COLUMNS
 from ..core.schema import ConfigError
 from ..evaluation.names import (
     CLUSTERING_HINT,
@@ -69,9 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument(
         "--sts-columns",
-        default="sentence1,sentence2,score",
+        default=",".join(DEV_COLUMNS),
         help="the two sentence columns and the score column of --sts-file "
-        "(default: sentence1,sentence2,score)",
+        f"(default: {','.join(DEV_COLUMNS)})",
     )
     ev.add_argument(
         "--clustering",
@@ -417,14 +418,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
 def run_collection(args: argparse.Namespace) -> int:
     """``cselab collection FOLDER``: :func:`~cselab.evaluation.retrieval.collection_from_sts`
     over STS-B ``--split``, fetched like ``cselab evaluate``'s data."""
-    from ..evaluation.datasets import STSB_FILES, load_stsb
+    from ..evaluation.datasets import load_stsb, stsb_file
     from ..evaluation.download import ensure_files
     from ..evaluation.retrieval import check_collection_output, collection_from_sts
 
     check_collection_output(args.out, args.threshold)  # before the data is fetched
-    data = ensure_files(
-        [f"STS/STSBenchmark/{STSB_FILES[args.split]}"], args.data_dir, not args.no_download
-    )
+    data = ensure_files([stsb_file(args.split)], args.data_dir, not args.no_download)
     pairs = load_stsb(args.split, data)
     folder = collection_from_sts(pairs, args.out, split=args.split, threshold=args.threshold)
     print(f"wrote {folder}: corpus.jsonl, queries.jsonl, qrels/{args.split}.tsv")

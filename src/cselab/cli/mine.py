@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..data.config import PairColumns
+from ..io.files import TABLE_WRITE_SUFFIXES
 from ..search.index import SEARCH_BACKENDS
 from ..search.mine import COLUMNS_HINT, MINE_CHUNK, OUTPUT_FORMATS, SAMPLING, MineSettings
 from ..search.settings import IndexSettings
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("pairs", help="pairs file (.tsv/.csv/.jsonl/.parquet or a saved dataset)")
     add_model_flag(p)
-    p.add_argument("-o", "--output", required=True, help="output table: .tsv, .csv or .jsonl")
+    p.add_argument("-o", "--output", required=True,
+                   help=f"output table: {', '.join(TABLE_WRITE_SUFFIXES)}")  # fmt: skip
     p.add_argument("--corpus", default=None, help="text file of more candidates, one per line")
     p.add_argument("--anchor-column", default=PairColumns.anchor,
                    help=f"column of the anchors ({PairColumns.anchor})")  # fmt: skip
@@ -39,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-negatives", type=int, default=d.num_negatives,
                    help=f"negatives per anchor ({d.num_negatives})")  # fmt: skip
     p.add_argument("--range-min", type=int, default=d.range_min,
-                   help="skip this many best candidates (0)")  # fmt: skip
+                   help=f"skip this many best candidates ({d.range_min})")  # fmt: skip
     p.add_argument("--range-max", type=int, default=d.range_max,
                    help="negatives rank below this (default: range-min + num-negatives + the "
                    "most positives of an anchor; x10 negatives with a score filter)")  # fmt: skip
@@ -52,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "TopK-PercPos 95%%: 0.05)")  # fmt: skip
     p.add_argument("--sampling", choices=SAMPLING, default=d.sampling,
                    help="top: the best of the window; random: a sample of it (top)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of random sampling (0)")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"seed of random sampling ({d.seed})")
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default=d.output_format,
                    help="triplet: a row per negative; n-tuple: a row per positive with "
                    "negative_1..negative_K (train with --data.columns.negative=[...])")  # fmt: skip

@@ -77,10 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("-k", type=positive_int, default=10, help="results per query (10)")
     s.add_argument("--backend", choices=SEARCH_BACKENDS, default=None,
                    help="exact | flat | hnsw | ivf (default: the built FAISS index, else exact)")  # fmt: skip
-    s.add_argument("--nprobe", type=int, default=None, help="IVF cells visited per query")
+    s.add_argument("--nprobe", type=positive_int, default=None, help="IVF cells visited per query")
     s.add_argument(
         "--ef-search",
-        type=int,
+        type=positive_int,
         default=None,
         help=f"HNSW search depth ({HNSW_DEFAULTS['ef_search']})",
     )

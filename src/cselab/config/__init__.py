@@ -26,7 +26,14 @@ from ..io.files import write_text_atomic
 from ..io.readers import parse_yaml, yaml_dumper, yaml_loader
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
-from .devset import STSB, DevSet, dev_metric_for, resolve_dev_set  # noqa: F401 - re-exported
+from .devset import (  # noqa: F401 - re-exported
+    DEV_COLUMNS,
+    STSB,
+    DevSet,
+    check_sts_columns,
+    dev_metric_for,
+    resolve_dev_set,
+)
 
 ReportTo = Literal["tensorboard", "wandb", "mlflow"]
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
@@ -170,7 +177,7 @@ class EvalConfig:
     enabled: bool = True
     dev: str = STSB
     dev_metric: str | None = None
-    dev_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2", "score"])
+    dev_columns: list[str] = field(default_factory=lambda: list(DEV_COLUMNS))
 
 
 def compile_with_denoising() -> ConfigError:
@@ -235,14 +242,11 @@ class Config:
                 self.eval.batch_size is None or self.eval.batch_size >= 1,
                 "eval.batch_size must be >= 1",
             ),
-            (
-                len(self.eval.dev_columns) == 3 and len(set(self.eval.dev_columns)) == 3,
-                "eval.dev_columns must be three distinct names: sentence 1, sentence 2, score",
-            ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        check_sts_columns(self.eval.dev_columns, "eval.dev_columns")  # as the file is read
         m.lora.validate()
         pairs = is_pairs_source(self.data.train_file, self.data.format)
         # the data's prompts checked first: the model's default may name one saved from them

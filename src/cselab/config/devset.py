@@ -10,6 +10,7 @@ never the string again. No torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.errors import ConfigError
@@ -25,6 +26,25 @@ from ..core.metrics import (  # STSB, DevKind: re-exported (``eval.dev`` for STS
 
 #: ``eval.dev`` for no model selection
 NO_DEV = "none"
+#: The sentence 1, sentence 2 and score columns of an STS-format file where none are named
+#: (``eval.dev_columns``, ``cselab evaluate --sts-columns``, :mod:`cselab.evaluation.custom`)
+DEV_COLUMNS = ("sentence1", "sentence2", "score")
+
+
+def check_sts_columns(columns: Sequence[str], what: str = "STS columns") -> tuple[str, str, str]:
+    """``columns`` as the three distinct, non-empty names of an STS-format file's sentence 1,
+    sentence 2 and score columns: the one rule of ``eval.dev_columns`` (checked when the config
+    is read) and of the file's reader.
+
+    Raises:
+        ConfigError: naming ``what`` (``eval.dev_columns``) and the columns given.
+    """
+    cols = tuple(columns)
+    if len(cols) != 3 or len(set(cols)) != 3 or not all(isinstance(c, str) and c for c in cols):
+        raise ConfigError(
+            f"{what} must be three distinct names (sentence 1, sentence 2, score), got {list(cols)}"
+        )
+    return cols  # type: ignore[return-value]
 
 
 def dev_metric_for(dev: str, metric: str | None) -> str:
@@ -120,4 +140,12 @@ def resolve_dev_set(
     )
 
 
-__all__ = ["NO_DEV", "STSB", "DevSet", "dev_metric_for", "resolve_dev_set"]
+__all__ = [
+    "DEV_COLUMNS",
+    "NO_DEV",
+    "STSB",
+    "DevSet",
+    "check_sts_columns",
+    "dev_metric_for",
+    "resolve_dev_set",
+]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config.devset import STSB, DevSet, resolve_dev_set
+from ..config.devset import DEV_COLUMNS, STSB, DevSet, check_sts_columns, resolve_dev_set
 from ..core.metrics import DEV_CUTOFFS, RETRIEVAL_MEASURES, dev_score_name  # noqa: F401
 from ..core.schema import ConfigError
 from ..io.readers import open_table
@@ -42,7 +42,7 @@ from .sts import correlations, cosine_similarity
 if TYPE_CHECKING:  # the retrieval module loads only for a BEIR dev folder
     from .retrieval import RetrievalScorer
 
-DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
+DEFAULT_COLUMNS = DEV_COLUMNS
 #: Fewer pairs than this give no meaningful correlation.
 MIN_PAIRS = 5
 METRICS = ("spearman", "pearson")
@@ -61,12 +61,7 @@ EVAL_COLUMNS = (*DEV_SCORE_NAMES, "align", "uniform")
 
 
 def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
-    cols = tuple(columns or DEFAULT_COLUMNS)
-    if len(cols) != 3 or len(set(cols)) != 3 or not all(isinstance(c, str) and c for c in cols):
-        raise ConfigError(
-            f"STS columns must be three distinct names (sentence 1, sentence 2, score), got {list(cols)}"
-        )
-    return cols  # type: ignore[return-value]
+    return check_sts_columns(columns or DEFAULT_COLUMNS)
 
 
 def _read_rows(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:

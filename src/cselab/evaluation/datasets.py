@@ -45,6 +45,12 @@ STS_YEARS: dict[str, tuple[str, ...]] = {
 STSB_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}
 SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 
+
+def stsb_file(split: str) -> str:
+    """STS-B's ``split`` file relative to the data folder (``STS/STSBenchmark/sts-dev.csv``)."""
+    return f"STS/STSBenchmark/{STSB_FILES[split]}"
+
+
 #: Binary tasks: (folder, file labelled 1, file labelled 0), as in SentEval ``senteval/binary.py``.
 #: Note SUBJ: SentEval passes ``subj.objective`` first, so *objective* sentences get label 1.
 BINARY_TASKS: dict[str, tuple[str, str, str]] = {
@@ -70,13 +76,13 @@ def _sts_year_files(year: str) -> tuple[str, ...]:
 #: Files each task reads, relative to the data folder (used for the "missing files" error).
 TASK_FILES: dict[str, tuple[str, ...]] = {
     **{year: _sts_year_files(year) for year in STS_YEARS},
-    "STSBenchmark": tuple(f"STS/STSBenchmark/{STSB_FILES[s]}" for s in ("dev", "test")),
+    "STSBenchmark": tuple(stsb_file(s) for s in ("dev", "test")),
     "SICKRelatedness": tuple(f"SICK/{SICK_FILES[s]}" for s in ("dev", "test")),
     **{t: (f"{d}/{a}", f"{d}/{b}") for t, (d, a, b) in BINARY_TASKS.items()},
     "SST2": tuple(f"SST/binary/{f}" for f in SST_FILES.values()),
     "TREC": tuple(f"TREC/{f}" for f in TREC_FILES.values()),
     "MRPC": tuple(f"MRPC/{f}" for f in MRPC_FILES.values()),
-    "AlignUniform": ("STS/STSBenchmark/sts-dev.csv",),
+    "AlignUniform": (stsb_file("dev"),),
 }
 
 
@@ -302,12 +308,8 @@ def _check_split(split: str, allowed: dict[str, str], task: str) -> str:
 
 def load_stsb(split: str = "test", data_dir: str | os.PathLike[str] | None = None) -> ScoredPairs:
     """STS Benchmark ``train`` / ``dev`` / ``test`` (5,749 / 1,500 / 1,379 pairs)."""
-    path = (
-        resolve_data_dir(data_dir)
-        / "STS"
-        / "STSBenchmark"
-        / _check_split(split, STSB_FILES, "STSBenchmark")
-    )
+    _check_split(split, STSB_FILES, "STSBenchmark")
+    path = resolve_data_dir(data_dir) / stsb_file(split)
     return _cached(STSB, (path,), lambda: read_stsb(path, f"STSBenchmark-{split}"))
 
 

@@ -108,7 +108,7 @@ class MTEBEncoder(AbsEncoder):
         """Every text of MTEB's DataLoader, encoded in one call (cselab sorts by length), after
         the prompt MTEB picks for the task and ``prompt_type`` (none: the model's default)."""
         texts = [text for batch in inputs for text in batch["text"]]
-        batch_size = int(kwargs.get("batch_size") or 128)
+        batch_size = int(kwargs.get("batch_size") or BATCH_SIZE)
         prompt = get_prompt(self.model_prompts, task_metadata, prompt_type)
         if prompt is None:
             return self.model.encode(texts, batch_size=batch_size)

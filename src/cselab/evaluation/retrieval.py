@@ -61,7 +61,14 @@ from ..core.metrics import retrieval_metric
 from ..core.prompts import DOCUMENT, QUERY
 from ..core.schema import finite
 from ..io.files import refuse_file_in_the_way, write_table
-from ..io.readers import BEIR_QRELS_COLUMNS, BeirCollection, read_beir
+from ..io.readers import (
+    BEIR_CORPUS,
+    BEIR_QRELS,
+    BEIR_QRELS_COLUMNS,
+    BEIR_QUERIES,
+    BeirCollection,
+    read_beir,
+)
 from ..model.choices import BATCH_SIZE
 from ..model.similarity import TopK, exact_topk, truncate_rows
 from .datasets import ScoredPairs
@@ -394,13 +401,13 @@ def collection_from_sts(
     judged = [(query_id[a], doc_id[b]) for a, b in judged_pairs]
     if not judged:
         raise ConfigError(f"{pairs.name}: no pair scores {threshold} or more; lower the threshold")
-    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    (root / BEIR_QRELS).mkdir(parents=True, exist_ok=True)
     # Through the one table writer: the files read back by read_beir's own rules.
-    write_table(root / "corpus.jsonl", ["_id", "title", "text"],
+    write_table(root / f"{BEIR_CORPUS}.jsonl", ["_id", "title", "text"],
                 ([doc_id[s], "", s] for s in corpus), "BEIR corpus")  # fmt: skip
-    write_table(root / "queries.jsonl", ["_id", "text"],
+    write_table(root / f"{BEIR_QUERIES}.jsonl", ["_id", "text"],
                 ([query_id[s], s] for s in queries), "BEIR queries")  # fmt: skip
-    write_table(root / "qrels" / f"{split}.tsv", list(BEIR_QRELS_COLUMNS),
+    write_table(root / BEIR_QRELS / f"{split}.tsv", list(BEIR_QRELS_COLUMNS),
                 ([q, d, "1"] for q, d in judged), "BEIR qrels")  # fmt: skip
     log.info("%s: %d queries, %d documents, %d judgements", root, len(queries), len(corpus),
              len(judged))  # fmt: skip

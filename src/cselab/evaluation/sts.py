@@ -149,7 +149,7 @@ def evaluate_sts(
 # STS-B dev for the trainer's model selection
 
 
-_STSB_DEV = "STS/STSBenchmark/sts-dev.csv"
+_STSB_DEV = datasets.stsb_file("dev")
 
 
 def _stsb_dev_plan(data_dir: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:

@@ -58,9 +58,11 @@ from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml,
 from ..config.presets import find_preset
 from ..core.errors import RunFolderBusy, SweepError, UserError
 from ..evaluation.custom import DEFAULT_COLUMNS
+from ..evaluation.names import RETRIEVAL_K
 from ..io.files import write_json_atomic
 from ..io.readers import yaml_dumper, yaml_loader
 from ..io.runfolder import RunFolder
+from ..model.choices import BATCH_SIZE
 
 log = logging.getLogger("cselab")
 
@@ -81,13 +83,13 @@ class EvalSpec:
     mode: str = "test"
     model: str = RunFolder.BEST
     data_dir: str | None = None
-    batch_size: int = 128
+    batch_size: int = BATCH_SIZE
     download: bool = False
     sts_files: list[str] = field(default_factory=list)
     sts_columns: list[str] = field(default_factory=lambda: list(DEFAULT_COLUMNS))
     retrieval: str | None = None
     retrieval_split: str = "test"
-    k: int = 10
+    k: int = RETRIEVAL_K
 
     @property
     def task_spec(self) -> str | None:
@@ -318,6 +320,8 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
             evaluate = from_dict(EvalSpec, evaluate, prefix="evaluate")
         except ConfigError as err:
             raise fail(str(err)) from None
+        if evaluate.batch_size < 1:  # as `cselab evaluate --batch-size`, before any cell trains
+            raise fail(f"evaluate.batch_size must be at least 1, not {evaluate.batch_size}")
         if evaluate.model not in (RunFolder.BEST, RunFolder.LAST):
             raise fail(f"evaluate.model must be best or last, got {evaluate.model!r}")
         from ..evaluation.api import MODES, parse_tasks

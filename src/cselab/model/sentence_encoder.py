@@ -81,7 +81,7 @@ class SentenceEncoder(nn.Module):
         backbone: nn.Module,
         tokenizer: Any,
         pooler: Pooler,
-        max_seq_len: int = 32,
+        max_seq_len: int = ModelConfig.max_seq_len,
         prompt: Prompt | None = None,
         end_token: bool = True,
     ):

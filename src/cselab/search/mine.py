@@ -420,7 +420,8 @@ def check_output(
     if not out.resolve().parent.is_dir():
         raise ConfigError(f"{output}: its folder does not exist")
     if out.is_dir():
-        raise ConfigError(f"{output}: is a folder; name the output file (.tsv, .csv or .jsonl)")
+        endings = ", ".join(TABLE_WRITE_SUFFIXES)
+        raise ConfigError(f"{output}: is a folder; name the output file ({endings})")
     if not os.access(out.resolve().parent, os.W_OK):
         raise ConfigError(f"{output}: its folder is not writable")
     inputs = [("pairs", pairs), ("corpus", corpus)]

@@ -19,6 +19,7 @@ from ..config import EvalConfig
 from ..config.devset import STSB, DevSet
 from ..core.metrics import dev_score_name
 from ..evaluation.custom import DevEvaluator
+from ..model.choices import BATCH_SIZE
 from ..model.encoder import SentenceEncoder
 from .distributed import barrier
 
@@ -120,7 +121,7 @@ class ModelSelection:
         return numbers
 
     def at_dimensions(
-        self, encoder: SentenceEncoder, dims: Sequence[int], batch_size: int = 128
+        self, encoder: SentenceEncoder, dims: Sequence[int], batch_size: int = BATCH_SIZE
     ) -> list[dict[str, float]]:
         """The dev score of ``encoder`` at each Matryoshka prefix dimension (Kusupati et al.
         2022), widest first, and at the full width: ``[{"dim": d, name: score}, ...]``, each
