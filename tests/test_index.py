@@ -12,6 +12,7 @@ import pytest
 import cselab
 from conftest import write_corpus
 from cselab.cli import main
+from cselab.core.errors import IndexSettingError
 from cselab.model.encoder import SentenceEncoder
 from cselab.model.similarity import cosine_matrix
 from cselab.search.index import (
@@ -229,6 +230,11 @@ def test_approximate_recall_is_sane(encoder: SentenceEncoder, tmp_path: Path, ba
         _, one = index.search_vectors(queries, 10, backend=backend, nprobe=1)
         low = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(one, exact, strict=True)])
         assert low < recall
+    # a depth below 1 is refused by name (0 searched at the default depth without a word)
+    for name in ("k", "nprobe", "ef_search"):
+        kwargs = {"k": 10, name: 0}
+        with pytest.raises(IndexSettingError, match=f"{name}=0 is refused: it must be at least 1"):
+            index.search_vectors(queries, backend=backend, **kwargs)
 
 
 def test_ann_index_is_saved_and_reloaded(encoder: SentenceEncoder, tmp_path: Path) -> None:

@@ -455,8 +455,9 @@ class Index:
             raise SearchIndexError(
                 f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
             )
-        if k < 1:
-            raise SearchIndexError(f"k must be at least 1, not {k}")
+        for name, value in (("k", k), ("nprobe", nprobe), ("ef_search", ef_search)):
+            if value is not None and value < 1:  # 0 was the default depth, without a word
+                raise IndexSettingError(name, value, "{setting} is refused: it must be at least 1")
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         if q.ndim != 2 or q.shape[1] != self.vectors.shape[1]:
             raise SearchIndexError(
@@ -467,7 +468,8 @@ class Index:
             return exact_topk(q, self.vectors, k)
         index = self._faiss_index(backend)
         params = {**self.meta.get("ann", {}).get(backend, {})}
-        params.update({k: v for k, v in (("nprobe", nprobe), ("ef_search", ef_search)) if v})
+        given = (("nprobe", nprobe), ("ef_search", ef_search))
+        params.update({name: value for name, value in given if value is not None})
         _set_search_params(index, backend, params)
         scores, rows = index.search(np.ascontiguousarray(q), min(k, len(self)))
         scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
