@@ -392,14 +392,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+def load_config(path: str | Path | None = None, overrides: list[str] | str | None = None) -> Config:
     """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`.
 
     A key or value of the file that is refused names the file first (``bad.yaml: unknown
     config key 'train.batch_sise' ...``): an error the file gives on its own too, without the
     overrides."""
     data = load_yaml(path) if path is not None else {}
-    merged = apply_overrides(copy.deepcopy(data), list(overrides or []))
+    # one override is one, not a list of its characters
+    given = [overrides] if isinstance(overrides, str) else list(overrides or [])
+    merged = apply_overrides(copy.deepcopy(data), given)
     try:
         return from_dict(Config, merged).validate()
     except ConfigError as err:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import IndexSettingError, SearchIndexError, WriteError
+from ..core.errors import IndexSettingError, SearchIndexError, WriteError, check_count
 from ..core.prompts import DOCUMENT, QUERY
 from ..evaluation.embed import (
     default_prompt,
@@ -455,8 +455,7 @@ class Index:
             raise SearchIndexError(
                 f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
             )
-        if k < 1:
-            raise SearchIndexError(f"k must be at least 1, not {k}")
+        k = check_count("k", k, IndexSettingError)
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         if q.ndim != 2 or q.shape[1] != self.vectors.shape[1]:
             raise SearchIndexError(
