@@ -84,3 +84,21 @@ def test_index_settings_refuse_a_count_that_is_no_whole_number(field: str, value
     with pytest.raises(SettingError, match=rf"^{field}=.* is refused") as err:
         cselab.IndexSettings(**{field: value}).validate()
     assert err.value.setting == field
+
+
+@pytest.mark.parametrize(
+    "config, named",
+    [
+        # passed validate(), then failed at the model's load (or never: a wrong run)
+        (lambda: cselab.Config(model=cselab.ModelConfig(pooler="maxx")), "model.pooler"),
+        # a TypeError of '>' between str and int
+        (lambda: cselab.Config(train=cselab.TrainConfig(lr="fast")), "train.lr"),
+        # passed validate(), then save_config failed in yaml ("cannot represent an object")
+        (lambda: cselab.Config(train=cselab.TrainConfig(output_dir=Path("runs/a"))), "output_dir"),
+        # an AttributeError of dict
+        (lambda: cselab.Config(train={"max_steps": 5}), "TrainConfig"),
+    ],
+)
+def test_a_config_built_in_python_is_checked_as_a_file_is(config, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        config().validate()
