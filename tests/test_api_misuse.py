@@ -102,3 +102,9 @@ def test_index_settings_refuse_a_count_that_is_no_whole_number(field: str, value
 def test_a_config_built_in_python_is_checked_as_a_file_is(config, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         config().validate()
+
+
+def test_evaluate_names_its_own_keyword_for_the_sts_columns(encoder, sts_file: Path) -> None:
+    # the hint named eval.dev_columns or columns=, which evaluate() does not take
+    with pytest.raises(ValueError, match=r"sts_columns="):
+        cselab.evaluate(encoder, None, sts_files=[sts_file], sts_columns=["a", "b", "c"])
