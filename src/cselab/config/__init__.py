@@ -11,7 +11,7 @@ from its outputs alone.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ import yaml
 from ..core.devices import SCALER_TYPES, check_device
 from ..core.errors import DataFormatError, UserError
 from ..core.prompts import model_prompts_from_data
-from ..core.schema import ConfigError, from_dict
+from ..core.schema import ConfigError, check_kinds, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
 from ..io.readers import parse_yaml, yaml_dumper, yaml_loader
@@ -215,7 +215,16 @@ class Config:
         return 0 if self.objective.mntp.enabled else EVAL_STEPS
 
     def validate(self) -> Config:
-        """Check value ranges; raises :class:`ConfigError` naming the key."""
+        """Check value ranges; raises :class:`ConfigError` naming the key. A config built in
+        Python has its kinds and choices checked as a file's are (it skipped the loader)."""
+        for f in fields(self):
+            kind, section = type(f.default_factory()), getattr(self, f.name)  # type: ignore[misc]
+            if not isinstance(section, kind):
+                raise ConfigError(
+                    f"{f.name}: expected a {kind.__name__}, got {section!r}; pass "
+                    f"{kind.__name__}(...) or read the config with load_config"
+                )
+        check_kinds(self, "")
         t, m = self.train, self.model
         checks = [
             (t.batch_size >= 2, "train.batch_size must be >= 2 (in-batch negatives need a pair)"),
@@ -396,14 +405,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+def load_config(path: str | Path | None = None, overrides: list[str] | str | None = None) -> Config:
     """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`.
 
     A key or value of the file that is refused names the file first (``bad.yaml: unknown
     config key 'train.batch_sise' ...``): an error the file gives on its own too, without the
     overrides."""
     data = load_yaml(path) if path is not None else {}
-    merged = apply_overrides(copy.deepcopy(data), list(overrides or []))
+    # one override is one, not a list of its characters
+    given = [overrides] if isinstance(overrides, str) else list(overrides or [])
+    merged = apply_overrides(copy.deepcopy(data), given)
     try:
         return from_dict(Config, merged).validate()
     except ConfigError as err:

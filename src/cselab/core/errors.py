@@ -9,6 +9,7 @@ caller would expect (``ValueError`` for bad values, ``FileNotFoundError`` for mi
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -164,6 +165,23 @@ class ModelSettingError(SettingError, ModelFormatError):
 class MissingDataSettingError(SettingError, MissingDataError):
     """Evaluation files are absent; the message names the setting that points at another
     folder (``data_dir``; :class:`SettingError`)."""
+
+
+def check_count(
+    setting: str, value: object, error: type[SettingError] = ConfigSettingError, **kwargs: object
+) -> int:
+    """``value`` as an ``int`` where it is a whole number of at least 1 (a batch size, ``k``, a
+    chunk size; a bool, a float or a text is none), else ``error`` naming ``setting`` (``kwargs``
+    go to it: ``key``, ``command``...)."""
+    try:
+        count = None if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        count = None
+    if count is None:
+        raise error(setting, value, "{setting} is refused: it must be a whole number", **kwargs)
+    if count < 1:
+        raise error(setting, value, "{setting} is refused: it must be at least 1", **kwargs)
+    return count
 
 
 def first_line(err: BaseException, limit: int = 200) -> str:

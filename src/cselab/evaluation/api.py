@@ -185,6 +185,13 @@ def evaluate(
     """
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if isinstance(encoder, str | os.PathLike):  # str has an encode() of its own
+        raise ConfigError(
+            f"evaluate() takes a loaded model, not the path {os.fspath(encoder)!r}: pass "
+            "cselab.load(path)"
+        )
+    if isinstance(sts_files, str | os.PathLike | ScoredPairs):  # one file, not its characters
+        sts_files = [sts_files]
     given = [] if tasks is None or isinstance(tasks, str) else list(tasks)
     objects = [t for t in given if isinstance(t, EvalTask)]
     named = [n for t in given if isinstance(t, str) for n in t.split(",")]  # "sts,MR" too

@@ -26,7 +26,10 @@ TRANSFER_TASKS = tuple(name for name, _ in TRANSFER_COLUMNS)
 RETRIEVAL_K = 10
 #: What a missing-column error of a user's STS file suggests (``cselab evaluate`` shows its
 #: ``--sts-columns`` for ``columns=``)
-STS_COLUMNS_HINT = "name the columns with eval.dev_columns or columns=(SENTENCE1, SENTENCE2, SCORE)"
+STS_COLUMNS_HINT = (
+    "name the columns with eval.dev_columns, evaluate(sts_columns=...) or read_sts_file(columns=...)"
+    " (SENTENCE1, SENTENCE2, SCORE)"
+)
 #: What ``--tasks``/``tasks=`` naming a kind run on the user's own data suggests instead
 #: (``cselab evaluate`` shows its option that gives the data)
 STS_FILE_HINT = "pass the file as sts_files=[PATH]"

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ConfigError, ConfigSettingError
+from ..core.errors import ConfigError, ConfigSettingError, check_count
 from ..core.metrics import retrieval_metric
 from ..core.prompts import DOCUMENT, QUERY
 from ..core.schema import finite
@@ -87,8 +87,7 @@ MIN_DEPTH = 100
 def metric_names(k: int = RETRIEVAL_K) -> list[str]:
     """What ``cselab evaluate --retrieval --k K`` reports: nDCG@K, MRR@K, Recall@{1,K,100},
     MAP@100."""
-    if k < 1:
-        raise ConfigSettingError("k", k, "{setting} is refused: it must be at least 1")
+    check_count("k", k)
     return list(dict.fromkeys([f"ndcg@{k}", f"mrr@{k}", "recall@1", f"recall@{k}",
                                "recall@100", "map@100"]))  # fmt: skip
 

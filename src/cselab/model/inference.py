@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.errors import ConfigSettingError, check_count
 from ..core.prompts import check_prompt_fits, count_prompt, exclude_prompt
 from .choices import BATCH_SIZE, PRECISIONS
 from .devices import PRECISION_NAMES, precision_dtype
@@ -86,8 +87,10 @@ def encode_sentences(
     every sentence (its tokens left out of the pooling where the pooler says so)."""
     if isinstance(sentences, str):
         raise TypeError("encode() takes a list of sentences, not a single string")
+    batch_size = check_count("batch_size", batch_size)
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        raise ConfigSettingError("precision", precision, "{setting} is unknown; choose one of "
+                                 "{known}", known=", ".join(PRECISIONS))  # fmt: skip
     if dim is not None:
         check_prefix(dim, encoder.dim)  # before any work
         # the prefix is cut from the pooled vector, then normalised (never normalised twice)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import IndexSettingError, SearchIndexError, WriteError
+from ..core.errors import IndexSettingError, SearchIndexError, WriteError, check_count
 from ..core.prompts import DOCUMENT, QUERY
 from ..evaluation.embed import (
     default_prompt,
@@ -455,9 +455,12 @@ class Index:
             raise SearchIndexError(
                 f"unknown backend {backend!r}; choose one of {', '.join(SEARCH_BACKENDS)}"
             )
-        for name, value in (("k", k), ("nprobe", nprobe), ("ef_search", ef_search)):
-            if value is not None and value < 1:  # 0 was the default depth, without a word
-                raise IndexSettingError(name, value, "{setting} is refused: it must be at least 1")
+        k = check_count("k", k, IndexSettingError)
+        # 0 searched at the default depth without a word
+        nprobe, ef_search = (
+            None if v is None else check_count(name, v, IndexSettingError)
+            for name, v in (("nprobe", nprobe), ("ef_search", ef_search))
+        )
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         if q.ndim != 2 or q.shape[1] != self.vectors.shape[1]:
             raise SearchIndexError(

@@ -55,7 +55,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.errors import ConfigError, ConfigSettingError, CorpusError
+from ..core.errors import ConfigError, ConfigSettingError, CorpusError, check_count
 from ..core.prompts import DOCUMENT, QUERY
 from ..data.config import DEFAULT_NEGATIVE_COLUMN, DataFormat, PairColumns
 from ..evaluation.embed import query_document_prompts, with_prompt
@@ -137,10 +137,7 @@ class MineSettings:
             raise ConfigSettingError(
                 "dim", self.index.dim, "{setting}: mining searches at the model's full width"
             )
-        if self.num_negatives < 1:
-            raise ConfigSettingError(
-                "num_negatives", self.num_negatives, "{setting} is refused: it must be at least 1"
-            )
+        check_count("num_negatives", self.num_negatives)
         if self.range_min < 0:
             raise ConfigSettingError(
                 "range_min", self.range_min, "{setting} is refused: it must be 0 or more"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.devices import AUTO
-from ..core.errors import IndexSettingError, SettingError
+from ..core.errors import IndexSettingError, SettingError, check_count
 from ..model.choices import BATCH_SIZE, POOLERS
 from .layout import BUILD_BACKENDS, DEFAULT_CHUNK, SEARCH_BACKENDS
 
@@ -95,8 +95,8 @@ class IndexSettings:
                         known=", ".join(backends))  # fmt: skip
         for name in ("chunk_size", "batch_size", "hnsw_m", "ef_construction", "nlist", "dim"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or int(value) < 1):
-                raise error(name, value, "{setting} is refused: it must be at least 1")
+            if value is not None:
+                check_count(name, value, error)
         if self.pooler is not None and self.pooler not in POOLERS:
             raise error("pooler", self.pooler, "{setting} is unknown; choose one of {known}",
                         known=", ".join(POOLERS))  # fmt: skip

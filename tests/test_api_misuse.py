@@ -1,0 +1,110 @@
+"""The public Python API misused as users misuse it: a count that is no count, one file where a
+list of files is taken, a model path where a loaded model is, one override where a list is. Each
+is a typed error of :mod:`cselab.core.errors` naming the argument, never a wrong result or a
+library's traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cselab
+from cselab.core.errors import ConfigError, ConfigSettingError, SettingError
+
+STS_ROWS = [
+    ("a cat sits", "a cat is sitting", 4.5),
+    ("a dog runs", "the dog is running", 4.0),
+    ("stocks fell", "a man sings", 0.5),
+    ("it rains", "rain is falling", 4.2),
+    ("he sings", "markets dropped", 0.2),
+    ("red car", "blue car", 2.0),
+]
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_bert: Path):
+    return cselab.load(tiny_bert)
+
+
+@pytest.fixture
+def sts_file(tmp_path: Path) -> Path:
+    path = tmp_path / "my.tsv"
+    rows = "".join(f"{a}\t{b}\t{s}\n" for a, b, s in STS_ROWS)
+    path.write_text("sentence1\tsentence2\tscore\n" + rows)
+    return path
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, "8"])
+def test_encode_refuses_a_batch_size_that_is_no_count(encoder, batch_size) -> None:
+    # -1 returned the uninitialised output array; 0 divided by zero
+    with pytest.raises(ConfigSettingError, match=r"^batch_size=.* is refused") as err:
+        encoder.encode(["a cat", "a dog"], batch_size=batch_size)
+    assert err.value.setting == "batch_size"
+
+
+def test_encode_refuses_an_unknown_precision_naming_it(encoder) -> None:
+    with pytest.raises(ConfigSettingError, match="precision='fp16'") as err:
+        encoder.encode(["a cat"], precision="fp16")
+    assert err.value.setting == "precision"
+
+
+def test_evaluate_takes_one_sts_file_as_a_path_or_its_text(encoder, sts_file: Path) -> None:
+    # one str was read as a list of one-character file names ("/": the root folder)
+    want = cselab.evaluate(encoder, None, sts_files=[sts_file])["results"]
+    for one in (sts_file, str(sts_file)):
+        assert cselab.evaluate(encoder, None, sts_files=one)["results"] == want
+
+
+def test_evaluate_refuses_a_model_path_for_the_encoder(tiny_bert: Path, sts_file: Path) -> None:
+    # a str has .encode(): it was called with batch_size=, a TypeError of str.encode
+    for given in (tiny_bert, str(tiny_bert)):
+        with pytest.raises(ConfigError, match=r"cselab\.load"):
+            cselab.evaluate(given, None, sts_files=[sts_file])
+
+
+def test_load_config_takes_one_override_as_a_string() -> None:
+    # a str was taken as a list of one-character overrides ("override 't' is not of the form")
+    config = cselab.load_config(None, "train.max_steps=5")
+    assert config.train.max_steps == 5
+
+
+@pytest.mark.parametrize("k", [0, 2.5, "3"])
+def test_search_refuses_a_k_that_is_no_count(tmp_path: Path, k) -> None:
+    vectors = np.eye(4, dtype=np.float32)
+    index = cselab.Index.from_vectors(tmp_path / "idx", vectors, list("abcd"), "m", "avg")
+    with pytest.raises(SettingError, match=r"^k=.* is refused"):
+        index.search_vectors(vectors[:1], k=k)
+
+
+@pytest.mark.parametrize("field, value", [("chunk_size", "x"), ("batch_size", 2.5)])
+def test_index_settings_refuse_a_count_that_is_no_whole_number(field: str, value) -> None:
+    # "x" was int()'s ValueError; 2.5 passed and failed deep in the tokenizer's batching
+    with pytest.raises(SettingError, match=rf"^{field}=.* is refused") as err:
+        cselab.IndexSettings(**{field: value}).validate()
+    assert err.value.setting == field
+
+
+@pytest.mark.parametrize(
+    "config, named",
+    [
+        # passed validate(), then failed at the model's load (or never: a wrong run)
+        (lambda: cselab.Config(model=cselab.ModelConfig(pooler="maxx")), "model.pooler"),
+        # a TypeError of '>' between str and int
+        (lambda: cselab.Config(train=cselab.TrainConfig(lr="fast")), "train.lr"),
+        # passed validate(), then save_config failed in yaml ("cannot represent an object")
+        (lambda: cselab.Config(train=cselab.TrainConfig(output_dir=Path("runs/a"))), "output_dir"),
+        # an AttributeError of dict
+        (lambda: cselab.Config(train={"max_steps": 5}), "TrainConfig"),
+    ],
+)
+def test_a_config_built_in_python_is_checked_as_a_file_is(config, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        config().validate()
+
+
+def test_evaluate_names_its_own_keyword_for_the_sts_columns(encoder, sts_file: Path) -> None:
+    # the hint named eval.dev_columns or columns=, which evaluate() does not take
+    with pytest.raises(ValueError, match=r"sts_columns="):
+        cselab.evaluate(encoder, None, sts_files=[sts_file], sts_columns=["a", "b", "c"])
