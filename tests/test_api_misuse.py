@@ -108,3 +108,16 @@ def test_evaluate_names_its_own_keyword_for_the_sts_columns(encoder, sts_file: P
     # the hint named eval.dev_columns or columns=, which evaluate() does not take
     with pytest.raises(ValueError, match=r"sts_columns="):
         cselab.evaluate(encoder, None, sts_files=[sts_file], sts_columns=["a", "b", "c"])
+
+
+def test_load_config_and_train_take_a_preset_s_name_as_the_command_line_does() -> None:
+    # "config file not found: simcse-bert-base" before: only `cselab train` knew the presets
+    config = cselab.load_config("simcse-bert-base", ["train.max_steps=7"])
+    assert config.train.max_steps == 7 and config.model.name_or_path == "bert-base-uncased"
+    from cselab.config.presets import find_preset
+
+    assert config == cselab.load_config(find_preset("simcse-bert-base"), "train.max_steps=7")
+    with pytest.raises(
+        ConfigError, match=r"unknown preset or config file 'simcse-bert-bsae' .*simcse-bert-base"
+    ):
+        cselab.load_config("simcse-bert-bsae")

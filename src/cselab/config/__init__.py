@@ -11,6 +11,7 @@ from its outputs alone.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -406,12 +407,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | str | None = None) -> Config:
-    """Read a YAML config (optional), apply overrides, build and validate a :class:`Config`.
+    """Read a YAML config (optional: a file, or a preset's name as ``cselab train`` takes it,
+    :func:`~cselab.config.presets.find_preset`), apply overrides, build and validate a
+    :class:`Config`.
 
     A key or value of the file that is refused names the file first (``bad.yaml: unknown
     config key 'train.batch_sise' ...``): an error the file gives on its own too, without the
     overrides."""
-    data = load_yaml(path) if path is not None else {}
+    from .presets import find_preset
+
+    data = load_yaml(find_preset(os.fspath(path))) if path is not None else {}
     # one override is one, not a list of its characters
     given = [overrides] if isinstance(overrides, str) else list(overrides or [])
     merged = apply_overrides(copy.deepcopy(data), given)
