@@ -36,12 +36,15 @@ def sts_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("batch_size", [0, -1, 2.5, "8"])
-def test_encode_refuses_a_batch_size_that_is_no_count(encoder, batch_size) -> None:
-    # -1 returned the uninitialised output array; 0 divided by zero
-    with pytest.raises(ConfigSettingError, match=r"^batch_size=.* is refused") as err:
-        encoder.encode(["a cat", "a dog"], batch_size=batch_size)
-    assert err.value.setting == "batch_size"
+@pytest.mark.parametrize("setting", ["batch_size", "max_seq_len"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, "8"])
+def test_encode_refuses_a_count_that_is_no_count(encoder, setting: str, value) -> None:
+    # batch_size: -1 returned the uninitialised output array; 0 divided by zero.
+    # max_seq_len: 0 truncated at the default length without a word; -1 was the tokenizer's
+    # OverflowError
+    with pytest.raises(ConfigSettingError, match=rf"^{setting}=.* is refused") as err:
+        encoder.encode(["a cat", "a dog"], **{setting: value})
+    assert err.value.setting == setting
 
 
 def test_encode_refuses_an_unknown_precision_naming_it(encoder) -> None:

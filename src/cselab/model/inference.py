@@ -88,6 +88,8 @@ def encode_sentences(
     if isinstance(sentences, str):
         raise TypeError("encode() takes a list of sentences, not a single string")
     batch_size = check_count("batch_size", batch_size)
+    if max_seq_len is not None:  # 0 was the default length without a word, -1 the tokenizer's error
+        max_seq_len = check_count("max_seq_len", max_seq_len)
     if precision not in PRECISIONS:
         raise ConfigSettingError("precision", precision, "{setting} is unknown; choose one of "
                                  "{known}", known=", ".join(PRECISIONS))  # fmt: skip
