@@ -124,3 +124,18 @@ def test_load_config_and_train_take_a_preset_s_name_as_the_command_line_does() -
         ConfigError, match=r"unknown preset or config file 'simcse-bert-bsae' .*simcse-bert-base"
     ):
         cselab.load_config("simcse-bert-bsae")
+
+
+def test_train_takes_the_sections_as_a_mapping_and_names_a_wrong_type(tmp_path: Path) -> None:
+    # a dict was pathlib's TypeError ("expected str, bytes or os.PathLike object, not dict")
+    from cselab.app.train import as_config
+
+    sections = {"train": {"output_dir": str(tmp_path / "out"), "max_steps": 3}}
+    assert as_config(sections) == cselab.load_config(
+        None, [f"train.output_dir={tmp_path / 'out'}", "train.max_steps=3"]
+    )
+    assert sections == {"train": {"output_dir": str(tmp_path / "out"), "max_steps": 3}}
+    with pytest.raises(ConfigError, match="train.max_stepz"):
+        cselab.train({"train": {"max_stepz": 3}})
+    with pytest.raises(ConfigError, match="a mapping of sections, not int"):
+        cselab.train(3)

@@ -27,9 +27,11 @@ cell (in-process or ``cselab train`` subprocesses) come through here.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from ..config.plan import RunPlan
 from ..core.datakind import DataKind
 from ..core.errors import ConfigError
 from ..core.prompts import default_prompt_from_data, model_prompts_from_data
+from ..core.schema import from_dict
 from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, evaluation_notes, source_digest
@@ -401,10 +404,29 @@ def assemble_trainer(
     return Trainer(task, optim, batches, loop, listeners, plan, run)
 
 
-def train(config: Config | str | Path, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
-    """Train as described by ``config`` (a :class:`Config` or a YAML path); returns results.
-    ``callbacks`` are called on every step, evaluation, checkpoint and at the end."""
-    config = load_config(config) if not isinstance(config, Config) else config.checked()
+def as_config(config: Config | str | os.PathLike[str] | Mapping[str, Any]) -> Config:
+    """``config`` checked: a :class:`Config`, a YAML path or a preset's name
+    (:func:`~cselab.config.load_config`), or its sections as a mapping (``{"train": {...}}``,
+    read as a YAML file's)."""
+    if isinstance(config, Config):
+        return config.checked()
+    if isinstance(config, str | os.PathLike):
+        return load_config(config)
+    if isinstance(config, Mapping):
+        return from_dict(Config, copy.deepcopy(dict(config))).validate()
+    raise ConfigError(
+        "config must be a Config, a YAML path, a preset's name or a mapping of sections, "
+        f"not {type(config).__name__}"
+    )
+
+
+def train(
+    config: Config | str | os.PathLike[str] | Mapping[str, Any], callbacks: Sequence[Callback] = ()
+) -> dict[str, Any]:
+    """Train as described by ``config`` (a :class:`Config`, a YAML path, a preset's name or
+    the sections as a mapping: :func:`as_config`); returns results. ``callbacks`` are called
+    on every step, evaluation, checkpoint and at the end."""
+    config = as_config(config)
     with contextlib.ExitStack() as hold:  # the run folder's lock, released on any exit
         try:
             opened = open_run(config, hold)
