@@ -128,6 +128,46 @@ def test_every_plain_line_user_reads_the_same_lines(
     ]  # fmt: skip
 
 
+def _compressed(kind: str, data: bytes) -> bytes:
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    if kind == "zip":
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("pairs.tsv", data)
+        return buffer.getvalue()
+    return {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[kind](data)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz", "zip"])
+@pytest.mark.parametrize("name", ["c.tsv.gz", "c.tsv", "c.txt", "c.jsonl"])
+def test_a_compressed_file_is_refused_by_name_by_every_reader(
+    tmp_path: Path, kind: str, name: str
+) -> None:
+    """Not 'invalid UTF-8 at byte 1' (whose way out, encoding_errors=replace, would train on the
+    compressed bytes) nor an unknown format: what the file is, and what to do."""
+    path = tmp_path / name
+    path.write_bytes(
+        _compressed(kind, b"anchor\tpositive\n" + b"a man plays\ta person plays\n" * 50)
+    )
+    message = f"{path}: a {kind}-compressed file, not text; decompress it first"
+    readers_of_it = [
+        lambda: list(readers.Lines(path)),
+        lambda: list(readers.Lines(path, errors="replace")),
+        lambda: readers.read_text(path),
+        lambda: read_corpus(path, errors="replace"),
+        lambda: read_lines(path),
+        lambda: read_pairs(path),
+    ]
+    for read in readers_of_it:
+        with pytest.raises(UserError) as err:
+            read()
+        assert str(err.value) == message
+
+
 # --------------------------------------------------------------------------------- tables
 
 
