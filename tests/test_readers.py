@@ -262,6 +262,20 @@ def test_a_csv_quote_closed_lines_later_is_named_where_it_opens(tmp_path: Path) 
     )
 
 
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_unnamed_columns_of_trailing_separators_are_no_names_given_twice(
+    tmp_path: Path, sep: str
+) -> None:
+    """A spreadsheet's export ends its lines with empty columns: one or two, the same rows
+    (two were refused as "column '' appears twice in the header")."""
+    for blanks in (1, 2):
+        path = tmp_path / f"p{blanks}.{'csv' if sep == ',' else 'tsv'}"
+        tail = sep * blanks
+        path.write_text(f"anchor{sep}positive{tail}\na{sep}b{tail}\nc{sep}d{tail}\n")
+        records = read_pairs(path)
+        assert (records.anchors, records.positives) == (["a", "c"], ["b", "d"])
+
+
 @pytest.mark.parametrize(
     ("name", "content", "needle"),
     [

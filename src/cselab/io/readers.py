@@ -23,8 +23,9 @@ starts on. A quote never closed (the file ends inside the field) or text after a
 is refused, naming the line the quoted field opens on.
 
 For both, line 1 is a header naming the columns (names stripped of surrounding spaces); a name
-given twice is refused (naming it), a row with more fields than the header is refused, a row with
-fewer lacks the last columns, and blank rows are skipped.
+given twice is refused (naming it; an empty name, as a spreadsheet's trailing separators leave,
+names no column), a row with more fields than the header is refused, a row with fewer lacks the
+last columns, and blank rows are skipped.
 
 **JSONL** (``.jsonl``). The plain-line rule; every non-blank line is one JSON object; a key given
 twice in one object is refused; the first object's keys stand for the header.

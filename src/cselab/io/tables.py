@@ -325,6 +325,8 @@ class Table:
 def _check_names(path: Path, line: int | None, names: Sequence[str], what: str) -> None:
     seen: set[str] = set()
     for name in names:
+        if not name:  # an unnamed column (a spreadsheet's trailing separators): never asked for
+            continue
         if name in seen:
             raise DataFormatError(
                 path, line, f"column '{name}' appears twice in the {what}; names must be unique"
