@@ -42,6 +42,10 @@ def test_missing_and_empty(tmp_path: Path) -> None:
     empty.write_text("\n\n")
     with pytest.raises(CorpusError, match="no sentences"):
         read_corpus(empty)
+    empty.write_bytes(b"")  # not "0 lines, all blank": empty, as the table readers say
+    with pytest.raises(CorpusError) as nothing:
+        read_corpus(empty)
+    assert str(nothing.value) == f"{empty}: no sentences (the file is empty)"
     with pytest.raises(CorpusError, match="fewer than one batch"):
         BatchOrder(10, 64, seed=0)
     with pytest.raises(CorpusError) as err:  # the file named, and what it counts

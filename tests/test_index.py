@@ -285,6 +285,10 @@ def test_cli_build_and_search(saved_model: Path, tmp_path: Path, capsys) -> None
             ["index", "build", "{tmp}/nc.txt", "--model", "{model}", "-o", "{tmp}/o"],
             "nc.txt: corpus file not found",
         ),  # fmt: skip
+        (  # the reader's words, as `cselab encode` and a search's queries file say it
+            ["index", "build", "{tmp}", "--model", "{model}", "-o", "{tmp}/o"],
+            "corpus file is a folder, not a text file",
+        ),  # fmt: skip
         (
             ["index", "build", "{tmp}/bad.txt", "--model", "{model}", "-o", "{tmp}/o"],
             "bad.txt:2: invalid UTF-8 at byte 3 of the line",

@@ -233,6 +233,22 @@ def test_cli_errors_are_one_line(tiny_bert: Path, tmp_path: Path, capsys, extra,
     assert not (tmp_path / "o.tsv").exists()
 
 
+def test_a_corpus_file_without_text_is_refused_as_for_index_build(
+    tiny_bert: Path, tmp_path: Path, capsys
+) -> None:
+    """An empty or blank --corpus is a wrong file, as a search corpus or a training corpus is:
+    refused, not mined as if it had not been given."""
+    pairs = _write_pairs(tmp_path / "pairs.jsonl")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n  \n")
+    argv = ["mine", str(pairs), "--model", str(tiny_bert), "-o", str(tmp_path / "o.tsv"),
+            "--anchor-column", "q", "--positive-column", "doc", "--corpus", str(corpus)]  # fmt: skip
+    assert main(argv) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert err == [f"cselab mine: error: {corpus}: corpus file has no non-blank line"]
+    assert not (tmp_path / "o.tsv").exists()
+
+
 def test_an_unclosed_quote_in_a_csv_pairs_file_is_named_where_it_opens(
     tmp_path: Path, capsys
 ) -> None:

@@ -128,6 +128,46 @@ def test_every_plain_line_user_reads_the_same_lines(
     ]  # fmt: skip
 
 
+def _compressed(kind: str, data: bytes) -> bytes:
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    if kind == "zip":
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("pairs.tsv", data)
+        return buffer.getvalue()
+    return {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[kind](data)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz", "zip"])
+@pytest.mark.parametrize("name", ["c.tsv.gz", "c.tsv", "c.txt", "c.jsonl"])
+def test_a_compressed_file_is_refused_by_name_by_every_reader(
+    tmp_path: Path, kind: str, name: str
+) -> None:
+    """Not 'invalid UTF-8 at byte 1' (whose way out, encoding_errors=replace, would train on the
+    compressed bytes) nor an unknown format: what the file is, and what to do."""
+    path = tmp_path / name
+    path.write_bytes(
+        _compressed(kind, b"anchor\tpositive\n" + b"a man plays\ta person plays\n" * 50)
+    )
+    message = f"{path}: a {kind}-compressed file, not text; decompress it first"
+    readers_of_it = [
+        lambda: list(readers.Lines(path)),
+        lambda: list(readers.Lines(path, errors="replace")),
+        lambda: readers.read_text(path),
+        lambda: read_corpus(path, errors="replace"),
+        lambda: read_lines(path),
+        lambda: read_pairs(path),
+    ]
+    for read in readers_of_it:
+        with pytest.raises(UserError) as err:
+            read()
+        assert str(err.value) == message
+
+
 # --------------------------------------------------------------------------------- tables
 
 
@@ -220,6 +260,29 @@ def test_a_csv_quote_closed_lines_later_is_named_where_it_opens(tmp_path: Path) 
         "(text after a closing quote; a quote inside a quoted field is written twice); is its "
         "closing quote missing?"
     )
+
+
+@pytest.mark.parametrize("name", ["long.csv", "long.tsv", "long.jsonl"])
+def test_a_long_field_is_read_in_every_format(tmp_path: Path, name: str) -> None:
+    """A field of 200,000 characters (a long document) is text in every format: csv's own
+    limit of 131,072 made it "malformed CSV" while the same row as TSV or JSONL was read."""
+    long = "word " * 40_000
+    path = write_rows(tmp_path / name, [(long, "short", 1.0), *ROWS])
+    assert read_pairs(path, STS_PAIR).anchors[0] == long
+
+
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_unnamed_columns_of_trailing_separators_are_no_names_given_twice(
+    tmp_path: Path, sep: str
+) -> None:
+    """A spreadsheet's export ends its lines with empty columns: one or two, the same rows
+    (two were refused as "column '' appears twice in the header")."""
+    for blanks in (1, 2):
+        path = tmp_path / f"p{blanks}.{'csv' if sep == ',' else 'tsv'}"
+        tail = sep * blanks
+        path.write_text(f"anchor{sep}positive{tail}\na{sep}b{tail}\nc{sep}d{tail}\n")
+        records = read_pairs(path)
+        assert (records.anchors, records.positives) == (["a", "c"], ["b", "d"])
 
 
 @pytest.mark.parametrize(

@@ -45,10 +45,29 @@ def test_config_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixt
     config = tmp_path / "latin1.yaml"
     config.write_bytes("train:\n  lr: 1.0e-5\n# réglages\n".encode("latin-1"))
     assert main(["train", str(config)]) == 2
-    assert one_line(capsys) == (
-        f"cselab train: error: {config}:3: not UTF-8 text (byte b'\\xe9' at offset 23); "
-        "save the config as UTF-8"
+    assert one_line(capsys) == (  # the readers' words, as for every other file
+        f"cselab train: error: {config}:3: invalid UTF-8 at byte 3 of the line (0xe9); "
+        "save the file as UTF-8"
     )
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+@pytest.mark.parametrize("case", ["folder", "gzip"])
+def test_a_config_path_that_is_not_a_yaml_file_says_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture, command: str, case: str
+) -> None:
+    """A folder is not 'not found'; a compressed file is not 'not UTF-8' (the readers' words)."""
+    import gzip
+
+    config = tmp_path / "c.yaml"
+    if case == "folder":
+        config.mkdir()
+        problem = "config file is a folder, not a text file"
+    else:
+        config.write_bytes(gzip.compress(b"train:\n  lr: 1.0e-5\n"))
+        problem = "a gzip-compressed file, not text; decompress it first"
+    assert main([command, str(config)]) == 2
+    assert one_line(capsys) == f"cselab {command}: error: {config}: {problem}"
 
 
 def _tiny_train(tiny_bert: Path, tmp_path: Path, *extra: str) -> list[str]:
@@ -189,8 +208,6 @@ def test_evaluate_output_path_is_checked_before_the_run(
          "invalid UTF-8 at byte 3 of the line (0xe9); save the file as UTF-8"),
         ("p.jsonl", b'{"anchor": "a", "positive": "b"}\n{"anchor": "caf\xe9", "positive": "e"}\n', 2,
          "invalid UTF-8 at byte 15 of the line (0xe9); save the file as UTF-8"),
-        ("p.csv", b"anchor,positive\na,b\n" + b"x" * 200_000 + b",y\n", 3,
-         "malformed CSV (field larger than field limit (131072))"),
     ],
 )  # fmt: skip
 def test_malformed_pairs_file_is_one_line_naming_file_and_line(

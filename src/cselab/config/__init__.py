@@ -19,12 +19,12 @@ from typing import Any, Literal
 import yaml
 
 from ..core.devices import SCALER_TYPES, check_device
-from ..core.errors import DataFormatError, UserError
+from ..core.errors import UserError
 from ..core.prompts import model_prompts_from_data
 from ..core.schema import ConfigError, check_kinds, from_dict
 from ..data.config import DataConfig, is_pairs_source
 from ..io.files import write_text_atomic
-from ..io.readers import parse_yaml, yaml_dumper, yaml_loader
+from ..io.readers import parse_yaml, read_text, reraise_as, yaml_dumper, yaml_loader
 from ..model.config import ModelConfig
 from ..objectives.config import ObjectiveConfig
 from .devset import (  # noqa: F401 - re-exported
@@ -386,21 +386,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping of sections in a YAML config file (one-line errors for a missing or bad file)."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"config file not found: {p}")
-    raw = p.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{p}:{line}: not UTF-8 text (byte {raw[err.start : err.start + 1]!r} at offset "
-            f"{err.start}); save the config as UTF-8"
-        ) from None
-    try:
-        data = parse_yaml(text, p) or {}
-    except DataFormatError as err:
-        raise ConfigError(str(err)) from None
+    with reraise_as(ConfigError):  # the readers' words for a folder, bad UTF-8, a .gz, bad YAML
+        data = parse_yaml(read_text(p, what="config file"), p) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections")
     return data

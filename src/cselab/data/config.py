@@ -62,7 +62,8 @@ class DataConfig:
             offline demo, :func:`cselab.pairs.sick_triplets`).
         columns: the anchor, positive and hard-negative columns of a pairs file.
         encoding_errors: ``strict`` (invalid UTF-8 is an error naming file and line) or
-            ``replace`` (bad bytes become U+FFFD).
+            ``replace`` (bad bytes become U+FFFD), for a sentence corpus; a pairs table is
+            always read strictly, as evaluation and mining read it.
         cache_dir: where tokenised corpora are cached (default: user cache); a
             ``data/wiki1m_for_simcse.txt`` there (from earlier versions) is used for ``wiki1m``.
         prompts: text put before each sentence of a column when it is tokenised (the token

@@ -79,9 +79,9 @@ class SentenceStream:
 
     def stats(self) -> CorpusStats:
         if not self.sentences:
-            raise CorpusError(
-                f"{self.path}: no sentences (the file has {self.lines} lines, all blank)"
-            )
+            n = self.lines
+            found = f"has {n} line{'s' * (n != 1)}, all blank" if n else "is empty"
+            raise CorpusError(f"{self.path}: no sentences (the file {found})")
         return CorpusStats(str(self.path), self.lines, self.sentences, self.blank, self.replaced)
 
 

@@ -9,7 +9,9 @@ feed inside a line does not split it and line numbers are those editors and ``se
 trailing ``"\\r"`` are dropped (CRLF files); a byte-order mark at the start of line 1 is dropped.
 Blank (whitespace-only) lines are skipped and counted, unless the caller keeps them. Invalid UTF-8
 is an error naming the file, the line and the byte, unless ``errors="replace"`` (U+FFFD, and the
-line is counted). The file is read in one streaming pass that can feed a hasher and a progress bar.
+line is counted). A compressed file (gzip, bzip2, xz, zstd, zip, known by its first bytes) is
+refused as such, whatever its ending (``pairs.tsv.gz`` too). The file is read in one streaming
+pass that can feed a hasher and a progress bar.
 
 **TSV** (``.tsv``, ``.tab``). The plain-line rule, then the fields are what lies between tabs:
 no quoting at all, so a field may begin or end with a quote mark and keeps it (SentEval's files
@@ -21,8 +23,9 @@ starts on. A quote never closed (the file ends inside the field) or text after a
 is refused, naming the line the quoted field opens on.
 
 For both, line 1 is a header naming the columns (names stripped of surrounding spaces); a name
-given twice is refused (naming it), a row with more fields than the header is refused, a row with
-fewer lacks the last columns, and blank rows are skipped.
+given twice is refused (naming it; an empty name, as a spreadsheet's trailing separators leave,
+names no column), a row with more fields than the header is refused, a row with fewer lacks the
+last columns, and blank rows are skipped.
 
 **JSONL** (``.jsonl``). The plain-line rule; every non-blank line is one JSON object; a key given
 twice in one object is refused; the first object's keys stand for the header.

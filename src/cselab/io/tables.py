@@ -32,6 +32,15 @@ UTF8_HINT = "save the file as UTF-8"
 #: Lines between two progress updates (a tqdm update per line would cost more than decoding).
 _PROGRESS_EVERY = 4096
 _ABSENT = object()
+#: The longest CSV field read: the most a C long holds everywhere (csv refuses a larger limit).
+_CSV_FIELD_LIMIT = 2**31 - 1
+#: The first bytes of a compressed file (``.gz``, ``.xz``, ``.zst``, ``.zip``, ``.bz2``), which
+#: every reader refuses by name: read as text it would be invalid UTF-8 at its first bytes (or,
+#: with ``errors="replace"``, nonsense), and a table ending in ``.gz`` an unknown format.
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"), (b"BZh", "bzip2"),
+)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -51,6 +60,16 @@ def _utf8_error(column: int, byte: int, hint: str) -> str:
     return f"invalid UTF-8 at byte {column} of the line (0x{byte:02x}); {hint}"
 
 
+def _check_compressed(path: Path, head: bytes) -> None:
+    """Refuse a file whose first bytes ``head`` are a compressed file's (:data:`_COMPRESSED`)."""
+    for magic, kind in _COMPRESSED:
+        # bzip2's "BZh" is followed by the block size (1-9) and the digits of pi in BCD
+        if head.startswith(magic) and (kind != "bzip2" or head[4:10] == b"1AY&SY"):
+            raise DataFormatError(
+                path, None, f"a {kind}-compressed file, not text; decompress it first"
+            )
+
+
 def _check_file(path: Path, what: str) -> None:
     if path.is_dir():
         raise DataFormatError(path, None, f"{what} is a folder, not a text file")
@@ -67,6 +86,7 @@ def read_text(path: str | os.PathLike[str], encoding: str = "utf-8", what: str =
         data = p.read_bytes()
     except OSError as err:
         raise DataFormatError(p, None, f"cannot be read ({err.strerror or err})") from None
+    _check_compressed(p, data[:10])
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as err:
@@ -144,6 +164,8 @@ class Lines:
         pending = 0
         for lineno, raw in enumerate(fh, start=1):
             self.lines = lineno
+            if lineno == 1:
+                _check_compressed(self.path, raw[:10])
             if self.hasher is not None:
                 self.hasher.update(raw)
             if self.progress is not None:
@@ -305,6 +327,8 @@ class Table:
 def _check_names(path: Path, line: int | None, names: Sequence[str], what: str) -> None:
     seen: set[str] = set()
     for name in names:
+        if not name:  # an unnamed column (a spreadsheet's trailing separators): never asked for
+            continue
         if name in seen:
             raise DataFormatError(
                 path, line, f"column '{name}' appears twice in the {what}; names must be unique"
@@ -332,6 +356,8 @@ def open_table(path: str | os.PathLike[str], *, prefer_split: str | None = None)
         return _jsonl_table(p)
     if suffix in PARQUET_SUFFIXES:
         return _parquet_table(p)
+    with contextlib.suppress(OSError), p.open("rb") as fh:  # e.g. "pairs.tsv.gz"
+        _check_compressed(p, fh.read(10))
     raise DataFormatError(
         p,
         None,
@@ -388,7 +414,9 @@ def _csv_records(path: Path, lines: Lines) -> Iterator[tuple[int, list[str]]]:
     # lets a quoted field span lines. line_num counts the strings read: the record's last line,
     # so a record starts on the line after the previous one's last. Strict: a file that ends
     # inside a quoted field (an unclosed quote) is an error, not one field holding the rest of
-    # the file, and so is text after a closing quote.
+    # the file, and so is text after a closing quote. A field may be as long as a TSV or JSONL
+    # line (csv's own limit, 131,072 characters, would make a long text an error).
+    csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
     reader = csv.reader((text + "\n" for _, text in lines), strict=True)
     end = 0
     while True:

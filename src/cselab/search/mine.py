@@ -296,7 +296,8 @@ def mine_hard_negatives(
 
     Raises:
         ConfigError: a setting out of range (one line naming it).
-        CorpusError: the pairs file is missing, lacks a column or has a bad row.
+        CorpusError: the pairs file is missing, lacks a column or has a bad row; the corpus
+            file is missing or has no non-blank line.
         WriteError: the output cannot be written (the previous file is kept).
     """
     settings = settings if settings is not None else MineSettings()
@@ -322,6 +323,8 @@ def mine_hard_negatives(
         with reraise_as(CorpusError):
             for _, text in Lines(Path(corpus), what="corpus file"):
                 rows.setdefault(text, len(rows))
+        if not rows:  # nothing to add: a wrong file, refused as index build refuses it
+            raise CorpusError(f"{corpus}: corpus file has no non-blank line")
     positives: dict[int, int | list[int]] = {}
     report = MineReport(header=settings.header())
     bar = _bar(show_progress, desc="read pairs", unit="pair")
