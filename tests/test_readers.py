@@ -262,15 +262,6 @@ def test_a_csv_quote_closed_lines_later_is_named_where_it_opens(tmp_path: Path) 
     )
 
 
-@pytest.mark.parametrize("name", ["long.csv", "long.tsv", "long.jsonl"])
-def test_a_long_field_is_read_in_every_format(tmp_path: Path, name: str) -> None:
-    """A field of 200,000 characters (a long document) is text in every format: csv's own
-    limit of 131,072 made it "malformed CSV" while the same row as TSV or JSONL was read."""
-    long = "word " * 40_000
-    path = write_rows(tmp_path / name, [(long, "short", 1.0), *ROWS])
-    assert read_pairs(path, STS_PAIR).anchors[0] == long
-
-
 @pytest.mark.parametrize("sep", [",", "\t"])
 def test_unnamed_columns_of_trailing_separators_are_no_names_given_twice(
     tmp_path: Path, sep: str

@@ -208,6 +208,8 @@ def test_evaluate_output_path_is_checked_before_the_run(
          "invalid UTF-8 at byte 3 of the line (0xe9); save the file as UTF-8"),
         ("p.jsonl", b'{"anchor": "a", "positive": "b"}\n{"anchor": "caf\xe9", "positive": "e"}\n', 2,
          "invalid UTF-8 at byte 15 of the line (0xe9); save the file as UTF-8"),
+        ("p.csv", b"anchor,positive\na,b\n" + b"x" * 200_000 + b",y\n", 3,
+         "malformed CSV (field larger than field limit (131072))"),
     ],
 )  # fmt: skip
 def test_malformed_pairs_file_is_one_line_naming_file_and_line(

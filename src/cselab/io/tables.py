@@ -32,8 +32,6 @@ UTF8_HINT = "save the file as UTF-8"
 #: Lines between two progress updates (a tqdm update per line would cost more than decoding).
 _PROGRESS_EVERY = 4096
 _ABSENT = object()
-#: The longest CSV field read: the most a C long holds everywhere (csv refuses a larger limit).
-_CSV_FIELD_LIMIT = 2**31 - 1
 #: The first bytes of a compressed file (``.gz``, ``.xz``, ``.zst``, ``.zip``, ``.bz2``), which
 #: every reader refuses by name: read as text it would be invalid UTF-8 at its first bytes (or,
 #: with ``errors="replace"``, nonsense), and a table ending in ``.gz`` an unknown format.
@@ -414,9 +412,7 @@ def _csv_records(path: Path, lines: Lines) -> Iterator[tuple[int, list[str]]]:
     # lets a quoted field span lines. line_num counts the strings read: the record's last line,
     # so a record starts on the line after the previous one's last. Strict: a file that ends
     # inside a quoted field (an unclosed quote) is an error, not one field holding the rest of
-    # the file, and so is text after a closing quote. A field may be as long as a TSV or JSONL
-    # line (csv's own limit, 131,072 characters, would make a long text an error).
-    csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
+    # the file, and so is text after a closing quote.
     reader = csv.reader((text + "\n" for _, text in lines), strict=True)
     end = 0
     while True:
