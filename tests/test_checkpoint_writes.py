@@ -448,3 +448,27 @@ def test_every_file_of_a_run_has_the_mode_the_umask_gives(
     assert {p.name for p in weights} >= {"model.safetensors", RunFolder.CHECKPOINT_FILE}
     modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files}
     assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
+
+
+def test_a_save_changes_the_mode_of_its_own_weights_only(tiny_bert: Path, tmp_path: Path) -> None:
+    """Saving into a folder that holds other files leaves their modes alone: a private model in
+    a subfolder, and the target of a linked weights file (e.g. in the Hub cache)."""
+    import cselab
+
+    out = tmp_path / "models"
+    (out / "private_model").mkdir(parents=True)
+    private = out / "private_model" / "model.safetensors"
+    private.write_bytes(b"x")
+    private.chmod(0o600)
+    elsewhere = tmp_path / "cache.safetensors"
+    elsewhere.write_bytes(b"y")
+    elsewhere.chmod(0o600)
+    (out / "linked.safetensors").symlink_to(elsewhere)
+    old = os.umask(0o022)
+    try:
+        cselab.load(tiny_bert).save(out)
+    finally:
+        os.umask(old)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o644
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert elsewhere.stat().st_mode & 0o777 == 0o600

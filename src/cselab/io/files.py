@@ -165,16 +165,17 @@ def umask_mode() -> int | None:
 
 def give_umask_mode(paths: Iterable[str | os.PathLike[str]]) -> None:
     """Give ``paths`` the mode ``open()`` gives a new file (:func:`umask_mode`). safetensors 0.8
-    writes every file through a temporary file created ``0600`` whatever the umask (its issue
-    782), so a saved model was readable by its writer only: not by a teammate sharing the
-    folder, nor by a container running as another user. Left as it is where the mode is not
-    known or cannot be changed (a file owned by someone else)."""
+    writes every file through a temporary file created ``0600`` whatever the umask (a known
+    safetensors behaviour), so a saved model was readable by its writer only: not by a teammate
+    sharing the folder, nor by a container running as another user. A symbolic link is left
+    alone (its target may be anyone's, e.g. a file of the Hub cache), and so is a file whose
+    mode is not known or cannot be changed (one owned by someone else)."""
     mode = umask_mode()
     if mode is None:
         return
     for path in paths:
         with contextlib.suppress(OSError):
-            if os.stat(path).st_mode & 0o777 != mode:
+            if not os.path.islink(path) and os.stat(path).st_mode & 0o777 != mode:
                 os.chmod(path, mode)
 
 

@@ -340,8 +340,10 @@ def write_model_folder(
         out / PROMPTS_FILE,
         {"prompts": dict(named), "default_prompt_name": default},
     )
-    # the weights' files readable as the folder's other files are (safetensors writes them 0600)
-    give_umask_mode(out.rglob("*.safetensors"))
+    # the weights' files this save wrote (the backbone's or adapters', the head's, a Dense
+    # module's), readable as the folder's other files are: safetensors writes them 0600
+    folders = [out, *(out / m["path"] for m in modules if m.get("path"))]
+    give_umask_mode(p for folder in folders for p in folder.glob("*.safetensors"))
 
 
 def _write_pooling_modules(out: Path, backbone: nn.Module, pooler: Pooler) -> list[dict[str, Any]]:
