@@ -63,6 +63,11 @@ def _check_compressed(path: Path, head: bytes) -> None:
     for magic, kind in _COMPRESSED:
         # bzip2's "BZh" is followed by the block size (1-9) and the digits of pi in BCD
         if head.startswith(magic) and (kind != "bzip2" or head[4:10] == b"1AY&SY"):
+            if kind == "zip":  # a spreadsheet or a document is one: unzipping gives XML
+                raise DataFormatError(
+                    path, None, "a zip archive, not text (an .xlsx, .ods or .docx file is one); "
+                    "save it as .csv, .tsv or plain text, or unzip the text file it holds",
+                )  # fmt: skip
             raise DataFormatError(
                 path, None, f"a {kind}-compressed file, not text; decompress it first"
             )
