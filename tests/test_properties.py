@@ -124,7 +124,9 @@ def test_corpus_reader_on_any_bytes(tmp_path: Path, data: bytes, errors: str) ->
     except CorpusError as err:
         assert str(err).startswith(str(path))
         if errors == "replace":  # with replacement the refusals: an empty or compressed corpus
-            assert "no sentences" in str(err) or "-compressed file, not text" in str(err)
+            said = str(err).removeprefix(f"{path}: ")
+            compressed = "-compressed file, not text" in said or said.startswith("a zip archive")
+            assert "no sentences" in said or compressed
         return
     assert stats.sentences == len(sentences) >= 1
     assert stats.sentences + stats.blank_lines == stats.lines
