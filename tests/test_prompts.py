@@ -346,6 +346,8 @@ def test_cli_encode_with_a_prompt_name(bert64: Path, tmp_path: Path) -> None:
         (["--data.prompts={anchor: 3}"], "data.prompts.anchor: expected a string, got 3"),
         (["--data.prompts={text: 'q: '}"], "data.prompts.text: no such column in pairs data"),
         (["--model.prompts={query: [1]}"], "model.prompts.query: expected a string"),
+        # a name that would not read as itself on one line is quoted (it broke the line)
+        (['--model.prompts={"a\\nb": null}'], "model.prompts['a\\nb']: expected a string"),
         (["--model.prompts={query: 'q: '}", "--model.default_prompt_name=doc"],
          "model.default_prompt_name='doc' is not one of model.prompts (query)"),
         (["--model.pool_prompt=false", "--model.pooler=cls"],

@@ -48,12 +48,13 @@ def check_prompts(
     names = None if allowed is None else list(allowed)
     out: dict[str, str] = {}
     for name, text in value.items():
+        # a name is the user's text: one that would not read as itself on one line is quoted
+        plain = isinstance(name, str) and name.isprintable() and name.strip() == name != ""
+        named = f"{key}.{name}" if plain else f"{key}[{name!r}]"
         if names is not None and name not in names:
-            raise ConfigError(
-                f"{key}.{name}: no such column{hint or ''} (valid: {', '.join(names)})"
-            )
+            raise ConfigError(f"{named}: no such column{hint or ''} (valid: {', '.join(names)})")
         if not isinstance(text, str):
-            raise ConfigError(f"{key}.{name}: expected a string, got {text!r}")
+            raise ConfigError(f"{named}: expected a string, got {text!r}")
         out[str(name)] = text
     return out
 
