@@ -96,8 +96,6 @@ def test_index_settings_refuse_a_count_that_is_no_whole_number(field: str, value
         (lambda: cselab.Config(model=cselab.ModelConfig(pooler="maxx")), "model.pooler"),
         # a TypeError of '>' between str and int
         (lambda: cselab.Config(train=cselab.TrainConfig(lr="fast")), "train.lr"),
-        # passed validate(), then save_config failed in yaml ("cannot represent an object")
-        (lambda: cselab.Config(train=cselab.TrainConfig(output_dir=Path("runs/a"))), "output_dir"),
         # an AttributeError of dict
         (lambda: cselab.Config(train={"max_steps": 5}), "TrainConfig"),
     ],
@@ -139,3 +137,22 @@ def test_train_takes_the_sections_as_a_mapping_and_names_a_wrong_type(tmp_path: 
         cselab.train({"train": {"max_stepz": 3}})
     with pytest.raises(ConfigError, match="a mapping of sections, not int"):
         cselab.train(3)
+
+
+def test_a_config_built_in_python_keeps_paths_and_numpy_numbers_as_the_loader_does(
+    tmp_path: Path,
+) -> None:
+    # a Path or a numpy number passed validate(), then save_config failed in yaml ("cannot
+    # represent an object"); a Path is what Python code has at hand
+    from cselab.config import save_config
+
+    config = cselab.Config(
+        train=cselab.TrainConfig(output_dir=tmp_path / "run", batch_size=np.int64(16)),
+        objective=cselab.ObjectiveConfig(temperature=np.float64(0.1)),
+    ).validate()
+    assert config.train.output_dir == str(tmp_path / "run")
+    assert type(config.train.batch_size) is int and type(config.objective.temperature) is float
+    save_config(config, tmp_path / "c.yaml")
+    assert cselab.load_config(tmp_path / "c.yaml") == config
+    with pytest.raises(ConfigError, match=r"train.batch_size: expected an integer, got np.float32\(2.5\)"):
+        cselab.Config(train=cselab.TrainConfig(batch_size=np.float32(2.5))).validate()

@@ -217,7 +217,9 @@ class Config:
 
     def validate(self) -> Config:
         """Check value ranges; raises :class:`ConfigError` naming the key. A config built in
-        Python has its kinds and choices checked as a file's are (it skipped the loader)."""
+        Python has its kinds and choices checked as a file's are (it skipped the loader), and
+        keeps its values as the loader gives them: a ``Path`` as text, a numpy number as
+        Python's (so it is saved as YAML, and compares equal to the file's)."""
         for f in fields(self):
             kind, section = type(f.default_factory()), getattr(self, f.name)  # type: ignore[misc]
             if not isinstance(section, kind):
@@ -225,7 +227,9 @@ class Config:
                     f"{f.name}: expected a {kind.__name__}, got {section!r}; pass "
                     f"{kind.__name__}(...) or read the config with load_config"
                 )
-        check_kinds(self, "")
+        loaded = check_kinds(self, "")
+        for f in fields(self):
+            setattr(self, f.name, getattr(loaded, f.name))
         t, m = self.train, self.model
         checks = [
             (t.batch_size >= 2, "train.batch_size must be >= 2 (in-batch negatives need a pair)"),

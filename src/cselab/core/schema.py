@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
 import types
 import typing
 from typing import Any, Literal
@@ -36,9 +38,10 @@ def finite(x: object) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def check_kinds(section: Any, prefix: str) -> None:
-    """Re-run the loader's kind checks on a section built in Python (it skipped the loader)."""
-    from_dict(type(section), dataclasses.asdict(section), prefix=prefix)
+def check_kinds(section: Any, prefix: str) -> Any:
+    """Re-run the loader's kind checks on a section built in Python (it skipped the loader);
+    returns the section as the loader builds it (a path as text, a numpy number as Python's)."""
+    return from_dict(type(section), dataclasses.asdict(section), prefix=prefix)
 
 
 def _type_name(tp: Any) -> str:
@@ -112,19 +115,24 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
+    # A config built in Python may hold what Python code has at hand: a numpy number, a Path.
+    # They are taken as the loader's kinds, so the config saves as YAML and compares equal.
+    if tp is int and not isinstance(value, bool):
+        if isinstance(value, numbers.Integral):
             return int(value)
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            return int(value)
+    if tp is int:
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, os.PathLike) and isinstance(os.fspath(value), str):
+            return os.fspath(value)
         raise ConfigError(f"{key}: expected a string, got {value!r}{_quote_hint(tp, value)}")
     return value
 
