@@ -154,5 +154,23 @@ def test_a_config_built_in_python_keeps_paths_and_numpy_numbers_as_the_loader_do
     assert type(config.train.batch_size) is int and type(config.objective.temperature) is float
     save_config(config, tmp_path / "c.yaml")
     assert cselab.load_config(tmp_path / "c.yaml") == config
-    with pytest.raises(ConfigError, match=r"train.batch_size: expected an integer, got np.float32\(2.5\)"):
+    with pytest.raises(
+        ConfigError, match=r"train.batch_size: expected an integer, got np.float32\(2.5\)"
+    ):
         cselab.Config(train=cselab.TrainConfig(batch_size=np.float32(2.5))).validate()
+
+
+def test_a_yaml_name_that_is_no_file_reads_the_preset_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # as the command line takes it, but a name ending in .yaml is often meant as a file
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO, logger="cselab"):
+        config = cselab.load_config("simcse-bert-base.yaml")
+    assert config == cselab.load_config("simcse-bert-base")
+    said = [r.getMessage() for r in caplog.records if "no such file here" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("simcse-bert-base.yaml: no such file here")
+    with pytest.raises(ConfigError, match=r"^no config file named \(the name is empty\)$"):
+        cselab.load_config("")

@@ -56,13 +56,14 @@ def test_config_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_a_config_path_that_is_not_a_yaml_file_says_what_it_is(
     tmp_path: Path, capsys: pytest.CaptureFixture, command: str, case: str
 ) -> None:
-    """A folder is not 'not found'; a compressed file is not 'not UTF-8' (the readers' words)."""
+    """A folder is not 'not found'; a compressed file is not 'not UTF-8' (the readers' words);
+    a sweep's file is named as one."""
     import gzip
 
     config = tmp_path / "c.yaml"
     if case == "folder":
         config.mkdir()
-        problem = "config file is a folder, not a text file"
+        problem = f"{command.replace('train', 'config')} file is a folder, not a text file"
     else:
         config.write_bytes(gzip.compress(b"train:\n  lr: 1.0e-5\n"))
         problem = "a gzip-compressed file, not text; decompress it first"

@@ -9,6 +9,7 @@ outside the folder; a path to a YAML file is taken as it is.
 
 from __future__ import annotations
 
+import logging
 import os
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,8 @@ from ..io.readers import _check_file, reraise_as
 PRESETS_ENV = "CSELAB_CONFIGS"
 #: The subfolder of a presets folder holding the sweep files (``cselab sweep NAME``).
 SWEEPS = "sweeps"
+
+log = logging.getLogger("cselab")
 
 
 def packaged_presets() -> Path:
@@ -48,11 +51,22 @@ def preset_names(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def find_preset(name: str, folder: Path | None = None, what: str = "preset or config file") -> Path:
+def find_preset(
+    name: str,
+    folder: Path | None = None,
+    what: str = "preset or config file",
+    file: str = "config file",
+) -> Path:
     """A YAML file given as a path, or a preset named in ``folder`` (default: :func:`presets_dir`).
 
-    Raises :class:`ConfigError` listing the presets when ``name`` is neither.
+    A name with a ``.yaml`` ending that is no file here is the preset of that name, as the
+    command line takes it; which file was read is logged.
+
+    Raises :class:`ConfigError` listing the presets when ``name`` is neither (``what`` says
+    what it may be, ``file`` what a path names).
     """
+    if not name.strip():  # "" would be the working directory
+        raise ConfigError(f"no {file} named (the name is empty)")
     path = Path(name).expanduser()
     if path.is_file():
         return path
@@ -63,28 +77,29 @@ def find_preset(name: str, folder: Path | None = None, what: str = "preset or co
         sep in stem for sep in ("/", "\\", os.sep, os.altsep or "/")
     )
     if is_name and (folder / f"{stem}.yaml").is_file():
+        if stem != name:  # meant as a file, perhaps: say which one is read
+            log.info("%s: no such file here; reading the preset %s", name, folder / f"{stem}.yaml")
         return folder / f"{stem}.yaml"
     if path.is_dir():  # the readers' words, not "not found"
         with reraise_as(ConfigError):
-            _check_file(path, "config file")
+            _check_file(path, file)
     names = preset_names(folder)
     listed = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
     if not is_name:
         base = Path(stem.replace("\\", "/")).name
         if base and (folder / f"{base}.yaml").is_file():  # e.g. the old configs/NAME.yaml
             raise ConfigError(
-                f"config file not found: {name} (a preset is named without its folder: {base})"
+                f"{file} not found: {name} (a preset is named without its folder: {base})"
             )
         raise ConfigError(
-            f"config file not found: {name} (and a preset is a name without a path separator; "
-            f"{listed})"
+            f"{file} not found: {name} (and a preset is a name without a path separator; {listed})"
         )
     if stem != name:  # a file name: read as a config file would be
-        raise ConfigError(f"config file not found: {name}")
+        raise ConfigError(f"{file} not found: {name}")
     raise ConfigError(f"unknown {what} {name!r} ({listed})")
 
 
 def find_sweep(name: str, folder: Path | None = None) -> Path:
     """A sweep YAML file given as a path, or a sweep preset named in ``folder/sweeps``."""
     folder = presets_dir() if folder is None else folder
-    return find_preset(name, folder / SWEEPS, what="sweep file or preset")
+    return find_preset(name, folder / SWEEPS, what="sweep file or preset", file="sweep file")
