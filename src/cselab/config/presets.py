@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.errors import ConfigError, ConfigSettingError
-from ..io.readers import _check_file, reraise_as
+from ..io.readers import check_file, reraise_as
 
 #: The environment variable naming a folder of one's own presets (``--presets DIR`` wins).
 PRESETS_ENV = "CSELAB_CONFIGS"
@@ -82,7 +82,7 @@ def find_preset(
         return folder / f"{stem}.yaml"
     if path.is_dir():  # the readers' words, not "not found"
         with reraise_as(ConfigError):
-            _check_file(path, file)
+            check_file(path, file)
     names = preset_names(folder)
     listed = f"presets in {folder}: {', '.join(names)}" if names else f"no presets in {folder}"
     if not is_name:

@@ -73,7 +73,9 @@ def _check_compressed(path: Path, head: bytes) -> None:
             )
 
 
-def _check_file(path: Path, what: str) -> None:
+def check_file(path: Path, what: str) -> None:
+    """Refuse ``path`` unless it is a file, in the readers' words (``what`` names it: "corpus
+    file"): a folder is not "not found"."""
     if path.is_dir():
         raise DataFormatError(path, None, f"{what} is a folder, not a text file")
     if not path.is_file():
@@ -84,7 +86,7 @@ def read_text(path: str | os.PathLike[str], encoding: str = "utf-8", what: str =
     """The whole text of ``path`` (``utf-8``, ``utf-8-sig`` or ``latin-1``); invalid UTF-8 is
     the same error as for :class:`Lines`, naming the line and the byte."""
     p = Path(path)
-    _check_file(p, what)
+    check_file(p, what)
     try:
         data = p.read_bytes()
     except OSError as err:
@@ -147,7 +149,7 @@ class Lines:
         self.stream = None if isinstance(source, (str, os.PathLike)) else source
         self.path = Path(name) if self.stream is not None else Path(source)  # type: ignore[arg-type]
         if self.stream is None:
-            _check_file(self.path, what)
+            check_file(self.path, what)
         self.errors, self.keep_blank = errors, keep_blank
         self.hasher, self.progress, self.hint = hasher, progress, hint
         self.lines = self.blank = self.replaced = 0

@@ -55,7 +55,7 @@ from ..io.files import (  # the corpus digest is training's
     file_digest,
     write_json_atomic,
 )
-from ..io.readers import _check_file, reraise_as
+from ..io.readers import check_file, reraise_as
 from ..io.runfolder import RunFolder
 from ..model.similarity import (  # exact_topk: the one exact search
     check_prefix,
@@ -208,7 +208,7 @@ class Index:
         out = Path(path)
         corpus = Path(corpus)
         with reraise_as(SearchIndexError):  # missing or a folder: before the model loads
-            _check_file(corpus, "corpus file")
+            check_file(corpus, "corpus file")
         if out.exists() and not out.is_dir():  # before the model loads
             raise SearchIndexError(
                 f"{out}: exists and is not a folder (an index is a folder); choose another output"
