@@ -174,3 +174,22 @@ def test_a_yaml_name_that_is_no_file_reads_the_preset_and_says_so(
     assert len(said) == 1 and said[0].startswith("simcse-bert-base.yaml: no such file here")
     with pytest.raises(ConfigError, match=r"^no config file named \(the name is empty\)$"):
         cselab.load_config("")
+
+
+def test_encode_takes_any_iterable_of_text_and_names_an_item_that_is_not(encoder) -> None:
+    # a generator was "object has no len()"; None or a list holding a number failed deep in
+    # the tokenizer
+    want = encoder.encode(["a cat", "a dog"])
+    np.testing.assert_array_equal(encoder.encode(s for s in ["a cat", "a dog"]), want)
+    np.testing.assert_array_equal(encoder.encode(np.array(["a cat", "a dog"])), want)
+    with pytest.raises(TypeError, match=r"^encode\(\) takes a list of sentences, not NoneType$"):
+        encoder.encode(None)
+    with pytest.raises(TypeError, match=r"item 1 is int$"):
+        encoder.encode(["a cat", 2])
+
+
+def test_evaluate_takes_one_matryoshka_dimension_as_a_number(encoder, sts_file: Path) -> None:
+    # "int is not iterable"
+    one = cselab.evaluate(encoder, None, sts_files=sts_file, dims=8)
+    assert one["dims"].keys() == {"8"}
+    assert one["dims"] == cselab.evaluate(encoder, None, sts_files=sts_file, dims=[8])["dims"]

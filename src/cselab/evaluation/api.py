@@ -192,6 +192,8 @@ def evaluate(
         )
     if isinstance(sts_files, str | os.PathLike | ScoredPairs):  # one file, not its characters
         sts_files = [sts_files]
+    if isinstance(dims, int):  # one dimension, as one file above ("int is not iterable")
+        dims = [dims]
     given = [] if tasks is None or isinstance(tasks, str) else list(tasks)
     objects = [t for t in given if isinstance(t, EvalTask)]
     named = [n for t in given if isinstance(t, str) for n in t.split(",")]  # "sts,MR" too

@@ -12,7 +12,7 @@ this module needs nothing from the model's own module.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,15 @@ def encode_sentences(
     every sentence (its tokens left out of the pooling where the pooler says so)."""
     if isinstance(sentences, str):
         raise TypeError("encode() takes a list of sentences, not a single string")
+    if not isinstance(sentences, Sequence):  # a generator, a set: read once, in its order
+        if not isinstance(sentences, Iterable):
+            raise TypeError(f"encode() takes a list of sentences, not {type(sentences).__name__}")
+        sentences = list(sentences)
+    wrong = next((i for i, s in enumerate(sentences) if not isinstance(s, str)), None)
+    if wrong is not None:  # "object has no len()" deep in the tokenizer before
+        raise TypeError(
+            f"encode() takes sentences as text: item {wrong} is {type(sentences[wrong]).__name__}"
+        )
     batch_size = check_count("batch_size", batch_size)
     if max_seq_len is not None:  # 0 was the default length without a word, -1 the tokenizer's error
         max_seq_len = check_count("max_seq_len", max_seq_len)
