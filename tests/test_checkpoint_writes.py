@@ -450,11 +450,23 @@ def test_every_file_of_a_run_has_the_mode_the_umask_gives(
     assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
 
 
-def test_a_save_changes_the_mode_of_its_own_weights_only(tiny_bert: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["bert", "modernbert", "llama-lora"])
+def test_a_save_changes_the_mode_of_its_own_weights_only(
+    tiny_bert: Path, tmp_path: Path, family: str
+) -> None:
     """Saving into a folder that holds other files leaves their modes alone: a private model in
-    a subfolder, and the target of a linked weights file (e.g. in the Hub cache)."""
-    import cselab
+    a subfolder, and the target of a linked weights file (e.g. in the Hub cache). The weights
+    the save wrote, a decoder's LoRA adapters too, get the umask's mode."""
+    from backbone_models import make_tiny
+    from cselab.model.encoder import SentenceEncoder
 
+    if family == "bert":
+        model = SentenceEncoder.from_pretrained(str(tiny_bert))
+    elif family == "modernbert":
+        model = SentenceEncoder.from_pretrained(str(make_tiny(family, tmp_path / "mb")))
+    else:
+        folder = make_tiny("llama", tmp_path / "llama")
+        model = SentenceEncoder.from_pretrained(str(folder), pooler="avg", lora={"r": 2})
     out = tmp_path / "models"
     (out / "private_model").mkdir(parents=True)
     private = out / "private_model" / "model.safetensors"
@@ -466,9 +478,12 @@ def test_a_save_changes_the_mode_of_its_own_weights_only(tiny_bert: Path, tmp_pa
     (out / "linked.safetensors").symlink_to(elsewhere)
     old = os.umask(0o022)
     try:
-        cselab.load(tiny_bert).save(out)
+        model.save(out)
     finally:
         os.umask(old)
-    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o644
+    weights = {p.name for p in out.glob("*.safetensors") if not p.is_symlink()}
+    own = "adapter_model.safetensors" if family == "llama-lora" else "model.safetensors"
+    assert own in weights  # and the [CLS] head's file where the pooler has one
+    assert {(out / w).stat().st_mode & 0o777 for w in weights} == {0o644}
     assert private.stat().st_mode & 0o777 == 0o600
     assert elsewhere.stat().st_mode & 0o777 == 0o600

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cselab.config.devset import DEV_COLUMNS
 from cselab.evaluation import custom
 from cselab.evaluation.datasets import DataFormatError, MissingDataError, load_stsb
 from cselab.evaluation.sts import stsb_dev_spearman
@@ -74,7 +75,7 @@ def test_file_score_is_cosine_correlation_and_equals_stsb_dev(
     path = write(
         tmp_path / "stsb_dev.tsv",
         list(zip(stsb.sent1, stsb.sent2, stsb.scores.tolist(), strict=True)),
-        custom.DEFAULT_COLUMNS,
+        DEV_COLUMNS,
     )
     spearman = custom.dev_evaluator(str(path), "spearman")
     assert spearman.name == "dev_spearman"
@@ -202,8 +203,8 @@ def test_evaluate_scores_sts_files_with_table_and_json(
     from cselab import load
     from cselab.cli import main
 
-    f = write(tmp_path / "domain.tsv", PAIRS, custom.DEFAULT_COLUMNS)
-    g = write(tmp_path / "other.jsonl", PAIRS[::-1], custom.DEFAULT_COLUMNS)
+    f = write(tmp_path / "domain.tsv", PAIRS, DEV_COLUMNS)
+    g = write(tmp_path / "other.jsonl", PAIRS[::-1], DEV_COLUMNS)
     out = tmp_path / "res.json"
     assert main(["evaluate", str(tiny_bert), "--sts-file", str(f), "--sts-file", str(g),
                  "-o", str(out)]) == 0  # fmt: skip
@@ -284,7 +285,7 @@ def test_the_dev_set_is_tokenised_once_and_scores_as_before(
     encoder = load(str(tiny_bert))
     tokenize, calls = encoder.tokenize, []
     encoder.tokenize = lambda *a, **k: calls.append(1) or tokenize(*a, **k)  # type: ignore[method-assign]
-    path = write(tmp_path / "dev.tsv", PAIRS, custom.DEFAULT_COLUMNS)
+    path = write(tmp_path / "dev.tsv", PAIRS, DEV_COLUMNS)
     pairs = custom.read_sts_file(path)
     scorer = custom.PairsScorer(pairs, "spearman", batch_size=4)  # 12 sentences: 3 batches
     first = scorer(encoder)
@@ -417,7 +418,7 @@ def test_dev_columns_the_evaluation_refuses_are_refused_when_the_config_is_read(
     from cselab.config import Config, EvalConfig
     from cselab.core.errors import ConfigError
 
-    path = write(tmp_path / "dev.tsv", PAIRS, custom.DEFAULT_COLUMNS)
+    path = write(tmp_path / "dev.tsv", PAIRS, DEV_COLUMNS)
     with pytest.raises(ConfigError, match="three distinct names"):
         custom.read_sts_file(path, columns)
     with pytest.raises(ConfigError, match=r"^eval\.dev_columns must be three distinct names"):

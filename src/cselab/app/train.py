@@ -27,7 +27,6 @@ cell (in-process or ``cselab train`` subprocesses) come through here.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import os
@@ -43,7 +42,6 @@ from ..config.plan import RunPlan
 from ..core.datakind import DataKind
 from ..core.errors import ConfigError
 from ..core.prompts import default_prompt_from_data, model_prompts_from_data
-from ..core.schema import from_dict
 from ..data.cache import cache_lock
 from ..data.order import BatchOrder, shard_bounds
 from ..data.pairs import TokenizedPairs, evaluation_notes, source_digest
@@ -413,7 +411,7 @@ def as_config(config: Config | str | os.PathLike[str] | Mapping[str, Any]) -> Co
     if isinstance(config, str | os.PathLike):
         return load_config(config)
     if isinstance(config, Mapping):
-        return from_dict(Config, copy.deepcopy(dict(config))).validate()
+        return Config.from_sections(config)
     raise ConfigError(
         "config must be a Config, a YAML path, a preset's name or a mapping of sections, "
         f"not {type(config).__name__}"

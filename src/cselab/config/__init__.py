@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -215,6 +216,12 @@ class Config:
             return steps
         return 0 if self.objective.mntp.enabled else EVAL_STEPS
 
+    @classmethod
+    def from_sections(cls, data: Mapping[str, Any]) -> Config:
+        """The checked config of ``data``, its sections as a YAML file holds them
+        (``{"train": {"lr": 3e-5}}``; a wrong key or value is named; ``data`` is not changed)."""
+        return from_dict(cls, copy.deepcopy(dict(data))).validate()
+
     def validate(self) -> Config:
         """Check value ranges; raises :class:`ConfigError` naming the key. A config built in
         Python has its kinds and choices checked as a file's are (it skipped the loader), and
@@ -390,9 +397,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping of sections in a YAML config file (one-line errors for a missing or bad file)."""
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file not found: {p}")
-    with reraise_as(ConfigError):  # the readers' words for a folder, bad UTF-8, a .gz, bad YAML
+    # the readers' words for a missing file, a folder, bad UTF-8, a .gz, bad YAML
+    with reraise_as(ConfigError):
         data = parse_yaml(read_text(p, what="config file"), p) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections")
@@ -414,7 +420,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | str | Non
     given = [overrides] if isinstance(overrides, str) else list(overrides or [])
     merged = apply_overrides(copy.deepcopy(data), given)
     try:
-        return from_dict(Config, merged).validate()
+        return Config.from_sections(merged)
     except ConfigError as err:
         if path is None or type(err) is not ConfigError or not _file_refuses(data, err, overrides):
             raise
@@ -426,7 +432,7 @@ def _file_refuses(data: dict[str, Any], err: ConfigError, overrides: list[str] |
     if not overrides:
         return True
     try:
-        from_dict(Config, copy.deepcopy(data)).validate()
+        Config.from_sections(data)
     except UserError as alone:  # the file alone may fail otherwise (a missing train_file...)
         return str(alone) == str(err)
     return False

@@ -117,12 +117,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected true/false, got {value!r}")
     # A config built in Python may hold what Python code has at hand: a numpy number, a Path.
     # They are taken as the loader's kinds, so the config saves as YAML and compares equal.
-    if tp is int and not isinstance(value, bool):
-        if isinstance(value, numbers.Integral):
-            return int(value)
-        if isinstance(value, numbers.Real) and float(value).is_integer():
-            return int(value)
     if tp is int:
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        # an integer of any kind (numpy's too); a float only when whole (64.0)
+        if number and (isinstance(value, numbers.Integral) or float(value).is_integer()):
+            return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, numbers.Real) and not isinstance(value, bool):

@@ -8,10 +8,6 @@ from typing import Any, Literal
 
 from ..io.tables import TABLE_SUFFIXES
 
-#: File endings read as pairs by ``data.format: auto``: every table the readers read (anything
-#: else is one sentence a line).
-PAIR_SUFFIXES = TABLE_SUFFIXES
-
 DataFormat = Literal["auto", "sentences", "pairs", "sick"]
 
 
@@ -102,4 +98,5 @@ def is_pairs_source(train_file: str | Path, data_format: DataFormat = "auto") ->
     if data_format != "auto":
         return data_format != "sentences"
     p = Path(train_file).expanduser()
-    return p.suffix.lower() in PAIR_SUFFIXES or p.is_dir()
+    # every table the readers read is pairs (anything else is one sentence a line)
+    return p.suffix.lower() in TABLE_SUFFIXES or p.is_dir()

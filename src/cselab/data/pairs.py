@@ -42,7 +42,6 @@ from ..io.readers import open_table, read_json, read_sick, read_yaml, reraise_as
 from ..io.runfolder import RunFolder
 from .config import (  # noqa: F401
     DEFAULT_NEGATIVE_COLUMN,
-    PAIR_SUFFIXES,
     DataFormat,
     PairColumns,
     is_pairs_source,

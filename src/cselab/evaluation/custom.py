@@ -42,7 +42,6 @@ from .sts import correlations, cosine_similarity
 if TYPE_CHECKING:  # the retrieval module loads only for a BEIR dev folder
     from .retrieval import RetrievalScorer
 
-DEFAULT_COLUMNS = DEV_COLUMNS
 #: Fewer pairs than this give no meaningful correlation.
 MIN_PAIRS = 5
 METRICS = ("spearman", "pearson")
@@ -61,7 +60,7 @@ EVAL_COLUMNS = (*DEV_SCORE_NAMES, "align", "uniform")
 
 
 def _columns(columns: Sequence[str] | None) -> tuple[str, str, str]:
-    return check_sts_columns(columns or DEFAULT_COLUMNS)
+    return check_sts_columns(columns or DEV_COLUMNS)
 
 
 def _read_rows(path: Path, cols: tuple[str, str, str]) -> list[tuple[str, str, float]]:

@@ -55,12 +55,12 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, apply_overrides, from_dict, load_yaml, save_config
+from ..config.devset import DEV_COLUMNS
 from ..config.presets import find_preset
 from ..core.errors import RunFolderBusy, SweepError, UserError
-from ..evaluation.custom import DEFAULT_COLUMNS
 from ..evaluation.names import RETRIEVAL_K
 from ..io.files import write_json_atomic
-from ..io.readers import yaml_dumper, yaml_loader
+from ..io.readers import read_text, yaml_dumper, yaml_loader
 from ..io.runfolder import RunFolder
 from ..model.choices import BATCH_SIZE
 
@@ -86,7 +86,7 @@ class EvalSpec:
     batch_size: int = BATCH_SIZE
     download: bool = False
     sts_files: list[str] = field(default_factory=list)
-    sts_columns: list[str] = field(default_factory=lambda: list(DEFAULT_COLUMNS))
+    sts_columns: list[str] = field(default_factory=lambda: list(DEV_COLUMNS))
     retrieval: str | None = None
     retrieval_split: str = "test"
     k: int = RETRIEVAL_K
@@ -193,7 +193,7 @@ class Cell:
         )
         data.setdefault("train", {})["output_dir"] = str(self.dir)  # not YAML-parsed
         try:
-            return from_dict(Config, data).validate()
+            return Config.from_sections(data)
         except ConfigError as err:
             raise ConfigError(f"sweep cell {self.config} seed {self.seed}: {err}") from None
 
@@ -235,7 +235,7 @@ def _yaml11_number(text: str) -> bool:
 
 def grid_texts(path: Path) -> dict[str, list[str | None]]:
     """The values of the sweep file's ``grid`` as written (``None``: not a plain scalar)."""
-    root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml_loader())
+    root = yaml.compose(read_text(path, what="sweep file"), Loader=yaml_loader())
     out: dict[str, list[str | None]] = {}
     for key, value in root.value if isinstance(root, yaml.MappingNode) else []:
         if key.value == "grid" and isinstance(value, yaml.MappingNode):
